@@ -1,0 +1,1 @@
+//! PADLL data-plane stage (being written).

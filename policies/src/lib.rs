@@ -1,0 +1,1 @@
+//! QoS control algorithms (being written).
