@@ -1,1 +1,211 @@
-//! PADLL data-plane stage (being written).
+//! # PADLL data-plane stage
+//!
+//! `libpadll.so`, preloaded into an unmodified program (`LD_PRELOAD`, or `padll run`),
+//! intercepts the POSIX calls through which it touches files ([`hooks`]), decides
+//! whether each targets a registered mountpoint ([`paths`], [`fdtable`]) and, if so,
+//! makes it wait in the token buckets of the channels that serve it ([`channels`])
+//! before calling the real libc function. Everything else passes straight through.
+//! PADLL paper (001) §III-A.
+//!
+//! Configuration comes from the environment at load time ([`config`]); the channel
+//! API ([`add_channel`], [`set_limit`], …) lets a control client change the rules at
+//! run time, and [`stats_snapshot`] reads the counters. See `ARCHITECTURE.md` for the
+//! invariants every hook keeps.
+
+pub mod bucket;
+pub mod channels;
+pub mod config;
+mod errno;
+pub mod fdtable;
+mod hooks;
+pub mod intercept;
+pub mod ops;
+pub mod paths;
+mod real;
+pub mod report;
+pub mod stats;
+
+pub use channels::{
+    add as add_channel, list as channel_list, remove as remove_channel, set_limit, ChannelId,
+    ChannelInfo, ChannelSpec, Scope, Unit,
+};
+pub use config::{Config, Identity, LogLevel};
+pub use ops::{Class, Op};
+pub use stats::snapshot as stats_snapshot;
+
+use intercept::StageIo;
+use paths::MountTable;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::OnceLock;
+
+/// True once the stage is initialised with at least one mountpoint: until then (and
+/// forever when misconfigured) every hook is a plain call to libc.
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+static MOUNTS: OnceLock<MountTable> = OnceLock::new();
+static SETTINGS: OnceLock<Settings> = OnceLock::new();
+static LOG_LEVEL: AtomicU8 = AtomicU8::new(LogLevel::Error as u8);
+
+struct Settings {
+    identity: Identity,
+    stats_path: Option<String>,
+}
+
+/// Whether hooks should do any work.
+#[inline(always)]
+pub(crate) fn is_active() -> bool {
+    ACTIVE.load(Ordering::Relaxed)
+}
+
+/// The mount table (empty before initialisation).
+#[inline]
+pub(crate) fn mounts() -> &'static MountTable {
+    static EMPTY: MountTable = MountTable::EMPTY;
+    MOUNTS.get().unwrap_or(&EMPTY)
+}
+
+/// The registered mountpoints, as configured.
+pub fn mountpoints() -> Vec<String> {
+    mounts().names().to_vec()
+}
+
+/// Who this process works for (job, user, host, …), once initialised.
+pub fn identity() -> Option<Identity> {
+    SETTINGS.get().map(|s| s.identity.clone())
+}
+
+/// Writes one line to stderr if `level` is enabled (never to stdout).
+pub fn log(level: LogLevel, message: &str) {
+    if level as u8 > LOG_LEVEL.load(Ordering::Relaxed) || level == LogLevel::Off {
+        return;
+    }
+    let _io = StageIo::enter();
+    let line = format!("padll[{}]: {message}\n", std::process::id());
+    let _ = std::io::stderr().write_all(line.as_bytes());
+}
+
+/// The library constructor: resolve every real function first, then read the
+/// configuration. A bad configuration is reported in one line and the program runs
+/// unthrottled.
+extern "C" fn on_load() {
+    let _ = std::panic::catch_unwind(|| {
+        for real in hooks::TABLE {
+            real.resolve();
+        }
+        let _io = StageIo::enter();
+        let config = match config::load(&|name| std::env::var(name).ok()) {
+            Ok(config) => config,
+            Err(message) => {
+                log(
+                    LogLevel::Error,
+                    &format!("configuration error, running unthrottled: {message}"),
+                );
+                return;
+            }
+        };
+        LOG_LEVEL.store(config.log as u8, Ordering::Relaxed);
+        if let Err(message) = start(&config) {
+            log(
+                LogLevel::Error,
+                &format!("configuration error, running unthrottled: {message}"),
+            );
+            channels::clear();
+        }
+    });
+}
+
+fn start(config: &Config) -> Result<(), String> {
+    let table = MountTable::new(&config.mounts)?;
+    channels::set_mounts(table.names())?;
+    for spec in &config.limits {
+        channels::add(spec.clone())?;
+    }
+    let _ = SETTINGS.set(Settings {
+        identity: config.identity.clone(),
+        stats_path: config.stats_path.clone(),
+    });
+    if table.is_empty() {
+        log(
+            LogLevel::Info,
+            "no mountpoint registered; every call passes through",
+        );
+        return Ok(());
+    }
+    let _ = MOUNTS.set(table);
+    intercept::refresh_current_dir();
+    adopt_inherited_descriptors();
+    // SAFETY: registering a plain function as the fork child handler.
+    unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    ACTIVE.store(true, Ordering::Release);
+    log(
+        LogLevel::Info,
+        &format!(
+            "managing {} with {} channel(s), job {}",
+            config.mounts.join(":"),
+            config.limits.len(),
+            config.identity.job_id
+        ),
+    );
+    Ok(())
+}
+
+/// Descriptors inherited across `exec` (`exec 3</scratch/f` in a batch script) are
+/// classified from `/proc/self/fd`.
+fn adopt_inherited_descriptors() {
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Some(fd) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(target) = std::fs::read_link(entry.path()) else {
+            continue;
+        };
+        let mut buf = paths::PathBuffer::new();
+        let bytes = target.as_os_str().as_encoded_bytes();
+        if bytes.first() == Some(&b'/') && buf.push_normalized(bytes) {
+            let place = mounts().place_of(buf.as_bytes());
+            if place != paths::Place::Unrelated {
+                fdtable::record(fd, place, Some(buf.as_bytes()));
+            }
+        }
+    }
+}
+
+/// The child of `fork` keeps the rules and descriptors but starts its own account.
+extern "C" fn after_fork_in_child() {
+    stats::reset();
+    channels::reset_counters();
+}
+
+/// The library destructor: write statistics if asked.
+extern "C" fn on_unload() {
+    let _ = std::panic::catch_unwind(|| {
+        let Some(settings) = SETTINGS.get() else {
+            return;
+        };
+        let Some(path) = &settings.stats_path else {
+            return;
+        };
+        let _io = StageIo::enter();
+        if let Err(e) = report::append(path, &settings.identity) {
+            log(
+                LogLevel::Error,
+                &format!("cannot write statistics to '{path}': {e}"),
+            );
+        }
+    });
+}
+
+#[used]
+#[link_section = ".init_array"]
+static ON_LOAD: extern "C" fn() = on_load;
+
+#[used]
+#[link_section = ".fini_array"]
+static ON_UNLOAD: extern "C" fn() = on_unload;

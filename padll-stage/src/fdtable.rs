@@ -1,0 +1,247 @@
+//! Which mountpoint each open file descriptor belongs to, so fd-based calls (`read`,
+//! `fstat`, `*at` with a dirfd, …) can be classified (PADLL paper §III-A, "handling
+//! FD-based operations").
+//!
+//! Lock-free and allocation-free to read: a static array of lazily allocated chunks of
+//! atomics. A chunk is allocated only when a managed descriptor (or a directory above a
+//! mountpoint) lands in it; descriptors never seen read as [`Place::Unrelated`].
+//! Directories also keep their path (in a [`PathSlot`]) so that `openat(dirfd, "../x")`
+//! can be resolved.
+
+use crate::paths::Place;
+use std::ffi::{c_char, CStr, CString};
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, AtomicU16, Ordering};
+
+const CHUNK_BITS: usize = 10;
+const CHUNK_SIZE: usize = 1 << CHUNK_BITS;
+const CHUNKS: usize = 1024;
+/// Descriptors at or above this number are not tracked (they pass through unmanaged).
+pub const MAX_TRACKED_FD: usize = CHUNK_SIZE * CHUNKS;
+
+struct Chunk {
+    places: [AtomicU16; CHUNK_SIZE],
+    paths: [PathSlot; CHUNK_SIZE],
+}
+
+static TABLE: [AtomicPtr<Chunk>; CHUNKS] = [const { AtomicPtr::new(ptr::null_mut()) }; CHUNKS];
+
+fn split(fd: i32) -> Option<(usize, usize)> {
+    let fd = usize::try_from(fd).ok().filter(|fd| *fd < MAX_TRACKED_FD)?;
+    Some((fd >> CHUNK_BITS, fd & (CHUNK_SIZE - 1)))
+}
+
+#[inline]
+fn chunk(index: usize) -> Option<&'static Chunk> {
+    // SAFETY: chunks are never freed once published.
+    unsafe { TABLE[index].load(Ordering::Acquire).as_ref() }
+}
+
+fn chunk_or_create(index: usize) -> &'static Chunk {
+    if let Some(chunk) = chunk(index) {
+        return chunk;
+    }
+    let fresh = Box::into_raw(Box::new(Chunk {
+        places: [const { AtomicU16::new(0) }; CHUNK_SIZE],
+        paths: [const { PathSlot::empty() }; CHUNK_SIZE],
+    }));
+    match TABLE[index].compare_exchange(ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire)
+    {
+        // SAFETY: just published; never freed.
+        Ok(_) => unsafe { &*fresh },
+        Err(winner) => {
+            // SAFETY: `fresh` was never shared.
+            drop(unsafe { Box::from_raw(fresh) });
+            // SAFETY: published chunks are never freed.
+            unsafe { &*winner }
+        }
+    }
+}
+
+/// Where descriptor `fd` points (unknown descriptors are [`Place::Unrelated`]).
+#[inline]
+pub fn place(fd: i32) -> Place {
+    match split(fd) {
+        Some((c, i)) => match chunk(c) {
+            Some(chunk) => Place::decode(chunk.places[i].load(Ordering::Relaxed)),
+            None => Place::Unrelated,
+        },
+        None => Place::Unrelated,
+    }
+}
+
+/// Records a new descriptor. `path` (normalised, absolute) is kept for directories so
+/// that they can serve as the base of `*at` calls. Unrelated descriptors only clear a
+/// stale entry, allocating nothing.
+pub fn record(fd: i32, place: Place, path: Option<&[u8]>) {
+    let Some((c, i)) = split(fd) else { return };
+    let chunk = if place == Place::Unrelated {
+        match chunk(c) {
+            Some(chunk) => chunk,
+            None => return,
+        }
+    } else {
+        chunk_or_create(c)
+    };
+    chunk.paths[i].set(path.and_then(|p| CString::new(p).ok()));
+    chunk.places[i].store(place.encode(), Ordering::Relaxed);
+}
+
+/// Forgets a descriptor (before it is closed, so a concurrent open that reuses the
+/// number is not clobbered afterwards).
+#[inline]
+pub fn forget(fd: i32) {
+    let Some((c, i)) = split(fd) else { return };
+    if let Some(chunk) = chunk(c) {
+        if chunk.places[i].load(Ordering::Relaxed) != 0 {
+            chunk.places[i].store(0, Ordering::Relaxed);
+            chunk.paths[i].set(None);
+        }
+    }
+}
+
+/// Forgets every descriptor in `first..=last` (for `close_range`).
+pub fn forget_range(first: u32, last: u32) {
+    let last = last.min(MAX_TRACKED_FD as u32 - 1);
+    let mut fd = first;
+    while fd <= last {
+        let c = fd as usize >> CHUNK_BITS;
+        if chunk(c).is_none() {
+            // Skip the whole unallocated chunk.
+            fd = ((c + 1) << CHUNK_BITS) as u32;
+            continue;
+        }
+        forget(fd as i32);
+        fd += 1;
+    }
+}
+
+/// Makes `new` describe the same file as `old` (dup family, `F_DUPFD`).
+pub fn duplicate(old: i32, new: i32) {
+    let place = place(old);
+    if place == Place::Unrelated {
+        forget(new);
+        return;
+    }
+    let path = with_path(old, |p| p.to_vec());
+    record(new, place, path.as_deref());
+}
+
+/// Runs `f` on the path recorded for `fd`, if any and if not being read concurrently.
+pub fn with_path<R>(fd: i32, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+    let (c, i) = split(fd)?;
+    chunk(c)?.paths[i].with(f)
+}
+
+/// An owned, replaceable path readable without locks and without use-after-free: a
+/// reader *takes* the string (swapping in a busy marker), reads it and puts it back;
+/// a writer swaps in a new string and frees what it took out. A reader that finds the
+/// slot busy gets `None` and uses a slower fallback (`/proc/self/fd`, `getcwd`).
+pub struct PathSlot(AtomicPtr<c_char>);
+
+const BUSY: *mut c_char = 1 as *mut c_char;
+
+impl PathSlot {
+    /// An empty slot.
+    pub const fn empty() -> PathSlot {
+        PathSlot(AtomicPtr::new(ptr::null_mut()))
+    }
+
+    /// Replaces the stored path.
+    pub fn set(&self, path: Option<CString>) {
+        if self.0.load(Ordering::Relaxed).is_null() && path.is_none() {
+            return;
+        }
+        let new = path.map_or(ptr::null_mut(), CString::into_raw);
+        free(self.0.swap(new, Ordering::AcqRel));
+    }
+
+    /// Runs `f` on the stored path; `None` if empty or busy.
+    pub fn with<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let taken = self.0.swap(BUSY, Ordering::Acquire);
+        if taken == BUSY {
+            return None;
+        }
+        if taken.is_null() {
+            let _ = self.0.compare_exchange(
+                BUSY,
+                ptr::null_mut(),
+                Ordering::Release,
+                Ordering::Relaxed,
+            );
+            return None;
+        }
+        // SAFETY: we own `taken` until we put it back or free it.
+        let result = f(unsafe { CStr::from_ptr(taken) }.to_bytes());
+        if self
+            .0
+            .compare_exchange(BUSY, taken, Ordering::Release, Ordering::Relaxed)
+            .is_err()
+        {
+            // A writer replaced the path while we read; ours is stale and ours to free.
+            free(taken);
+        }
+        Some(result)
+    }
+}
+
+fn free(p: *mut c_char) {
+    if !p.is_null() && p != BUSY {
+        // SAFETY: every real pointer in a slot came from CString::into_raw.
+        drop(unsafe { CString::from_raw(p) });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Descriptor numbers far from the ones the test process really uses.
+    const BASE: i32 = 500_000;
+
+    #[test]
+    fn record_duplicate_forget() {
+        assert_eq!(place(BASE), Place::Unrelated);
+        record(BASE, Place::Managed(3), Some(b"/scratch/dir"));
+        assert_eq!(place(BASE), Place::Managed(3));
+        duplicate(BASE, BASE + 1);
+        assert_eq!(place(BASE + 1), Place::Managed(3));
+        assert_eq!(
+            with_path(BASE + 1, |p| p.to_vec()).as_deref(),
+            Some(&b"/scratch/dir"[..])
+        );
+        forget_range(BASE as u32, BASE as u32 + 1);
+        assert_eq!(place(BASE), Place::Unrelated);
+        assert_eq!(place(BASE + 1), Place::Unrelated);
+        assert_eq!(with_path(BASE, |p| p.to_vec()), None);
+    }
+
+    #[test]
+    fn out_of_range_descriptors_are_unrelated() {
+        record(-1, Place::Managed(0), None);
+        record(MAX_TRACKED_FD as i32, Place::Managed(0), None);
+        assert_eq!(place(-1), Place::Unrelated);
+        assert_eq!(place(MAX_TRACKED_FD as i32), Place::Unrelated);
+    }
+
+    #[test]
+    fn path_slot_survives_concurrent_readers_and_writers() {
+        let slot: &'static PathSlot = Box::leak(Box::new(PathSlot::empty()));
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    for i in 0..20_000 {
+                        if t == 0 {
+                            slot.set(Some(CString::new(format!("/scratch/{i}")).unwrap()));
+                        } else if let Some(len) = slot.with(|p| p.len()) {
+                            assert!(len >= 9);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
+}

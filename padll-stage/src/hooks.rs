@@ -1,0 +1,465 @@
+//! The interception table: one line per libc entry point, naming its operation, its
+//! target, its effect on the descriptor table, the bytes it asks for and how to read
+//! its result. The shared logic is [`crate::intercept::intercept`].
+//!
+//! Variadic entry points (`open`, `openat`, `fcntl`) are declared with their optional
+//! argument spelled out: on the x86-64 and AArch64 Linux ABIs a variadic integer or
+//! pointer argument travels exactly like a fixed one, and it is only read when the
+//! flags say it is present (as libc does).
+//!
+//! Not visible from user space: static binaries, raw `syscall()`, io_uring, libaio,
+//! and glibc's internal calls (e.g. `nftw`, `realpath`, `printf`-family flushes, the
+//! `getc` macros reading a stream's buffer directly). `fdopen` creates no descriptor and
+//! touches no file: its stream is followed through its fd like any other.
+
+#![allow(clippy::missing_safety_doc, non_snake_case)]
+
+use crate::intercept::account::*;
+use crate::intercept::{admit_only, intercept, Account, Effect, Target};
+use crate::ops::Op;
+use crate::real::{Real, Unavailable};
+use libc::{
+    c_char, c_int, c_uint, c_void, dev_t, gid_t, iovec, mode_t, off64_t, off_t, size_t, ssize_t,
+    uid_t, DIR, FILE,
+};
+
+type Str = *const c_char;
+type MutStr = *mut c_char;
+type Buf = *mut c_void;
+type ConstBuf = *const c_void;
+type Stream = *mut FILE;
+type DirStream = *mut DIR;
+type Iov = *const iovec;
+type Aio = *mut libc::aiocb;
+
+/// No operation: the entry point only keeps the descriptor table right.
+const TRACK: Option<Op> = None;
+
+macro_rules! hooks {
+    ($(
+        fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty
+            => $op:expr, $target:expr, $effect:expr, $requested:expr, $account:expr;
+    )*) => {
+        $(
+            pub(crate) mod $name {
+                use super::*;
+                pub(crate) static REAL: Real = Real::new(
+                    match std::ffi::CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
+                        Ok(name) => name,
+                        Err(_) => panic!("symbol name"),
+                    },
+                );
+                pub(crate) type Signature = unsafe extern "C" fn($($ty),*) -> $ret;
+            }
+
+            #[no_mangle]
+            pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+                intercept(
+                    Option::<Op>::from($op),
+                    $target,
+                    $effect,
+                    $requested as u64,
+                    $account,
+                    || match $name::REAL.address() {
+                        // SAFETY: the address is libc's definition of this very symbol.
+                        Some(address) => std::mem::transmute::<*mut c_void, $name::Signature>(address)($($arg),*),
+                        None => <$ret as Unavailable>::unavailable(),
+                    },
+                )
+            }
+        )*
+
+        /// Every real function behind a table entry, for eager resolution.
+        pub(crate) static TABLE: &[&Real] = &[$(&$name::REAL,)* &MMAP.0, &MMAP64.0, &LIO_LISTIO.0, &LIO_LISTIO64.0];
+    };
+}
+
+use Effect as E;
+use Op as O;
+use Target as T;
+
+hooks! {
+    // name(arguments) -> return        => operation, target, effect, bytes requested, result;
+    // ---- open family -------------------------------------------------------------------
+    fn open(path: Str, flags: c_int, mode: mode_t) -> c_int => O::Open, T::Path(path), E::NewFd { flags }, 0, status;
+    fn open64(path: Str, flags: c_int, mode: mode_t) -> c_int => O::Open, T::Path(path), E::NewFd { flags }, 0, status;
+    fn openat(dirfd: c_int, path: Str, flags: c_int, mode: mode_t) -> c_int => O::Open, T::At(dirfd, path), E::NewFd { flags }, 0, status;
+    fn openat64(dirfd: c_int, path: Str, flags: c_int, mode: mode_t) -> c_int => O::Open, T::At(dirfd, path), E::NewFd { flags }, 0, status;
+    fn __open_2(path: Str, flags: c_int) -> c_int => O::Open, T::Path(path), E::NewFd { flags }, 0, status;
+    fn __open64_2(path: Str, flags: c_int) -> c_int => O::Open, T::Path(path), E::NewFd { flags }, 0, status;
+    fn __openat_2(dirfd: c_int, path: Str, flags: c_int) -> c_int => O::Open, T::At(dirfd, path), E::NewFd { flags }, 0, status;
+    fn __openat64_2(dirfd: c_int, path: Str, flags: c_int) -> c_int => O::Open, T::At(dirfd, path), E::NewFd { flags }, 0, status;
+    fn creat(path: Str, mode: mode_t) -> c_int => O::Open, T::Path(path), E::NewFd { flags: 0 }, 0, status;
+    fn creat64(path: Str, mode: mode_t) -> c_int => O::Open, T::Path(path), E::NewFd { flags: 0 }, 0, status;
+    fn mkstemp(template: MutStr) -> c_int => O::Open, T::Path(template), E::NewFd { flags: 0 }, 0, status;
+    fn mkstemp64(template: MutStr) -> c_int => O::Open, T::Path(template), E::NewFd { flags: 0 }, 0, status;
+    fn mkostemp(template: MutStr, flags: c_int) -> c_int => O::Open, T::Path(template), E::NewFd { flags }, 0, status;
+    fn mkostemp64(template: MutStr, flags: c_int) -> c_int => O::Open, T::Path(template), E::NewFd { flags }, 0, status;
+    fn mkstemps(template: MutStr, suffix: c_int) -> c_int => O::Open, T::Path(template), E::NewFd { flags: 0 }, 0, status;
+    fn mkstemps64(template: MutStr, suffix: c_int) -> c_int => O::Open, T::Path(template), E::NewFd { flags: 0 }, 0, status;
+    fn mkostemps(template: MutStr, suffix: c_int, flags: c_int) -> c_int => O::Open, T::Path(template), E::NewFd { flags }, 0, status;
+    fn mkostemps64(template: MutStr, suffix: c_int, flags: c_int) -> c_int => O::Open, T::Path(template), E::NewFd { flags }, 0, status;
+    fn close(fd: c_int) -> c_int => O::Close, T::Fd(fd), E::Close(fd), 0, status;
+    fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int => TRACK, T::None, E::CloseRange(first, last, flags), 0, status;
+    fn dup(fd: c_int) -> c_int => TRACK, T::None, E::Dup(fd), 0, status;
+    fn dup2(fd: c_int, new: c_int) -> c_int => TRACK, T::None, E::DupTo(fd, new), 0, status;
+    fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_int => TRACK, T::None, E::DupTo(fd, new), 0, status;
+    fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int => TRACK, T::None, E::Fcntl(fd, cmd), 0, status;
+    fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int => TRACK, T::None, E::Fcntl(fd, cmd), 0, status;
+
+    // ---- data ----------------------------------------------------------------------------
+    fn read(fd: c_int, buf: Buf, count: size_t) -> ssize_t => O::Read, T::Fd(fd), E::None, count, transfer;
+    fn write(fd: c_int, buf: ConstBuf, count: size_t) -> ssize_t => O::Write, T::Fd(fd), E::None, count, transfer;
+    fn pread(fd: c_int, buf: Buf, count: size_t, offset: off_t) -> ssize_t => O::Read, T::Fd(fd), E::None, count, transfer;
+    fn pwrite(fd: c_int, buf: ConstBuf, count: size_t, offset: off_t) -> ssize_t => O::Write, T::Fd(fd), E::None, count, transfer;
+    fn pread64(fd: c_int, buf: Buf, count: size_t, offset: off64_t) -> ssize_t => O::Read, T::Fd(fd), E::None, count, transfer;
+    fn pwrite64(fd: c_int, buf: ConstBuf, count: size_t, offset: off64_t) -> ssize_t => O::Write, T::Fd(fd), E::None, count, transfer;
+    fn __read_chk(fd: c_int, buf: Buf, count: size_t, buflen: size_t) -> ssize_t => O::Read, T::Fd(fd), E::None, count, transfer;
+    fn __pread_chk(fd: c_int, buf: Buf, count: size_t, offset: off_t, buflen: size_t) -> ssize_t => O::Read, T::Fd(fd), E::None, count, transfer;
+    fn __pread64_chk(fd: c_int, buf: Buf, count: size_t, offset: off64_t, buflen: size_t) -> ssize_t => O::Read, T::Fd(fd), E::None, count, transfer;
+    fn readv(fd: c_int, iov: Iov, count: c_int) -> ssize_t => O::Read, T::Fd(fd), E::None, iov_bytes(iov, count), transfer;
+    fn writev(fd: c_int, iov: Iov, count: c_int) -> ssize_t => O::Write, T::Fd(fd), E::None, iov_bytes(iov, count), transfer;
+    fn preadv(fd: c_int, iov: Iov, count: c_int, offset: off_t) -> ssize_t => O::Read, T::Fd(fd), E::None, iov_bytes(iov, count), transfer;
+    fn pwritev(fd: c_int, iov: Iov, count: c_int, offset: off_t) -> ssize_t => O::Write, T::Fd(fd), E::None, iov_bytes(iov, count), transfer;
+    fn preadv64(fd: c_int, iov: Iov, count: c_int, offset: off64_t) -> ssize_t => O::Read, T::Fd(fd), E::None, iov_bytes(iov, count), transfer;
+    fn pwritev64(fd: c_int, iov: Iov, count: c_int, offset: off64_t) -> ssize_t => O::Write, T::Fd(fd), E::None, iov_bytes(iov, count), transfer;
+    fn preadv2(fd: c_int, iov: Iov, count: c_int, offset: off_t, flags: c_int) -> ssize_t => O::Read, T::Fd(fd), E::None, iov_bytes(iov, count), transfer;
+    fn pwritev2(fd: c_int, iov: Iov, count: c_int, offset: off_t, flags: c_int) -> ssize_t => O::Write, T::Fd(fd), E::None, iov_bytes(iov, count), transfer;
+    fn preadv64v2(fd: c_int, iov: Iov, count: c_int, offset: off64_t, flags: c_int) -> ssize_t => O::Read, T::Fd(fd), E::None, iov_bytes(iov, count), transfer;
+    fn pwritev64v2(fd: c_int, iov: Iov, count: c_int, offset: off64_t, flags: c_int) -> ssize_t => O::Write, T::Fd(fd), E::None, iov_bytes(iov, count), transfer;
+    fn copy_file_range(from: c_int, from_offset: *mut off64_t, to: c_int, to_offset: *mut off64_t, len: size_t, flags: c_uint) -> ssize_t => O::Write, T::Copy { from, to }, E::None, len, transfer;
+    fn sendfile(to: c_int, from: c_int, offset: *mut off_t, count: size_t) -> ssize_t => O::Write, T::Copy { from, to }, E::None, count, transfer;
+    fn sendfile64(to: c_int, from: c_int, offset: *mut off64_t, count: size_t) -> ssize_t => O::Write, T::Copy { from, to }, E::None, count, transfer;
+    fn splice(from: c_int, from_offset: *mut off64_t, to: c_int, to_offset: *mut off64_t, len: size_t, flags: c_uint) -> ssize_t => O::Write, T::Copy { from, to }, E::None, len, transfer;
+    fn aio_read(cb: Aio) -> c_int => O::Read, T::Fd(aio_fd(cb)), E::None, aio_len(cb), submitted(aio_len(cb));
+    fn aio_write(cb: Aio) -> c_int => O::Write, T::Fd(aio_fd(cb)), E::None, aio_len(cb), submitted(aio_len(cb));
+    fn aio_read64(cb: Aio) -> c_int => O::Read, T::Fd(aio_fd(cb)), E::None, aio_len(cb), submitted(aio_len(cb));
+    fn aio_write64(cb: Aio) -> c_int => O::Write, T::Fd(aio_fd(cb)), E::None, aio_len(cb), submitted(aio_len(cb));
+    fn fsync(fd: c_int) -> c_int => O::Sync, T::Fd(fd), E::None, 0, status;
+    fn fdatasync(fd: c_int) -> c_int => O::Sync, T::Fd(fd), E::None, 0, status;
+    fn syncfs(fd: c_int) -> c_int => O::Sync, T::Fd(fd), E::None, 0, status;
+    fn sync() -> () => O::Sync, T::None, E::None, 0, nothing;
+    fn truncate(path: Str, len: off_t) -> c_int => O::Truncate, T::Path(path), E::None, 0, status;
+    fn truncate64(path: Str, len: off64_t) -> c_int => O::Truncate, T::Path(path), E::None, 0, status;
+    fn ftruncate(fd: c_int, len: off_t) -> c_int => O::Truncate, T::Fd(fd), E::None, 0, status;
+    fn ftruncate64(fd: c_int, len: off64_t) -> c_int => O::Truncate, T::Fd(fd), E::None, 0, status;
+    fn fallocate(fd: c_int, mode: c_int, offset: off_t, len: off_t) -> c_int => O::Allocate, T::Fd(fd), E::None, 0, status;
+    fn fallocate64(fd: c_int, mode: c_int, offset: off64_t, len: off64_t) -> c_int => O::Allocate, T::Fd(fd), E::None, 0, status;
+    fn posix_fallocate(fd: c_int, offset: off_t, len: off_t) -> c_int => O::Allocate, T::Fd(fd), E::None, 0, error_number;
+    fn posix_fallocate64(fd: c_int, offset: off64_t, len: off64_t) -> c_int => O::Allocate, T::Fd(fd), E::None, 0, error_number;
+
+    // ---- stdio (glibc's stdio calls the kernel internally: hooking read/open never sees it)
+    fn fopen(path: Str, mode: Str) -> Stream => O::Open, T::Path(path), E::NewStream, 0, handle;
+    fn fopen64(path: Str, mode: Str) -> Stream => O::Open, T::Path(path), E::NewStream, 0, handle;
+    fn freopen(path: Str, mode: Str, stream: Stream) -> Stream => O::Open, reopen_target(path, stream), E::Reopen(stream), 0, handle;
+    fn freopen64(path: Str, mode: Str, stream: Stream) -> Stream => O::Open, reopen_target(path, stream), E::Reopen(stream), 0, handle;
+    fn fclose(stream: Stream) -> c_int => O::Close, T::Stream(stream), E::CloseStream(stream), 0, status;
+    fn fread(buf: Buf, size: size_t, n: size_t, stream: Stream) -> size_t => O::Read, T::Stream(stream), E::None, size.saturating_mul(n), items(size);
+    fn fread_unlocked(buf: Buf, size: size_t, n: size_t, stream: Stream) -> size_t => O::Read, T::Stream(stream), E::None, size.saturating_mul(n), items(size);
+    fn __fread_chk(buf: Buf, buflen: size_t, size: size_t, n: size_t, stream: Stream) -> size_t => O::Read, T::Stream(stream), E::None, size.saturating_mul(n), items(size);
+    fn __fread_unlocked_chk(buf: Buf, buflen: size_t, size: size_t, n: size_t, stream: Stream) -> size_t => O::Read, T::Stream(stream), E::None, size.saturating_mul(n), items(size);
+    fn fwrite(buf: ConstBuf, size: size_t, n: size_t, stream: Stream) -> size_t => O::Write, T::Stream(stream), E::None, size.saturating_mul(n), items(size);
+    fn fwrite_unlocked(buf: ConstBuf, size: size_t, n: size_t, stream: Stream) -> size_t => O::Write, T::Stream(stream), E::None, size.saturating_mul(n), items(size);
+    fn fgets(s: MutStr, n: c_int, stream: Stream) -> MutStr => O::Read, T::Stream(stream), E::None, n.max(0), line;
+    fn fgets_unlocked(s: MutStr, n: c_int, stream: Stream) -> MutStr => O::Read, T::Stream(stream), E::None, n.max(0), line;
+    fn __fgets_chk(s: MutStr, size: size_t, n: c_int, stream: Stream) -> MutStr => O::Read, T::Stream(stream), E::None, n.max(0), line;
+    fn __fgets_unlocked_chk(s: MutStr, size: size_t, n: c_int, stream: Stream) -> MutStr => O::Read, T::Stream(stream), E::None, n.max(0), line;
+    fn fputs(s: Str, stream: Stream) -> c_int => O::Write, T::Stream(stream), E::None, c_strlen(s), put(c_strlen(s));
+    fn fputs_unlocked(s: Str, stream: Stream) -> c_int => O::Write, T::Stream(stream), E::None, c_strlen(s), put(c_strlen(s));
+    fn fgetc(stream: Stream) -> c_int => O::Read, T::Stream(stream), E::None, 1, char_in;
+    fn getc(stream: Stream) -> c_int => O::Read, T::Stream(stream), E::None, 1, char_in;
+    fn fgetc_unlocked(stream: Stream) -> c_int => O::Read, T::Stream(stream), E::None, 1, char_in;
+    fn getc_unlocked(stream: Stream) -> c_int => O::Read, T::Stream(stream), E::None, 1, char_in;
+    fn _IO_getc(stream: Stream) -> c_int => O::Read, T::Stream(stream), E::None, 1, char_in;
+    fn fputc(c: c_int, stream: Stream) -> c_int => O::Write, T::Stream(stream), E::None, 1, put(1);
+    fn putc(c: c_int, stream: Stream) -> c_int => O::Write, T::Stream(stream), E::None, 1, put(1);
+    fn fputc_unlocked(c: c_int, stream: Stream) -> c_int => O::Write, T::Stream(stream), E::None, 1, put(1);
+    fn putc_unlocked(c: c_int, stream: Stream) -> c_int => O::Write, T::Stream(stream), E::None, 1, put(1);
+    fn _IO_putc(c: c_int, stream: Stream) -> c_int => O::Write, T::Stream(stream), E::None, 1, put(1);
+    fn getline(line: *mut MutStr, n: *mut size_t, stream: Stream) -> ssize_t => O::Read, T::Stream(stream), E::None, 0, transfer;
+    fn getdelim(line: *mut MutStr, n: *mut size_t, delim: c_int, stream: Stream) -> ssize_t => O::Read, T::Stream(stream), E::None, 0, transfer;
+    fn __getdelim(line: *mut MutStr, n: *mut size_t, delim: c_int, stream: Stream) -> ssize_t => O::Read, T::Stream(stream), E::None, 0, transfer;
+    fn fflush(stream: Stream) -> c_int => O::Write, T::Stream(stream), E::None, 0, status;
+    fn fflush_unlocked(stream: Stream) -> c_int => O::Write, T::Stream(stream), E::None, 0, status;
+
+    // ---- metadata ------------------------------------------------------------------------
+    fn stat(path: Str, buf: *mut libc::stat) -> c_int => O::Getattr, T::Path(path), E::None, 0, status;
+    fn lstat(path: Str, buf: *mut libc::stat) -> c_int => O::Getattr, T::Path(path), E::None, 0, status;
+    fn fstat(fd: c_int, buf: *mut libc::stat) -> c_int => O::Getattr, T::Fd(fd), E::None, 0, status;
+    fn fstatat(dirfd: c_int, path: Str, buf: *mut libc::stat, flags: c_int) -> c_int => O::Getattr, T::At(dirfd, path), E::None, 0, status;
+    fn stat64(path: Str, buf: *mut libc::stat64) -> c_int => O::Getattr, T::Path(path), E::None, 0, status;
+    fn lstat64(path: Str, buf: *mut libc::stat64) -> c_int => O::Getattr, T::Path(path), E::None, 0, status;
+    fn fstat64(fd: c_int, buf: *mut libc::stat64) -> c_int => O::Getattr, T::Fd(fd), E::None, 0, status;
+    fn fstatat64(dirfd: c_int, path: Str, buf: *mut libc::stat64, flags: c_int) -> c_int => O::Getattr, T::At(dirfd, path), E::None, 0, status;
+    fn statx(dirfd: c_int, path: Str, flags: c_int, mask: c_uint, buf: Buf) -> c_int => O::Getattr, T::At(dirfd, path), E::None, 0, status;
+    fn __xstat(ver: c_int, path: Str, buf: *mut libc::stat) -> c_int => O::Getattr, T::Path(path), E::None, 0, status;
+    fn __lxstat(ver: c_int, path: Str, buf: *mut libc::stat) -> c_int => O::Getattr, T::Path(path), E::None, 0, status;
+    fn __fxstat(ver: c_int, fd: c_int, buf: *mut libc::stat) -> c_int => O::Getattr, T::Fd(fd), E::None, 0, status;
+    fn __fxstatat(ver: c_int, dirfd: c_int, path: Str, buf: *mut libc::stat, flags: c_int) -> c_int => O::Getattr, T::At(dirfd, path), E::None, 0, status;
+    fn __xstat64(ver: c_int, path: Str, buf: *mut libc::stat64) -> c_int => O::Getattr, T::Path(path), E::None, 0, status;
+    fn __lxstat64(ver: c_int, path: Str, buf: *mut libc::stat64) -> c_int => O::Getattr, T::Path(path), E::None, 0, status;
+    fn __fxstat64(ver: c_int, fd: c_int, buf: *mut libc::stat64) -> c_int => O::Getattr, T::Fd(fd), E::None, 0, status;
+    fn __fxstatat64(ver: c_int, dirfd: c_int, path: Str, buf: *mut libc::stat64, flags: c_int) -> c_int => O::Getattr, T::At(dirfd, path), E::None, 0, status;
+    fn access(path: Str, mode: c_int) -> c_int => O::Access, T::Path(path), E::None, 0, status;
+    fn faccessat(dirfd: c_int, path: Str, mode: c_int, flags: c_int) -> c_int => O::Access, T::At(dirfd, path), E::None, 0, status;
+    fn euidaccess(path: Str, mode: c_int) -> c_int => O::Access, T::Path(path), E::None, 0, status;
+    fn eaccess(path: Str, mode: c_int) -> c_int => O::Access, T::Path(path), E::None, 0, status;
+    fn mkdir(path: Str, mode: mode_t) -> c_int => O::Mkdir, T::Path(path), E::None, 0, status;
+    fn mkdirat(dirfd: c_int, path: Str, mode: mode_t) -> c_int => O::Mkdir, T::At(dirfd, path), E::None, 0, status;
+    fn mkdtemp(template: MutStr) -> MutStr => O::Mkdir, T::Path(template), E::None, 0, handle;
+    fn rmdir(path: Str) -> c_int => O::Rmdir, T::Path(path), E::None, 0, status;
+    fn unlink(path: Str) -> c_int => O::Unlink, T::Path(path), E::None, 0, status;
+    fn unlinkat(dirfd: c_int, path: Str, flags: c_int) -> c_int => unlinkat_op(flags), T::At(dirfd, path), E::None, 0, status;
+    fn remove(path: Str) -> c_int => O::Unlink, T::Path(path), E::None, 0, status;
+    fn rename(old: Str, new: Str) -> c_int => O::Rename, T::Paths(old, new), E::None, 0, status;
+    fn renameat(old_dir: c_int, old: Str, new_dir: c_int, new: Str) -> c_int => O::Rename, T::AtPaths(old_dir, old, new_dir, new), E::None, 0, status;
+    fn renameat2(old_dir: c_int, old: Str, new_dir: c_int, new: Str, flags: c_uint) -> c_int => O::Rename, T::AtPaths(old_dir, old, new_dir, new), E::None, 0, status;
+    fn link(old: Str, new: Str) -> c_int => O::Link, T::Paths(old, new), E::None, 0, status;
+    fn linkat(old_dir: c_int, old: Str, new_dir: c_int, new: Str, flags: c_int) -> c_int => O::Link, T::AtPaths(old_dir, old, new_dir, new), E::None, 0, status;
+    fn symlink(target: Str, path: Str) -> c_int => O::Symlink, T::Path(path), E::None, 0, status;
+    fn symlinkat(target: Str, dirfd: c_int, path: Str) -> c_int => O::Symlink, T::At(dirfd, path), E::None, 0, status;
+    fn readlink(path: Str, buf: MutStr, size: size_t) -> ssize_t => O::Readlink, T::Path(path), E::None, 0, failed_if_negative;
+    fn readlinkat(dirfd: c_int, path: Str, buf: MutStr, size: size_t) -> ssize_t => O::Readlink, T::At(dirfd, path), E::None, 0, failed_if_negative;
+    fn chmod(path: Str, mode: mode_t) -> c_int => O::Setattr, T::Path(path), E::None, 0, status;
+    fn fchmod(fd: c_int, mode: mode_t) -> c_int => O::Setattr, T::Fd(fd), E::None, 0, status;
+    fn fchmodat(dirfd: c_int, path: Str, mode: mode_t, flags: c_int) -> c_int => O::Setattr, T::At(dirfd, path), E::None, 0, status;
+    fn chown(path: Str, uid: uid_t, gid: gid_t) -> c_int => O::Setattr, T::Path(path), E::None, 0, status;
+    fn lchown(path: Str, uid: uid_t, gid: gid_t) -> c_int => O::Setattr, T::Path(path), E::None, 0, status;
+    fn fchown(fd: c_int, uid: uid_t, gid: gid_t) -> c_int => O::Setattr, T::Fd(fd), E::None, 0, status;
+    fn fchownat(dirfd: c_int, path: Str, uid: uid_t, gid: gid_t, flags: c_int) -> c_int => O::Setattr, T::At(dirfd, path), E::None, 0, status;
+    fn utime(path: Str, times: ConstBuf) -> c_int => O::Setattr, T::Path(path), E::None, 0, status;
+    fn utimes(path: Str, times: ConstBuf) -> c_int => O::Setattr, T::Path(path), E::None, 0, status;
+    fn lutimes(path: Str, times: ConstBuf) -> c_int => O::Setattr, T::Path(path), E::None, 0, status;
+    fn futimes(fd: c_int, times: ConstBuf) -> c_int => O::Setattr, T::Fd(fd), E::None, 0, status;
+    fn futimesat(dirfd: c_int, path: Str, times: ConstBuf) -> c_int => O::Setattr, T::At(dirfd, path), E::None, 0, status;
+    fn utimensat(dirfd: c_int, path: Str, times: ConstBuf, flags: c_int) -> c_int => O::Setattr, T::At(dirfd, path), E::None, 0, status;
+    fn futimens(fd: c_int, times: ConstBuf) -> c_int => O::Setattr, T::Fd(fd), E::None, 0, status;
+    fn mknod(path: Str, mode: mode_t, dev: dev_t) -> c_int => O::Mknod, T::Path(path), E::None, 0, status;
+    fn mknodat(dirfd: c_int, path: Str, mode: mode_t, dev: dev_t) -> c_int => O::Mknod, T::At(dirfd, path), E::None, 0, status;
+    fn mkfifo(path: Str, mode: mode_t) -> c_int => O::Mknod, T::Path(path), E::None, 0, status;
+    fn mkfifoat(dirfd: c_int, path: Str, mode: mode_t) -> c_int => O::Mknod, T::At(dirfd, path), E::None, 0, status;
+    fn __xmknod(ver: c_int, path: Str, mode: mode_t, dev: *mut dev_t) -> c_int => O::Mknod, T::Path(path), E::None, 0, status;
+    fn __xmknodat(ver: c_int, dirfd: c_int, path: Str, mode: mode_t, dev: *mut dev_t) -> c_int => O::Mknod, T::At(dirfd, path), E::None, 0, status;
+    fn statfs(path: Str, buf: Buf) -> c_int => O::Statfs, T::Path(path), E::None, 0, status;
+    fn statfs64(path: Str, buf: Buf) -> c_int => O::Statfs, T::Path(path), E::None, 0, status;
+    fn fstatfs(fd: c_int, buf: Buf) -> c_int => O::Statfs, T::Fd(fd), E::None, 0, status;
+    fn fstatfs64(fd: c_int, buf: Buf) -> c_int => O::Statfs, T::Fd(fd), E::None, 0, status;
+    fn statvfs(path: Str, buf: Buf) -> c_int => O::Statfs, T::Path(path), E::None, 0, status;
+    fn statvfs64(path: Str, buf: Buf) -> c_int => O::Statfs, T::Path(path), E::None, 0, status;
+    fn fstatvfs(fd: c_int, buf: Buf) -> c_int => O::Statfs, T::Fd(fd), E::None, 0, status;
+    fn fstatvfs64(fd: c_int, buf: Buf) -> c_int => O::Statfs, T::Fd(fd), E::None, 0, status;
+    fn chdir(path: Str) -> c_int => O::Chdir, T::Path(path), E::Chdir, 0, status;
+    fn fchdir(fd: c_int) -> c_int => O::Chdir, T::Fd(fd), E::Chdir, 0, status;
+
+    // ---- directories ---------------------------------------------------------------------
+    fn opendir(path: Str) -> DirStream => O::Opendir, T::Path(path), E::NewDirStream, 0, handle;
+    fn fdopendir(fd: c_int) -> DirStream => O::Opendir, T::Fd(fd), E::None, 0, handle;
+    fn readdir(dir: DirStream) -> *mut libc::dirent => O::Readdir, T::Dir(dir), E::None, 0, listing;
+    fn readdir64(dir: DirStream) -> *mut libc::dirent64 => O::Readdir, T::Dir(dir), E::None, 0, listing;
+    fn closedir(dir: DirStream) -> c_int => O::Closedir, T::Dir(dir), E::CloseDirStream(dir), 0, status;
+    fn scandir(path: Str, list: Buf, filter: ConstBuf, compare: ConstBuf) -> c_int => O::Readdir, T::Path(path), E::None, 0, status;
+    fn scandir64(path: Str, list: Buf, filter: ConstBuf, compare: ConstBuf) -> c_int => O::Readdir, T::Path(path), E::None, 0, status;
+    fn scandirat(dirfd: c_int, path: Str, list: Buf, filter: ConstBuf, compare: ConstBuf) -> c_int => O::Readdir, T::At(dirfd, path), E::None, 0, status;
+
+    // ---- extended attributes -------------------------------------------------------------
+    fn getxattr(path: Str, name: Str, value: Buf, size: size_t) -> ssize_t => O::Getxattr, T::Path(path), E::None, 0, failed_if_negative;
+    fn lgetxattr(path: Str, name: Str, value: Buf, size: size_t) -> ssize_t => O::Getxattr, T::Path(path), E::None, 0, failed_if_negative;
+    fn fgetxattr(fd: c_int, name: Str, value: Buf, size: size_t) -> ssize_t => O::Getxattr, T::Fd(fd), E::None, 0, failed_if_negative;
+    fn setxattr(path: Str, name: Str, value: ConstBuf, size: size_t, flags: c_int) -> c_int => O::Setxattr, T::Path(path), E::None, 0, status;
+    fn lsetxattr(path: Str, name: Str, value: ConstBuf, size: size_t, flags: c_int) -> c_int => O::Setxattr, T::Path(path), E::None, 0, status;
+    fn fsetxattr(fd: c_int, name: Str, value: ConstBuf, size: size_t, flags: c_int) -> c_int => O::Setxattr, T::Fd(fd), E::None, 0, status;
+    fn listxattr(path: Str, list: MutStr, size: size_t) -> ssize_t => O::Listxattr, T::Path(path), E::None, 0, failed_if_negative;
+    fn llistxattr(path: Str, list: MutStr, size: size_t) -> ssize_t => O::Listxattr, T::Path(path), E::None, 0, failed_if_negative;
+    fn flistxattr(fd: c_int, list: MutStr, size: size_t) -> ssize_t => O::Listxattr, T::Fd(fd), E::None, 0, failed_if_negative;
+    fn removexattr(path: Str, name: Str) -> c_int => O::Removexattr, T::Path(path), E::None, 0, status;
+    fn lremovexattr(path: Str, name: Str) -> c_int => O::Removexattr, T::Path(path), E::None, 0, status;
+    fn fremovexattr(fd: c_int, name: Str) -> c_int => O::Removexattr, T::Fd(fd), E::None, 0, status;
+}
+
+/// A metadata call returning a length (`readlink`, `getxattr`): negative = failure,
+/// and the length is not data traffic.
+fn failed_if_negative(result: &ssize_t) -> Account {
+    Account {
+        failed: *result < 0,
+        bytes: 0,
+    }
+}
+
+fn unlinkat_op(flags: c_int) -> Op {
+    if flags & libc::AT_REMOVEDIR != 0 {
+        Op::Rmdir
+    } else {
+        Op::Unlink
+    }
+}
+
+/// `freopen(NULL, mode, stream)` reopens the stream's own file.
+fn reopen_target(path: Str, stream: Stream) -> Target {
+    if path.is_null() {
+        Target::Stream(stream)
+    } else {
+        Target::Path(path)
+    }
+}
+
+/// Total length of an iovec array (bounded by `IOV_MAX`, like the kernel).
+unsafe fn iov_bytes(iov: Iov, count: c_int) -> u64 {
+    if iov.is_null() || !(0..=libc::UIO_MAXIOV).contains(&count) {
+        return 0;
+    }
+    std::slice::from_raw_parts(iov, count as usize)
+        .iter()
+        .fold(0u64, |sum, v| sum.saturating_add(v.iov_len as u64))
+}
+
+unsafe fn c_strlen(s: Str) -> usize {
+    if s.is_null() {
+        0
+    } else {
+        libc::strlen(s)
+    }
+}
+
+unsafe fn aio_fd(cb: Aio) -> c_int {
+    if cb.is_null() {
+        -1
+    } else {
+        (*cb).aio_fildes
+    }
+}
+
+unsafe fn aio_len(cb: Aio) -> usize {
+    if cb.is_null() {
+        0
+    } else {
+        (*cb).aio_nbytes
+    }
+}
+
+// ---- hand-written hooks: calls that must never reach `dlsym`, and list submissions ------
+
+/// A real function whose hook is written by hand below.
+pub(crate) struct HandReal(pub(crate) Real);
+
+static MMAP: HandReal = HandReal(Real::new(c"mmap"));
+static MMAP64: HandReal = HandReal(Real::new(c"mmap64"));
+static LIO_LISTIO: HandReal = HandReal(Real::new(c"lio_listio"));
+static LIO_LISTIO64: HandReal = HandReal(Real::new(c"lio_listio64"));
+
+type MmapFn = unsafe extern "C" fn(Buf, size_t, c_int, c_int, c_int, off_t) -> Buf;
+
+/// Calls the real `mmap`, or the raw system call when it is not resolved yet (an
+/// allocator mapping memory before our constructor ran must not enter `dlsym`).
+unsafe fn real_mmap(
+    real: &Real,
+    addr: Buf,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    offset: off_t,
+) -> Buf {
+    match real.resolved() {
+        Some(address) => {
+            std::mem::transmute::<*mut c_void, MmapFn>(address)(addr, len, prot, flags, fd, offset)
+        }
+        None => libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, offset) as Buf,
+    }
+}
+
+unsafe fn hooked_mmap(
+    real: &Real,
+    addr: Buf,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    offset: off_t,
+) -> Buf {
+    if fd < 0 || flags & libc::MAP_ANONYMOUS != 0 {
+        return real_mmap(real, addr, len, prot, flags, fd, offset);
+    }
+    // Counted, not throttled per page: a byte channel is charged nothing here.
+    intercept(
+        Some(Op::Mmap),
+        Target::Fd(fd),
+        Effect::None,
+        0,
+        mapped(len),
+        || real_mmap(real, addr, len, prot, flags, fd, offset),
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mmap(
+    addr: Buf,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    offset: off_t,
+) -> Buf {
+    hooked_mmap(&MMAP.0, addr, len, prot, flags, fd, offset)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mmap64(
+    addr: Buf,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    offset: off64_t,
+) -> Buf {
+    hooked_mmap(&MMAP64.0, addr, len, prot, flags, fd, offset)
+}
+
+type LioFn = unsafe extern "C" fn(c_int, *const Aio, c_int, *mut libc::sigevent) -> c_int;
+
+unsafe fn hooked_lio_listio(
+    real: &Real,
+    mode: c_int,
+    list: *const Aio,
+    count: c_int,
+    event: *mut libc::sigevent,
+) -> c_int {
+    if !list.is_null() && count > 0 {
+        for &cb in std::slice::from_raw_parts(list, count as usize) {
+            if cb.is_null() {
+                continue;
+            }
+            let op = match (*cb).aio_lio_opcode {
+                libc::LIO_READ => Op::Read,
+                libc::LIO_WRITE => Op::Write,
+                _ => continue,
+            };
+            admit_only(op, Target::Fd((*cb).aio_fildes), (*cb).aio_nbytes as u64);
+        }
+    }
+    match real.address() {
+        Some(address) => {
+            std::mem::transmute::<*mut c_void, LioFn>(address)(mode, list, count, event)
+        }
+        None => c_int::unavailable(),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lio_listio(
+    mode: c_int,
+    list: *const Aio,
+    count: c_int,
+    event: *mut libc::sigevent,
+) -> c_int {
+    hooked_lio_listio(&LIO_LISTIO.0, mode, list, count, event)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lio_listio64(
+    mode: c_int,
+    list: *const Aio,
+    count: c_int,
+    event: *mut libc::sigevent,
+) -> c_int {
+    hooked_lio_listio(&LIO_LISTIO64.0, mode, list, count, event)
+}

@@ -1,0 +1,664 @@
+//! The logic shared by every hook (Darshan-style: the table in `hooks.rs` names each
+//! entry point's operation, target and effect; everything else happens here).
+//!
+//! One intercepted call:
+//! 1. not initialised or nothing registered → the real call, nothing else;
+//! 2. find the target's [`Place`] (path → lexical resolution, fd → fd table);
+//! 3. unmanaged → count it, call the real function, keep the fd table right;
+//! 4. managed → wait in every channel that serves it, call the real function,
+//!    settle the byte count, count it, record new descriptors.
+//!
+//! Invariants: `errno` after the hook is what the real call left; no panic escapes
+//! (`guarded`); the stage's own I/O (inside [`StageIo`]) is never managed; steps 1–3
+//! take no lock and allocate nothing except to remember a directory above a mountpoint.
+
+use crate::fdtable::{self, PathSlot};
+use crate::ops::Op;
+use crate::paths::{self, PathBuffer, Place, PATH_CAPACITY};
+use crate::{channels, errno, stats};
+use libc::{c_char, c_int, c_uint, c_void, DIR, FILE};
+use std::cell::Cell;
+use std::ffi::{CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU16, Ordering};
+
+extern "C" {
+    fn fileno_unlocked(stream: *mut FILE) -> c_int;
+}
+
+/// What a call operates on, and how to find where that is.
+#[derive(Clone, Copy)]
+pub enum Target {
+    /// Nothing file-specific (`sync`).
+    None,
+    /// A path relative to the current directory.
+    Path(*const c_char),
+    /// A path relative to a directory descriptor (`*at`); empty or NULL = the fd.
+    At(c_int, *const c_char),
+    /// An open descriptor.
+    Fd(c_int),
+    /// A stdio stream.
+    Stream(*mut FILE),
+    /// A directory stream.
+    Dir(*mut DIR),
+    /// Two paths (rename, link): managed if either is.
+    Paths(*const c_char, *const c_char),
+    /// Two dirfd-relative paths.
+    AtPaths(c_int, *const c_char, c_int, *const c_char),
+    /// A copy between descriptors: a read of `from` and a write of `to`.
+    Copy {
+        /// Source descriptor.
+        from: c_int,
+        /// Destination descriptor.
+        to: c_int,
+    },
+}
+
+/// What a call does to the descriptor table or the current directory.
+#[derive(Clone, Copy)]
+pub enum Effect {
+    /// Nothing.
+    None,
+    /// Returns a new descriptor for the target (open family, mkstemp).
+    NewFd {
+        /// The open flags (`O_DIRECTORY`/`O_PATH` opens keep their path).
+        flags: c_int,
+    },
+    /// Returns a stream on a new descriptor (fopen).
+    NewStream,
+    /// Returns a directory stream on a new descriptor (opendir).
+    NewDirStream,
+    /// Closes a descriptor.
+    Close(c_int),
+    /// Closes a range of descriptors (`close_range(first, last, flags)`).
+    CloseRange(c_uint, c_uint, c_int),
+    /// Closes a stream.
+    CloseStream(*mut FILE),
+    /// Closes a directory stream.
+    CloseDirStream(*mut DIR),
+    /// Returns a duplicate of a descriptor.
+    Dup(c_int),
+    /// Makes the second descriptor a duplicate of the first.
+    DupTo(c_int, c_int),
+    /// `fcntl(fd, cmd, …)`: duplicates for `F_DUPFD*`.
+    Fcntl(c_int, c_int),
+    /// Reopens a stream on the target (freopen).
+    Reopen(*mut FILE),
+    /// Changes the current directory.
+    Chdir,
+}
+
+/// How a call went, for statistics and byte accounting.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Account {
+    /// The real call reported an error.
+    pub failed: bool,
+    /// Bytes it moved.
+    pub bytes: u64,
+}
+
+/// Return types, as far as the effects need them.
+pub trait Returned: Copy {
+    /// The descriptor this value stands for, if it is one (fd, stream, dir stream).
+    fn descriptor(&self) -> Option<c_int> {
+        None
+    }
+}
+
+impl Returned for c_int {
+    fn descriptor(&self) -> Option<c_int> {
+        (*self >= 0).then_some(*self)
+    }
+}
+impl Returned for isize {}
+impl Returned for usize {}
+impl Returned for () {}
+impl Returned for *mut c_void {}
+impl Returned for *mut c_char {}
+impl Returned for *mut libc::dirent {}
+impl Returned for *mut libc::dirent64 {}
+impl Returned for *mut FILE {
+    fn descriptor(&self) -> Option<c_int> {
+        // SAFETY: a non-null stream just returned by libc.
+        (!self.is_null())
+            .then(|| unsafe { fileno_unlocked(*self) })
+            .filter(|fd| *fd >= 0)
+    }
+}
+impl Returned for *mut DIR {
+    fn descriptor(&self) -> Option<c_int> {
+        // SAFETY: a non-null directory stream just returned by libc.
+        (!self.is_null())
+            .then(|| unsafe { libc::dirfd(*self) })
+            .filter(|fd| *fd >= 0)
+    }
+}
+
+thread_local! {
+    static IN_STAGE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the current thread as doing the stage's own I/O (config, statistics, logs):
+/// while it lives, every hook on this thread goes straight through.
+pub struct StageIo {
+    outer: bool,
+}
+
+impl StageIo {
+    /// Enters the stage's own I/O.
+    pub fn enter() -> StageIo {
+        let outer = IN_STAGE.try_with(|f| f.replace(true)).unwrap_or(true);
+        StageIo { outer }
+    }
+}
+
+impl Drop for StageIo {
+    fn drop(&mut self) {
+        let _ = IN_STAGE.try_with(|f| f.set(self.outer));
+    }
+}
+
+fn in_stage_io() -> bool {
+    IN_STAGE.try_with(Cell::get).unwrap_or(true)
+}
+
+/// Runs stage logic so that a panic in it never crosses into the application.
+#[inline(always)]
+fn guarded<T>(f: impl FnOnce() -> T) -> Option<T> {
+    catch_unwind(AssertUnwindSafe(f)).ok()
+}
+
+/// Where a call's target lies: the main place, and the source of a copy.
+#[derive(Clone, Copy)]
+struct Resolved {
+    main: Place,
+    source: Place,
+}
+
+const UNRELATED: Resolved = Resolved {
+    main: Place::Unrelated,
+    source: Place::Unrelated,
+};
+
+/// The hook body: see the module documentation.
+///
+/// # Safety
+/// `target` and `effect` must hold the pointers the application passed, and `real`
+/// must call the real function with the application's arguments.
+#[inline(always)]
+pub unsafe fn intercept<R: Returned>(
+    op: Option<Op>,
+    target: Target,
+    effect: Effect,
+    requested: u64,
+    account: impl FnOnce(&R) -> Account,
+    real: impl FnOnce() -> R,
+) -> R {
+    if !crate::is_active() {
+        return real();
+    }
+    let resolved = match op {
+        Some(_) => guarded(|| resolve(target)).unwrap_or(UNRELATED),
+        None => UNRELATED,
+    };
+    if !matches!(effect, Effect::None) {
+        guarded(|| before(effect));
+    }
+    let managed_mount = |place| match place {
+        Place::Managed(m) => Some(m),
+        _ => None,
+    };
+    let (main, source) = (managed_mount(resolved.main), managed_mount(resolved.source));
+    match op {
+        Some(op) if (main.is_some() || source.is_some()) && !in_stage_io() => managed(
+            op, main, source, target, effect, resolved, requested, account, real,
+        ),
+        _ => {
+            if let Some(op) = op {
+                stats::count_passthrough(op);
+            }
+            let result = real();
+            if !matches!(effect, Effect::None) {
+                let saved = errno::get();
+                guarded(|| after(effect, target, resolved.main, &result));
+                errno::set(saved);
+            }
+            result
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn managed<R: Returned>(
+    op: Op,
+    main: Option<u16>,
+    source: Option<u16>,
+    target: Target,
+    effect: Effect,
+    resolved: Resolved,
+    requested: u64,
+    account: impl FnOnce(&R) -> Account,
+    real: impl FnOnce() -> R,
+) -> R {
+    // A copy is a read of its source and a write of its destination.
+    let (main_op, source_op) = match target {
+        Target::Copy { .. } => (Op::Write, Op::Read),
+        _ => (op, op),
+    };
+    let saved = errno::get();
+    let mut waited = [0u64; 2];
+    guarded(|| {
+        if let Some(mount) = source {
+            waited[1] = channels::admit(mount, source_op, requested);
+        }
+        if let Some(mount) = main {
+            waited[0] = channels::admit(mount, main_op, requested);
+        }
+    });
+    errno::set(saved);
+
+    let result = real();
+
+    let saved = errno::get();
+    guarded(|| {
+        let outcome = account(&result);
+        if let Some(mount) = source {
+            waited[1] += channels::settle(mount, source_op, requested, outcome.bytes);
+            stats::count_managed(source_op, outcome.failed, outcome.bytes, waited[1]);
+        }
+        if let Some(mount) = main {
+            waited[0] += channels::settle(mount, main_op, requested, outcome.bytes);
+            stats::count_managed(main_op, outcome.failed, outcome.bytes, waited[0]);
+        }
+        after(effect, target, resolved.main, &result);
+    });
+    errno::set(saved);
+    result
+}
+
+/// Admits a request without calling anything (`lio_listio` entries), counting it as
+/// managed; unmanaged requests are not counted here.
+///
+/// # Safety
+/// As for [`intercept`].
+pub unsafe fn admit_only(op: Op, target: Target, bytes: u64) {
+    if !crate::is_active() || in_stage_io() {
+        return;
+    }
+    let saved = errno::get();
+    guarded(|| {
+        if let Place::Managed(mount) = resolve(target).main {
+            let waited = channels::admit(mount, op, bytes);
+            stats::count_managed(op, false, bytes, waited);
+        }
+    });
+    errno::set(saved);
+}
+
+fn resolve(target: Target) -> Resolved {
+    let single = |main| Resolved {
+        main,
+        source: Place::Unrelated,
+    };
+    // SAFETY (all arms): the pointers are the application's arguments to this call.
+    unsafe {
+        match target {
+            Target::None => UNRELATED,
+            Target::Path(path) => single(place_of_path(libc::AT_FDCWD, path)),
+            Target::At(dirfd, path) => single(place_of_path(dirfd, path)),
+            Target::Fd(fd) => single(fdtable::place(fd)),
+            Target::Stream(stream) => single(fdtable::place(stream_fd(stream))),
+            Target::Dir(dir) => single(fdtable::place(dir_fd(dir))),
+            Target::Paths(a, b) => single(either(place_of_path(libc::AT_FDCWD, a), || {
+                place_of_path(libc::AT_FDCWD, b)
+            })),
+            Target::AtPaths(dir_a, a, dir_b, b) => {
+                single(either(place_of_path(dir_a, a), || place_of_path(dir_b, b)))
+            }
+            Target::Copy { from, to } => Resolved {
+                main: fdtable::place(to),
+                source: fdtable::place(from),
+            },
+        }
+    }
+}
+
+fn either(first: Place, second: impl FnOnce() -> Place) -> Place {
+    match first {
+        Place::Managed(_) => first,
+        _ => second(),
+    }
+}
+
+unsafe fn stream_fd(stream: *mut FILE) -> c_int {
+    if stream.is_null() {
+        -1
+    } else {
+        fileno_unlocked(stream)
+    }
+}
+
+unsafe fn dir_fd(dir: *mut DIR) -> c_int {
+    if dir.is_null() {
+        -1
+    } else {
+        libc::dirfd(dir)
+    }
+}
+
+/// Classifies `path` relative to `dirfd` (`AT_FDCWD` = the current directory). The
+/// common cases (clean absolute path; clean relative path from an unrelated or managed
+/// base) touch no buffer.
+unsafe fn place_of_path(dirfd: c_int, path: *const c_char) -> Place {
+    if path.is_null() {
+        return base_place(dirfd);
+    }
+    let bytes = CStr::from_ptr(path).to_bytes();
+    let Some(&first) = bytes.first() else {
+        return base_place(dirfd);
+    };
+    let mounts = crate::mounts();
+    let clean = paths::is_clean(bytes);
+    if first == b'/' && clean {
+        return mounts.place_of(bytes);
+    }
+    if first != b'/' && clean {
+        match base_place(dirfd) {
+            Place::Unrelated => return Place::Unrelated,
+            Place::Managed(m) if !mounts.has_nested() => return Place::Managed(m),
+            _ => {}
+        }
+    }
+    let mut buf = PathBuffer::new();
+    if full_path(dirfd, bytes, &mut buf) {
+        mounts.place_of(buf.as_bytes())
+    } else {
+        Place::Unrelated
+    }
+}
+
+fn base_place(dirfd: c_int) -> Place {
+    if dirfd == libc::AT_FDCWD {
+        Place::decode(CWD_PLACE.load(Ordering::Relaxed))
+    } else {
+        fdtable::place(dirfd)
+    }
+}
+
+/// Writes the normalised absolute form of `path` (relative to `dirfd`) into `buf`.
+fn full_path(dirfd: c_int, path: &[u8], buf: &mut PathBuffer) -> bool {
+    if path.first() == Some(&b'/') {
+        return buf.push_normalized(path);
+    }
+    let base_ok = if dirfd == libc::AT_FDCWD {
+        CWD_PATH
+            .with(|p| buf.push_normalized(p))
+            .unwrap_or_else(|| current_dir_into(buf))
+    } else {
+        fdtable::with_path(dirfd, |p| buf.push_normalized(p))
+            .unwrap_or_else(|| descriptor_path_into(dirfd, buf))
+    };
+    base_ok && buf.push_normalized(path)
+}
+
+/// The current directory, straight from the kernel (no hook involved).
+fn current_dir_into(buf: &mut PathBuffer) -> bool {
+    let mut raw = [0u8; PATH_CAPACITY];
+    // SAFETY: valid buffer; the raw syscall bypasses every hook.
+    let len = unsafe { libc::syscall(libc::SYS_getcwd, raw.as_mut_ptr(), raw.len()) };
+    len > 1 && raw[0] == b'/' && buf.push_normalized(&raw[..len as usize - 1])
+}
+
+/// The path of an open descriptor from `/proc/self/fd` (no hook involved).
+fn descriptor_path_into(fd: c_int, buf: &mut PathBuffer) -> bool {
+    let mut link = *b"/proc/self/fd/\0\0\0\0\0\0\0\0\0\0\0\0";
+    let mut digits = [0u8; 10];
+    let mut n = fd as u32;
+    let mut count = 0;
+    loop {
+        digits[count] = b'0' + (n % 10) as u8;
+        count += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..count {
+        link[14 + i] = digits[count - 1 - i];
+    }
+    let mut raw = [0u8; PATH_CAPACITY];
+    // SAFETY: NUL-terminated link name and a valid buffer; raw syscall, no hook.
+    let len = unsafe {
+        libc::syscall(
+            libc::SYS_readlinkat,
+            libc::AT_FDCWD,
+            link.as_ptr(),
+            raw.as_mut_ptr(),
+            raw.len(),
+        )
+    };
+    len > 0 && raw[0] == b'/' && buf.push_normalized(&raw[..len as usize])
+}
+
+static CWD_PLACE: AtomicU16 = AtomicU16::new(0);
+static CWD_PATH: PathSlot = PathSlot::empty();
+
+/// Re-reads the current directory (at start-up, after `chdir`/`fchdir`). Its path is
+/// kept only when it matters (the directory is, or is above, a mountpoint).
+pub fn refresh_current_dir() {
+    let mut buf = PathBuffer::new();
+    let place = if current_dir_into(&mut buf) {
+        crate::mounts().place_of(buf.as_bytes())
+    } else {
+        Place::Unrelated
+    };
+    let path = (place != Place::Unrelated)
+        .then(|| CString::new(buf.as_bytes()).ok())
+        .flatten();
+    CWD_PATH.set(path);
+    CWD_PLACE.store(place.encode(), Ordering::Relaxed);
+}
+
+/// Effects that must happen before the call: forget descriptors about to be closed
+/// (afterwards, another thread may already have reused the number).
+fn before(effect: Effect) {
+    // SAFETY: stream pointers are the application's, about to be closed by libc.
+    unsafe {
+        match effect {
+            Effect::Close(fd) => fdtable::forget(fd),
+            Effect::CloseRange(first, last, flags) => {
+                if flags as c_uint & libc::CLOSE_RANGE_CLOEXEC == 0 {
+                    fdtable::forget_range(first, last);
+                }
+            }
+            Effect::CloseStream(stream) | Effect::Reopen(stream) => {
+                if !stream.is_null() {
+                    fdtable::forget(fileno_unlocked(stream));
+                }
+            }
+            Effect::CloseDirStream(dir) => fdtable::forget(dir_fd(dir)),
+            _ => {}
+        }
+    }
+}
+
+/// Effects that need the call's result: record new descriptors, follow `chdir`.
+fn after<R: Returned>(effect: Effect, target: Target, place: Place, result: &R) {
+    match effect {
+        Effect::NewFd { flags } => {
+            if let Some(fd) = result.descriptor() {
+                let keeps_path = flags & (libc::O_DIRECTORY | libc::O_PATH) != 0;
+                record(fd, place, target, keeps_path);
+            }
+        }
+        Effect::NewStream | Effect::Reopen(_) => {
+            if let Some(fd) = result.descriptor() {
+                record(fd, place, target, false);
+            }
+        }
+        Effect::NewDirStream => {
+            if let Some(fd) = result.descriptor() {
+                record(fd, place, target, true);
+            }
+        }
+        Effect::Dup(old) => {
+            if let Some(new) = result.descriptor() {
+                fdtable::duplicate(old, new);
+            }
+        }
+        Effect::DupTo(old, new) => {
+            if result.descriptor() == Some(new) && old != new {
+                fdtable::duplicate(old, new);
+            }
+        }
+        Effect::Fcntl(fd, cmd) => {
+            if cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC {
+                if let Some(new) = result.descriptor() {
+                    fdtable::duplicate(fd, new);
+                }
+            }
+        }
+        Effect::Chdir => {
+            if result.descriptor() == Some(0) {
+                refresh_current_dir();
+            }
+        }
+        Effect::None
+        | Effect::Close(_)
+        | Effect::CloseRange(..)
+        | Effect::CloseStream(_)
+        | Effect::CloseDirStream(_) => {}
+    }
+}
+
+/// Records a new descriptor; directories (and anything above a mountpoint) keep their
+/// normalised path so they can be the base of `*at` calls.
+fn record(fd: c_int, place: Place, target: Target, is_directory: bool) {
+    if place == Place::Unrelated || !(is_directory || place == Place::Ancestor) {
+        fdtable::record(fd, place, None);
+        return;
+    }
+    let (dirfd, path) = match target {
+        Target::Path(p) => (libc::AT_FDCWD, p),
+        Target::At(d, p) => (d, p),
+        _ => {
+            fdtable::record(fd, place, None);
+            return;
+        }
+    };
+    let mut buf = PathBuffer::new();
+    // SAFETY: the application's path argument, still valid during the hook.
+    let bytes = if path.is_null() {
+        &b""[..]
+    } else {
+        unsafe { CStr::from_ptr(path) }.to_bytes()
+    };
+    let known = !bytes.is_empty() && full_path(dirfd, bytes, &mut buf);
+    fdtable::record(fd, place, known.then(|| buf.as_bytes()));
+}
+
+/// Account builders used by the hook table.
+pub mod account {
+    use super::Account;
+    use libc::{c_char, c_int, c_void};
+
+    /// An `int` status: negative = failure.
+    pub fn status(result: &c_int) -> Account {
+        Account {
+            failed: *result < 0,
+            bytes: 0,
+        }
+    }
+
+    /// A POSIX error-number return (`posix_fallocate`): non-zero = failure.
+    pub fn error_number(result: &c_int) -> Account {
+        Account {
+            failed: *result != 0,
+            bytes: 0,
+        }
+    }
+
+    /// A byte count (`read`, `write`, …): negative = failure.
+    pub fn transfer(result: &isize) -> Account {
+        Account {
+            failed: *result < 0,
+            bytes: (*result).max(0) as u64,
+        }
+    }
+
+    /// A handle return (`fopen`, `opendir`, `mkdtemp`): NULL = failure.
+    pub fn handle<T>(result: &*mut T) -> Account {
+        Account {
+            failed: result.is_null(),
+            bytes: 0,
+        }
+    }
+
+    /// A listing step (`readdir`): NULL may just mean the end.
+    pub fn listing<T>(_: &*mut T) -> Account {
+        Account::default()
+    }
+
+    /// Nothing to report (`sync`).
+    pub fn nothing(_: &()) -> Account {
+        Account::default()
+    }
+
+    /// `fread`/`fwrite`: items of `size` bytes.
+    pub fn items(size: usize) -> impl FnOnce(&usize) -> Account {
+        move |items| Account {
+            failed: false,
+            bytes: (*items as u64).saturating_mul(size as u64),
+        }
+    }
+
+    /// `fgets`: the line read, if any.
+    pub fn line(result: &*mut c_char) -> Account {
+        Account {
+            failed: false,
+            // SAFETY: fgets returns NULL or its NUL-terminated buffer.
+            bytes: if result.is_null() {
+                0
+            } else {
+                unsafe { libc::strlen(*result) as u64 }
+            },
+        }
+    }
+
+    /// `fgetc`: one byte unless EOF.
+    pub fn char_in(result: &c_int) -> Account {
+        Account {
+            failed: false,
+            bytes: (*result != libc::EOF) as u64,
+        }
+    }
+
+    /// `fputc`/`fputs`: EOF = failure, else `len` bytes.
+    pub fn put(len: usize) -> impl FnOnce(&c_int) -> Account {
+        move |result| Account {
+            failed: *result == libc::EOF,
+            bytes: if *result == libc::EOF { 0 } else { len as u64 },
+        }
+    }
+
+    /// A submitted request of `len` bytes (aio): negative = failure.
+    pub fn submitted(len: usize) -> impl FnOnce(&c_int) -> Account {
+        move |result| Account {
+            failed: *result < 0,
+            bytes: if *result < 0 { 0 } else { len as u64 },
+        }
+    }
+
+    /// `mmap`: `MAP_FAILED` = failure, else `len` bytes mapped.
+    pub fn mapped(len: usize) -> impl FnOnce(&*mut c_void) -> Account {
+        move |result| Account {
+            failed: *result == libc::MAP_FAILED,
+            bytes: if *result == libc::MAP_FAILED {
+                0
+            } else {
+                len as u64
+            },
+        }
+    }
+}

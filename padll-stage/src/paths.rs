@@ -1,0 +1,342 @@
+//! Mountpoint differentiation (PADLL paper §III-A): deciding, without touching the
+//! file system, whether a path lies under a registered mountpoint.
+//!
+//! Paths are resolved lexically: `.`/`..` and repeated slashes are folded, relative
+//! paths are joined to a base (the current directory or a directory descriptor).
+//! Symbolic links inside a path are not followed (documented limitation); mountpoints
+//! are registered both as given and as their canonical path, so a link on the way to
+//! the mountpoint itself (`/scratch -> /lustre/scratch`) is handled.
+
+/// Longest path the stage resolves; longer paths pass through unmanaged.
+pub const PATH_CAPACITY: usize = libc::PATH_MAX as usize;
+
+/// Where a path lies relative to the registered mountpoints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// Neither under a mountpoint nor above one: nothing reachable from here is managed
+    /// without `..`.
+    Unrelated,
+    /// A proper ancestor of some mountpoint (`/` for `/scratch`): relative paths from
+    /// here may descend into a mountpoint.
+    Ancestor,
+    /// Under (or equal to) the mountpoint with this index.
+    Managed(u16),
+}
+
+impl Place {
+    /// Compact encoding for atomics: 0 = unrelated, 1 = ancestor, 2+i = mountpoint i.
+    pub const fn encode(self) -> u16 {
+        match self {
+            Place::Unrelated => 0,
+            Place::Ancestor => 1,
+            Place::Managed(i) => i + 2,
+        }
+    }
+
+    /// Inverse of [`Place::encode`].
+    pub const fn decode(code: u16) -> Place {
+        match code {
+            0 => Place::Unrelated,
+            1 => Place::Ancestor,
+            i => Place::Managed(i - 2),
+        }
+    }
+}
+
+/// The registered mountpoints, normalised, each with the index the rest of the stage
+/// uses for it (several spellings of one mountpoint share an index).
+#[derive(Clone, Debug, Default)]
+pub struct MountTable {
+    /// (normalised absolute path without trailing slash, mountpoint index).
+    entries: Vec<(Vec<u8>, u16)>,
+    /// The mountpoints as configured, by index.
+    names: Vec<String>,
+    /// Some mountpoint lies inside another.
+    nested: bool,
+}
+
+impl MountTable {
+    /// A table with no mountpoint.
+    pub const EMPTY: MountTable = MountTable {
+        entries: Vec::new(),
+        names: Vec::new(),
+        nested: false,
+    };
+
+    /// Builds the table from configured mountpoints. Each must be absolute; its
+    /// canonical form (symlinks resolved) is registered too when it differs.
+    pub fn new(mounts: &[String]) -> Result<MountTable, String> {
+        let mut table = MountTable::default();
+        for mount in mounts {
+            if !mount.starts_with('/') {
+                return Err(format!("mountpoint '{mount}' is not an absolute path"));
+            }
+            let mut buf = PathBuffer::new();
+            if !buf.push_normalized(mount.as_bytes()) {
+                return Err(format!("mountpoint '{mount}' is too long"));
+            }
+            let index = u16::try_from(table.names.len())
+                .ok()
+                .filter(|i| *i < u16::MAX - 2)
+                .ok_or_else(|| "too many mountpoints".to_string())?;
+            table.names.push(mount.clone());
+            table.insert(buf.as_bytes().to_vec(), index);
+            if let Ok(canonical) = std::fs::canonicalize(mount) {
+                let mut canon_buf = PathBuffer::new();
+                if canon_buf.push_normalized(canonical.as_os_str().as_encoded_bytes()) {
+                    table.insert(canon_buf.as_bytes().to_vec(), index);
+                }
+            }
+        }
+        // Longest first, so nested mountpoints resolve to the innermost one.
+        table.entries.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        table.nested = table.entries.iter().any(|(inner, i)| {
+            table
+                .entries
+                .iter()
+                .any(|(outer, j)| i != j && is_within(inner, outer))
+        });
+        Ok(table)
+    }
+
+    fn insert(&mut self, path: Vec<u8>, index: u16) {
+        if !self.entries.iter().any(|(p, _)| *p == path) {
+            self.entries.push((path, index));
+        }
+    }
+
+    /// True when one mountpoint lies inside another, so a relative path from a managed
+    /// directory may still cross into a different mountpoint.
+    pub fn has_nested(&self) -> bool {
+        self.nested
+    }
+
+    /// The configured mountpoints, by index.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// True when no mountpoint is registered (every request passes through).
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// Classifies a normalised absolute path.
+    pub fn place_of(&self, path: &[u8]) -> Place {
+        let mut ancestor = false;
+        for (mount, index) in &self.entries {
+            if is_within(path, mount) {
+                return Place::Managed(*index);
+            }
+            ancestor |= is_within(mount, path);
+        }
+        if ancestor {
+            Place::Ancestor
+        } else {
+            Place::Unrelated
+        }
+    }
+}
+
+/// True when `path` equals `dir` or lies below it (`dir` has no trailing slash, except
+/// `/` itself). A trailing slash on `path` is tolerated.
+fn is_within(path: &[u8], dir: &[u8]) -> bool {
+    if dir == b"/" {
+        return path.first() == Some(&b'/');
+    }
+    path.starts_with(dir) && matches!(path.get(dir.len()), None | Some(b'/'))
+}
+
+/// True when a path needs no lexical folding: no empty, `.` or `..` component.
+/// Such a path can be compared with mountpoints as it is (a trailing `/` is fine).
+#[inline]
+pub fn is_clean(path: &[u8]) -> bool {
+    let mut previous = b'/';
+    let mut i = 0;
+    while i < path.len() {
+        let byte = path[i];
+        if previous == b'/' && i > 0 {
+            // At the start of a component: reject "//", "/./", "/../", "/." and "/..".
+            match byte {
+                b'/' => return false,
+                b'.' => match path.get(i + 1) {
+                    None | Some(b'/') => return false,
+                    Some(b'.') if matches!(path.get(i + 2), None | Some(b'/')) => return false,
+                    _ => {}
+                },
+                _ => {}
+            }
+        } else if i == 0 && byte == b'.' {
+            // A leading "." or ".." component of a relative path.
+            match path.get(1) {
+                None | Some(b'/') => return false,
+                Some(b'.') if matches!(path.get(2), None | Some(b'/')) => return false,
+                _ => {}
+            }
+        }
+        previous = byte;
+        i += 1;
+    }
+    true
+}
+
+/// A fixed-capacity path on the stack: resolving a path never allocates.
+pub struct PathBuffer {
+    bytes: [u8; PATH_CAPACITY],
+    len: usize,
+}
+
+impl PathBuffer {
+    /// An empty buffer.
+    #[inline]
+    pub fn new() -> PathBuffer {
+        PathBuffer {
+            bytes: [0; PATH_CAPACITY],
+            len: 0,
+        }
+    }
+
+    /// The path so far (`/` when only the root was pushed).
+    pub fn as_bytes(&self) -> &[u8] {
+        if self.len == 0 {
+            b"/"
+        } else {
+            &self.bytes[..self.len]
+        }
+    }
+
+    /// Appends `path`'s components, folding `.`, `..` and repeated slashes. An
+    /// absolute `path` restarts from `/`. Returns false if the result does not fit.
+    /// The buffer holds an absolute path without trailing slash (empty means `/`).
+    pub fn push_normalized(&mut self, path: &[u8]) -> bool {
+        if path.first() == Some(&b'/') {
+            self.len = 0;
+        }
+        for component in path.split(|b| *b == b'/') {
+            match component {
+                b"" | b"." => {}
+                b".." => {
+                    while self.len > 0 {
+                        self.len -= 1;
+                        if self.bytes[self.len] == b'/' {
+                            break;
+                        }
+                    }
+                }
+                name => {
+                    if self.len + 1 + name.len() > PATH_CAPACITY {
+                        return false;
+                    }
+                    self.bytes[self.len] = b'/';
+                    self.bytes[self.len + 1..self.len + 1 + name.len()].copy_from_slice(name);
+                    self.len += 1 + name.len();
+                }
+            }
+        }
+        true
+    }
+}
+
+impl Default for PathBuffer {
+    fn default() -> Self {
+        PathBuffer::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn normalize(base: &str, path: &str) -> String {
+        let mut buf = PathBuffer::new();
+        assert!(buf.push_normalized(base.as_bytes()));
+        assert!(buf.push_normalized(path.as_bytes()));
+        String::from_utf8(buf.as_bytes().to_vec()).unwrap()
+    }
+
+    #[test]
+    fn folds_dots_and_slashes() {
+        assert_eq!(normalize("/", "//scratch///a/./b/../c/"), "/scratch/a/c");
+        assert_eq!(normalize("/home/u", "../../scratch/x"), "/scratch/x");
+        assert_eq!(normalize("/home/u", "/../../etc"), "/etc");
+        assert_eq!(normalize("/home/u", "."), "/home/u");
+        assert_eq!(normalize("/", ".."), "/");
+        assert_eq!(normalize("/a", "b/.."), "/a");
+    }
+
+    #[test]
+    fn clean_paths_are_recognised() {
+        for clean in [
+            "/scratch/a",
+            "/scratch/a/",
+            "a/b",
+            "/a/.hidden",
+            "/a/..x",
+            "x",
+            "/",
+        ] {
+            assert!(is_clean(clean.as_bytes()), "{clean}");
+        }
+        for dirty in [
+            "//a", "/a//b", "/a/./b", "/a/../b", "/a/.", "/a/..", ".", "..", "./a", "../a",
+        ] {
+            assert!(!is_clean(dirty.as_bytes()), "{dirty}");
+        }
+    }
+
+    #[test]
+    fn places() {
+        let table = MountTable::new(&[
+            "/scratch".into(),
+            "/scratch/nested/".into(),
+            "/data/x".into(),
+        ])
+        .unwrap();
+        assert_eq!(table.place_of(b"/scratch"), Place::Managed(0));
+        assert_eq!(table.place_of(b"/scratch/a/b"), Place::Managed(0));
+        assert_eq!(table.place_of(b"/scratch/nested/f"), Place::Managed(1));
+        assert_eq!(table.place_of(b"/scratchy"), Place::Unrelated);
+        assert_eq!(table.place_of(b"/"), Place::Ancestor);
+        assert_eq!(table.place_of(b"/data"), Place::Ancestor);
+        assert_eq!(table.place_of(b"/data/y"), Place::Unrelated);
+        assert!(MountTable::new(&["relative".into()]).is_err());
+    }
+
+    #[test]
+    fn root_mountpoint_manages_everything() {
+        let table = MountTable::new(&["/".into()]).unwrap();
+        assert_eq!(table.place_of(b"/etc/passwd"), Place::Managed(0));
+    }
+
+    #[test]
+    fn place_encoding_round_trips() {
+        for place in [
+            Place::Unrelated,
+            Place::Ancestor,
+            Place::Managed(0),
+            Place::Managed(77),
+        ] {
+            assert_eq!(Place::decode(place.encode()), place);
+        }
+    }
+
+    proptest! {
+        // A clean path and its normalised form classify the same way.
+        #[test]
+        fn clean_paths_need_no_folding(parts in proptest::collection::vec("[a-z.]{1,4}", 1..6)) {
+            let path = format!("/{}", parts.join("/"));
+            if is_clean(path.as_bytes()) {
+                prop_assert_eq!(normalize("/", &path), path.trim_end_matches('/'));
+            }
+        }
+
+        // Normalisation is idempotent and never leaves dot components.
+        #[test]
+        fn normalisation_is_idempotent(path in "[a-z./]{0,30}") {
+            let once = normalize("/base/dir", &path);
+            prop_assert_eq!(normalize("/", &once), once.clone());
+            prop_assert!(is_clean(once.as_bytes()));
+        }
+    }
+}
