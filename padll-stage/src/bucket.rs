@@ -19,8 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 const UNIT_SHIFT: u32 = 10;
 /// Fractional bits of the per-token interval.
 const FRACTION_SHIFT: u32 = 16;
-/// Largest representable rate, tokens per second.
-pub const MAX_RATE: u64 = 1 << 48;
+pub use padll_wire::channel::MAX_RATE;
 
 /// Current monotonic time in nanoseconds.
 #[inline]

@@ -16,12 +16,12 @@
 
 use crate::intercept::account::*;
 use crate::intercept::{admit_only, intercept, Account, Effect, Target};
-use crate::ops::Op;
 use crate::real::{Real, Unavailable};
 use libc::{
     c_char, c_int, c_uint, c_void, dev_t, gid_t, iovec, mode_t, off64_t, off_t, size_t, ssize_t,
     uid_t, DIR, FILE,
 };
+use padll_wire::ops::Op;
 
 type Str = *const c_char;
 type MutStr = *mut c_char;

@@ -13,10 +13,10 @@
 //! take no lock and allocate nothing except to remember a directory above a mountpoint.
 
 use crate::fdtable::{self, PathSlot};
-use crate::ops::Op;
 use crate::paths::{self, PathBuffer, Place, PATH_CAPACITY};
 use crate::{channels, errno, stats};
 use libc::{c_char, c_int, c_uint, c_void, DIR, FILE};
+use padll_wire::ops::Op;
 use std::cell::Cell;
 use std::ffi::{CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -14,23 +14,19 @@
 
 pub mod bucket;
 pub mod channels;
-pub mod config;
 mod errno;
 pub mod fdtable;
 mod hooks;
 pub mod intercept;
-pub mod ops;
 pub mod paths;
 mod real;
 pub mod report;
 pub mod stats;
 
-pub use channels::{
-    add as add_channel, list as channel_list, remove as remove_channel, set_limit, ChannelId,
-    ChannelInfo, ChannelSpec, Scope, Unit,
-};
-pub use config::{Config, Identity, LogLevel};
-pub use ops::{Class, Op};
+pub use channels::{add as add_channel, list as channel_list, remove as remove_channel, set_limit};
+pub use padll_wire::channel::{ChannelId, ChannelInfo, ChannelSpec, Scope, Unit};
+pub use padll_wire::config::{self, Config, Identity, LogLevel};
+pub use padll_wire::ops::{self, Class, Op};
 pub use stats::snapshot as stats_snapshot;
 
 use intercept::StageIo;

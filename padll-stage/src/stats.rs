@@ -7,8 +7,8 @@
 //! shard (more than `SHARDS` live threads) may, rarely, lose an increment: statistics
 //! are exact up to that many threads and approximate beyond.
 
-use crate::ops::Op;
-use serde::{Deserialize, Serialize};
+use padll_wire::ops::Op;
+pub use padll_wire::report::OpStats;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -99,25 +99,6 @@ pub fn reset() {
             }
         }
     }
-}
-
-/// Totals for one operation type.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OpStats {
-    /// Operation name (`open`, `read`, …).
-    pub op: String,
-    /// Calls seen.
-    pub calls: u64,
-    /// Calls whose target was under a registered mountpoint.
-    pub managed: u64,
-    /// Calls that went straight through (`calls - managed`).
-    pub passthrough: u64,
-    /// Managed calls that failed (the real call returned an error).
-    pub errors: u64,
-    /// Bytes moved by managed data calls (as returned by the real call).
-    pub bytes: u64,
-    /// Total time managed calls waited for tokens, in nanoseconds.
-    pub wait_ns: u64,
 }
 
 /// Sums the shards into one row per operation type that was called at least once.

@@ -8,7 +8,7 @@
 //! * `padll demo` shows a metadata loop with and without limits.
 
 use clap::{Args, Parser, Subcommand};
-use padll::config;
+use padll_wire::{config, report};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -232,17 +232,16 @@ fn run(args: &RunArgs) -> Result<(), Failure> {
 fn stats(file: &Path, per_process: bool) -> Result<(), Failure> {
     let text = std::fs::read_to_string(file)
         .map_err(|e| usage(format!("cannot read '{}': {e}", file.display())))?;
-    let reports =
-        padll::report::parse(&text).map_err(|e| usage(format!("'{}' {e}", file.display())))?;
+    let reports = report::parse(&text).map_err(|e| usage(format!("'{}' {e}", file.display())))?;
     if per_process {
-        print!("{}", padll::report::table(&reports));
+        print!("{}", report::table(&reports));
     } else {
         let mut out = format!(
             "padll statistics: {} process(es) in {}\n",
             reports.len(),
             file.display()
         );
-        padll::report::write_ops(&mut out, &padll::report::total(&reports));
+        report::write_ops(&mut out, &report::total(&reports));
         print!("{out}");
     }
     Ok(())

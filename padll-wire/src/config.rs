@@ -11,7 +11,7 @@
 //! | `PADLL_LOG` | `error` (default), `warn`, `info`, `debug`, or `off` |
 //! | `PADLL_CONFIG` | a TOML file with the same settings (variables override it) |
 
-use crate::channels::{ChannelSpec, Scope, Unit};
+use crate::channel::{ChannelSpec, Scope, Unit};
 use serde::{Deserialize, Serialize};
 
 /// Default bucket depth, in milliseconds' worth of the rate.
@@ -64,7 +64,7 @@ pub fn parse_rate(text: &str) -> Result<Rate, String> {
     if per_second < 1.0 {
         return Err(bad("must be at least 1 per second"));
     }
-    if per_second > crate::bucket::MAX_RATE as f64 {
+    if per_second > crate::channel::MAX_RATE as f64 {
         return Err(bad("too large"));
     }
     Ok(Rate {

@@ -1,0 +1,133 @@
+//! Channels as the stage, its CLI and the controllers describe them: which requests a
+//! channel serves ([`Scope`], optionally one mountpoint), its rate and what a token is.
+
+use crate::ops::{Class, Op};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Largest rate a channel can hold, tokens per second (2⁴⁸ ≈ 256 TiB/s in bytes).
+pub const MAX_RATE: u64 = 1 << 48;
+
+/// Which operations a channel serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// Every operation.
+    All,
+    /// Every operation of a class.
+    Class(#[serde(with = "class_name")] Class),
+    /// One operation type.
+    Op(#[serde(with = "op_name")] Op),
+}
+
+impl Scope {
+    /// True when this scope covers `op`.
+    pub fn covers(self, op: Op) -> bool {
+        match self {
+            Scope::All => true,
+            Scope::Class(class) => op.class() == class,
+            Scope::Op(o) => o == op,
+        }
+    }
+
+    /// Parses `all`, a class name or an operation name.
+    pub fn parse(name: &str) -> Option<Scope> {
+        if name == "all" {
+            Some(Scope::All)
+        } else if let Some(class) = Class::from_name(name) {
+            Some(Scope::Class(class))
+        } else {
+            Op::from_name(name).map(Scope::Op)
+        }
+    }
+
+    /// The name used in rules.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scope::All => "all",
+            Scope::Class(c) => c.name(),
+            Scope::Op(o) => o.name(),
+        }
+    }
+}
+
+mod class_name {
+    use super::Class;
+    use serde::{Deserialize, Deserializer, Serializer};
+    pub fn serialize<S: Serializer>(c: &Class, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(c.name())
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Class, D::Error> {
+        let name = String::deserialize(d)?;
+        Class::from_name(&name)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown class '{name}'")))
+    }
+}
+
+mod op_name {
+    use super::Op;
+    use serde::{Deserialize, Deserializer, Serializer};
+    pub fn serialize<S: Serializer>(o: &Op, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(o.name())
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Op, D::Error> {
+        let name = String::deserialize(d)?;
+        Op::from_name(&name)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown operation '{name}'")))
+    }
+}
+
+/// What a channel's tokens stand for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Unit {
+    /// One token per request.
+    Requests,
+    /// One token per byte transferred (requests that move no bytes pass freely).
+    Bytes,
+}
+
+/// A channel's selector and limit, as configured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChannelSpec {
+    /// The mountpoint (as registered) this channel is confined to; `None` = all of them.
+    pub mount: Option<String>,
+    /// The operations it serves.
+    pub scope: Scope,
+    /// Tokens per second.
+    pub rate: u64,
+    /// What a token is.
+    pub unit: Unit,
+    /// Bucket depth in tokens.
+    pub burst: u64,
+}
+
+impl fmt::Display for ChannelSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(mount) = &self.mount {
+            write!(f, "{mount}:")?;
+        }
+        let unit = match self.unit {
+            Unit::Requests => "/s",
+            Unit::Bytes => "B/s",
+        };
+        write!(f, "{}={}{unit}", self.scope.name(), self.rate)
+    }
+}
+
+/// A channel's identity within this stage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ChannelId(pub u8);
+
+/// A channel's configuration and counters, for statistics and the control plane.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChannelInfo {
+    /// Its identity.
+    pub id: ChannelId,
+    /// Its selector and limit.
+    pub spec: ChannelSpec,
+    /// Requests admitted so far.
+    pub admitted: u64,
+    /// Tokens consumed so far (requests or bytes, per `spec.unit`).
+    pub tokens: u64,
+}
