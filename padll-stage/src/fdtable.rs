@@ -139,7 +139,7 @@ pub fn with_path<R>(fd: i32, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
 /// slot busy gets `None` and uses a slower fallback (`/proc/self/fd`, `getcwd`).
 pub struct PathSlot(AtomicPtr<c_char>);
 
-const BUSY: *mut c_char = 1 as *mut c_char;
+const BUSY: *mut c_char = ptr::dangling_mut::<c_char>();
 
 impl PathSlot {
     /// An empty slot.

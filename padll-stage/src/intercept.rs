@@ -467,15 +467,13 @@ fn before(effect: Effect) {
     unsafe {
         match effect {
             Effect::Close(fd) => fdtable::forget(fd),
-            Effect::CloseRange(first, last, flags) => {
-                if flags as c_uint & libc::CLOSE_RANGE_CLOEXEC == 0 {
-                    fdtable::forget_range(first, last);
-                }
+            Effect::CloseRange(first, last, flags)
+                if flags as c_uint & libc::CLOSE_RANGE_CLOEXEC == 0 =>
+            {
+                fdtable::forget_range(first, last)
             }
-            Effect::CloseStream(stream) | Effect::Reopen(stream) => {
-                if !stream.is_null() {
-                    fdtable::forget(fileno_unlocked(stream));
-                }
+            Effect::CloseStream(stream) | Effect::Reopen(stream) if !stream.is_null() => {
+                fdtable::forget(fileno_unlocked(stream))
             }
             Effect::CloseDirStream(dir) => fdtable::forget(dir_fd(dir)),
             _ => {}

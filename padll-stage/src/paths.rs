@@ -89,7 +89,9 @@ impl MountTable {
             }
         }
         // Longest first, so nested mountpoints resolve to the innermost one.
-        table.entries.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        table
+            .entries
+            .sort_by_key(|(path, _)| std::cmp::Reverse(path.len()));
         table.nested = table.entries.iter().any(|(inner, i)| {
             table
                 .entries

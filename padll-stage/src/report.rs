@@ -2,7 +2,6 @@
 
 use crate::{channels, stats};
 use padll_wire::config::Identity;
-use padll_wire::report;
 pub use padll_wire::report::{parse, table, total, Report};
 use std::io::Write as _;
 

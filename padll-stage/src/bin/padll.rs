@@ -30,7 +30,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Commands {
     /// Run PROGRAM with the stage preloaded (exec: PROGRAM replaces padll).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print a JSON statistics file (PADLL_STATS=….json) as a table.
     Stats {
         /// The JSON-lines file written by the stage.
