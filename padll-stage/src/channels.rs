@@ -264,37 +264,64 @@ pub fn admit(mount: u16, op: Op, bytes: u64) -> u64 {
     waited
 }
 
+/// Passes one channel. The common case — tokens available — reads the clock once.
+#[inline]
 fn pass(slot: &Slot, bytes: u64) -> u64 {
+    if !slot.in_use.load(Ordering::Acquire) {
+        return 0;
+    }
+    let generation = slot.generation.load(Ordering::Acquire);
+    let cost = if slot.counts_bytes.load(Ordering::Relaxed) {
+        bytes
+    } else {
+        1
+    };
     let entered = bucket::now_ns();
-    'reserve: loop {
-        let generation = slot.generation.load(Ordering::Acquire);
-        if !slot.in_use.load(Ordering::Acquire) {
-            break;
+    let start = slot.bucket.reserve(cost, entered).start_ns;
+    if start <= entered {
+        slot.admitted.fetch_add(1, Ordering::Relaxed);
+        slot.tokens.fetch_add(cost, Ordering::Relaxed);
+        return 0;
+    }
+    wait(slot, bytes, generation, start, entered)
+}
+
+/// Sleeps until admitted; re-reserves if the channel changes meanwhile.
+#[cold]
+fn wait(slot: &Slot, bytes: u64, mut generation: u64, mut start: u64, entered: u64) -> u64 {
+    loop {
+        let now = bucket::now_ns();
+        if now >= start {
+            let cost = if slot.counts_bytes.load(Ordering::Relaxed) {
+                bytes
+            } else {
+                1
+            };
+            slot.admitted.fetch_add(1, Ordering::Relaxed);
+            slot.tokens.fetch_add(cost, Ordering::Relaxed);
+            return now.saturating_sub(entered);
         }
-        let cost = if slot.counts_bytes.load(Ordering::Relaxed) {
-            bytes
-        } else {
-            1
-        };
-        let start = slot.bucket.reserve(cost, bucket::now_ns()).start_ns;
-        loop {
-            let now = bucket::now_ns();
-            if now >= start {
-                slot.admitted.fetch_add(1, Ordering::Relaxed);
-                slot.tokens.fetch_add(cost, Ordering::Relaxed);
-                break 'reserve;
+        sleep_until(start.min(now + WAIT_SLICE_NS));
+        let current = slot.generation.load(Ordering::Acquire);
+        if current != generation {
+            // Re-rated or removed while we slept: start over under the new settings.
+            if !slot.in_use.load(Ordering::Acquire) {
+                return bucket::now_ns().saturating_sub(entered);
             }
-            sleep_until(start.min(now + WAIT_SLICE_NS));
-            if slot.generation.load(Ordering::Acquire) != generation {
-                continue 'reserve;
-            }
+            generation = current;
+            let cost = if slot.counts_bytes.load(Ordering::Relaxed) {
+                bytes
+            } else {
+                1
+            };
+            start = slot.bucket.reserve(cost, bucket::now_ns()).start_ns;
         }
     }
-    bucket::now_ns().saturating_sub(entered)
 }
 
 /// Settles a data request once its real size is known: returns unused bytes to
 /// byte-counting channels, or takes (and waits for) the extra.
+#[inline]
 pub fn settle(mount: u16, op: Op, charged: u64, moved: u64) -> u64 {
     if charged == moved {
         return 0;

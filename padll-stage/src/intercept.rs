@@ -180,7 +180,18 @@ const UNRELATED: Resolved = Resolved {
     source: Place::Unrelated,
 };
 
+impl Resolved {
+    #[inline(always)]
+    fn is_unrelated(&self) -> bool {
+        self.main == Place::Unrelated && self.source == Place::Unrelated
+    }
+}
+
 /// The hook body: see the module documentation.
+///
+/// The unmanaged path (steps 1–3) is inlined into every hook and specialised for its
+/// target and effect; it only does what cannot panic (table lookups, prefix compares),
+/// so the catch-unwind guards sit on the slower paths.
 ///
 /// # Safety
 /// `target` and `effect` must hold the pointers the application passed, and `real`
@@ -198,42 +209,32 @@ pub unsafe fn intercept<R: Returned>(
         return real();
     }
     let resolved = match op {
-        Some(_) => guarded(|| resolve(target)).unwrap_or(UNRELATED),
+        Some(_) => resolve(target),
         None => UNRELATED,
     };
-    if !matches!(effect, Effect::None) {
-        guarded(|| before(effect));
-    }
-    let managed_mount = |place| match place {
-        Place::Managed(m) => Some(m),
-        _ => None,
-    };
-    let (main, source) = (managed_mount(resolved.main), managed_mount(resolved.source));
     match op {
-        Some(op) if (main.is_some() || source.is_some()) && !in_stage_io() => managed(
-            op, main, source, target, effect, resolved, requested, account, real,
-        ),
+        Some(op) if !resolved.is_unrelated() => {
+            tracked(op, target, effect, resolved, requested, account, real)
+        }
         _ => {
             if let Some(op) = op {
                 stats::count_passthrough(op);
             }
+            before(effect);
             let result = real();
-            if !matches!(effect, Effect::None) {
-                let saved = errno::get();
-                guarded(|| after(effect, target, resolved.main, &result));
-                errno::set(saved);
-            }
+            after_unrelated(effect, &result);
             result
         }
     }
 }
 
+/// Calls whose target is managed, or a directory above a mountpoint (whose new
+/// descriptor must remember its path).
 #[allow(clippy::too_many_arguments)]
 #[inline(never)]
-fn managed<R: Returned>(
+#[cold]
+fn tracked<R: Returned>(
     op: Op,
-    main: Option<u16>,
-    source: Option<u16>,
     target: Target,
     effect: Effect,
     resolved: Resolved,
@@ -241,6 +242,17 @@ fn managed<R: Returned>(
     account: impl FnOnce(&R) -> Account,
     real: impl FnOnce() -> R,
 ) -> R {
+    let managed_mount = |place| match place {
+        Place::Managed(m) => Some(m),
+        _ => None,
+    };
+    let (main, source) = (managed_mount(resolved.main), managed_mount(resolved.source));
+    if in_stage_io() {
+        return real();
+    }
+    if main.is_none() && source.is_none() {
+        stats::count_passthrough(op);
+    }
     // A copy is a read of its source and a write of its destination.
     let (main_op, source_op) = match target {
         Target::Copy { .. } => (Op::Write, Op::Read),
@@ -255,6 +267,7 @@ fn managed<R: Returned>(
         if let Some(mount) = main {
             waited[0] = channels::admit(mount, main_op, requested);
         }
+        before(effect);
     });
     errno::set(saved);
 
@@ -262,16 +275,25 @@ fn managed<R: Returned>(
 
     let saved = errno::get();
     guarded(|| {
-        let outcome = account(&result);
-        if let Some(mount) = source {
-            waited[1] += channels::settle(mount, source_op, requested, outcome.bytes);
-            stats::count_managed(source_op, outcome.failed, outcome.bytes, waited[1]);
+        if main.is_some() || source.is_some() {
+            let outcome = account(&result);
+            let unsettled = outcome.bytes != requested;
+            if let Some(mount) = source {
+                if unsettled {
+                    waited[1] += channels::settle(mount, source_op, requested, outcome.bytes);
+                }
+                stats::count_managed(source_op, outcome.failed, outcome.bytes, waited[1]);
+            }
+            if let Some(mount) = main {
+                if unsettled {
+                    waited[0] += channels::settle(mount, main_op, requested, outcome.bytes);
+                }
+                stats::count_managed(main_op, outcome.failed, outcome.bytes, waited[0]);
+            }
         }
-        if let Some(mount) = main {
-            waited[0] += channels::settle(mount, main_op, requested, outcome.bytes);
-            stats::count_managed(main_op, outcome.failed, outcome.bytes, waited[0]);
+        if !matches!(effect, Effect::None) {
+            after(effect, target, resolved.main, &result);
         }
-        after(effect, target, resolved.main, &result);
     });
     errno::set(saved);
     result
@@ -296,6 +318,7 @@ pub unsafe fn admit_only(op: Op, target: Target, bytes: u64) {
     errno::set(saved);
 }
 
+#[inline(always)]
 fn resolve(target: Target) -> Resolved {
     let single = |main| Resolved {
         main,
@@ -349,7 +372,8 @@ unsafe fn dir_fd(dir: *mut DIR) -> c_int {
 
 /// Classifies `path` relative to `dirfd` (`AT_FDCWD` = the current directory). The
 /// common cases (clean absolute path; clean relative path from an unrelated or managed
-/// base) touch no buffer.
+/// base) touch no buffer; the rest is resolved in full, out of line.
+#[inline(always)]
 unsafe fn place_of_path(dirfd: c_int, path: *const c_char) -> Place {
     if path.is_null() {
         return base_place(dirfd);
@@ -359,25 +383,30 @@ unsafe fn place_of_path(dirfd: c_int, path: *const c_char) -> Place {
         return base_place(dirfd);
     };
     let mounts = crate::mounts();
-    let clean = paths::is_clean(bytes);
-    if first == b'/' && clean {
-        return mounts.place_of(bytes);
-    }
-    if first != b'/' && clean {
+    if paths::is_clean(bytes) {
+        if first == b'/' {
+            return mounts.place_of(bytes);
+        }
         match base_place(dirfd) {
             Place::Unrelated => return Place::Unrelated,
             Place::Managed(m) if !mounts.has_nested() => return Place::Managed(m),
             _ => {}
         }
     }
+    guarded(|| place_of_unclean_path(dirfd, bytes)).unwrap_or(Place::Unrelated)
+}
+
+#[inline(never)]
+fn place_of_unclean_path(dirfd: c_int, bytes: &[u8]) -> Place {
     let mut buf = PathBuffer::new();
     if full_path(dirfd, bytes, &mut buf) {
-        mounts.place_of(buf.as_bytes())
+        crate::mounts().place_of(buf.as_bytes())
     } else {
         Place::Unrelated
     }
 }
 
+#[inline(always)]
 fn base_place(dirfd: c_int) -> Place {
     if dirfd == libc::AT_FDCWD {
         Place::decode(CWD_PLACE.load(Ordering::Relaxed))
@@ -462,6 +491,7 @@ pub fn refresh_current_dir() {
 
 /// Effects that must happen before the call: forget descriptors about to be closed
 /// (afterwards, another thread may already have reused the number).
+#[inline(always)]
 fn before(effect: Effect) {
     // SAFETY: stream pointers are the application's, about to be closed by libc.
     unsafe {
@@ -477,6 +507,29 @@ fn before(effect: Effect) {
             }
             Effect::CloseDirStream(dir) => fdtable::forget(dir_fd(dir)),
             _ => {}
+        }
+    }
+}
+
+/// [`after`] for a call whose target is unrelated to every mountpoint: new descriptors
+/// only clear stale entries (no allocation, `errno` untouched).
+#[inline(always)]
+fn after_unrelated<R: Returned>(effect: Effect, result: &R) {
+    match effect {
+        Effect::NewFd { .. } | Effect::NewStream | Effect::NewDirStream | Effect::Reopen(_) => {
+            if let Some(fd) = result.descriptor() {
+                fdtable::forget(fd);
+            }
+        }
+        Effect::None
+        | Effect::Close(_)
+        | Effect::CloseRange(..)
+        | Effect::CloseStream(_)
+        | Effect::CloseDirStream(_) => {}
+        Effect::Dup(_) | Effect::DupTo(..) | Effect::Fcntl(..) | Effect::Chdir => {
+            let saved = errno::get();
+            after(effect, Target::None, Place::Unrelated, result);
+            errno::set(saved);
         }
     }
 }
@@ -519,7 +572,7 @@ fn after<R: Returned>(effect: Effect, target: Target, place: Place, result: &R) 
         }
         Effect::Chdir => {
             if result.descriptor() == Some(0) {
-                refresh_current_dir();
+                guarded(refresh_current_dir);
             }
         }
         Effect::None

@@ -124,9 +124,22 @@ impl MountTable {
     }
 
     /// Classifies a normalised absolute path.
+    #[inline]
     pub fn place_of(&self, path: &[u8]) -> Place {
+        let head = prefix_word(path);
         let mut ancestor = false;
         for (mount, index) in &self.entries {
+            // Within or above each other, the two share their first min(len, 8) bytes:
+            // compare those as one word before comparing whole strings.
+            let shared = path.len().min(mount.len()).min(8);
+            let mask = if shared == 8 {
+                u64::MAX
+            } else {
+                (1u64 << (8 * shared)) - 1
+            };
+            if (head ^ prefix_word(mount)) & mask != 0 {
+                continue;
+            }
             if is_within(path, mount) {
                 return Place::Managed(*index);
             }
@@ -136,6 +149,19 @@ impl MountTable {
             Place::Ancestor
         } else {
             Place::Unrelated
+        }
+    }
+}
+
+/// The first eight bytes of `bytes` as a little-endian word, zero-padded.
+#[inline(always)]
+fn prefix_word(bytes: &[u8]) -> u64 {
+    match bytes.first_chunk::<8>() {
+        Some(word) => u64::from_le_bytes(*word),
+        None => {
+            let mut word = [0u8; 8];
+            word[..bytes.len()].copy_from_slice(bytes);
+            u64::from_le_bytes(word)
         }
     }
 }
@@ -151,33 +177,67 @@ fn is_within(path: &[u8], dir: &[u8]) -> bool {
 
 /// True when a path needs no lexical folding: no empty, `.` or `..` component.
 /// Such a path can be compared with mountpoints as it is (a trailing `/` is fine).
+///
+/// A vector scan first looks for any `/` followed by `/` or `.` (and a leading `.`);
+/// only paths that have one (hidden files, `..`) take the exact byte-by-byte check.
 #[inline]
 pub fn is_clean(path: &[u8]) -> bool {
-    let mut previous = b'/';
-    let mut i = 0;
-    while i < path.len() {
-        let byte = path[i];
-        if previous == b'/' && i > 0 {
-            // At the start of a component: reject "//", "/./", "/../", "/." and "/..".
-            match byte {
-                b'/' => return false,
-                b'.' => match path.get(i + 1) {
-                    None | Some(b'/') => return false,
-                    Some(b'.') if matches!(path.get(i + 2), None | Some(b'/')) => return false,
-                    _ => {}
-                },
-                _ => {}
-            }
-        } else if i == 0 && byte == b'.' {
-            // A leading "." or ".." component of a relative path.
-            match path.get(1) {
-                None | Some(b'/') => return false,
-                Some(b'.') if matches!(path.get(2), None | Some(b'/')) => return false,
-                _ => {}
-            }
+    !maybe_dirty(path) || is_clean_exact(path)
+}
+
+/// True if `path` might contain a foldable component (no false negatives).
+#[inline(always)]
+fn maybe_dirty(path: &[u8]) -> bool {
+    if path.first() == Some(&b'.') {
+        return true;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if path.len() >= 16 {
+        // SAFETY: SSE2 is part of the x86-64 baseline; every load is in bounds.
+        return unsafe { maybe_dirty_sse2(path) };
+    }
+    path.windows(2)
+        .any(|w| w[0] == b'/' && (w[1] == b'/' || w[1] == b'.'))
+}
+
+/// 16 bytes at a time; the last block overlaps the previous one, which is harmless
+/// for a search. A `/` ending one block and a `/` or `.` opening the next is caught by
+/// carrying the block's last bit.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn maybe_dirty_sse2(path: &[u8]) -> bool {
+    use std::arch::x86_64::*;
+    let slash = _mm_set1_epi8(b'/' as i8);
+    let dot = _mm_set1_epi8(b'.' as i8);
+    let mut offset = 0;
+    let mut carry = 0u32;
+    loop {
+        let start = offset.min(path.len() - 16);
+        let block = _mm_loadu_si128(path.as_ptr().add(start).cast());
+        let slashes = _mm_movemask_epi8(_mm_cmpeq_epi8(block, slash)) as u32;
+        let followers = slashes | _mm_movemask_epi8(_mm_cmpeq_epi8(block, dot)) as u32;
+        let boundary = if start == offset { carry } else { 0 };
+        if ((slashes << 1) | boundary) & followers != 0 {
+            return true;
         }
-        previous = byte;
-        i += 1;
+        carry = slashes >> 15;
+        offset += 16;
+        if offset >= path.len() {
+            return false;
+        }
+    }
+}
+
+fn is_clean_exact(path: &[u8]) -> bool {
+    let mut components = path.split(|b| *b == b'/').enumerate().peekable();
+    while let Some((index, component)) = components.next() {
+        let last = components.peek().is_none();
+        match component {
+            // A leading empty component is the root; a trailing one is a final slash.
+            b"" if index == 0 || last => {}
+            b"" | b"." | b".." => return false,
+            _ => {}
+        }
     }
     true
 }
@@ -331,6 +391,12 @@ mod tests {
             if is_clean(path.as_bytes()) {
                 prop_assert_eq!(normalize("/", &path), path.trim_end_matches('/'));
             }
+        }
+
+        // The vector pre-check never hides a dirty path.
+        #[test]
+        fn fast_check_agrees_with_exact(path in "[a./]{0,70}") {
+            prop_assert_eq!(is_clean(path.as_bytes()), is_clean_exact(path.as_bytes()));
         }
 
         // Normalisation is idempotent and never leaves dot components.
