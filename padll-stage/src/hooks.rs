@@ -104,8 +104,9 @@ hooks! {
     fn dup(fd: c_int) -> c_int => TRACK, T::None, E::Dup(fd), 0, status;
     fn dup2(fd: c_int, new: c_int) -> c_int => TRACK, T::None, E::DupTo(fd, new), 0, status;
     fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_int => TRACK, T::None, E::DupTo(fd, new), 0, status;
-    fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int => TRACK, T::None, E::Fcntl(fd, cmd), 0, status;
-    fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int => TRACK, T::None, E::Fcntl(fd, cmd), 0, status;
+    fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int => fcntl_op(cmd), T::Fd(fd), E::Fcntl(fd, cmd), 0, status;
+    fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int => fcntl_op(cmd), T::Fd(fd), E::Fcntl(fd, cmd), 0, status;
+    fn open_by_handle_at(mount_fd: c_int, handle: Buf, flags: c_int) -> c_int => O::Open, T::Fd(mount_fd), E::NewFd { flags }, 0, status;
 
     // ---- data ----------------------------------------------------------------------------
     fn read(fd: c_int, buf: Buf, count: size_t) -> ssize_t => O::Read, T::Fd(fd), E::None, count, transfer;
@@ -135,7 +136,11 @@ hooks! {
     fn aio_write(cb: Aio) -> c_int => O::Write, T::Fd(aio_fd(cb)), E::None, aio_len(cb), submitted(aio_len(cb));
     fn aio_read64(cb: Aio) -> c_int => O::Read, T::Fd(aio_fd(cb)), E::None, aio_len(cb), submitted(aio_len(cb));
     fn aio_write64(cb: Aio) -> c_int => O::Write, T::Fd(aio_fd(cb)), E::None, aio_len(cb), submitted(aio_len(cb));
+    fn aio_fsync(op: c_int, cb: Aio) -> c_int => O::Sync, T::Fd(aio_fd(cb)), E::None, 0, status;
+    fn aio_fsync64(op: c_int, cb: Aio) -> c_int => O::Sync, T::Fd(aio_fd(cb)), E::None, 0, status;
+    fn readahead(fd: c_int, offset: off64_t, count: size_t) -> ssize_t => O::Read, T::Fd(fd), E::None, count, prefetched(count);
     fn fsync(fd: c_int) -> c_int => O::Sync, T::Fd(fd), E::None, 0, status;
+    fn sync_file_range(fd: c_int, offset: off64_t, len: off64_t, flags: c_uint) -> c_int => O::Sync, T::Fd(fd), E::None, 0, status;
     fn fdatasync(fd: c_int) -> c_int => O::Sync, T::Fd(fd), E::None, 0, status;
     fn syncfs(fd: c_int) -> c_int => O::Sync, T::Fd(fd), E::None, 0, status;
     fn sync() -> () => O::Sync, T::None, E::None, 0, nothing;
@@ -248,6 +253,13 @@ hooks! {
     fn statvfs64(path: Str, buf: Buf) -> c_int => O::Statfs, T::Path(path), E::None, 0, status;
     fn fstatvfs(fd: c_int, buf: Buf) -> c_int => O::Statfs, T::Fd(fd), E::None, 0, status;
     fn fstatvfs64(fd: c_int, buf: Buf) -> c_int => O::Statfs, T::Fd(fd), E::None, 0, status;
+    fn realpath(path: Str, resolved: MutStr) -> MutStr => O::Getattr, T::Path(path), E::None, 0, handle;
+    fn __realpath_chk(path: Str, resolved: MutStr, len: size_t) -> MutStr => O::Getattr, T::Path(path), E::None, 0, handle;
+    fn canonicalize_file_name(path: Str) -> MutStr => O::Getattr, T::Path(path), E::None, 0, handle;
+    fn name_to_handle_at(dirfd: c_int, path: Str, handle: Buf, mount_id: *mut c_int, flags: c_int) -> c_int => O::Getattr, T::At(dirfd, path), E::None, 0, status;
+    fn flock(fd: c_int, operation: c_int) -> c_int => O::Lock, T::Fd(fd), E::None, 0, status;
+    fn lockf(fd: c_int, cmd: c_int, len: off_t) -> c_int => O::Lock, T::Fd(fd), E::None, 0, status;
+    fn lockf64(fd: c_int, cmd: c_int, len: off64_t) -> c_int => O::Lock, T::Fd(fd), E::None, 0, status;
     fn chdir(path: Str) -> c_int => O::Chdir, T::Path(path), E::Chdir, 0, status;
     fn fchdir(fd: c_int) -> c_int => O::Chdir, T::Fd(fd), E::Chdir, 0, status;
 
@@ -259,6 +271,8 @@ hooks! {
     fn closedir(dir: DirStream) -> c_int => O::Closedir, T::Dir(dir), E::CloseDirStream(dir), 0, status;
     fn scandir(path: Str, list: Buf, filter: ConstBuf, compare: ConstBuf) -> c_int => O::Readdir, T::Path(path), E::None, 0, status;
     fn scandir64(path: Str, list: Buf, filter: ConstBuf, compare: ConstBuf) -> c_int => O::Readdir, T::Path(path), E::None, 0, status;
+    fn glob(pattern: Str, flags: c_int, on_error: ConstBuf, found: Buf) -> c_int => O::Readdir, T::Path(pattern), E::None, 0, error_number;
+    fn glob64(pattern: Str, flags: c_int, on_error: ConstBuf, found: Buf) -> c_int => O::Readdir, T::Path(pattern), E::None, 0, error_number;
     fn scandirat(dirfd: c_int, path: Str, list: Buf, filter: ConstBuf, compare: ConstBuf) -> c_int => O::Readdir, T::At(dirfd, path), E::None, 0, status;
 
     // ---- extended attributes -------------------------------------------------------------
@@ -283,6 +297,21 @@ fn failed_if_negative(result: &ssize_t) -> Account {
         failed: *result < 0,
         bytes: 0,
     }
+}
+
+/// `fcntl` commands that take or query a lock reach the file system's lock manager;
+/// the others only touch the descriptor.
+fn fcntl_op(cmd: c_int) -> Option<Op> {
+    matches!(
+        cmd,
+        libc::F_GETLK
+            | libc::F_SETLK
+            | libc::F_SETLKW
+            | libc::F_OFD_GETLK
+            | libc::F_OFD_SETLK
+            | libc::F_OFD_SETLKW
+    )
+    .then_some(Op::Lock)
 }
 
 fn unlinkat_op(flags: c_int) -> Op {

@@ -693,6 +693,14 @@ pub mod account {
         }
     }
 
+    /// `readahead`: `len` bytes asked of the file system unless it failed.
+    pub fn prefetched(len: usize) -> impl FnOnce(&isize) -> Account {
+        move |result| Account {
+            failed: *result < 0,
+            bytes: if *result < 0 { 0 } else { len as u64 },
+        }
+    }
+
     /// A submitted request of `len` bytes (aio): negative = failure.
     pub fn submitted(len: usize) -> impl FnOnce(&c_int) -> Account {
         move |result| Account {

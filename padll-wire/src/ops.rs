@@ -49,6 +49,7 @@ ops! {
     Statfs => "statfs", Metadata;
     Truncate => "truncate", Metadata;
     Chdir => "chdir", Metadata;
+    Lock => "lock", Metadata;
     Read => "read", Data;
     Write => "write", Data;
     Sync => "sync", Data;
