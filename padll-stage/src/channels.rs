@@ -12,8 +12,9 @@
 use crate::bucket::{self, Limit, TokenBucket};
 use padll_wire::channel::{ChannelId, ChannelInfo, ChannelSpec, Unit};
 use padll_wire::ops::Op;
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 /// Most channels a stage can hold.
 pub const MAX_CHANNELS: usize = 255;
@@ -60,10 +61,28 @@ static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
     mounts: Vec::new(),
 });
 
-fn registry() -> std::sync::MutexGuard<'static, Registry> {
+fn registry() -> MutexGuard<'static, Registry> {
     REGISTRY
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+thread_local! {
+    /// The registry guard held by the thread calling `fork`, between the prepare and
+    /// the parent/child handlers.
+    static HELD_FOR_FORK: RefCell<Option<MutexGuard<'static, Registry>>> = const { RefCell::new(None) };
+}
+
+/// Takes the registry lock before `fork`, so no other thread holds it at that instant
+/// (a child would otherwise inherit it locked, forever).
+pub fn hold_registry_for_fork() {
+    let guard = registry();
+    let _ = HELD_FOR_FORK.try_with(|held| *held.borrow_mut() = Some(guard));
+}
+
+/// Releases the lock taken by [`hold_registry_for_fork`] (in parent and child).
+pub fn release_registry_after_fork() {
+    let _ = HELD_FOR_FORK.try_with(|held| held.borrow_mut().take());
 }
 
 /// Declares the registered mountpoints (index = position), so specs can name them.

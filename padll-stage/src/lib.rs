@@ -14,6 +14,7 @@
 
 pub mod bucket;
 pub mod channels;
+mod control;
 mod errno;
 pub mod fdtable;
 mod hooks;
@@ -31,7 +32,6 @@ pub use stats::snapshot as stats_snapshot;
 
 use intercept::StageIo;
 use paths::MountTable;
-use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::OnceLock;
 
@@ -70,14 +70,16 @@ pub fn identity() -> Option<Identity> {
     SETTINGS.get().map(|s| s.identity.clone())
 }
 
-/// Writes one line to stderr if `level` is enabled (never to stdout).
+/// Writes one line to stderr if `level` is enabled (never to stdout). One raw
+/// `write(2)`: no stdio lock that a `fork` could leave held.
 pub fn log(level: LogLevel, message: &str) {
     if level as u8 > LOG_LEVEL.load(Ordering::Relaxed) || level == LogLevel::Off {
         return;
     }
     let _io = StageIo::enter();
     let line = format!("padll[{}]: {message}\n", std::process::id());
-    let _ = std::io::stderr().write_all(line.as_bytes());
+    // SAFETY: valid buffer; fd 2 may be closed, in which case nothing is written.
+    unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
 }
 
 /// The library constructor: resolve every real function first, then read the
@@ -130,9 +132,22 @@ fn start(config: &Config) -> Result<(), String> {
     let _ = MOUNTS.set(table);
     intercept::refresh_current_dir();
     adopt_inherited_descriptors();
-    // SAFETY: registering a plain function as the fork child handler.
-    unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    // SAFETY: registering plain functions as fork handlers.
+    unsafe {
+        libc::pthread_atfork(
+            Some(before_fork),
+            Some(after_fork_in_parent),
+            Some(after_fork_in_child),
+        )
+    };
     ACTIVE.store(true, Ordering::Release);
+    if let Some(socket) = &config.controller {
+        control::start(
+            socket.clone(),
+            config.identity.clone(),
+            config.mounts.clone(),
+        );
+    }
     log(
         LogLevel::Info,
         &format!(
@@ -173,10 +188,23 @@ fn adopt_inherited_descriptors() {
     }
 }
 
-/// The child of `fork` keeps the rules and descriptors but starts its own account.
+/// No lock may be held across `fork`: the control-path registry is taken here and
+/// released on both sides.
+extern "C" fn before_fork() {
+    channels::hold_registry_for_fork();
+}
+
+extern "C" fn after_fork_in_parent() {
+    channels::release_registry_after_fork();
+}
+
+/// The child of `fork` keeps the rules and descriptors but starts its own account and
+/// its own control connection.
 extern "C" fn after_fork_in_child() {
+    channels::release_registry_after_fork();
     stats::reset();
     channels::reset_counters();
+    control::after_fork_in_child();
 }
 
 /// The library destructor: write statistics if asked.

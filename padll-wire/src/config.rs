@@ -8,6 +8,7 @@
 //! | `PADLL_BURST_MS` | bucket depth, as milliseconds of the rate (default 10) |
 //! | `PADLL_JOB_ID`, `PADLL_JOB_SIZE`, `PADLL_USER`, `PADLL_ACCOUNT` | identity (else taken from Slurm, PBS, LSF or Flux) |
 //! | `PADLL_STATS` | write statistics at exit: a table, or JSON lines if the name ends in `.json`; `%p` → pid |
+//! | `PADLL_CONTROLLER` | Unix socket of the node's local controller (`cheferd local`): rules then come from the control plane |
 //! | `PADLL_LOG` | `error` (default), `warn`, `info`, `debug`, or `off` |
 //! | `PADLL_CONFIG` | a TOML file with the same settings (variables override it) |
 
@@ -189,6 +190,8 @@ pub struct Config {
     pub stats_path: Option<String>,
     /// How chatty to be on stderr.
     pub log: LogLevel,
+    /// The local controller's Unix socket, if the stage is under dynamic control.
+    pub controller: Option<String>,
 }
 
 /// The TOML file's shape (`PADLL_CONFIG`).
@@ -202,6 +205,7 @@ struct FileConfig {
     account: Option<String>,
     stats: Option<String>,
     log: Option<String>,
+    controller: Option<String>,
     burst_ms: Option<u64>,
     #[serde(default)]
     limit: Vec<FileLimit>,
@@ -354,6 +358,9 @@ pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, String> {
             ppid,
         },
         stats_path: var("PADLL_STATS").filter(|p| !p.is_empty()).or(file.stats),
+        controller: var("PADLL_CONTROLLER")
+            .filter(|p| !p.is_empty())
+            .or(file.controller),
         log,
     })
 }

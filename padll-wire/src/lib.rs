@@ -4,5 +4,6 @@
 
 pub mod channel;
 pub mod config;
+pub mod control;
 pub mod ops;
 pub mod report;

@@ -79,6 +79,9 @@ struct RunArgs {
     /// TOML configuration file.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Unix socket of the node's local controller (`cheferd local`).
+    #[arg(long, value_name = "SOCKET")]
+    controller: Option<String>,
     /// Stage log level: off, error, warn, info, debug.
     #[arg(long)]
     log: Option<String>,
@@ -150,6 +153,7 @@ fn stage_environment(args: &RunArgs) -> Result<Vec<(&'static str, String)>, Fail
             args.config.as_ref().map(|p| p.display().to_string()),
         ),
         ("PADLL_LOG", args.log.clone()),
+        ("PADLL_CONTROLLER", args.controller.clone()),
     ];
     env.extend(optional.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))));
 

@@ -1,0 +1,330 @@
+//! The stage's control client: a background thread that registers this process with
+//! the node's local controller (`PADLL_CONTROLLER`, a Unix socket), pushes usage and
+//! applies the rules it receives (PADLL paper §III-B).
+//!
+//! The application's I/O never waits on it: rules reach the data path through the
+//! channel table's atomics. The whole thread runs as the stage's own I/O (no hook
+//! manages its socket). If the controller goes away the stage keeps its last rules
+//! (fail-static), says so once on stderr, and reconnects with exponential backoff.
+//! After `fork` the child closes its copy of the parent's connection and starts its
+//! own thread.
+
+use crate::intercept::StageIo;
+use crate::{channels, log, stats};
+use padll_wire::channel::ChannelSpec;
+use padll_wire::config::{Identity, LogLevel};
+use padll_wire::control::{
+    self, ControlMessage, StageMessage, MAX_MESSAGE_BYTES, PROTOCOL_VERSION,
+};
+use std::io::{BufRead, BufReader, ErrorKind, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Where to connect and who we are.
+struct Target {
+    socket: String,
+    identity: Identity,
+    mountpoints: Vec<String>,
+}
+
+static TARGET: OnceLock<Target> = OnceLock::new();
+/// The connected socket's descriptor (-1 when none), closed by a forked child.
+static CONNECTION_FD: AtomicI32 = AtomicI32::new(-1);
+
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Starts the control thread (once per process; again in a forked child).
+pub fn start(socket: String, identity: Identity, mountpoints: Vec<String>) {
+    let _ = TARGET.set(Target {
+        socket,
+        identity,
+        mountpoints,
+    });
+    spawn();
+}
+
+fn spawn() {
+    let _ = std::thread::Builder::new()
+        .name("padll-control".into())
+        .stack_size(256 * 1024)
+        .spawn(|| {
+            let _io = StageIo::enter();
+            if let Some(target) = TARGET.get() {
+                run(target);
+            }
+        });
+}
+
+/// In the child of `fork`: drop the parent's connection and connect anew.
+pub fn after_fork_in_child() {
+    if TARGET.get().is_none() {
+        return;
+    }
+    let fd = CONNECTION_FD.swap(-1, Ordering::AcqRel);
+    if fd >= 0 {
+        // SAFETY: our own socket descriptor, inherited; the raw call bypasses the hooks.
+        unsafe { libc::syscall(libc::SYS_close, fd) };
+    }
+    spawn();
+}
+
+fn run(target: &Target) {
+    let mut backoff = Duration::from_millis(100);
+    let mut was_connected = false;
+    let mut warned = false;
+    loop {
+        match session(target) {
+            Ok(()) => return, // rejected: keep the rules, stop trying
+            Err(Lost::Connected(reason)) => {
+                log(
+                    LogLevel::Error,
+                    &format!(
+                        "lost the controller at {} ({reason}); keeping the last rules",
+                        target.socket
+                    ),
+                );
+                was_connected = true;
+                backoff = Duration::from_millis(100);
+            }
+            Err(Lost::NeverConnected(reason)) => {
+                if !warned && !was_connected {
+                    log(
+                        LogLevel::Error,
+                        &format!(
+                            "cannot reach the controller at {} ({reason}); running with the configured rules, retrying",
+                            target.socket
+                        ),
+                    );
+                    warned = true;
+                }
+            }
+        }
+        std::thread::sleep(backoff);
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+enum Lost {
+    NeverConnected(String),
+    Connected(String),
+}
+
+/// One connection: handshake, then serve until it breaks. `Ok` = rejected.
+fn session(target: &Target) -> Result<(), Lost> {
+    let stream =
+        UnixStream::connect(&target.socket).map_err(|e| Lost::NeverConnected(e.to_string()))?;
+    CONNECTION_FD.store(stream.as_raw_fd(), Ordering::Release);
+    let result = serve(target, stream);
+    CONNECTION_FD.store(-1, Ordering::Release);
+    result
+}
+
+fn serve(target: &Target, stream: UnixStream) -> Result<(), Lost> {
+    let never = |e: std::io::Error| Lost::NeverConnected(e.to_string());
+    let mut writer = stream.try_clone().map_err(never)?;
+    let mut reader = LineReader::new(stream.try_clone().map_err(never)?);
+    let mut identity = target.identity.clone();
+    // SAFETY: trivial getters (the pids change across fork).
+    unsafe {
+        identity.pid = libc::getpid() as u32;
+        identity.ppid = libc::getppid() as u32;
+    }
+    let hello = StageMessage::Hello {
+        version: PROTOCOL_VERSION,
+        stage_name: std::env::args().next().unwrap_or_default(),
+        identity,
+        mountpoints: target.mountpoints.clone(),
+    };
+    writer
+        .write_all(control::encode(&hello).as_bytes())
+        .map_err(never)?;
+    stream
+        .set_read_timeout(Some(HANDSHAKE_TIMEOUT))
+        .map_err(never)?;
+    let interval = match reader
+        .next_message()
+        .map_err(|e| Lost::NeverConnected(e.to_string()))?
+    {
+        Some(ControlMessage::Welcome {
+            version: PROTOCOL_VERSION,
+            report_interval_ms,
+            ..
+        }) => Duration::from_millis(report_interval_ms.clamp(10, 60_000)),
+        Some(ControlMessage::Reject { reason }) => {
+            log(
+                LogLevel::Error,
+                &format!(
+                    "the controller rejected this stage: {reason}; keeping the configured rules"
+                ),
+            );
+            return Ok(());
+        }
+        other => {
+            return Err(Lost::NeverConnected(format!(
+                "unexpected handshake reply {other:?}"
+            )))
+        }
+    };
+    log(
+        LogLevel::Info,
+        &format!("registered with the controller at {}", target.socket),
+    );
+
+    let lost = |e: std::io::Error| Lost::Connected(e.to_string());
+    let mut seq = 0u64;
+    let mut next_report = Instant::now();
+    loop {
+        let now = Instant::now();
+        if now >= next_report {
+            seq += 1;
+            send_usage(&mut writer, seq).map_err(lost)?;
+            next_report = now + interval;
+        }
+        stream
+            .set_read_timeout(Some(
+                next_report
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(1)),
+            ))
+            .map_err(lost)?;
+        match reader.next_message() {
+            Ok(Some(ControlMessage::CollectUsage)) => {
+                seq += 1;
+                send_usage(&mut writer, seq).map_err(lost)?;
+            }
+            Ok(Some(ControlMessage::SetRules {
+                seq: rules_seq,
+                rules,
+            })) => {
+                let error = apply(&rules).err();
+                if let Some(e) = &error {
+                    log(
+                        LogLevel::Warn,
+                        &format!("refused rules from the controller: {e}"),
+                    );
+                }
+                let reply = StageMessage::Applied {
+                    seq: rules_seq,
+                    error,
+                };
+                writer
+                    .write_all(control::encode(&reply).as_bytes())
+                    .map_err(lost)?;
+            }
+            Ok(Some(other)) => log(
+                LogLevel::Warn,
+                &format!("ignored unexpected message from the controller: {other:?}"),
+            ),
+            Ok(None) => {} // timeout: time to report
+            Err(e) if e.kind() == ErrorKind::InvalidData => log(LogLevel::Warn, &e.to_string()),
+            Err(e) => return Err(lost(e)),
+        }
+    }
+}
+
+fn send_usage(writer: &mut UnixStream, seq: u64) -> std::io::Result<()> {
+    let usage = StageMessage::Usage {
+        seq,
+        channels: channels::list(),
+        ops: stats::snapshot(),
+    };
+    writer.write_all(control::encode(&usage).as_bytes())
+}
+
+/// Makes the channel set exactly `rules`: matching channels (same mountpoint, scope and
+/// unit) are re-rated in place so their waiters and counters carry on; the rest are
+/// added or removed. All rules are validated first, so a bad set changes nothing.
+pub fn apply(rules: &[ChannelSpec]) -> Result<(), String> {
+    let mounts = crate::mountpoints();
+    for rule in rules {
+        if let Some(mount) = &rule.mount {
+            if !mounts.contains(mount) {
+                return Err(format!("'{mount}' is not a mountpoint of this stage"));
+            }
+        }
+        if rule.rate == 0 || rule.rate > padll_wire::channel::MAX_RATE || rule.burst == 0 {
+            return Err(format!("rule '{rule}' has a rate or burst out of range"));
+        }
+    }
+    let same = |a: &ChannelSpec, b: &ChannelSpec| {
+        a.mount == b.mount && a.scope == b.scope && a.unit == b.unit
+    };
+    let current = channels::list();
+    for channel in &current {
+        if !rules.iter().any(|rule| same(rule, &channel.spec)) {
+            channels::remove(channel.id);
+        }
+    }
+    for rule in rules {
+        match current.iter().find(|c| same(rule, &c.spec)) {
+            Some(channel) if channel.spec.rate == rule.rate && channel.spec.burst == rule.burst => {
+            }
+            Some(channel) => channels::set_limit(channel.id, rule.rate, rule.burst)?,
+            None => {
+                channels::add(rule.clone())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads newline-terminated messages of bounded length.
+struct LineReader {
+    inner: BufReader<UnixStream>,
+    line: Vec<u8>,
+}
+
+impl LineReader {
+    fn new(stream: UnixStream) -> LineReader {
+        LineReader {
+            inner: BufReader::new(stream),
+            line: Vec::new(),
+        }
+    }
+
+    /// `Ok(None)` on timeout (a partial line is kept for the next call);
+    /// `InvalidData` for a malformed or oversized line (dropped); other errors and EOF
+    /// end the connection.
+    fn next_message(&mut self) -> std::io::Result<Option<ControlMessage>> {
+        loop {
+            let available = match self.inner.fill_buf() {
+                Ok([]) => {
+                    return Err(std::io::Error::new(
+                        ErrorKind::UnexpectedEof,
+                        "connection closed",
+                    ))
+                }
+                Ok(bytes) => bytes,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    return Ok(None)
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            let (chunk, complete) = match available.iter().position(|b| *b == b'\n') {
+                Some(end) => (&available[..end], Some(end + 1)),
+                None => (available, None),
+            };
+            let room = MAX_MESSAGE_BYTES + 1 - self.line.len().min(MAX_MESSAGE_BYTES + 1);
+            self.line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            let consumed = complete.unwrap_or(available.len());
+            self.inner.consume(consumed);
+            if complete.is_some() {
+                let line = std::mem::take(&mut self.line);
+                let text = String::from_utf8_lossy(&line);
+                return control::decode::<ControlMessage>(text.trim_end())
+                    .map(Some)
+                    .map_err(|e| {
+                        std::io::Error::new(
+                            ErrorKind::InvalidData,
+                            format!("dropped a message from the controller: {e}"),
+                        )
+                    });
+            }
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! The stage's control client against a scripted controller: registration, usage
+//! reports, rules applied at run time, malformed and oversized messages, refused rules,
+//! fail-static when the controller disappears, and reconnection.
+
+use padll_wire::channel::{ChannelSpec, Scope, Unit};
+use padll_wire::control::{
+    self, ControlMessage, StageMessage, MAX_MESSAGE_BYTES, PROTOCOL_VERSION,
+};
+use padll_wire::ops::Class;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::{Duration, Instant};
+
+fn library() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_padll")).with_file_name("libpadll.so")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("padll-control-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `padll mdloop DIR SECONDS` (stat + open + close in a loop) under the stage.
+fn spawn_loop(dir: &Path, socket: &Path, seconds: u32) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_padll"))
+        .args(["mdloop", dir.to_str().unwrap(), &seconds.to_string()])
+        .env("LD_PRELOAD", library())
+        .env("PADLL_MOUNTS", dir)
+        .env("PADLL_CONTROLLER", socket)
+        .env("PADLL_JOB_ID", "job-under-test")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The controller's end of one connection. A reader thread timestamps every message
+/// as it arrives, so rates computed from usage reports are not skewed by queueing.
+struct Peer {
+    messages: Receiver<(Instant, StageMessage)>,
+    writer: UnixStream,
+}
+
+impl Peer {
+    fn accept(listener: &UnixListener) -> Peer {
+        let (stream, _) = listener.accept().unwrap();
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let (sender, messages) = channel();
+        std::thread::spawn(move || loop {
+            let mut line = String::new();
+            match reader.read_line(&mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {
+                    let message =
+                        control::decode(line.trim_end()).unwrap_or_else(|e| panic!("{e}: {line}"));
+                    if sender.send((Instant::now(), message)).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Peer {
+            messages,
+            writer: stream,
+        }
+    }
+
+    fn receive(&mut self) -> (Instant, StageMessage) {
+        self.messages
+            .recv_timeout(Duration::from_secs(20))
+            .expect("no message from the stage")
+    }
+
+    fn send_raw(&mut self, line: &str) {
+        self.writer.write_all(line.as_bytes()).unwrap();
+    }
+
+    fn send(&mut self, message: &ControlMessage) {
+        self.send_raw(&control::encode(message));
+    }
+
+    /// The next `Applied` (skipping usage reports).
+    fn applied(&mut self) -> (u64, Option<String>) {
+        loop {
+            if let (_, StageMessage::Applied { seq, error }) = self.receive() {
+                return (seq, error);
+            }
+        }
+    }
+
+    /// Tokens of the metadata channel in the next usage report, with its arrival time.
+    fn metadata_tokens(&mut self) -> (u64, Instant) {
+        loop {
+            if let (at, StageMessage::Usage { channels, .. }) = self.receive() {
+                let tokens = channels
+                    .iter()
+                    .find(|c| c.spec.scope == Scope::Class(Class::Metadata))
+                    .map_or(0, |c| c.tokens);
+                return (tokens, at);
+            }
+        }
+    }
+
+    /// Discards what arrived so far.
+    fn drain(&mut self) {
+        while self.messages.try_recv().is_ok() {}
+    }
+}
+
+fn metadata_rule(dir: &Path, rate: u64) -> ChannelSpec {
+    ChannelSpec {
+        mount: Some(dir.display().to_string()),
+        scope: Scope::Class(Class::Metadata),
+        rate,
+        unit: Unit::Requests,
+        burst: 3,
+    }
+}
+
+#[test]
+fn stage_follows_the_controller_and_survives_its_loss() {
+    let dir = scratch("follow");
+    let socket = dir.join("controller.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    let child = spawn_loop(&dir, &socket, 6);
+
+    // Registration.
+    let mut peer = Peer::accept(&listener);
+    match peer.receive().1 {
+        StageMessage::Hello {
+            version,
+            identity,
+            mountpoints,
+            ..
+        } => {
+            assert_eq!(version, PROTOCOL_VERSION);
+            assert_eq!(identity.job_id, "job-under-test");
+            assert_eq!(identity.pid, child.id());
+            assert_eq!(mountpoints, vec![dir.display().to_string()]);
+        }
+        other => panic!("expected hello, got {other:?}"),
+    }
+    peer.send(&ControlMessage::Welcome {
+        version: PROTOCOL_VERSION,
+        stage_id: 1,
+        report_interval_ms: 100,
+    });
+
+    // Rules at run time: 300 metadata ops/s.
+    peer.send(&ControlMessage::SetRules {
+        seq: 1,
+        rules: vec![metadata_rule(&dir, 300)],
+    });
+    assert_eq!(peer.applied(), (1, None));
+
+    // Garbage and an oversized line are dropped; the stage keeps serving.
+    peer.send_raw("this is not json\n");
+    peer.send_raw(&format!("{}\n", "x".repeat(MAX_MESSAGE_BYTES + 10)));
+    peer.send(&ControlMessage::SetRules {
+        seq: 2,
+        rules: vec![ChannelSpec {
+            mount: Some("/not/a/mountpoint".into()),
+            ..metadata_rule(&dir, 10)
+        }],
+    });
+    let (seq, error) = peer.applied();
+    assert_eq!(seq, 2);
+    assert!(error.unwrap().contains("/not/a/mountpoint"));
+
+    // The achieved rate follows the rule (generous window: ±25 %).
+    peer.drain();
+    let (t0, at0) = peer.metadata_tokens();
+    std::thread::sleep(Duration::from_millis(1500));
+    peer.drain();
+    let (t1, at1) = peer.metadata_tokens();
+    let rate = (t1 - t0) as f64 / (at1 - at0).as_secs_f64();
+    assert!(
+        (225.0..375.0).contains(&rate),
+        "metadata rate {rate:.0}/s under a 300/s rule"
+    );
+
+    // The controller disappears: the stage keeps its rules and reconnects.
+    drop(peer);
+    let mut peer = Peer::accept(&listener);
+    assert!(matches!(peer.receive().1, StageMessage::Hello { .. }));
+    drop(peer);
+    drop(listener);
+
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success());
+    let achieved: f64 = String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    // 6 s, almost all of it at ≤ 300 ops/s (the rules outlived the controller).
+    assert!(
+        achieved < 1000.0,
+        "the loop ran at {achieved:.0} ops/s: rules were lost"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        stderr.matches("lost the controller").count(),
+        1,
+        "said once: {stderr}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn unreachable_controller_is_reported_once_and_configured_rules_apply() {
+    let dir = scratch("unreachable");
+    let output = Command::new(env!("CARGO_BIN_EXE_padll"))
+        .args(["mdloop", dir.to_str().unwrap(), "1"])
+        .env("LD_PRELOAD", library())
+        .env("PADLL_MOUNTS", &dir)
+        .env("PADLL_RULES", "metadata=600/s")
+        .env("PADLL_CONTROLLER", dir.join("nobody-listens.sock"))
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("nobody-listens.sock"), "{stderr}");
+    let achieved: f64 = String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        achieved < 900.0,
+        "configured limit ignored: {achieved:.0} ops/s"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
