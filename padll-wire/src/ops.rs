@@ -78,7 +78,7 @@ impl fmt::Display for Op {
 }
 
 /// A coarse group of operations that one rule can limit together.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Class {
     /// Requests served by metadata servers: open, stat, rename, mkdir, …
     Metadata,

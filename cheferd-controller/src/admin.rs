@@ -1,0 +1,289 @@
+//! The admin socket of the global controller and the `cheferd ctl` client.
+//!
+//! Authorisation model: the socket (a Unix socket, mode 0666) answers anyone who can
+//! reach it with *read-only* views (nodes, jobs, stages, top, dump): that information is
+//! what `squeue` shows too. *Changes* (policy, `Max_R`, a job's priority, demand or
+//! static limit) are accepted only from root, from the uid running the controller, and
+//! from the uids listed in `admins` — checked with `SO_PEERCRED`, i.e. by the kernel, not
+//! by anything the client says. Put the socket in a directory only admins can enter to
+//! make even read-only access admin-only.
+//!
+//! Protocol: one JSON request per line (`{"request":"snapshot"}`, `{"request":"config"}`,
+//! `{"request":"change","change":{…}}`), one JSON reply per line
+//! (`{"ok":…}` or `{"error":"…"}`).
+
+use crate::global::{Change, Controller, Snapshot};
+use crate::lines::{self, Line};
+use serde::{Deserialize, Serialize};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::Arc;
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::net::UnixListener;
+use tracing::{info, warn};
+
+const MAX_REQUEST_BYTES: usize = 64 * 1024;
+
+/// A request on the admin socket.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "request", rename_all = "snake_case", deny_unknown_fields)]
+pub enum AdminRequest {
+    /// Registry and last cycle.
+    Snapshot,
+    /// The configuration in force.
+    Config,
+    /// A change (admins only).
+    Change {
+        /// What to change.
+        change: Change,
+    },
+}
+
+/// A reply on the admin socket.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdminReply {
+    /// Success, with a payload.
+    Ok(serde_json::Value),
+    /// Failure, with the reason.
+    Error(String),
+}
+
+/// Serves the admin socket until the process ends.
+pub async fn serve(
+    controller: Arc<Controller>,
+    path: &Path,
+    admins: Vec<u32>,
+) -> Result<(), String> {
+    if path.exists() {
+        std::fs::remove_file(path)
+            .map_err(|e| format!("cannot replace {}: {e}", path.display()))?;
+    }
+    let listener = UnixListener::bind(path)
+        .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
+        .map_err(|e| format!("cannot set permissions of {}: {e}", path.display()))?;
+    // SAFETY: trivial getter.
+    let owner = unsafe { libc::geteuid() };
+    info!(socket = %path.display(), "admin socket ready");
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                warn!("admin accept failed: {e}");
+                continue;
+            }
+        };
+        let controller = controller.clone();
+        let admins = admins.clone();
+        tokio::spawn(async move {
+            let uid = stream.peer_cred().map(|c| c.uid()).ok();
+            let (read, mut write) = stream.into_split();
+            let mut reader = BufReader::new(read);
+            loop {
+                let reply = match lines::read_line(&mut reader, MAX_REQUEST_BYTES).await {
+                    Ok(Line::Text(line)) => match serde_json::from_str::<AdminRequest>(&line) {
+                        Ok(request) => {
+                            let may_change =
+                                uid.is_some_and(|u| u == 0 || u == owner || admins.contains(&u));
+                            answer(&controller, request, may_change, uid)
+                        }
+                        Err(e) => AdminReply::Error(format!("malformed request: {e}")),
+                    },
+                    Ok(Line::TooLong(n)) => AdminReply::Error(format!(
+                        "request of {n} bytes exceeds {MAX_REQUEST_BYTES}"
+                    )),
+                    Ok(Line::End) | Err(_) => return,
+                };
+                let mut text = serde_json::to_string(&reply).unwrap_or_default();
+                text.push('\n');
+                if write.write_all(text.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+fn answer(
+    controller: &Controller,
+    request: AdminRequest,
+    may_change: bool,
+    uid: Option<u32>,
+) -> AdminReply {
+    match request {
+        AdminRequest::Snapshot => serde_json::to_value(controller.snapshot())
+            .map_or_else(|e| AdminReply::Error(e.to_string()), AdminReply::Ok),
+        AdminRequest::Config => serde_json::to_value(controller.config())
+            .map_or_else(|e| AdminReply::Error(e.to_string()), AdminReply::Ok),
+        AdminRequest::Change { .. } if !may_change => AdminReply::Error(format!(
+            "permission denied: uid {} is not an administrator of this controller",
+            uid.map_or("unknown".to_string(), |u| u.to_string())
+        )),
+        AdminRequest::Change { change } => {
+            let description = format!("{change:?}");
+            match controller.change(change) {
+                Ok(message) => {
+                    info!(uid = ?uid, "admin change: {description}");
+                    AdminReply::Ok(serde_json::Value::String(message))
+                }
+                Err(e) => AdminReply::Error(e),
+            }
+        }
+    }
+}
+
+/// Why a `ctl` command failed, with the exit code a sysadmin expects.
+#[derive(Debug)]
+pub struct CtlError {
+    /// One-line message.
+    pub message: String,
+    /// 1 refused/failed, 69 controller unreachable (EX_UNAVAILABLE), 77 permission
+    /// denied (EX_NOPERM).
+    pub code: u8,
+}
+
+/// Sends one request and returns the reply's payload.
+pub async fn request(socket: &Path, request: &AdminRequest) -> Result<serde_json::Value, CtlError> {
+    let stream = tokio::net::UnixStream::connect(socket)
+        .await
+        .map_err(|e| CtlError {
+            message: format!(
+                "cannot reach the global controller's admin socket {}: {e}",
+                socket.display()
+            ),
+            code: 69,
+        })?;
+    let (read, mut write) = stream.into_split();
+    let mut text = serde_json::to_string(request).unwrap_or_default();
+    text.push('\n');
+    let unavailable = |e: std::io::Error| CtlError {
+        message: format!("admin socket {}: {e}", socket.display()),
+        code: 69,
+    };
+    write
+        .write_all(text.as_bytes())
+        .await
+        .map_err(unavailable)?;
+    let mut reader = BufReader::new(read);
+    let line = match lines::read_line(&mut reader, 64 * 1024 * 1024)
+        .await
+        .map_err(unavailable)?
+    {
+        Line::Text(line) => line,
+        _ => {
+            return Err(CtlError {
+                message: "the controller closed the admin connection".into(),
+                code: 69,
+            })
+        }
+    };
+    match serde_json::from_str::<AdminReply>(&line) {
+        Ok(AdminReply::Ok(value)) => Ok(value),
+        Ok(AdminReply::Error(message)) => {
+            let code = if message.starts_with("permission denied") {
+                77
+            } else {
+                1
+            };
+            Err(CtlError { message, code })
+        }
+        Err(e) => Err(CtlError {
+            message: format!("unreadable reply from the controller: {e}"),
+            code: 1,
+        }),
+    }
+}
+
+/// Fetches and decodes a snapshot.
+pub async fn snapshot(socket: &Path) -> Result<Snapshot, CtlError> {
+    let value = request(socket, &AdminRequest::Snapshot).await?;
+    serde_json::from_value(value).map_err(|e| CtlError {
+        message: format!("unreadable snapshot: {e}"),
+        code: 1,
+    })
+}
+
+/// Renders the jobs table (`ctl jobs`, `ctl top`).
+pub fn jobs_table(snapshot: &Snapshot) -> String {
+    let mut out = format!(
+        "cycle {}  nodes {}  stages {}  cycle latency p50 {:.2} ms p99 {:.2} ms\n",
+        snapshot.cycle,
+        snapshot.nodes.len(),
+        snapshot.stages.len(),
+        snapshot.latency_ms_p50,
+        snapshot.latency_ms_p99
+    );
+    for resource in &snapshot.resources {
+        let shares: Vec<_> = snapshot
+            .shares
+            .iter()
+            .filter(|s| s.resource.to_string() == resource.resource)
+            .collect();
+        let used: f64 = shares.iter().map(|s| s.usage).sum();
+        out.push_str(&format!(
+            "\n{}  Max_R {:.0}  policy {}  used {:.0} ({:.0} %)\n",
+            resource.resource,
+            resource.max_rate,
+            resource.policy,
+            used,
+            100.0 * used / resource.max_rate.max(1.0)
+        ));
+        out.push_str(&format!(
+            "  {:<20} {:>7} {:>6} {:>9} {:>12} {:>12} {:>12} {:>10}\n",
+            "job", "stages", "nodes", "priority", "demand", "usage", "assigned", "static"
+        ));
+        for s in shares {
+            out.push_str(&format!(
+                "  {:<20} {:>7} {:>6} {:>9} {:>12.0} {:>12.0} {:>12.0} {:>10}\n",
+                s.job,
+                s.stages,
+                s.nodes,
+                s.priority,
+                s.demand,
+                s.usage,
+                s.assigned,
+                s.static_limit
+                    .map_or("-".to_string(), |l| format!("{l:.0}"))
+            ));
+        }
+    }
+    out
+}
+
+/// Renders the nodes table.
+pub fn nodes_table(snapshot: &Snapshot) -> String {
+    let mut out = format!(
+        "{:<24} {:>7} {:>14} {:>14}\n",
+        "node", "stages", "bytes in", "bytes out"
+    );
+    for n in &snapshot.nodes {
+        out.push_str(&format!(
+            "{:<24} {:>7} {:>14} {:>14}\n",
+            n.node, n.stages, n.bytes_in, n.bytes_out
+        ));
+    }
+    out
+}
+
+/// Renders the stages table.
+pub fn stages_table(snapshot: &Snapshot) -> String {
+    let mut out = format!(
+        "{:<16} {:>6} {:<16} {:>8} {:>6} {:<16} usage\n",
+        "node", "stage", "job", "pid", "uid", "program"
+    );
+    for s in &snapshot.stages {
+        let usage: Vec<String> = s.usage.iter().map(|(r, v)| format!("{r}={v:.0}")).collect();
+        out.push_str(&format!(
+            "{:<16} {:>6} {:<16} {:>8} {:>6} {:<16} {}\n",
+            s.node,
+            s.stage_id,
+            s.job,
+            s.pid,
+            s.uid,
+            s.name.rsplit('/').next().unwrap_or(&s.name),
+            usage.join(" ")
+        ));
+    }
+    out
+}

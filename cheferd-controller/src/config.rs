@@ -1,0 +1,338 @@
+//! The global controller's configuration (TOML). Every error names the key and the
+//! bad value; nothing starts on a bad file.
+//!
+//! ```toml
+//! interval_ms = 1000                # the control loop period
+//! burst_ms = 10                     # stage bucket depth, ms of its rate
+//! stage_floor = 0.1                 # part of a job's rate split evenly over its stages
+//! admins = [1000]                   # uids allowed to change settings (root always is)
+//!
+//! [[resource]]                      # what is shared: one mountpoint x class
+//! name = "/scratch:metadata"
+//! max_rate = "110k"                 # ops/s (bytes/s for data: "20GiB/s")
+//! policy = "psfa"                   # see `cheferd policies`
+//!
+//! [[job]]                           # optional per-job settings (by job id)
+//! id = "4242"
+//! priority = 2
+//! demand = { "/scratch:metadata" = "40k" }
+//! limit = { "/scratch:metadata" = "10k" }   # static limit: the policy does not move it
+//!
+//! [[rule]]                          # time-scheduled static limits, like Cheferd's files
+//! at = 60                           # seconds after the controller started
+//! job = "4242"
+//! resource = "/scratch:metadata"
+//! limit = "5k"                      # or "none" to lift it
+//! ```
+
+use crate::usage::Resource;
+use padll_wire::config::parse_rate;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One shared resource and how it is shared.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResourceConfig {
+    /// Mountpoint and class.
+    pub resource: Resource,
+    /// Capacity `Max_R`, tokens per second.
+    pub max_rate: f64,
+    /// Policy name.
+    pub policy: String,
+}
+
+/// Per-job settings.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobConfig {
+    /// Priority or weight (default 1).
+    pub priority: f64,
+    /// Demand (QoS reservation) per resource.
+    pub demand: BTreeMap<Resource, f64>,
+    /// Static limit per resource.
+    pub limit: BTreeMap<Resource, f64>,
+}
+
+/// A time-scheduled static rule.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ScheduledRule {
+    /// Seconds after start.
+    pub at: f64,
+    /// Job id.
+    pub job: String,
+    /// The resource limited.
+    pub resource: Resource,
+    /// The limit; `None` lifts it.
+    pub limit: Option<f64>,
+}
+
+/// The whole configuration.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GlobalConfig {
+    /// Control loop period, ms.
+    pub interval_ms: u64,
+    /// Stage bucket depth, ms of its rate.
+    pub burst_ms: u64,
+    /// Part of a job's rate split evenly over its stages (the rest follows usage).
+    pub stage_floor: f64,
+    /// Uids allowed to change settings through the admin socket (root always is).
+    pub admins: Vec<u32>,
+    /// The shared resources.
+    pub resources: Vec<ResourceConfig>,
+    /// Per-job settings, by job id.
+    pub jobs: BTreeMap<String, JobConfig>,
+    /// Scheduled static rules, in time order.
+    pub rules: Vec<ScheduledRule>,
+}
+
+impl Default for GlobalConfig {
+    fn default() -> Self {
+        GlobalConfig {
+            interval_ms: 1000,
+            burst_ms: 10,
+            stage_floor: 0.1,
+            admins: Vec::new(),
+            resources: Vec::new(),
+            jobs: BTreeMap::new(),
+            rules: Vec::new(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    interval_ms: Option<u64>,
+    burst_ms: Option<u64>,
+    stage_floor: Option<f64>,
+    #[serde(default)]
+    admins: Vec<u32>,
+    #[serde(default)]
+    resource: Vec<RawResource>,
+    #[serde(default)]
+    job: Vec<RawJob>,
+    #[serde(default)]
+    rule: Vec<RawRule>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawResource {
+    name: String,
+    max_rate: String,
+    policy: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawJob {
+    id: String,
+    priority: Option<f64>,
+    #[serde(default)]
+    demand: BTreeMap<String, String>,
+    #[serde(default)]
+    limit: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    at: f64,
+    job: String,
+    resource: String,
+    limit: String,
+}
+
+/// Parses a rate in the stage's syntax (`110k`, `5000/s`, `20GiB/s`) as tokens/s.
+pub fn rate(key: &str, text: &str) -> Result<f64, String> {
+    parse_rate(text)
+        .map(|r| r.per_second as f64)
+        .map_err(|e| format!("{key}: {e}"))
+}
+
+impl GlobalConfig {
+    /// Parses and validates a TOML configuration; `policy_exists` says which policy
+    /// names are known.
+    pub fn parse(
+        text: &str,
+        policy_exists: &dyn Fn(&str) -> Result<(), String>,
+    ) -> Result<GlobalConfig, String> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| e.message().to_string())?;
+        let mut config = GlobalConfig::default();
+        if let Some(ms) = raw.interval_ms {
+            if ms == 0 || ms > 3_600_000 {
+                return Err(format!("interval_ms = {ms}: must be between 1 and 3600000"));
+            }
+            config.interval_ms = ms;
+        }
+        if let Some(ms) = raw.burst_ms {
+            if ms == 0 {
+                return Err("burst_ms = 0: must be at least 1".into());
+            }
+            config.burst_ms = ms;
+        }
+        if let Some(floor) = raw.stage_floor {
+            if !(0.0..=1.0).contains(&floor) {
+                return Err(format!("stage_floor = {floor}: must be between 0 and 1"));
+            }
+            config.stage_floor = floor;
+        }
+        config.admins = raw.admins;
+        for (i, r) in raw.resource.iter().enumerate() {
+            let resource =
+                Resource::parse(&r.name).map_err(|e| format!("resource[{i}].name: {e}"))?;
+            if config.resources.iter().any(|c| c.resource == resource) {
+                return Err(format!(
+                    "resource[{i}].name: '{}' is configured twice",
+                    r.name
+                ));
+            }
+            let max_rate = rate(&format!("resource[{i}].max_rate"), &r.max_rate)?;
+            policy_exists(&r.policy).map_err(|e| format!("resource[{i}].policy: {e}"))?;
+            config.resources.push(ResourceConfig {
+                resource,
+                max_rate,
+                policy: r.policy.clone(),
+            });
+        }
+        let known =
+            |key: &str, name: &str, resources: &[ResourceConfig]| -> Result<Resource, String> {
+                let resource = Resource::parse(name).map_err(|e| format!("{key}: {e}"))?;
+                if resources.iter().any(|c| c.resource == resource) {
+                    Ok(resource)
+                } else {
+                    Err(format!("{key}: '{name}' is not a configured resource"))
+                }
+            };
+        for (i, j) in raw.job.iter().enumerate() {
+            let priority = j.priority.unwrap_or(1.0);
+            if !(priority > 0.0 && priority.is_finite()) {
+                return Err(format!("job[{i}].priority = {priority}: must be positive"));
+            }
+            let mut job = JobConfig {
+                priority,
+                ..JobConfig::default()
+            };
+            for (name, value) in &j.demand {
+                let key = format!("job[{i}].demand.\"{name}\"");
+                job.demand
+                    .insert(known(&key, name, &config.resources)?, rate(&key, value)?);
+            }
+            for (name, value) in &j.limit {
+                let key = format!("job[{i}].limit.\"{name}\"");
+                job.limit
+                    .insert(known(&key, name, &config.resources)?, rate(&key, value)?);
+            }
+            config.jobs.insert(j.id.clone(), job);
+        }
+        for (i, r) in raw.rule.iter().enumerate() {
+            if !(r.at >= 0.0 && r.at.is_finite()) {
+                return Err(format!(
+                    "rule[{i}].at = {}: must be a non-negative number of seconds",
+                    r.at
+                ));
+            }
+            let resource = known(
+                &format!("rule[{i}].resource"),
+                &r.resource,
+                &config.resources,
+            )?;
+            let limit = if r.limit == "none" {
+                None
+            } else {
+                Some(rate(&format!("rule[{i}].limit"), &r.limit)?)
+            };
+            config.rules.push(ScheduledRule {
+                at: r.at,
+                job: r.job.clone(),
+                resource,
+                limit,
+            });
+        }
+        config.rules.sort_by(|a, b| a.at.total_cmp(&b.at));
+        Ok(config)
+    }
+
+    /// The settings of a job (defaults for unknown jobs).
+    pub fn job(&self, id: &str) -> JobConfig {
+        self.jobs.get(id).cloned().unwrap_or(JobConfig {
+            priority: 1.0,
+            ..JobConfig::default()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<GlobalConfig, String> {
+        GlobalConfig::parse(text, &|name| {
+            if name == "psfa" || name == "uniform" {
+                Ok(())
+            } else {
+                Err(format!("unknown policy '{name}'"))
+            }
+        })
+    }
+
+    #[test]
+    fn full_example() {
+        let config = parse(
+            r#"
+            interval_ms = 500
+            [[resource]]
+            name = "/scratch:metadata"
+            max_rate = "110k"
+            policy = "psfa"
+            [[job]]
+            id = "4242"
+            priority = 2
+            demand = { "/scratch:metadata" = "40k" }
+            limit = { "/scratch:metadata" = "10k" }
+            [[rule]]
+            at = 60
+            job = "4242"
+            resource = "/scratch:metadata"
+            limit = "none"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(config.interval_ms, 500);
+        let metadata = Resource::parse("/scratch:metadata").unwrap();
+        assert_eq!(config.resources[0].max_rate, 110_000.0);
+        let job = config.job("4242");
+        assert_eq!(job.priority, 2.0);
+        assert_eq!(job.demand[&metadata], 40_000.0);
+        assert_eq!(job.limit[&metadata], 10_000.0);
+        assert_eq!(config.rules[0].limit, None);
+        assert_eq!(config.job("other").priority, 1.0);
+    }
+
+    #[test]
+    fn errors_name_key_and_value() {
+        for (text, needle) in [
+            ("interval_ms = 0", "interval_ms = 0"),
+            ("bogus = 1", "bogus"),
+            (
+                "[[resource]]\nname = \"scratch:metadata\"\nmax_rate = \"1k\"\npolicy = \"psfa\"",
+                "resource[0].name",
+            ),
+            (
+                "[[resource]]\nname = \"/s:metadata\"\nmax_rate = \"fast\"\npolicy = \"psfa\"",
+                "resource[0].max_rate",
+            ),
+            (
+                "[[resource]]\nname = \"/s:metadata\"\nmax_rate = \"1k\"\npolicy = \"magic\"",
+                "'magic'",
+            ),
+            (
+                "[[job]]\nid = \"1\"\ndemand = { \"/nope:data\" = \"1k\" }",
+                "'/nope:data' is not a configured resource",
+            ),
+            ("[[job]]\nid = \"1\"\npriority = -1", "job[0].priority = -1"),
+        ] {
+            let err = parse(text).unwrap_err();
+            assert!(err.contains(needle), "{err:?} should contain {needle:?}");
+        }
+    }
+}

@@ -1,0 +1,717 @@
+//! `cheferd global`: the global controller (PADLL paper §III-B).
+//!
+//! Local controllers attach over gRPC (one bidirectional stream each). Every
+//! `interval_ms` the control loop runs one cycle:
+//!
+//! 1. **collect** — send `Collect` to every local controller, wait (bounded) for their
+//!    `Usage` replies;
+//! 2. **compute** — [`crate::plan::compute`]: a policy per resource over the jobs (stages
+//!    with the same job id are one job, whatever their node);
+//! 3. **enforce** — send each local controller the rules of its stages, wait (bounded)
+//!    for `Applied`;
+//! 4. **sleep** until the next tick.
+//!
+//! A stage that joins between cycles gets a provisional rule at once (1 % of `Max_R`
+//! for a new job, its job's current share otherwise), so no one runs unthrottled until
+//! the next cycle. A local controller that disappears takes its stages out of the
+//! registry; they keep their last rules until it comes back and re-announces them.
+
+use crate::config::{GlobalConfig, ScheduledRule};
+use crate::plan::{self, JobShare, StageView};
+use crate::policy::PolicyRunner;
+use crate::proto::{self, global_message, local_message, GlobalMessage, LocalMessage};
+use crate::usage::Resource;
+use padll_wire::ops::Class;
+use prost::Message;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, Notify};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+use tracing::{debug, info, warn};
+
+/// Share of `Max_R` a stage of a brand-new job gets until the next cycle.
+const PROVISIONAL_SHARE: f64 = 0.01;
+/// Cycle latencies kept for statistics.
+const LATENCY_HISTORY: usize = 1000;
+
+type Outbox = mpsc::UnboundedSender<Result<GlobalMessage, Status>>;
+
+struct Node {
+    session: u64,
+    outbox: Outbox,
+    stages: BTreeMap<u64, proto::Stage>,
+    usage: HashMap<u64, HashMap<Resource, f64>>,
+    usage_cycle: u64,
+    applied_cycle: u64,
+    bytes_in: u64,
+    bytes_out: u64,
+}
+
+struct State {
+    config: GlobalConfig,
+    policies: HashMap<Resource, PolicyRunner>,
+    nodes: BTreeMap<String, Node>,
+    next_session: u64,
+    cycle: u64,
+    shares: Vec<JobShare>,
+    latencies: VecDeque<Duration>,
+    cycle_bytes: Vec<u64>,
+}
+
+/// The global controller: registry, policies and the control loop.
+pub struct Controller {
+    state: Mutex<State>,
+    replies: Notify,
+    started: Instant,
+}
+
+impl Controller {
+    /// A controller for `config` (its policies are built here; names were validated
+    /// when the configuration was parsed).
+    pub fn new(config: GlobalConfig) -> Result<Arc<Controller>, String> {
+        let mut policies = HashMap::new();
+        for r in &config.resources {
+            policies.insert(
+                r.resource.clone(),
+                PolicyRunner::new(&r.policy).map_err(|e| format!("{}: {e}", r.resource))?,
+            );
+        }
+        Ok(Arc::new(Controller {
+            state: Mutex::new(State {
+                config,
+                policies,
+                nodes: BTreeMap::new(),
+                next_session: 1,
+                cycle: 0,
+                shares: Vec::new(),
+                latencies: VecDeque::new(),
+                cycle_bytes: Vec::new(),
+            }),
+            replies: Notify::new(),
+            started: Instant::now(),
+        }))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The control loop: runs cycles forever at the configured interval.
+    pub async fn run_loop(self: Arc<Self>) {
+        loop {
+            let interval = Duration::from_millis(self.lock().config.interval_ms);
+            let next = tokio::time::Instant::now() + interval;
+            self.cycle(interval).await;
+            tokio::time::sleep_until(next).await;
+        }
+    }
+
+    /// One collect → compute → enforce cycle; returns its latency.
+    pub async fn cycle(&self, interval: Duration) -> Duration {
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::now() + (interval / 2).min(Duration::from_millis(500));
+        let cycle = {
+            let mut state = self.lock();
+            state.cycle += 1;
+            let cycle = state.cycle;
+            let collect = GlobalMessage {
+                body: Some(global_message::Body::Collect(proto::Collect { cycle })),
+            };
+            for node in state.nodes.values_mut() {
+                node.bytes_out += collect.encoded_len() as u64;
+                let _ = node.outbox.send(Ok(collect.clone()));
+            }
+            cycle
+        };
+        self.wait_for(deadline, |node| node.usage_cycle >= cycle)
+            .await;
+
+        {
+            let mut state = self.lock();
+            let elapsed = self.started.elapsed().as_secs_f64();
+            let limits = static_limits(&state.config, elapsed);
+            let stages = stage_views(&state);
+            let State {
+                config, policies, ..
+            } = &mut *state;
+            let plan = plan::compute(config, &limits, policies, &stages);
+            state.shares = plan.shares;
+            let mut per_node: BTreeMap<String, Vec<proto::StageRules>> = BTreeMap::new();
+            for ((node, stage_id), rules) in plan.rules {
+                per_node
+                    .entry(node)
+                    .or_default()
+                    .push(proto::StageRules { stage_id, rules });
+            }
+            for (name, stages) in per_node {
+                if let Some(node) = state.nodes.get_mut(&name) {
+                    let enforce = GlobalMessage {
+                        body: Some(global_message::Body::Enforce(proto::Enforce {
+                            cycle,
+                            stages,
+                        })),
+                    };
+                    node.bytes_out += enforce.encoded_len() as u64;
+                    let _ = node.outbox.send(Ok(enforce));
+                }
+            }
+        }
+        self.wait_for(deadline, |node| {
+            node.applied_cycle >= cycle || node.stages.is_empty()
+        })
+        .await;
+
+        let latency = started.elapsed();
+        let mut state = self.lock();
+        if state.latencies.len() == LATENCY_HISTORY {
+            state.latencies.pop_front();
+        }
+        state.latencies.push_back(latency);
+        state.cycle_bytes = state
+            .nodes
+            .values()
+            .map(|n| n.bytes_in + n.bytes_out)
+            .collect();
+        debug!(cycle, latency_us = latency.as_micros() as u64, "cycle done");
+        latency
+    }
+
+    /// Waits until every node satisfies `done`, or the deadline.
+    async fn wait_for(&self, deadline: tokio::time::Instant, done: impl Fn(&Node) -> bool) {
+        loop {
+            let notified = self.replies.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.lock().nodes.values().all(&done) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    fn attach_node(&self, name: &str, outbox: Outbox) -> u64 {
+        let mut state = self.lock();
+        let session = state.next_session;
+        state.next_session += 1;
+        let interval_ms = state.config.interval_ms;
+        let registered = GlobalMessage {
+            body: Some(global_message::Body::Registered(proto::Registered {
+                version: padll_wire::control::PROTOCOL_VERSION,
+                interval_ms,
+            })),
+        };
+        let _ = outbox.send(Ok(registered));
+        if state.nodes.contains_key(name) {
+            warn!(
+                node = name,
+                "node re-attached; its previous stream is replaced"
+            );
+        }
+        state.nodes.insert(
+            name.to_string(),
+            Node {
+                session,
+                outbox,
+                stages: BTreeMap::new(),
+                usage: HashMap::new(),
+                usage_cycle: 0,
+                applied_cycle: 0,
+                bytes_in: 0,
+                bytes_out: 0,
+            },
+        );
+        info!(node = name, "local controller attached");
+        session
+    }
+
+    fn handle(&self, name: &str, session: u64, message: LocalMessage) {
+        let size = message.encoded_len() as u64;
+        let mut state = self.lock();
+        let provisional = match &message.body {
+            Some(local_message::Body::StageJoined(proto::StageJoined { stage: Some(stage) })) => {
+                Some(provisional_rules(&state, stage))
+            }
+            _ => None,
+        };
+        let Some(node) = state.nodes.get_mut(name).filter(|n| n.session == session) else {
+            return;
+        };
+        node.bytes_in += size;
+        match message.body {
+            Some(local_message::Body::StageJoined(proto::StageJoined { stage: Some(stage) })) => {
+                debug!(node = name, stage = stage.stage_id, job = %stage.job_id, "stage joined");
+                let stage_id = stage.stage_id;
+                node.stages.insert(stage_id, stage);
+                if let Some(rules) = provisional.filter(|r| !r.is_empty()) {
+                    let enforce = GlobalMessage {
+                        body: Some(global_message::Body::Enforce(proto::Enforce {
+                            cycle: 0,
+                            stages: vec![proto::StageRules { stage_id, rules }],
+                        })),
+                    };
+                    let _ = node.outbox.send(Ok(enforce));
+                }
+            }
+            Some(local_message::Body::StageLeft(proto::StageLeft { stage_id })) => {
+                node.stages.remove(&stage_id);
+                node.usage.remove(&stage_id);
+            }
+            Some(local_message::Body::Usage(usage)) => {
+                for stage in usage.stages {
+                    let rates = stage
+                        .resources
+                        .iter()
+                        .filter_map(|r| {
+                            Some((
+                                Resource {
+                                    mount: r.mount.clone(),
+                                    class: Class::from_name(&r.class)?,
+                                },
+                                r.rate,
+                            ))
+                        })
+                        .collect();
+                    node.usage.insert(stage.stage_id, rates);
+                }
+                node.usage_cycle = node.usage_cycle.max(usage.cycle);
+                self.replies.notify_waiters();
+            }
+            Some(local_message::Body::Applied(applied)) => {
+                node.applied_cycle = node.applied_cycle.max(applied.cycle);
+                self.replies.notify_waiters();
+            }
+            Some(local_message::Body::Register(_)) => {
+                warn!(node = name, "ignored a second register")
+            }
+            Some(local_message::Body::StageJoined(proto::StageJoined { stage: None })) | None => {
+                warn!(node = name, "ignored an empty message")
+            }
+        }
+    }
+
+    fn detach_node(&self, name: &str, session: u64) {
+        let mut state = self.lock();
+        if state.nodes.get(name).is_some_and(|n| n.session == session) {
+            state.nodes.remove(name);
+            warn!(
+                node = name,
+                "local controller detached; its stages keep their last rules"
+            );
+        }
+        self.replies.notify_waiters();
+    }
+
+    /// A consistent view of the registry and the last cycle, for the admin CLI and
+    /// the metrics endpoint.
+    pub fn snapshot(&self) -> Snapshot {
+        let state = self.lock();
+        let mut latencies: Vec<f64> = state
+            .latencies
+            .iter()
+            .map(|d| d.as_secs_f64() * 1e3)
+            .collect();
+        latencies.sort_by(f64::total_cmp);
+        Snapshot {
+            cycle: state.cycle,
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            interval_ms: state.config.interval_ms,
+            resources: state
+                .config
+                .resources
+                .iter()
+                .map(|r| ResourceSnapshot {
+                    resource: r.resource.to_string(),
+                    max_rate: r.max_rate,
+                    policy: state
+                        .policies
+                        .get(&r.resource)
+                        .map_or_else(|| r.policy.clone(), |p| p.name()),
+                })
+                .collect(),
+            nodes: state
+                .nodes
+                .iter()
+                .map(|(name, node)| NodeSnapshot {
+                    node: name.clone(),
+                    stages: node.stages.len(),
+                    bytes_in: node.bytes_in,
+                    bytes_out: node.bytes_out,
+                })
+                .collect(),
+            stages: state
+                .nodes
+                .iter()
+                .flat_map(|(name, node)| {
+                    node.stages.values().map(move |s| StageSnapshot {
+                        node: name.clone(),
+                        stage_id: s.stage_id,
+                        job: s.job_id.clone(),
+                        pid: s.pid,
+                        uid: s.uid,
+                        name: s.stage_name.clone(),
+                        mountpoints: s.mountpoints.clone(),
+                        usage: node
+                            .usage
+                            .get(&s.stage_id)
+                            .map(|u| u.iter().map(|(r, v)| (r.to_string(), *v)).collect())
+                            .unwrap_or_default(),
+                    })
+                })
+                .collect(),
+            shares: state.shares.clone(),
+            latency_ms_p50: percentile(&latencies, 0.5),
+            latency_ms_p99: percentile(&latencies, 0.99),
+            latency_ms_last: state
+                .latencies
+                .back()
+                .map_or(0.0, |d| d.as_secs_f64() * 1e3),
+        }
+    }
+
+    /// The configuration in force (for `ctl dump`).
+    pub fn config(&self) -> GlobalConfig {
+        self.lock().config.clone()
+    }
+
+    /// Applies an administrative change (validated first; nothing changes on error).
+    pub fn change(&self, change: Change) -> Result<String, String> {
+        let mut state = self.lock();
+        let find = |state: &State, name: &str| -> Result<Resource, String> {
+            let resource = Resource::parse(name)?;
+            if state
+                .config
+                .resources
+                .iter()
+                .any(|r| r.resource == resource)
+            {
+                Ok(resource)
+            } else {
+                Err(format!("'{name}' is not a configured resource"))
+            }
+        };
+        match change {
+            Change::Policy { resource, policy } => {
+                let resource = find(&state, &resource)?;
+                let runner = PolicyRunner::new(&policy)?;
+                state.policies.insert(resource.clone(), runner);
+                for r in state
+                    .config
+                    .resources
+                    .iter_mut()
+                    .filter(|r| r.resource == resource)
+                {
+                    r.policy = policy.clone();
+                }
+                Ok(format!("{resource}: policy {policy}"))
+            }
+            Change::MaxRate { resource, rate } => {
+                let resource = find(&state, &resource)?;
+                let value = crate::config::rate("max_rate", &rate)?;
+                for r in state
+                    .config
+                    .resources
+                    .iter_mut()
+                    .filter(|r| r.resource == resource)
+                {
+                    r.max_rate = value;
+                }
+                Ok(format!("{resource}: Max_R {value}"))
+            }
+            Change::Job {
+                job,
+                priority,
+                resource,
+                demand,
+                limit,
+            } => {
+                let mut settings = state.config.job(&job);
+                if let Some(p) = priority {
+                    if !(p > 0.0 && p.is_finite()) {
+                        return Err(format!("priority {p} must be positive"));
+                    }
+                    settings.priority = p;
+                }
+                if demand.is_some() || limit.is_some() {
+                    let name = resource.ok_or("--resource is needed with --demand or --limit")?;
+                    let r = find(&state, &name)?;
+                    if let Some(d) = demand {
+                        settings
+                            .demand
+                            .insert(r.clone(), crate::config::rate("demand", &d)?);
+                    }
+                    match limit.as_deref() {
+                        Some("none") => {
+                            settings.limit.remove(&r);
+                        }
+                        Some(l) => {
+                            settings.limit.insert(r, crate::config::rate("limit", l)?);
+                        }
+                        None => {}
+                    }
+                }
+                state.config.jobs.insert(job.clone(), settings);
+                Ok(format!("job {job} updated"))
+            }
+        }
+    }
+}
+
+/// An administrative change.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize, Serialize)]
+#[serde(tag = "change", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Change {
+    /// Switch a resource's policy (its state starts afresh).
+    Policy {
+        /// `MOUNT:CLASS`.
+        resource: String,
+        /// Policy name.
+        policy: String,
+    },
+    /// Change a resource's capacity.
+    MaxRate {
+        /// `MOUNT:CLASS`.
+        resource: String,
+        /// A rate (`110k`, `20GiB/s`).
+        rate: String,
+    },
+    /// Change a job's priority, or its demand / static limit on a resource.
+    Job {
+        /// Job id.
+        job: String,
+        /// New priority.
+        priority: Option<f64>,
+        /// The resource for `demand` / `limit`.
+        resource: Option<String>,
+        /// New demand.
+        demand: Option<String>,
+        /// New static limit, or `none`.
+        limit: Option<String>,
+    },
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+/// Static limits in force `elapsed` seconds after start: the configuration's, then the
+/// scheduled rules that have come due, in time order.
+fn static_limits(config: &GlobalConfig, elapsed: f64) -> BTreeMap<(String, Resource), f64> {
+    let mut limits = BTreeMap::new();
+    for (job, settings) in &config.jobs {
+        for (resource, limit) in &settings.limit {
+            limits.insert((job.clone(), resource.clone()), *limit);
+        }
+    }
+    for ScheduledRule {
+        job,
+        resource,
+        limit,
+        ..
+    } in config.rules.iter().filter(|r| r.at <= elapsed)
+    {
+        let key = (job.clone(), resource.clone());
+        match limit {
+            Some(l) => limits.insert(key, *l),
+            None => limits.remove(&key),
+        };
+    }
+    limits
+}
+
+fn stage_views(state: &State) -> Vec<StageView> {
+    state
+        .nodes
+        .iter()
+        .flat_map(|(name, node)| {
+            node.stages.values().map(move |s| StageView {
+                node: name.clone(),
+                stage_id: s.stage_id,
+                job_id: s.job_id.clone(),
+                uid: s.uid,
+                gid: s.gid,
+                job_size: s.job_size,
+                mountpoints: s.mountpoints.clone(),
+                usage: node.usage.get(&s.stage_id).cloned().unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
+/// Rules for a stage that just joined: its job's current share split over its stages,
+/// or a small provisional share for a job not yet planned.
+fn provisional_rules(state: &State, stage: &proto::Stage) -> Vec<proto::Rule> {
+    state
+        .config
+        .resources
+        .iter()
+        .filter(|r| stage.mountpoints.contains(&r.resource.mount))
+        .map(|r| {
+            let existing = state
+                .shares
+                .iter()
+                .find(|s| s.job == stage.job_id && s.resource == r.resource);
+            let rate = match existing {
+                Some(share) => share.assigned / (share.stages as f64 + 1.0),
+                None => r.max_rate * PROVISIONAL_SHARE,
+            };
+            let rate = rate
+                .round()
+                .clamp(1.0, padll_wire::channel::MAX_RATE as f64) as u64;
+            proto::Rule {
+                mount: r.resource.mount.clone(),
+                class: r.resource.class.name().to_string(),
+                rate,
+                bytes: r.resource.counts_bytes(),
+                burst: ((rate as u128 * state.config.burst_ms as u128) / 1000).max(1) as u64,
+            }
+        })
+        .collect()
+}
+
+/// The registry and last cycle, as the admin CLI and metrics see them.
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+pub struct Snapshot {
+    /// Cycles run.
+    pub cycle: u64,
+    /// Seconds since start.
+    pub uptime_s: f64,
+    /// Loop period.
+    pub interval_ms: u64,
+    /// Resources with their capacity and policy.
+    pub resources: Vec<ResourceSnapshot>,
+    /// Attached local controllers.
+    pub nodes: Vec<NodeSnapshot>,
+    /// Registered stages.
+    pub stages: Vec<StageSnapshot>,
+    /// Every job's share of every resource in the last cycle.
+    pub shares: Vec<JobShare>,
+    /// Median cycle latency (last 1000 cycles), ms.
+    pub latency_ms_p50: f64,
+    /// 99th-percentile cycle latency, ms.
+    pub latency_ms_p99: f64,
+    /// Last cycle's latency, ms.
+    pub latency_ms_last: f64,
+}
+
+/// One resource.
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+pub struct ResourceSnapshot {
+    /// `MOUNT:CLASS`.
+    pub resource: String,
+    /// Capacity.
+    pub max_rate: f64,
+    /// Policy.
+    pub policy: String,
+}
+
+/// One local controller.
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+pub struct NodeSnapshot {
+    /// Node name.
+    pub node: String,
+    /// Stages it serves.
+    pub stages: usize,
+    /// Protocol bytes received from it since it attached.
+    pub bytes_in: u64,
+    /// Protocol bytes sent to it since it attached.
+    pub bytes_out: u64,
+}
+
+/// One stage.
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+pub struct StageSnapshot {
+    /// Its node.
+    pub node: String,
+    /// Its id at the node.
+    pub stage_id: u64,
+    /// Job id.
+    pub job: String,
+    /// Process id (from `SO_PEERCRED`).
+    pub pid: u32,
+    /// User id (from `SO_PEERCRED`).
+    pub uid: u32,
+    /// Program name.
+    pub name: String,
+    /// Mountpoints.
+    pub mountpoints: Vec<String>,
+    /// Usage per resource.
+    pub usage: BTreeMap<String, f64>,
+}
+
+/// The gRPC service.
+pub struct Service(pub Arc<Controller>);
+
+#[tonic::async_trait]
+impl proto::global_server::Global for Service {
+    type AttachStream =
+        Pin<Box<dyn tokio_stream::Stream<Item = Result<GlobalMessage, Status>> + Send>>;
+
+    async fn attach(
+        &self,
+        request: Request<Streaming<LocalMessage>>,
+    ) -> Result<Response<Self::AttachStream>, Status> {
+        let mut inbound = request.into_inner();
+        let first = tokio::time::timeout(Duration::from_secs(10), inbound.message())
+            .await
+            .map_err(|_| Status::deadline_exceeded("no register message within 10 s"))??;
+        let name = match first.and_then(|m| m.body) {
+            Some(local_message::Body::Register(proto::Register { node, version }))
+                if version == padll_wire::control::PROTOCOL_VERSION && !node.is_empty() =>
+            {
+                node
+            }
+            Some(local_message::Body::Register(proto::Register { version, .. })) => {
+                return Err(Status::invalid_argument(format!(
+                    "protocol version {version} (or empty node name) not supported; expected {}",
+                    padll_wire::control::PROTOCOL_VERSION
+                )))
+            }
+            _ => {
+                return Err(Status::invalid_argument(
+                    "the first message must be register",
+                ))
+            }
+        };
+        let (outbox, receiver) = mpsc::unbounded_channel();
+        let controller = self.0.clone();
+        let session = controller.attach_node(&name, outbox);
+        tokio::spawn(async move {
+            loop {
+                match inbound.message().await {
+                    Ok(Some(message)) => controller.handle(&name, session, message),
+                    Ok(None) => break,
+                    Err(status) => {
+                        debug!(node = %name, "stream error: {status}");
+                        break;
+                    }
+                }
+            }
+            controller.detach_node(&name, session);
+        });
+        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(
+            receiver,
+        ))))
+    }
+}
+
+/// Serves the gRPC endpoint on an already-bound listener (so callers can bind port 0).
+pub async fn serve(
+    controller: Arc<Controller>,
+    listener: tokio::net::TcpListener,
+) -> Result<(), String> {
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    tonic::transport::Server::builder()
+        .add_service(proto::global_server::GlobalServer::new(Service(controller)))
+        .serve_with_incoming(incoming)
+        .await
+        .map_err(|e| format!("gRPC server failed: {e}"))
+}

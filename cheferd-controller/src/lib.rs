@@ -1,0 +1,19 @@
+//! Cheferd, the PADLL control plane (PADLL paper §III-B): a local controller per
+//! compute node ([`local`]) serving the stages of that node, and a global controller
+//! ([`global`]) running the collect → compute → enforce → sleep loop over all of them.
+
+pub mod admin;
+pub mod config;
+pub mod global;
+pub mod lines;
+pub mod local;
+pub mod metrics;
+pub mod plan;
+pub mod policy;
+pub mod usage;
+
+/// The gRPC protocol between local and global controllers (`proto/cheferd.proto`).
+pub mod proto {
+    #![allow(missing_docs, clippy::all)]
+    tonic::include_proto!("cheferd.v1");
+}

@@ -1,0 +1,411 @@
+//! `cheferd local`: the controller of one compute node (PADLL paper §III-B).
+//!
+//! It serves the stages of its node on a Unix socket (JSON lines, see
+//! `padll_wire::control`), records each peer's uid/gid/pid as the kernel reports them
+//! (`SO_PEERCRED`), keeps the usage rates of every stage, and relays between its
+//! stages and the global controller, to which it keeps one gRPC stream. When that
+//! stream breaks it retries with backoff and, once reconnected, re-registers and
+//! re-announces every stage; the stages keep their last rules meanwhile.
+
+use crate::lines::{self, Line};
+use crate::proto::{
+    self, global_client::GlobalClient, global_message, local_message, GlobalMessage, LocalMessage,
+};
+use crate::usage::{Resource, UsageTracker};
+use padll_wire::channel::{ChannelSpec, Scope, Unit};
+use padll_wire::control::{
+    self, ControlMessage, StageMessage, MAX_MESSAGE_BYTES, PROTOCOL_VERSION,
+};
+use padll_wire::ops::Class;
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tracing::{debug, info, warn};
+
+/// How a local controller is run.
+#[derive(Clone, Debug)]
+pub struct LocalOptions {
+    /// This node's name, unique among the global controller's nodes.
+    pub node: String,
+    /// The Unix socket stages connect to.
+    pub socket: PathBuf,
+    /// The global controller (`http://host:port`).
+    pub global: String,
+    /// How often stages push usage.
+    pub report_interval: Duration,
+}
+
+struct StageEntry {
+    info: proto::Stage,
+    to_stage: mpsc::UnboundedSender<ControlMessage>,
+    usage: UsageTracker,
+}
+
+/// The local controller's state, shared by its tasks.
+pub struct Local {
+    options: LocalOptions,
+    next_stage_id: AtomicU64,
+    stages: Mutex<HashMap<u64, StageEntry>>,
+    upstream: Mutex<Option<mpsc::UnboundedSender<LocalMessage>>>,
+}
+
+impl Local {
+    fn lock_stages(&self) -> std::sync::MutexGuard<'_, HashMap<u64, StageEntry>> {
+        self.stages.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn send_upstream(&self, body: local_message::Body) {
+        if let Some(upstream) = self
+            .upstream
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            let _ = upstream.send(LocalMessage { body: Some(body) });
+        }
+    }
+
+    /// Number of stages connected now.
+    pub fn stage_count(&self) -> usize {
+        self.lock_stages().len()
+    }
+}
+
+/// Runs a local controller until the process is stopped. Fails at once (with a
+/// message naming the path) if the socket cannot be created.
+pub async fn run(options: LocalOptions) -> Result<(), String> {
+    let listener = bind(&options.socket)?;
+    let local = Arc::new(Local {
+        options,
+        next_stage_id: AtomicU64::new(1),
+        stages: Mutex::new(HashMap::new()),
+        upstream: Mutex::new(None),
+    });
+    info!(node = %local.options.node, socket = %local.options.socket.display(), global = %local.options.global, "local controller started");
+    tokio::spawn(upstream_loop(local.clone()));
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                tokio::spawn(serve_stage(local.clone(), stream));
+            }
+            Err(e) => warn!("accept on the stage socket failed: {e}"),
+        }
+    }
+}
+
+/// Binds the stage socket, replacing a stale one. Stages of every user must reach it,
+/// so it is made world-writable; who connected is recorded from `SO_PEERCRED`, and a
+/// stage can only ever affect its own channels.
+fn bind(path: &PathBuf) -> Result<UnixListener, String> {
+    if path.exists() {
+        std::fs::remove_file(path)
+            .map_err(|e| format!("cannot replace the socket {}: {e}", path.display()))?;
+    }
+    let listener = UnixListener::bind(path)
+        .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
+        .map_err(|e| format!("cannot set permissions of {}: {e}", path.display()))?;
+    Ok(listener)
+}
+
+async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
+    let credentials = match stream.peer_cred() {
+        Ok(c) => c,
+        Err(e) => {
+            warn!("stage connection without peer credentials: {e}");
+            return;
+        }
+    };
+    let (read, mut write) = stream.into_split();
+    let mut reader = BufReader::new(read);
+
+    let hello = match tokio::time::timeout(
+        Duration::from_secs(10),
+        lines::read_line(&mut reader, MAX_MESSAGE_BYTES),
+    )
+    .await
+    {
+        Ok(Ok(Line::Text(line))) => control::decode::<StageMessage>(&line),
+        Ok(Ok(Line::TooLong(n))) => Err(format!("first message of {n} bytes is too long")),
+        Ok(Ok(Line::End)) | Ok(Err(_)) => return,
+        Err(_) => Err("no hello within 10 s".to_string()),
+    };
+    let (stage_name, identity, mountpoints) = match hello {
+        Ok(StageMessage::Hello {
+            version: PROTOCOL_VERSION,
+            stage_name,
+            identity,
+            mountpoints,
+        }) => (stage_name, identity, mountpoints),
+        Ok(StageMessage::Hello { version, .. }) => {
+            let reason = format!("protocol version {version} is not supported (this controller speaks {PROTOCOL_VERSION})");
+            warn!(pid = ?credentials.pid(), "{reason}");
+            let _ = write
+                .write_all(control::encode(&ControlMessage::Reject { reason }).as_bytes())
+                .await;
+            return;
+        }
+        Ok(other) => {
+            warn!(pid = ?credentials.pid(), "stage spoke before saying hello: {other:?}");
+            return;
+        }
+        Err(e) => {
+            warn!(pid = ?credentials.pid(), "rejected a stage connection: {e}");
+            let reason = e.clone();
+            let _ = write
+                .write_all(control::encode(&ControlMessage::Reject { reason }).as_bytes())
+                .await;
+            return;
+        }
+    };
+
+    let stage_id = local.next_stage_id.fetch_add(1, Ordering::Relaxed);
+    let info = proto::Stage {
+        stage_id,
+        job_id: identity.job_id,
+        job_size: identity.job_size,
+        user: identity.user,
+        account: identity.account,
+        // What the kernel says, not what the stage claims.
+        uid: credentials.uid(),
+        gid: credentials.gid(),
+        pid: credentials.pid().map_or(identity.pid, |p| p as u32),
+        ppid: identity.ppid,
+        hostname: identity.hostname,
+        stage_name,
+        mountpoints,
+    };
+    let (to_stage, mut outbox) = mpsc::unbounded_channel::<ControlMessage>();
+    let welcome = ControlMessage::Welcome {
+        version: PROTOCOL_VERSION,
+        stage_id,
+        report_interval_ms: local.options.report_interval.as_millis() as u64,
+    };
+    if write
+        .write_all(control::encode(&welcome).as_bytes())
+        .await
+        .is_err()
+    {
+        return;
+    }
+    tokio::spawn(async move {
+        while let Some(message) = outbox.recv().await {
+            if write
+                .write_all(control::encode(&message).as_bytes())
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+    info!(stage_id, job = %info.job_id, pid = info.pid, uid = info.uid, "stage registered");
+    local.lock_stages().insert(
+        stage_id,
+        StageEntry {
+            info: info.clone(),
+            to_stage,
+            usage: UsageTracker::default(),
+        },
+    );
+    local.send_upstream(local_message::Body::StageJoined(proto::StageJoined {
+        stage: Some(info),
+    }));
+
+    loop {
+        match lines::read_line(&mut reader, MAX_MESSAGE_BYTES).await {
+            Ok(Line::Text(line)) => match control::decode::<StageMessage>(&line) {
+                Ok(StageMessage::Usage { channels, ops, .. }) => {
+                    let mut stages = local.lock_stages();
+                    if let Some(entry) = stages.get_mut(&stage_id) {
+                        let mounts = entry.info.mountpoints.clone();
+                        entry.usage.record(Instant::now(), &mounts, &channels, &ops);
+                    }
+                }
+                Ok(StageMessage::Applied {
+                    seq,
+                    error: Some(error),
+                }) => {
+                    warn!(stage_id, seq, "stage refused rules: {error}")
+                }
+                Ok(StageMessage::Applied { .. }) => {}
+                Ok(StageMessage::Hello { .. }) => warn!(stage_id, "ignored a second hello"),
+                Err(e) => warn!(stage_id, "dropped a message from a stage: {e}"),
+            },
+            Ok(Line::TooLong(n)) => warn!(
+                stage_id,
+                "dropped a {n}-byte message from a stage (limit {MAX_MESSAGE_BYTES})"
+            ),
+            Ok(Line::End) | Err(_) => break,
+        }
+    }
+    local.lock_stages().remove(&stage_id);
+    info!(stage_id, "stage left");
+    local.send_upstream(local_message::Body::StageLeft(proto::StageLeft {
+        stage_id,
+    }));
+}
+
+/// Keeps one stream to the global controller, re-establishing it with backoff.
+async fn upstream_loop(local: Arc<Local>) {
+    let mut backoff = Duration::from_millis(100);
+    let mut reported_unreachable = false;
+    loop {
+        match GlobalClient::connect(local.options.global.clone()).await {
+            Ok(mut client) => {
+                let (sender, receiver) = mpsc::unbounded_channel::<LocalMessage>();
+                let _ = sender.send(LocalMessage {
+                    body: Some(local_message::Body::Register(proto::Register {
+                        node: local.options.node.clone(),
+                        version: PROTOCOL_VERSION,
+                    })),
+                });
+                {
+                    // Announce every stage and start forwarding joins/leaves atomically,
+                    // so none is missed or announced twice.
+                    let stages = local.lock_stages();
+                    for entry in stages.values() {
+                        let _ = sender.send(LocalMessage {
+                            body: Some(local_message::Body::StageJoined(proto::StageJoined {
+                                stage: Some(entry.info.clone()),
+                            })),
+                        });
+                    }
+                    *local.upstream.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some(sender.clone());
+                }
+                match client.attach(UnboundedReceiverStream::new(receiver)).await {
+                    Ok(response) => {
+                        info!(global = %local.options.global, "attached to the global controller");
+                        backoff = Duration::from_millis(100);
+                        reported_unreachable = false;
+                        let mut inbound = response.into_inner();
+                        loop {
+                            match inbound.message().await {
+                                Ok(Some(message)) => handle_global(&local, &sender, message),
+                                Ok(None) => break,
+                                Err(status) => {
+                                    debug!("global stream error: {status}");
+                                    break;
+                                }
+                            }
+                        }
+                        warn!("lost the global controller; stages keep their last rules");
+                    }
+                    Err(status) => warn!(
+                        "the global controller refused the stream: {}",
+                        status.message()
+                    ),
+                }
+                *local.upstream.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            }
+            Err(e) => {
+                if !reported_unreachable {
+                    warn!(global = %local.options.global, "cannot reach the global controller ({e}); retrying");
+                    reported_unreachable = true;
+                }
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+fn handle_global(
+    local: &Local,
+    upstream: &mpsc::UnboundedSender<LocalMessage>,
+    message: GlobalMessage,
+) {
+    match message.body {
+        Some(global_message::Body::Collect(proto::Collect { cycle })) => {
+            let stages = local.lock_stages();
+            let usage = proto::Usage {
+                cycle,
+                stages: stages
+                    .values()
+                    .map(|entry| proto::StageUsage {
+                        stage_id: entry.info.stage_id,
+                        resources: entry
+                            .usage
+                            .rates()
+                            .iter()
+                            .map(|(resource, rate)| proto::ResourceUsage {
+                                mount: resource.mount.clone(),
+                                class: resource.class.name().to_string(),
+                                rate: *rate,
+                                limit: entry.usage.limit(resource).unwrap_or(0),
+                            })
+                            .collect(),
+                    })
+                    .collect(),
+            };
+            let _ = upstream.send(LocalMessage {
+                body: Some(local_message::Body::Usage(usage)),
+            });
+        }
+        Some(global_message::Body::Enforce(proto::Enforce {
+            cycle,
+            stages: plans,
+        })) => {
+            let stages = local.lock_stages();
+            let mut applied = 0;
+            for plan in plans {
+                let Some(entry) = stages.get(&plan.stage_id) else {
+                    continue;
+                };
+                let rules = plan.rules.iter().filter_map(rule_to_spec).collect();
+                if entry
+                    .to_stage
+                    .send(ControlMessage::SetRules { seq: cycle, rules })
+                    .is_ok()
+                {
+                    applied += 1;
+                }
+            }
+            let _ = upstream.send(LocalMessage {
+                body: Some(local_message::Body::Applied(proto::Applied {
+                    cycle,
+                    stages: applied,
+                })),
+            });
+        }
+        Some(global_message::Body::Registered(registered)) => {
+            debug!(
+                interval_ms = registered.interval_ms,
+                "registered with the global controller"
+            )
+        }
+        None => warn!("empty message from the global controller"),
+    }
+}
+
+/// A rule from the global controller as a stage channel.
+pub fn rule_to_spec(rule: &proto::Rule) -> Option<ChannelSpec> {
+    let class = Class::from_name(&rule.class)?;
+    Some(ChannelSpec {
+        mount: Some(rule.mount.clone()),
+        scope: Scope::Class(class),
+        rate: rule.rate.max(1),
+        unit: if rule.bytes {
+            Unit::Bytes
+        } else {
+            Unit::Requests
+        },
+        burst: rule.burst.max(1),
+    })
+}
+
+/// The resource a rule controls.
+pub fn rule_resource(rule: &proto::Rule) -> Option<Resource> {
+    Some(Resource {
+        mount: rule.mount.clone(),
+        class: Class::from_name(&rule.class)?,
+    })
+}

@@ -1,0 +1,302 @@
+//! `cheferd`: the PADLL control plane's command line.
+
+use cheferd_controller::admin::{self, AdminRequest, CtlError};
+use cheferd_controller::config::GlobalConfig;
+use cheferd_controller::global::{self, Change, Controller};
+use cheferd_controller::local::{self, LocalOptions};
+use cheferd_controller::{metrics, policy};
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(
+    name = "cheferd",
+    version,
+    about = "PADLL control plane: global and local controllers, admin CLI"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the global controller.
+    Global {
+        /// TOML configuration (resources, policies, jobs, scheduled rules).
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// gRPC address for local controllers.
+        #[arg(long, default_value = "127.0.0.1:50051")]
+        listen: String,
+        /// Admin socket for `cheferd ctl`.
+        #[arg(long, value_name = "PATH", default_value = "/tmp/cheferd-admin.sock")]
+        admin_socket: PathBuf,
+        /// Prometheus metrics address (`GET /metrics`).
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<String>,
+    },
+    /// Run a local controller (one per compute node).
+    Local {
+        /// This node's name (default: the host name).
+        #[arg(long)]
+        node: Option<String>,
+        /// Unix socket the stages connect to (their PADLL_CONTROLLER).
+        #[arg(long, value_name = "PATH", default_value = "/tmp/cheferd-local.sock")]
+        socket: PathBuf,
+        /// The global controller.
+        #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:50051")]
+        global: String,
+        /// How often stages report usage, ms.
+        #[arg(long, default_value_t = 250)]
+        report_ms: u64,
+    },
+    /// Administer a running global controller.
+    Ctl {
+        /// The global controller's admin socket.
+        #[arg(long, value_name = "PATH", default_value = "/tmp/cheferd-admin.sock")]
+        socket: PathBuf,
+        #[command(subcommand)]
+        command: CtlCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum CtlCommand {
+    /// Attached local controllers.
+    Nodes,
+    /// Jobs with usage, demand and assigned rate per resource.
+    Jobs,
+    /// Registered stages.
+    Stages,
+    /// Live jobs view, refreshed every second (Ctrl-C to quit).
+    Top {
+        /// Print once and exit.
+        #[arg(long)]
+        once: bool,
+    },
+    /// The whole state as JSON (registry, last cycle, configuration).
+    Dump,
+    /// Change a resource's policy.
+    SetPolicy {
+        /// `MOUNT:CLASS`.
+        resource: String,
+        /// Policy name.
+        policy: String,
+    },
+    /// Change a resource's capacity Max_R.
+    SetMaxRate {
+        /// `MOUNT:CLASS`.
+        resource: String,
+        /// Rate (`110k`, `20GiB/s`).
+        rate: String,
+    },
+    /// Change a job's priority, or its demand / static limit on a resource.
+    SetJob {
+        /// Job id.
+        job: String,
+        /// New priority (> 0).
+        #[arg(long)]
+        priority: Option<f64>,
+        /// The resource for --demand / --limit.
+        #[arg(long)]
+        resource: Option<String>,
+        /// New demand.
+        #[arg(long)]
+        demand: Option<String>,
+        /// New static limit, or `none` to lift it.
+        #[arg(long)]
+        limit: Option<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cheferd: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Global {
+                config,
+                listen,
+                admin_socket,
+                metrics,
+            } => run_global(config, listen, admin_socket, metrics).await,
+            Command::Local {
+                node,
+                socket,
+                global,
+                report_ms,
+            } => run_local(node, socket, global, report_ms).await,
+            Command::Ctl { socket, command } => {
+                ctl(&socket, command).await.map_err(|e| (e.message, e.code))
+            }
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err((message, code)) => {
+            eprintln!("cheferd: {message}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+type Failure = (String, u8);
+
+fn usage_error(message: String) -> Failure {
+    (message, 2)
+}
+
+async fn run_global(
+    config: PathBuf,
+    listen: String,
+    admin_socket: PathBuf,
+    metrics_addr: Option<String>,
+) -> Result<(), Failure> {
+    let text = std::fs::read_to_string(&config)
+        .map_err(|e| usage_error(format!("cannot read --config {}: {e}", config.display())))?;
+    let parsed = GlobalConfig::parse(&text, &policy::check)
+        .map_err(|e| usage_error(format!("{}: {e}", config.display())))?;
+    let grpc = tokio::net::TcpListener::bind(&listen)
+        .await
+        .map_err(|e| usage_error(format!("cannot listen on --listen {listen}: {e}")))?;
+    let metrics_listener = match &metrics_addr {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| usage_error(format!("cannot listen on --metrics {addr}: {e}")))?,
+        ),
+        None => None,
+    };
+    let admins = parsed.admins.clone();
+    let controller = Controller::new(parsed).map_err(usage_error)?;
+    tracing::info!(listen = %grpc.local_addr().map(|a| a.to_string()).unwrap_or_default(), "global controller started");
+    if let Some(listener) = metrics_listener {
+        tokio::spawn(metrics::serve(controller.clone(), listener));
+    }
+    let admin = {
+        let controller = controller.clone();
+        let path = admin_socket.clone();
+        tokio::spawn(async move { admin::serve(controller, &path, admins).await })
+    };
+    tokio::spawn(controller.clone().run_loop());
+    tokio::select! {
+        result = global::serve(controller, grpc) => result.map_err(|e| (e, 1)),
+        result = admin => match result {
+            Ok(Err(e)) => Err(usage_error(e)),
+            _ => Err(("the admin socket stopped".into(), 1)),
+        },
+    }
+}
+
+async fn run_local(
+    node: Option<String>,
+    socket: PathBuf,
+    global: String,
+    report_ms: u64,
+) -> Result<(), Failure> {
+    if !(global.starts_with("http://") || global.starts_with("https://")) {
+        return Err(usage_error(format!(
+            "--global '{global}' must be a URL such as http://10.0.0.1:50051"
+        )));
+    }
+    if !(10..=60_000).contains(&report_ms) {
+        return Err(usage_error(format!(
+            "--report-ms {report_ms} must be between 10 and 60000"
+        )));
+    }
+    let node = node.unwrap_or_else(|| {
+        let mut buf = [0u8; 256];
+        // SAFETY: valid buffer.
+        unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+        String::from_utf8_lossy(&buf[..buf.iter().position(|b| *b == 0).unwrap_or(0)]).into_owned()
+    });
+    local::run(LocalOptions {
+        node,
+        socket,
+        global,
+        report_interval: Duration::from_millis(report_ms),
+    })
+    .await
+    .map_err(usage_error)
+}
+
+async fn ctl(socket: &std::path::Path, command: CtlCommand) -> Result<(), CtlError> {
+    let change = |change: Change| AdminRequest::Change { change };
+    match command {
+        CtlCommand::Nodes => print!("{}", admin::nodes_table(&admin::snapshot(socket).await?)),
+        CtlCommand::Jobs => print!("{}", admin::jobs_table(&admin::snapshot(socket).await?)),
+        CtlCommand::Stages => print!("{}", admin::stages_table(&admin::snapshot(socket).await?)),
+        CtlCommand::Top { once } => loop {
+            let table = admin::jobs_table(&admin::snapshot(socket).await?);
+            if once {
+                print!("{table}");
+                break;
+            }
+            print!("\x1b[2J\x1b[H{table}");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        },
+        CtlCommand::Dump => {
+            let snapshot = admin::request(socket, &AdminRequest::Snapshot).await?;
+            let config = admin::request(socket, &AdminRequest::Config).await?;
+            let dump = serde_json::json!({ "state": snapshot, "config": config });
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&dump).unwrap_or_default()
+            );
+        }
+        CtlCommand::SetPolicy { resource, policy } => {
+            print_ok(admin::request(socket, &change(Change::Policy { resource, policy })).await?)
+        }
+        CtlCommand::SetMaxRate { resource, rate } => {
+            print_ok(admin::request(socket, &change(Change::MaxRate { resource, rate })).await?)
+        }
+        CtlCommand::SetJob {
+            job,
+            priority,
+            resource,
+            demand,
+            limit,
+        } => print_ok(
+            admin::request(
+                socket,
+                &change(Change::Job {
+                    job,
+                    priority,
+                    resource,
+                    demand,
+                    limit,
+                }),
+            )
+            .await?,
+        ),
+    }
+    Ok(())
+}
+
+fn print_ok(value: serde_json::Value) {
+    match value {
+        serde_json::Value::String(s) => println!("{s}"),
+        other => println!("{other}"),
+    }
+}

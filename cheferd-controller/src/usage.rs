@@ -1,0 +1,232 @@
+//! Turning a stage's cumulative counters into rates per resource.
+//!
+//! A *resource* is one mountpoint × class (`/scratch:metadata`, counted in ops/s, or
+//! `/scratch:data`, counted in bytes/s): what the global controller shares out. A stage
+//! reports cumulative tokens per channel and cumulative counts per operation; the rate of
+//! a resource over the last report interval comes from the channel the control plane
+//! installed for it, or — before it has one — from the operation counters of a stage
+//! with a single mountpoint.
+
+use padll_wire::channel::{ChannelInfo, Scope};
+use padll_wire::ops::{Class, Op};
+use padll_wire::report::OpStats;
+use std::collections::HashMap;
+use std::time::Instant;
+
+/// One mountpoint × class.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Resource {
+    /// The mountpoint, as the stages register it.
+    pub mount: String,
+    /// The class of operations.
+    pub class: Class,
+}
+
+impl Resource {
+    /// Parses `MOUNT:CLASS`.
+    pub fn parse(text: &str) -> Result<Resource, String> {
+        let (mount, class) = text.rsplit_once(':').ok_or_else(|| {
+            format!("bad resource '{text}': expected MOUNT:CLASS, as in /scratch:metadata")
+        })?;
+        if !mount.starts_with('/') {
+            return Err(format!(
+                "bad resource '{text}': '{mount}' is not an absolute path"
+            ));
+        }
+        let class = Class::from_name(class).ok_or_else(|| {
+            format!("bad resource '{text}': '{class}' is not metadata, data, directory or xattr")
+        })?;
+        Ok(Resource {
+            mount: padll_wire::config::normalize_mount(mount),
+            class,
+        })
+    }
+
+    /// Whether its tokens are bytes (data) or operations.
+    pub fn counts_bytes(&self) -> bool {
+        self.class == Class::Data
+    }
+}
+
+impl serde::Serialize for Resource {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Resource {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Resource, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Resource::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+impl std::fmt::Display for Resource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.mount, self.class)
+    }
+}
+
+/// Cumulative counters of one stage at one instant.
+#[derive(Clone, Debug, Default)]
+struct Sample {
+    at: Option<Instant>,
+    tokens: HashMap<Resource, u64>,
+}
+
+/// Rates of one stage, from its successive usage reports.
+#[derive(Debug, Default)]
+pub struct UsageTracker {
+    last: Sample,
+    rates: HashMap<Resource, f64>,
+    limits: HashMap<Resource, u64>,
+}
+
+impl UsageTracker {
+    /// Records a report received `now`.
+    pub fn record(
+        &mut self,
+        now: Instant,
+        mountpoints: &[String],
+        channels: &[ChannelInfo],
+        ops: &[OpStats],
+    ) {
+        let mut tokens = HashMap::new();
+        self.limits.clear();
+        for channel in channels {
+            if let (Some(mount), Scope::Class(class)) = (&channel.spec.mount, channel.spec.scope) {
+                let resource = Resource {
+                    mount: mount.clone(),
+                    class,
+                };
+                self.limits.insert(resource.clone(), channel.spec.rate);
+                tokens.insert(resource, channel.tokens);
+            }
+        }
+        // Before the control plane installed channels: per-operation counters, which can
+        // be attributed to a mountpoint only when the stage has one.
+        if let [mount] = mountpoints {
+            for class in Class::ALL {
+                let resource = Resource {
+                    mount: mount.clone(),
+                    class,
+                };
+                tokens.entry(resource).or_insert_with(|| {
+                    ops.iter()
+                        .filter(|row| Op::from_name(&row.op).is_some_and(|op| op.class() == class))
+                        .map(|row| {
+                            if class == Class::Data {
+                                row.bytes
+                            } else {
+                                row.managed
+                            }
+                        })
+                        .sum()
+                });
+            }
+        }
+        if let Some(previous) = self.last.at {
+            let seconds = now.duration_since(previous).as_secs_f64();
+            if seconds > 0.0 {
+                self.rates = tokens
+                    .iter()
+                    .map(|(resource, now_tokens)| {
+                        let before = self.last.tokens.get(resource).copied().unwrap_or(0);
+                        // A counter that went backwards (channel replaced) restarts from 0.
+                        let delta = now_tokens.checked_sub(before).unwrap_or(*now_tokens);
+                        (resource.clone(), delta as f64 / seconds)
+                    })
+                    .collect();
+            }
+        }
+        self.last = Sample {
+            at: Some(now),
+            tokens,
+        };
+    }
+
+    /// The rate of each resource over the last report interval.
+    pub fn rates(&self) -> &HashMap<Resource, f64> {
+        &self.rates
+    }
+
+    /// The stage's current limit for each resource, if it has one.
+    pub fn limit(&self, resource: &Resource) -> Option<u64> {
+        self.limits.get(resource).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use padll_wire::channel::{ChannelId, ChannelSpec, Unit};
+    use std::time::Duration;
+
+    fn channel(tokens: u64) -> ChannelInfo {
+        ChannelInfo {
+            id: ChannelId(0),
+            spec: ChannelSpec {
+                mount: Some("/scratch".into()),
+                scope: Scope::Class(Class::Metadata),
+                rate: 100,
+                unit: Unit::Requests,
+                burst: 1,
+            },
+            admitted: tokens,
+            tokens,
+        }
+    }
+
+    fn ops(opens: u64) -> Vec<OpStats> {
+        vec![OpStats {
+            op: "open".into(),
+            calls: opens,
+            managed: opens,
+            ..OpStats::default()
+        }]
+    }
+
+    #[test]
+    fn rates_from_channels_and_from_operations() {
+        let mounts = vec!["/scratch".to_string()];
+        let metadata = Resource::parse("/scratch:metadata").unwrap();
+        let mut tracker = UsageTracker::default();
+        let t0 = Instant::now();
+        tracker.record(t0, &mounts, &[], &ops(100));
+        assert!(tracker.rates().is_empty());
+        tracker.record(t0 + Duration::from_secs(2), &mounts, &[], &ops(300));
+        assert_eq!(tracker.rates()[&metadata], 100.0);
+        // The channel appears: its tokens take over (a fresh counter, so the first
+        // interval counts from zero).
+        tracker.record(
+            t0 + Duration::from_secs(3),
+            &mounts,
+            &[channel(50)],
+            &ops(400),
+        );
+        assert_eq!(tracker.rates()[&metadata], 50.0);
+        tracker.record(
+            t0 + Duration::from_secs(4),
+            &mounts,
+            &[channel(80)],
+            &ops(500),
+        );
+        assert_eq!(tracker.rates()[&metadata], 30.0);
+        assert_eq!(tracker.limit(&metadata), Some(100));
+    }
+
+    #[test]
+    fn resource_parsing() {
+        assert_eq!(
+            Resource::parse("/scratch/:data").unwrap().to_string(),
+            "/scratch:data"
+        );
+        assert!(Resource::parse("scratch:data")
+            .unwrap_err()
+            .contains("'scratch'"));
+        assert!(Resource::parse("/scratch:bogus")
+            .unwrap_err()
+            .contains("'bogus'"));
+        assert!(Resource::parse("/scratch").is_err());
+    }
+}
