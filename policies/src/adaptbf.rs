@@ -1,0 +1,448 @@
+//! AdapTBF token lending and borrowing (AdapTBF paper §III-C, eqs. 1–25).
+//!
+//! Every control interval `Δt` the resource has `T·Δt` tokens (`T` = `Max_R`). They are
+//! allocated in three steps:
+//!
+//! 1. **Priority-based initial allocation** (§III-C1): `p_x = n_x / Σ n` from node counts
+//!    (eq. 1), `α_x = T·p_x·Δt` (eq. 2).
+//! 2. **Redistribution of surplus tokens** (§III-C2): utilization `u_x = d_x / α_x^{t−1}`
+//!    (eq. 3), surplus `Ts_x = α_x − d_x` when positive (eqs. 4–5), distribution factor
+//!    `DF_x` (eq. 6); the surplus is shared by `DF` (eq. 7) and lenders' records grow,
+//!    borrowers' shrink (eq. 8).
+//! 3. **Re-compensation** (§III-C3): lenders (`J+`, eq. 9) whose demand comes back reclaim
+//!    tokens from borrowers (`J−`, eq. 10) with the reclaim coefficient `C` (eqs. 11–13),
+//!    bounded by the borrowers' records (eq. 14), shared among lenders by `DF`
+//!    (eqs. 15–20).
+//!
+//! Tokens are integers: at each step every job's fractional part is carried as a
+//! remainder `ρ_x ∈ [0, 1)` to its next step (eqs. 21–25) and the largest-remainder rule
+//! makes each step distribute exactly its total (§III-C4). Records are integers, so they
+//! always sum to exactly zero.
+//!
+//! ## State and departures
+//! The state ([`AdaptbfState`]) keeps, per job, its record, remainder and last allocation
+//! (`α^{t−1}`, needed by eq. 3). A job that is absent from a snapshot has left: its entry
+//! is dropped and its record is **written off** against the jobs that remain — if it
+//! left owing tokens (negative record), the lenders' positive records are reduced in
+//! proportion to their size; if it left being owed (positive record), the borrowers'
+//! debts are forgiven in proportion. Records therefore keep summing to zero over the
+//! active jobs, and nobody reclaims tokens from a job that can no longer repay them.
+//!
+//! ## Clarifications of the paper (documented deviations)
+//! * `d_x` is the job's observed demand in tokens: [`JobSnapshot::need`]`·Δt` (served
+//!   plus held-back operations).
+//! * A job seen for the first time has no `α^{t−1}`; its current initial allocation is
+//!   used. Zero denominators count as one token.
+//! * Eq. (13) writes `C_x^t` but sums over all of `J+`: it is one coefficient per step.
+//!   Eq. (14) is additionally bounded by the borrower's record after redistribution and
+//!   by its allocation (a job cannot give back more than it holds), and the total
+//!   reclaimed is bounded by the lenders' total record (no over-compensation).
+//! * Eq. (24) as printed (`ρ = α − ⌊α + ρ_prev⌋`) can leave `[0, 1)`; we use the fractional
+//!   part of `α + ρ_prev`. In the largest-remainder correction, the job given an extra
+//!   token has its remainder consumed (set to 0); the job losing one keeps its remainder.
+//!   Both keep `ρ ∈ [0, 1)`.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::util::clean;
+use crate::{JobId, JobSnapshot, Policy};
+
+/// What AdapTBF remembers about one job between cycles.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobEntry {
+    /// The job.
+    pub id: JobId,
+    /// Tokens lent (> 0) or borrowed (< 0) so far (`r_x`).
+    pub record: i64,
+    /// Fractional token carried to the next allocation step (`ρ_x`, in `[0, 1)`).
+    pub remainder: f64,
+    /// Tokens allocated in the previous cycle (`α_x^{t−1}`).
+    pub allocated: u64,
+}
+
+/// AdapTBF's state across cycles (serialised by `policies allocate`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdaptbfState {
+    /// One entry per job of the previous cycle, in that cycle's order.
+    pub jobs: Vec<JobEntry>,
+}
+
+/// Per-job scratch of one cycle.
+#[derive(Debug, Clone, Copy, Default)]
+struct Work {
+    id: JobId,
+    p: f64,
+    d: f64,
+    u: f64,
+    df: f64,
+    record: i64,
+    record0: i64,
+    rho: f64,
+    prev: Option<u64>,
+    alpha: i64,
+    surplus: i64,
+    share: i64,
+}
+
+/// The AdapTBF policy (see the module documentation).
+#[derive(Debug, Clone)]
+pub struct Adaptbf {
+    /// Control interval `Δt` in seconds (tokens per cycle = `Max_R·Δt`).
+    pub interval: f64,
+    state: AdaptbfState,
+    work: Vec<Work>,
+    idx: Vec<u32>,
+    raw: Vec<f64>,
+    alloc: Vec<i64>,
+}
+
+impl Default for Adaptbf {
+    fn default() -> Self {
+        Adaptbf::new(1.0)
+    }
+}
+
+impl Adaptbf {
+    /// AdapTBF with a control interval of `interval` seconds.
+    pub fn new(interval: f64) -> Self {
+        Adaptbf {
+            interval: if interval.is_finite() && interval > 0.0 {
+                interval
+            } else {
+                1.0
+            },
+            state: AdaptbfState::default(),
+            work: Vec::new(),
+            idx: Vec::new(),
+            raw: Vec::new(),
+            alloc: Vec::new(),
+        }
+    }
+
+    /// The state after the last cycle.
+    pub fn current_state(&self) -> &AdaptbfState {
+        &self.state
+    }
+
+    /// Replace the state (e.g. one read back from JSON).
+    pub fn set_state(&mut self, state: AdaptbfState) {
+        self.state = state;
+    }
+
+    /// Load the previous state into `self.work` and write off departed jobs' records.
+    fn load_work(&mut self, jobs: &[JobSnapshot]) {
+        self.work.clear();
+        let prev = &self.state.jobs;
+        let aligned = prev.len() >= jobs.len() && jobs.iter().zip(prev).all(|(j, e)| j.id == e.id);
+        let map: Option<HashMap<JobId, usize>> = if aligned {
+            None
+        } else {
+            Some(prev.iter().enumerate().map(|(i, e)| (e.id, i)).collect())
+        };
+
+        for (k, j) in jobs.iter().enumerate() {
+            let entry = match &map {
+                None => Some(&prev[k]),
+                Some(m) => m.get(&j.id).map(|&i| &prev[i]),
+            };
+            let mut w = Work {
+                id: j.id,
+                ..Work::default()
+            };
+            if let Some(e) = entry {
+                w.record = e.record;
+                w.rho = if (0.0..1.0).contains(&e.remainder) {
+                    e.remainder
+                } else {
+                    0.0
+                };
+                w.prev = Some(e.allocated);
+            }
+            self.work.push(w);
+        }
+        // Departed jobs (in the previous state, absent now): write their records off
+        // against the remaining jobs (a no-op when nobody left owing or being owed).
+        self.write_off();
+    }
+
+    /// Bring the remaining jobs' records back to a zero sum (departed jobs took the
+    /// difference with them).
+    fn write_off(&mut self) {
+        let remaining: i64 = self.work.iter().map(|w| w.record).sum();
+        if remaining == 0 {
+            return;
+        }
+        // remaining > 0: lenders lose `remaining` in proportion to their records;
+        // remaining < 0: borrowers are forgiven `|remaining|` in proportion.
+        let sign = remaining.signum();
+        self.idx.clear();
+        self.raw.clear();
+        let total: i64 = self
+            .work
+            .iter()
+            .map(|w| w.record)
+            .filter(|r| r.signum() == sign)
+            .map(|r| r.abs())
+            .sum();
+        for (i, w) in self.work.iter().enumerate() {
+            if w.record.signum() == sign {
+                self.idx.push(i as u32);
+                self.raw
+                    .push(remaining.abs() as f64 * w.record.abs() as f64 / total as f64);
+            }
+        }
+        // Plain largest remainder (no carried remainders: this is bookkeeping).
+        let mut cut: Vec<(i64, f64, u32)> = self
+            .raw
+            .iter()
+            .zip(&self.idx)
+            .map(|(&r, &i)| (r.floor() as i64, r - r.floor(), i))
+            .collect();
+        let mut missing = remaining.abs() - cut.iter().map(|c| c.0).sum::<i64>();
+        cut.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.2.cmp(&b.2)));
+        for c in cut.iter_mut() {
+            if missing <= 0 {
+                break;
+            }
+            c.0 += 1;
+            missing -= 1;
+        }
+        for (amount, _, i) in cut {
+            let w = &mut self.work[i as usize];
+            w.record -= sign * amount.min(w.record.abs());
+        }
+    }
+}
+
+/// Apportion `total` integer tokens over the jobs listed in `idx` with real shares
+/// `raw` (same order, summing to `total`), carrying each job's remainder (AdapTBF
+/// eqs. 23–25) and correcting with the largest-remainder rule (§III-C4) so that the
+/// integer results sum to exactly `total`. Results go to `alloc[k]` for `idx[k]`.
+fn apportion(total: i64, idx: &[u32], raw: &[f64], work: &mut [Work], alloc: &mut Vec<i64>) {
+    alloc.clear();
+    let mut sum = 0i64;
+    for (&i, &r) in idx.iter().zip(raw) {
+        let w = &mut work[i as usize];
+        // eq. (23): α^f = ⌊α + ρ_prev⌋
+        let v = clean(r) + w.rho;
+        let a = v.floor();
+        // eq. (24) (fractional part, see module docs), eq. (25)
+        w.rho = (v - a).clamp(0.0, 1.0 - f64::EPSILON);
+        alloc.push(a as i64);
+        sum += a as i64;
+    }
+    let mut diff = total - sum;
+    if diff == 0 || idx.is_empty() {
+        return;
+    }
+    // Largest remainder first (ties: lower job id first, for determinism).
+    let mut order: Vec<u32> = (0..idx.len() as u32).collect();
+    let key = |k: u32| {
+        let w = &work[idx[k as usize] as usize];
+        (w.rho, w.id)
+    };
+    order.sort_unstable_by(|&a, &b| {
+        let (ra, ia) = key(a);
+        let (rb, ib) = key(b);
+        rb.total_cmp(&ra).then(ia.cmp(&ib))
+    });
+    while diff != 0 {
+        let before = diff;
+        for &k in &order {
+            if diff == 0 {
+                break;
+            }
+            let k = k as usize;
+            if diff > 0 {
+                alloc[k] += 1;
+                work[idx[k] as usize].rho = 0.0;
+                diff -= 1;
+            } else if alloc[k] > 0 {
+                alloc[k] -= 1;
+                diff += 1;
+            }
+        }
+        if diff == before {
+            break; // cannot happen with consistent inputs; never loop forever
+        }
+    }
+}
+
+impl Policy for Adaptbf {
+    fn name(&self) -> String {
+        if self.interval == 1.0 {
+            "adaptbf".into()
+        } else {
+            format!("adaptbf:{}", self.interval)
+        }
+    }
+
+    fn allocate_into(&mut self, max_rate: f64, jobs: &[JobSnapshot], out: &mut Vec<f64>) {
+        let dt = self.interval;
+        let total = (clean(max_rate) * dt).floor().min(i64::MAX as f64 / 4.0) as i64;
+        self.load_work(jobs);
+        let n = jobs.len();
+
+        // ---- Step 1: priority-based initial allocation ----
+        // eq. (1): p_x = n_x / Σ n
+        let nodes: f64 = jobs.iter().map(|j| j.size as f64).sum();
+        for (w, j) in self.work.iter_mut().zip(jobs) {
+            w.p = if nodes > 0.0 {
+                j.size as f64 / nodes
+            } else {
+                1.0 / n as f64
+            };
+            w.d = clean(j.need()) * dt;
+            w.record0 = w.record;
+        }
+        // eq. (2): α_x = T · p_x · Δt   (integer, with remainders)
+        self.idx.clear();
+        self.idx.extend(0..n as u32);
+        self.raw.clear();
+        self.raw
+            .extend(self.work.iter().map(|w| total as f64 * w.p));
+        apportion(total, &self.idx, &self.raw, &mut self.work, &mut self.alloc);
+        for (w, &a) in self.work.iter_mut().zip(&self.alloc) {
+            w.alpha = a;
+        }
+
+        // ---- Step 2: redistribution of surplus tokens ----
+        let mut ts = 0i64;
+        let mut df_sum = 0.0;
+        for w in self.work.iter_mut() {
+            // eq. (3): u_x = d_x / α_x^{t−1}
+            let prev = w.prev.map(|a| a as i64).unwrap_or(w.alpha).max(1);
+            w.u = w.d / prev as f64;
+            // eq. (4): Ts_x = α_x − d_x if α_x > d_x (whole tokens)
+            w.surplus = if (w.alpha as f64) > w.d {
+                (w.alpha as f64 - w.d).floor() as i64
+            } else {
+                0
+            };
+            ts += w.surplus; // eq. (5)
+                             // eq. (6): distribution factor
+            w.df = if w.u > 1.0 {
+                w.u + w.u * w.p
+            } else {
+                w.u * w.p
+            };
+            df_sum += w.df;
+        }
+        if ts > 0 {
+            if df_sum > 0.0 {
+                self.raw.clear();
+                self.raw
+                    .extend(self.work.iter().map(|w| w.df / df_sum * ts as f64));
+                apportion(ts, &self.idx, &self.raw, &mut self.work, &mut self.alloc);
+                for (w, &g) in self.work.iter_mut().zip(&self.alloc) {
+                    w.share = g;
+                }
+            } else {
+                // Nobody can use the surplus: every job keeps its own.
+                for w in self.work.iter_mut() {
+                    w.share = w.surplus;
+                }
+            }
+            for w in self.work.iter_mut() {
+                w.alpha = w.alpha - w.surplus + w.share; // eq. (7)
+                w.record = w.record + w.surplus - w.share; // eq. (8)
+            }
+        }
+
+        // ---- Step 3: re-compensation for borrowed tokens ----
+        // eqs. (9)–(10): sign kept before and after redistribution
+        let lender = |w: &Work| w.record0 > 0 && w.record > 0;
+        let borrower = |w: &Work| w.record0 < 0 && w.record < 0;
+        let mut c = 0.0;
+        let mut lenders_record = 0i64;
+        let mut lenders_df = 0.0;
+        let mut n_lenders = 0usize;
+        for w in self.work.iter().filter(|w| lender(w)) {
+            // eq. (12): ū = d_x / α_{x,RD}
+            let ubar = if w.alpha > 0 {
+                w.d / w.alpha as f64
+            } else if w.d > 0.0 {
+                f64::INFINITY
+            } else {
+                0.0
+            };
+            // eq. (13)
+            c += w.p * (w.u.max(1.0) + (1.0 - ubar).max(0.0)) / 2.0;
+            lenders_record += w.record;
+            lenders_df += w.df;
+            n_lenders += 1;
+        }
+        if n_lenders > 0 && c > 0.0 {
+            // eq. (14): T_R^x = min(|r_x|, ⌊C · α_{x,RD}⌋), also ≤ |r_RD| and ≤ α_RD
+            let mut tr = 0i64;
+            for w in self.work.iter_mut().filter(|w| borrower(w)) {
+                let want = (c * w.alpha as f64).floor().min(i64::MAX as f64 / 4.0) as i64;
+                let take = want
+                    .min(w.record0.abs())
+                    .min(w.record.abs())
+                    .min(w.alpha)
+                    .min(lenders_record - tr)
+                    .max(0);
+                w.alpha -= take; // eq. (15)
+                w.record += take; // eq. (16)
+                tr += take; // eq. (17)
+            }
+            if tr > 0 {
+                // eqs. (18)–(20): shared among J+ by RF = DF
+                self.idx.clear();
+                self.raw.clear();
+                for (i, w) in self.work.iter().enumerate() {
+                    if lender(w) {
+                        self.idx.push(i as u32);
+                        let share = if lenders_df > 0.0 {
+                            w.df / lenders_df
+                        } else {
+                            1.0 / n_lenders as f64
+                        };
+                        self.raw.push(share * tr as f64);
+                    }
+                }
+                apportion(tr, &self.idx, &self.raw, &mut self.work, &mut self.alloc);
+                for (&i, &g) in self.idx.iter().zip(&self.alloc) {
+                    let w = &mut self.work[i as usize];
+                    w.alpha += g; // eq. (19)
+                    w.record -= g; // eq. (20)
+                }
+            }
+        }
+
+        // ---- Output and state ----
+        out.clear();
+        out.extend(self.work.iter().map(|w| w.alpha.max(0) as f64 / dt));
+        self.state.jobs.clear();
+        self.state.jobs.extend(self.work.iter().map(|w| JobEntry {
+            id: w.id,
+            record: w.record,
+            remainder: w.rho,
+            allocated: w.alpha.max(0) as u64,
+        }));
+    }
+
+    fn state(&self) -> serde_json::Value {
+        serde_json::to_value(&self.state).unwrap_or(serde_json::Value::Null)
+    }
+
+    fn load_state(&mut self, state: &serde_json::Value) -> Result<(), String> {
+        if state.is_null() {
+            self.state = AdaptbfState::default();
+            return Ok(());
+        }
+        self.state = serde_json::from_value(state.clone()).map_err(|e| format!("state: {e}"))?;
+        Ok(())
+    }
+
+    fn set_interval(&mut self, seconds: f64) {
+        if seconds.is_finite() && seconds > 0.0 {
+            self.interval = seconds;
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! Build policies by name (`"psfa:0.3"`, `"themis:group,user,size"`, ...).
+//!
+//! A spec is `NAME` or `NAME:PARAMS`. The names and their parameters:
+//!
+//! | spec | policy | paper |
+//! |---|---|---|
+//! | `baseline` | no control (rates are infinite) | PADLL §V-C *Baseline* |
+//! | `uniform[:SLOTS]` | `Max_R / SLOTS` each (default: number of active jobs) | PADLL §IV-A |
+//! | `priority` | each job's static `limit` (or `demand`), scaled down if over `Max_R` | PADLL §IV-A |
+//! | `psharing` | max-min fair share over demands + leftover by demand | PADLL §IV-B |
+//! | `psfa[:EPSILON]` | Algorithm 1 (default ε = 0.5) | PADLL §IV-B, Alg. 1 |
+//! | `adaptbf[:INTERVAL_S]` | token lending/borrowing (default Δt = 1 s) | AdapTBF §III-C |
+//! | `job-fair`, `size-fair`, `user-fair`, `priority-fair`, `group-fair` | ThemisIO primitives | ThemisIO §2.2.2 |
+//! | `themis:L1,L2,...` | composite (e.g. `group,user,size`) | ThemisIO §3 |
+//! | `drf[:MAX_DATA_RATE]` | dominant resource fairness over (ops/s, bytes/s) | PADLL mentions it |
+//! | `mckp[:RESOLUTION]` | multiple-choice knapsack by DP | Arbitration §3.1 |
+//! | `mckp-static:NODES[,UNITS]` | STATIC baseline (`⌈C_a/R⌉` units) | Arbitration §3.2 |
+//! | `mckp-size[:UNITS]` | SIZE baseline (`round(F·s_a/Σs)` units) | Arbitration §3.2 |
+
+use std::fmt;
+
+use crate::adaptbf::Adaptbf;
+use crate::drf::Drf;
+use crate::mckp::{Mckp, UnitBaseline};
+use crate::sharing::{PSharing, Psfa};
+use crate::statics::{Baseline, Priority, Uniform};
+use crate::themis::{parse_levels, Themis};
+use crate::util::parse_param;
+use crate::Policy;
+
+/// Why a policy spec could not be built. The message names the offending value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuildError(pub String);
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BuildError {}
+
+/// Every policy name [`build`] accepts (without parameters).
+pub fn policy_names() -> &'static [&'static str] {
+    &[
+        "baseline",
+        "uniform",
+        "priority",
+        "psharing",
+        "psfa",
+        "adaptbf",
+        "job-fair",
+        "size-fair",
+        "user-fair",
+        "priority-fair",
+        "group-fair",
+        "themis",
+        "drf",
+        "mckp",
+        "mckp-static",
+        "mckp-size",
+    ]
+}
+
+/// Build a policy from its spec (see the module docs for the grammar).
+pub fn build(spec: &str) -> Result<Box<dyn Policy>, BuildError> {
+    let spec = spec.trim();
+    let (name, params) = match spec.split_once(':') {
+        Some((n, p)) => (n.trim(), Some(p.trim())),
+        None => (spec, None),
+    };
+    let err = |m: String| BuildError(m);
+    let num = |what: &str| -> Result<Option<f64>, BuildError> {
+        params
+            .map(|p| parse_param(spec, what, p))
+            .transpose()
+            .map_err(err)
+    };
+    let int = |what: &str, v: &str| -> Result<u32, BuildError> {
+        v.trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|&x| x > 0)
+            .ok_or_else(|| {
+                err(format!(
+                    "policy `{spec}`: bad {what} `{v}` (expected a positive integer)"
+                ))
+            })
+    };
+    let no_params = || -> Result<(), BuildError> {
+        match params {
+            None => Ok(()),
+            Some(p) => Err(err(format!(
+                "policy `{name}` takes no parameters (got `{p}`)"
+            ))),
+        }
+    };
+    let themis = |levels: &str| -> Result<Box<dyn Policy>, BuildError> {
+        let l = parse_levels(levels).map_err(|m| err(format!("policy `{spec}`: {m}")))?;
+        Ok(Box::new(Themis::new(l, spec)))
+    };
+    Ok(match name {
+        "baseline" | "none" => {
+            no_params()?;
+            Box::new(Baseline)
+        }
+        "uniform" => Box::new(Uniform {
+            slots: params
+                .map(|p| int("slot count", p))
+                .transpose()?
+                .map(|s| s as usize),
+        }),
+        "priority" => {
+            no_params()?;
+            Box::new(Priority)
+        }
+        "psharing" => {
+            no_params()?;
+            Box::new(PSharing::default())
+        }
+        "psfa" => match num("epsilon")? {
+            Some(e) if e > 1.0 => {
+                return Err(err(format!(
+                    "policy `{spec}`: bad epsilon `{e}` (must be in [0, 1])"
+                )))
+            }
+            Some(e) => Box::new(Psfa::new(e)),
+            None => Box::new(Psfa::default()),
+        },
+        "adaptbf" => match num("interval")? {
+            Some(i) if i <= 0.0 => {
+                return Err(err(format!(
+                    "policy `{spec}`: bad interval `{i}` (must be > 0 seconds)"
+                )))
+            }
+            Some(i) => Box::new(Adaptbf::new(i)),
+            None => Box::new(Adaptbf::default()),
+        },
+        "job-fair" | "size-fair" | "user-fair" | "priority-fair" | "group-fair" => {
+            no_params()?;
+            themis(name.trim_end_matches("-fair"))?
+        }
+        "themis" => match params {
+            Some(p) => themis(p)?,
+            None => {
+                return Err(err(
+                    "policy `themis` needs levels, e.g. `themis:group,user,size`".into(),
+                ))
+            }
+        },
+        "drf" => Box::new(Drf::new(num("max data rate")?.unwrap_or(f64::INFINITY))),
+        "mckp" => Box::new(Mckp::new(
+            params
+                .map(|p| int("resolution", p))
+                .transpose()?
+                .unwrap_or(1000) as usize,
+        )),
+        "mckp-static" => {
+            let p = params.ok_or_else(|| {
+                err(
+                    "policy `mckp-static` needs the machine's node count, e.g. `mckp-static:384`"
+                        .into(),
+                )
+            })?;
+            let (c, f) = match p.split_once(',') {
+                Some((c, f)) => (int("node count", c)?, int("unit count", f)?),
+                None => (int("node count", p)?, 100),
+            };
+            Box::new(UnitBaseline::fixed(c, f))
+        }
+        "mckp-size" => Box::new(UnitBaseline::size(
+            params
+                .map(|p| int("unit count", p))
+                .transpose()?
+                .unwrap_or(100),
+        )),
+        other => {
+            return Err(err(format!(
+                "unknown policy `{other}` (known: {})",
+                policy_names().join(", ")
+            )))
+        }
+    })
+}

@@ -1,0 +1,119 @@
+//! Small numeric helpers shared by the policies.
+
+/// A non-negative finite number, or 0 (inputs come from JSON and from measurements:
+/// NaN, infinities and negative values must never propagate into a rate).
+#[inline]
+pub(crate) fn clean(x: f64) -> f64 {
+    if x.is_finite() && x > 0.0 {
+        x
+    } else {
+        0.0
+    }
+}
+
+/// Like [`clean`] but keeps `+inf` (an uncapped demand).
+#[inline]
+pub(crate) fn clean_cap(x: f64) -> f64 {
+    if x.is_nan() || x <= 0.0 {
+        0.0
+    } else {
+        x
+    }
+}
+
+/// Weighted max-min fair share ("water filling") of `capacity` over jobs with `caps`
+/// (what each job can use; `f64::INFINITY` for no cap) and `weights` (`> 0`).
+///
+/// Jobs are processed in order of increasing `cap / weight` — the classic progressive
+/// filling behind PADLL's proportional sharing (§IV-B: "jobs are allocated with I/O
+/// resources in order of increasing demands, where (1) no job gets a share larger than
+/// its demand and (2) jobs with unsatisfied demands get equal shares"). The result is
+/// the unique weighted max-min fair allocation: `x_i = min(cap_i, λ·w_i)` with `λ` the
+/// largest level such that `Σ x_i ≤ capacity`.
+///
+/// `order` is scratch space (reused across calls to keep cycles allocation-free).
+/// Returns the capacity left over (`> 0` only when every job is capped).
+pub(crate) fn water_fill(
+    capacity: f64,
+    caps: &[f64],
+    weights: &[f64],
+    out: &mut [f64],
+    order: &mut Vec<(f64, u32)>,
+) -> f64 {
+    debug_assert_eq!(caps.len(), weights.len());
+    debug_assert_eq!(caps.len(), out.len());
+    order.clear();
+    let mut total_w = 0.0;
+    for (i, (&c, &w)) in caps.iter().zip(weights).enumerate() {
+        if w > 0.0 {
+            order.push((c / w, i as u32));
+            total_w += w;
+        } else {
+            out[i] = 0.0;
+        }
+    }
+    order.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let mut left = capacity.max(0.0);
+    let mut k = 0;
+    while k < order.len() {
+        let i = order[k].1 as usize;
+        let level = if total_w > 0.0 { left / total_w } else { 0.0 };
+        if order[k].0 <= level {
+            out[i] = caps[i];
+            left = (left - caps[i]).max(0.0);
+            total_w -= weights[i];
+            k += 1;
+        } else {
+            // Every remaining job is unsatisfied: they share `left` by weight.
+            for &(_, j) in &order[k..] {
+                let j = j as usize;
+                out[j] = level * weights[j];
+            }
+            return 0.0;
+        }
+    }
+    left
+}
+
+/// Distribute `amount` over the jobs in proportion to `weights`, adding to `out`. If all
+/// weights are zero, `amount` is split equally. Does nothing for an empty slice.
+pub(crate) fn add_proportional(amount: f64, weights: impl Fn(usize) -> f64, out: &mut [f64]) {
+    let n = out.len();
+    if n == 0 || amount <= 0.0 {
+        return;
+    }
+    let total: f64 = (0..n).map(&weights).sum();
+    if total > 0.0 {
+        for (i, o) in out.iter_mut().enumerate() {
+            *o += amount * weights(i) / total;
+        }
+    } else {
+        let each = amount / n as f64;
+        for o in out.iter_mut() {
+            *o += each;
+        }
+    }
+}
+
+/// Scale `out` down proportionally if it adds up to more than `cap` (guards the
+/// `Σ rate ≤ Max_R` contract against rounding and against static limits that
+/// over-subscribe the resource).
+pub(crate) fn cap_total(cap: f64, out: &mut [f64]) {
+    let total: f64 = out.iter().sum();
+    if total > cap && total > 0.0 {
+        let f = cap.max(0.0) / total;
+        for o in out.iter_mut() {
+            *o *= f;
+        }
+    }
+}
+
+/// Parse one `f64` parameter of a policy spec (`"psfa:0.5"`), naming it on error.
+pub(crate) fn parse_param(spec: &str, what: &str, value: &str) -> Result<f64, String> {
+    match value.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!(
+            "policy `{spec}`: bad {what} `{value}` (expected a non-negative number)"
+        )),
+    }
+}
