@@ -1,0 +1,254 @@
+//! Property tests for every policy (proptest).
+
+use policies::adaptbf::Adaptbf;
+use policies::themis::{ideal_shares, parse_levels};
+use policies::{build, JobSnapshot, Policy, RateOption};
+use proptest::prelude::*;
+
+/// Every policy spec the properties run on (baseline is excluded: it is unlimited).
+const SPECS: &[&str] = &[
+    "uniform",
+    "uniform:3",
+    "priority",
+    "psharing",
+    "psfa",
+    "psfa:0",
+    "psfa:1",
+    "adaptbf",
+    "adaptbf:0.1",
+    "job-fair",
+    "size-fair",
+    "user-fair",
+    "priority-fair",
+    "group-fair",
+    "themis:group,user,size",
+    "themis:user,priority",
+    "drf",
+    "drf:5000",
+    "mckp:200",
+    "mckp-static:64,10",
+    "mckp-size:10",
+];
+
+fn rate() -> impl Strategy<Value = f64> {
+    prop_oneof![
+        3 => 0.0..2000.0f64,
+        1 => Just(0.0),
+        1 => 0.0..5.0f64,
+    ]
+}
+
+fn job() -> impl Strategy<Value = JobSnapshot> {
+    (
+        (0u32..3, 0u32..4, 1u32..9, 0.1..10.0f64),
+        (
+            rate(),
+            rate(),
+            proptest::option::of(rate()),
+            proptest::option::of(rate()),
+            rate(),
+        ),
+        proptest::collection::vec((rate(), rate()), 0..4),
+    )
+        .prop_map(
+            |((group, user, size, priority), (demand, usage, wanted, limit, data), opts)| {
+                let mut j = JobSnapshot::new(0, demand, usage);
+                j.group = group;
+                j.user = user + 10 * group;
+                j.size = size;
+                j.priority = priority;
+                j.wanted = wanted.map(|w| w + usage);
+                j.limit = limit;
+                j.data_demand = data;
+                j.options = opts
+                    .into_iter()
+                    .map(|(rate, utility)| RateOption { rate, utility })
+                    .collect();
+                j
+            },
+        )
+}
+
+fn jobs() -> impl Strategy<Value = Vec<JobSnapshot>> {
+    proptest::collection::vec(job(), 0..12).prop_map(|mut v| {
+        for (i, j) in v.iter_mut().enumerate() {
+            j.id = i as u64 + 1;
+        }
+        v
+    })
+}
+
+fn capacity() -> impl Strategy<Value = f64> {
+    prop_oneof![1 => Just(0.0), 1 => 1.0..50.0f64, 4 => 50.0..20_000.0f64]
+}
+
+fn tol(max: f64) -> f64 {
+    1e-9 * max.max(1.0) + 1e-9
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn rates_are_valid_and_within_capacity(jobs in jobs(), max in capacity()) {
+        for spec in SPECS {
+            let mut p = build(spec).unwrap();
+            let r = p.allocate(max, &jobs);
+            prop_assert_eq!(r.len(), jobs.len(), "{}", spec);
+            for x in &r {
+                prop_assert!(x.is_finite() && *x >= 0.0, "{}: {:?}", spec, r);
+            }
+            let sum: f64 = r.iter().sum();
+            prop_assert!(sum <= max + tol(max), "{}: sum {} > {}", spec, sum, max);
+        }
+    }
+
+    #[test]
+    fn deterministic(jobs in jobs(), max in capacity()) {
+        for spec in SPECS {
+            let a = build(spec).unwrap().allocate(max, &jobs);
+            let b = build(spec).unwrap().allocate(max, &jobs);
+            prop_assert_eq!(a, b, "{}", spec);
+        }
+    }
+
+    #[test]
+    fn work_conserving_policies_hand_out_all_of_max_r(jobs in jobs(), max in capacity()) {
+        prop_assume!(!jobs.is_empty());
+        for spec in ["psharing", "psfa", "psfa:0", "job-fair", "size-fair", "themis:group,user,size"] {
+            let r = build(spec).unwrap().allocate(max, &jobs);
+            let sum: f64 = r.iter().sum();
+            prop_assert!((sum - max).abs() <= tol(max) * 10.0, "{}: {} vs {}", spec, sum, max);
+        }
+    }
+
+    #[test]
+    fn psharing_is_max_min_fair_over_demands(jobs in jobs(), max in capacity()) {
+        // Unweighted max-min: set priorities to 1.
+        let jobs: Vec<JobSnapshot> = jobs.into_iter().map(|mut j| { j.priority = 1.0; j }).collect();
+        let r = build("psharing").unwrap().allocate(max, &jobs);
+        let total_demand: f64 = jobs.iter().map(|j| j.demand).sum();
+        for (i, j) in jobs.iter().enumerate() {
+            // Every job gets at least min(demand, equal share).
+            let floor = j.demand.min(max / jobs.len() as f64);
+            prop_assert!(r[i] + tol(max) >= floor);
+            if total_demand >= max {
+                // Over-subscribed: no job above its demand, and an unsatisfied job is
+                // never below anyone else.
+                prop_assert!(r[i] <= j.demand + tol(max));
+                if r[i] + tol(max) < j.demand {
+                    for x in &r {
+                        prop_assert!(r[i] + tol(max) * 10.0 >= *x, "{:?}", r);
+                    }
+                }
+            } else {
+                prop_assert!(r[i] + tol(max) >= j.demand);
+            }
+        }
+    }
+
+    #[test]
+    fn psfa_keeps_busy_jobs_at_least_their_capped_demand(jobs in jobs(), max in capacity()) {
+        // A job using more than its demand gets min(demand, its fair share at its turn) ≥
+        // min(demand, Max_R / Active) — jobs ahead of it take at most their fair share.
+        let r = build("psfa").unwrap().allocate(max, &jobs);
+        for (i, j) in jobs.iter().enumerate() {
+            if j.usage > j.demand {
+                prop_assert!(r[i] + tol(max) >= j.demand.min(max / jobs.len() as f64));
+            }
+        }
+    }
+
+    #[test]
+    fn themis_gives_each_job_min_of_need_and_fair_share(jobs in jobs(), max in capacity()) {
+        for spec in ["job-fair", "size-fair", "user-fair", "group,user,size"] {
+            let levels = parse_levels(spec.trim_end_matches("-fair")).unwrap();
+            let ideal = ideal_shares(&levels, &jobs);
+            let name = if spec.contains(',') { format!("themis:{spec}") } else { spec.to_string() };
+            let r = build(&name).unwrap().allocate(max, &jobs);
+            for (i, j) in jobs.iter().enumerate() {
+                prop_assert!(r[i] + tol(max) * 10.0 >= j.need().min(ideal[i] * max), "{}: {:?}", spec, r);
+            }
+        }
+    }
+
+    #[test]
+    fn drf_respects_both_demands_and_capacities(jobs in jobs(), max in capacity(), data in 1.0..10_000.0f64) {
+        let mut p = policies::drf::Drf::new(data);
+        let r = p.allocate(max, &jobs);
+        let d = p.data_rates().to_vec();
+        prop_assert!(d.iter().sum::<f64>() <= data + tol(data));
+        for (i, j) in jobs.iter().enumerate() {
+            prop_assert!(r[i] <= j.demand + tol(max));
+            prop_assert!(d[i] <= j.data_demand + tol(data));
+        }
+        // Pareto efficiency: if some job is below its demand, some resource it uses is full.
+        let used_m: f64 = r.iter().sum();
+        let used_d: f64 = d.iter().sum();
+        for (i, j) in jobs.iter().enumerate() {
+            if r[i] + 1e-6 * j.demand.max(1.0) < j.demand {
+                let m_full = used_m >= max - 1e-6 * max.max(1.0);
+                let d_full = j.data_demand > 0.0 && used_d >= data - 1e-6 * data.max(1.0);
+                prop_assert!(m_full || d_full, "job {} starved: {:?} / {:?}", i, r, d);
+            }
+        }
+    }
+
+    #[test]
+    fn mckp_picks_one_option_per_job(jobs in jobs(), max in 1.0..200.0f64) {
+        // Resolution ≥ Max_R: quanta of 1, so the choice is one of the options exactly.
+        let r = build("mckp:1000").unwrap().allocate(max, &jobs);
+        let sum: f64 = r.iter().sum();
+        prop_assert!(sum <= max + tol(max));
+        for (i, j) in jobs.iter().enumerate() {
+            if j.options.is_empty() { continue; }
+            let min: f64 = j.options.iter().map(|o| o.rate).fold(f64::INFINITY, f64::min);
+            let feasible: f64 = jobs.iter().map(|j| j.options.iter().map(|o| o.rate.ceil()).fold(f64::INFINITY, f64::min)).filter(|x| x.is_finite()).sum();
+            if feasible <= max.floor() {
+                prop_assert!(j.options.iter().any(|o| o.rate == r[i]), "job {}: {} not an option", i, r[i]);
+            } else {
+                prop_assert!(r[i] <= min + 1e-9);
+            }
+        }
+    }
+
+    #[test]
+    fn adaptbf_invariants_over_cycles(
+        cycles in proptest::collection::vec((jobs(), 1.0..5_000.0f64), 1..8),
+    ) {
+        let mut p = Adaptbf::new(1.0);
+        for (jobs, max) in cycles {
+            let r = p.allocate(max, &jobs);
+            let sum: f64 = r.iter().sum();
+            if !jobs.is_empty() {
+                // Each cycle distributes exactly its whole number of tokens.
+                prop_assert_eq!(sum, max.floor());
+            }
+            let st = p.current_state();
+            prop_assert_eq!(st.jobs.len(), jobs.len());
+            prop_assert_eq!(st.jobs.iter().map(|e| e.record).sum::<i64>(), 0);
+            for e in &st.jobs {
+                prop_assert!((0.0..1.0).contains(&e.remainder), "{:?}", e);
+            }
+            for x in &r {
+                prop_assert!(*x == x.floor());
+            }
+        }
+    }
+
+    #[test]
+    fn adaptbf_state_chaining_is_deterministic(
+        cycles in proptest::collection::vec(jobs(), 1..5),
+    ) {
+        let mut a = Adaptbf::new(1.0);
+        let mut b = Adaptbf::new(1.0);
+        for jobs in cycles {
+            let ra = a.allocate(1000.0, &jobs);
+            let rb = b.allocate(1000.0, &jobs);
+            prop_assert_eq!(ra, rb);
+            let s = serde_json::to_string(&b.state()).unwrap();
+            b = Adaptbf::new(1.0);
+            b.load_state(&serde_json::from_str(&s).unwrap()).unwrap();
+        }
+    }
+}
