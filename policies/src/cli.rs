@@ -1,1 +1,408 @@
-//! CLI (placeholder).
+//! The command-line interface (`policies simulate | allocate | trace`), kept as library
+//! functions so that the `cheferd` binary can expose the same subcommands by calling
+//! [`run`] (or by embedding [`Command`] in its own clap parser and calling
+//! [`execute`]).
+//!
+//! Exit codes: 0 success, 1 an I/O failure (e.g. cannot write the output directory),
+//! 2 bad arguments or bad input (the message names the bad value or field).
+
+use std::ffi::OsString;
+use std::fs;
+use std::io::{BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+
+use clap::{Parser, Subcommand};
+use serde::Deserialize;
+
+use crate::sim::{self, Scenario, SimResult};
+use crate::trace::{self, LoadShape};
+use crate::{build, JobSnapshot};
+
+/// QoS control policies for shared HPC storage: simulate, dry-run, generate traces.
+#[derive(Debug, Parser)]
+#[command(name = "policies", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Replay PADLL's per-job QoS scenarios (Table I) under one or all policies.
+    Simulate(SimulateArgs),
+    /// Dry run of one control cycle: read a snapshot (JSON) on stdin, print the rates.
+    Allocate(AllocateArgs),
+    /// Generate a seeded metadata trace for a scenario (padll-trace v1 CSV).
+    Trace(TraceArgs),
+}
+
+/// Arguments of `simulate`.
+#[derive(Debug, clap::Args)]
+pub struct SimulateArgs {
+    /// Scenario of PADLL Table I: 1, 2, 3 or `all`.
+    #[arg(long, default_value = "all")]
+    pub scenario: String,
+    /// Policy spec (see `allocate --help`) or `all` (baseline, uniform:4, priority,
+    /// psharing, psfa, adaptbf, size-fair). Repeatable.
+    #[arg(long, default_value = "all")]
+    pub policy: Vec<String>,
+    /// Output directory for the table, CSVs and plots.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Seed of the generated trace (ignored with --trace).
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Read the per-job traces from this padll-trace v1 file instead of generating them.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Simulation step in seconds (≤ the interval).
+    #[arg(long, default_value_t = 0.1)]
+    pub step: f64,
+    /// Control-loop interval in seconds.
+    #[arg(long, default_value_t = 1.0)]
+    pub interval: f64,
+    /// Capacity Max_R in ops/s.
+    #[arg(long, default_value_t = 110_000.0)]
+    pub max_rate: f64,
+    /// Skip the PNG/SVG plots.
+    #[arg(long)]
+    pub no_plots: bool,
+}
+
+/// Arguments of `allocate`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Input (stdin): {\"jobs\": [{\"id\": 1, \"demand\": 15000, \"usage\": 9000, ...}], \"state\": <state from a previous cycle, optional>}\nOutput: {\"policy\", \"max_rate\", \"rates\": [{\"id\", \"rate\"}], \"state\"} — feed `state` back to chain cycles. See policies/README.md."
+)]
+pub struct AllocateArgs {
+    /// Policy spec, e.g. psfa, psfa:0.3, adaptbf, themis:group,user,size, drf:1e9.
+    #[arg(long)]
+    pub policy: String,
+    /// Capacity Max_R of the resource (same unit as the rates).
+    #[arg(long)]
+    pub max_rate: f64,
+    /// Control interval in seconds (AdapTBF's Δt).
+    #[arg(long, default_value_t = 1.0)]
+    pub interval: f64,
+}
+
+/// Arguments of `trace`.
+#[derive(Debug, clap::Args)]
+pub struct TraceArgs {
+    /// Scenario of PADLL Table I whose load proportions split the aggregate (1, 2, 3).
+    #[arg(long, default_value_t = 1)]
+    pub scenario: usize,
+    /// PRNG seed.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Mean aggregate load, ops/s.
+    #[arg(long, default_value_t = 90_000.0)]
+    pub mean: f64,
+    /// Length of each job's trace, seconds.
+    #[arg(long, default_value_t = 2160)]
+    pub seconds: usize,
+    /// Output file (default: stdout).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// The policies `simulate --policy all` runs (the paper's setups plus AdapTBF and size-fair).
+pub const SIM_POLICIES: [&str; 7] = [
+    "baseline",
+    "uniform:4",
+    "priority",
+    "psharing",
+    "psfa",
+    "adaptbf",
+    "size-fair",
+];
+
+/// A CLI failure: message and exit code.
+#[derive(Debug)]
+pub struct Failure {
+    /// Exit code (2: bad usage/input, 1: I/O).
+    pub code: i32,
+    /// What went wrong.
+    pub message: String,
+}
+
+fn usage(message: impl Into<String>) -> Failure {
+    Failure {
+        code: 2,
+        message: message.into(),
+    }
+}
+
+fn io(message: impl Into<String>) -> Failure {
+    Failure {
+        code: 1,
+        message: message.into(),
+    }
+}
+
+/// Parse `args` (including the program name) and run; returns the exit code. Errors go
+/// to stderr.
+pub fn run<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    let stdin = std::io::stdin();
+    let stdout = std::io::stdout();
+    match execute(&cli.command, &mut stdin.lock(), &mut stdout.lock()) {
+        Ok(()) => 0,
+        Err(f) => {
+            eprintln!("error: {}", f.message);
+            f.code
+        }
+    }
+}
+
+/// Run one subcommand with explicit input and output streams.
+pub fn execute(cmd: &Command, input: &mut dyn Read, out: &mut dyn Write) -> Result<(), Failure> {
+    match cmd {
+        Command::Simulate(a) => simulate(a, out),
+        Command::Allocate(a) => allocate(a, input, out),
+        Command::Trace(a) => make_trace(a, out),
+    }
+}
+
+/// The JSON input of `allocate`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AllocateInput {
+    /// The active jobs.
+    pub jobs: Vec<JobSnapshot>,
+    /// State returned by the previous cycle (optional).
+    #[serde(default)]
+    pub state: serde_json::Value,
+}
+
+fn allocate(a: &AllocateArgs, input: &mut dyn Read, out: &mut dyn Write) -> Result<(), Failure> {
+    if !(a.max_rate.is_finite() && a.max_rate >= 0.0) {
+        return Err(usage(format!(
+            "bad --max-rate `{}` (expected a non-negative number)",
+            a.max_rate
+        )));
+    }
+    if !(a.interval.is_finite() && a.interval > 0.0) {
+        return Err(usage(format!(
+            "bad --interval `{}` (expected seconds > 0)",
+            a.interval
+        )));
+    }
+    let mut policy = build(&a.policy).map_err(|e| usage(e.0))?;
+    policy.set_interval(a.interval);
+    let mut text = String::new();
+    input
+        .read_to_string(&mut text)
+        .map_err(|e| usage(format!("reading stdin: {e}")))?;
+    let snap: AllocateInput =
+        serde_json::from_str(&text).map_err(|e| usage(format!("bad snapshot JSON: {e}")))?;
+    let mut seen = std::collections::HashSet::new();
+    for j in &snap.jobs {
+        if !seen.insert(j.id) {
+            return Err(usage(format!(
+                "bad snapshot JSON: duplicate job id `{}`",
+                j.id
+            )));
+        }
+    }
+    policy
+        .load_state(&snap.state)
+        .map_err(|e| usage(format!("bad snapshot JSON: field `state`: {e}")))?;
+    let rates = policy.allocate(a.max_rate, &snap.jobs);
+    let mut result = serde_json::json!({
+        "policy": policy.name(),
+        "max_rate": a.max_rate,
+        "rates": snap.jobs.iter().zip(&rates).map(|(j, r)| serde_json::json!({"id": j.id, "rate": r})).collect::<Vec<_>>(),
+        "state": policy.state(),
+    });
+    if let Some(serde_json::Value::Object(extra)) = policy.extra_outputs() {
+        for (k, v) in extra {
+            result[k] = v;
+        }
+    }
+    let text = serde_json::to_string_pretty(&result).map_err(|e| io(e.to_string()))?;
+    writeln!(out, "{text}").map_err(|e| io(e.to_string()))
+}
+
+fn make_trace(a: &TraceArgs, out: &mut dyn Write) -> Result<(), Failure> {
+    let row = sim::TABLE_I
+        .get(a.scenario.wrapping_sub(1))
+        .ok_or_else(|| {
+            usage(format!(
+                "bad --scenario `{}` (expected 1, 2 or 3)",
+                a.scenario
+            ))
+        })?;
+    if !(a.mean.is_finite() && a.mean > 0.0) {
+        return Err(usage(format!(
+            "bad --mean `{}` (expected ops/s > 0)",
+            a.mean
+        )));
+    }
+    if a.seconds == 0 {
+        return Err(usage("bad --seconds `0` (expected > 0)"));
+    }
+    let agg = trace::generate_aggregate(&LoadShape {
+        seconds: a.seconds,
+        mean: a.mean,
+        seed: a.seed,
+    });
+    let props: Vec<f64> = row.iter().map(|r| r.0).collect();
+    let traces = trace::split(&agg, &props);
+    let comment = format!(
+        "PADLL Table I scenario #{} load proportions {:?}; seed {}; mean aggregate {} ops/s; {} s per job\ngenerated by `policies trace --scenario {} --seed {} --mean {} --seconds {}`",
+        a.scenario, props, a.seed, a.mean, a.seconds, a.scenario, a.seed, a.mean, a.seconds
+    );
+    match &a.out {
+        Some(p) => {
+            let f = fs::File::create(p).map_err(|e| io(format!("{}: {e}", p.display())))?;
+            let mut w = std::io::BufWriter::new(f);
+            trace::write(&mut w, &traces, &comment)
+                .map_err(|e| io(format!("{}: {e}", p.display())))?;
+            w.flush().map_err(|e| io(format!("{}: {e}", p.display())))
+        }
+        None => trace::write(out, &traces, &comment).map_err(|e| io(e.to_string())),
+    }
+}
+
+/// Parse `--scenario` (`1`, `2`, `3` or `all`).
+fn scenarios(s: &str) -> Result<Vec<usize>, Failure> {
+    match s.trim() {
+        "all" => Ok(vec![1, 2, 3]),
+        x => match x.parse::<usize>() {
+            Ok(n @ 1..=3) => Ok(vec![n]),
+            _ => Err(usage(format!(
+                "bad --scenario `{s}` (expected 1, 2, 3 or all)"
+            ))),
+        },
+    }
+}
+
+/// File-name-safe version of a policy spec.
+fn file_name(policy: &str) -> String {
+    policy
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+fn simulate(a: &SimulateArgs, out: &mut dyn Write) -> Result<(), Failure> {
+    let which = scenarios(&a.scenario)?;
+    let mut specs: Vec<String> = Vec::new();
+    for p in &a.policy {
+        if p == "all" {
+            specs.extend(SIM_POLICIES.iter().map(|s| s.to_string()));
+        } else {
+            specs.push(p.clone());
+        }
+    }
+    for s in &specs {
+        build(s).map_err(|e| usage(e.0))?;
+    }
+    if !(a.step > 0.0 && a.step <= 0.1 + 1e-12) {
+        return Err(usage(format!(
+            "bad --step `{}` (expected 0 < step ≤ 0.1 s)",
+            a.step
+        )));
+    }
+    if !(a.interval.is_finite() && a.interval >= a.step) {
+        return Err(usage(format!(
+            "bad --interval `{}` (expected seconds ≥ the step)",
+            a.interval
+        )));
+    }
+    if !(a.max_rate.is_finite() && a.max_rate > 0.0) {
+        return Err(usage(format!(
+            "bad --max-rate `{}` (expected ops/s > 0)",
+            a.max_rate
+        )));
+    }
+    let traces = match &a.trace {
+        Some(p) => {
+            let f = fs::File::open(p)
+                .map_err(|e| usage(format!("bad --trace `{}`: {e}", p.display())))?;
+            let t = trace::read(BufReader::new(f))
+                .map_err(|e| usage(format!("bad --trace `{}`: {e}", p.display())))?;
+            if t.len() < 4 {
+                return Err(usage(format!(
+                    "bad --trace `{}`: {} jobs, the scenarios need 4",
+                    p.display(),
+                    t.len()
+                )));
+            }
+            Some(t)
+        }
+        None => None,
+    };
+    let mut report = String::new();
+    for n in which {
+        let mut sc = match &traces {
+            Some(t) => Scenario::paper_with_traces(n, t),
+            None => Scenario::paper_generated(n, a.seed).expect("scenario 1..=3"),
+        };
+        sc.step = a.step;
+        sc.interval = a.interval;
+        sc.max_rate = a.max_rate;
+        let results: Vec<SimResult> = specs
+            .iter()
+            .map(|s| {
+                let mut p = build(s).expect("validated");
+                let mut r = sim::simulate(&sc, p.as_mut());
+                r.policy = s.clone();
+                r
+            })
+            .collect();
+        let table = sim::markdown_table(&sc, &results);
+        let section = format!(
+            "## {} (Max_R = {} kops/s)\n\n{}\n",
+            sc.name,
+            sc.max_rate / 1000.0,
+            table
+        );
+        write!(out, "{section}").map_err(|e| io(e.to_string()))?;
+        report.push_str(&section);
+        if let Some(dir) = &a.out {
+            let d = dir.join(format!("scenario-{n}"));
+            fs::create_dir_all(&d).map_err(|e| io(format!("{}: {e}", d.display())))?;
+            for r in &results {
+                let base = d.join(file_name(&r.policy));
+                write_file(&base.with_extension("csv"), &sim::throughput_csv(&sc, r))?;
+                if !a.no_plots {
+                    crate::plot::plot(
+                        &sc,
+                        r,
+                        Some(&base.with_extension("png")),
+                        Some(&base.with_extension("svg")),
+                    )
+                    .map_err(io)?;
+                }
+            }
+        }
+    }
+    if let Some(dir) = &a.out {
+        write_file(&dir.join("summary.md"), &report)?;
+    }
+    Ok(())
+}
+
+fn write_file(p: &Path, text: &str) -> Result<(), Failure> {
+    fs::write(p, text).map_err(|e| io(format!("{}: {e}", p.display())))
+}

@@ -1,1 +1,138 @@
-//! plot
+//! Plots of simulated per-job throughput, like PADLL Figs. 7–9 (PNG and SVG).
+//!
+//! Text is rendered with an embedded DejaVu Sans font (the `dejavu` crate) through
+//! plotters' `ab_glyph` backend, so no system font library (fontconfig, freetype) or
+//! font package is needed.
+
+use std::path::Path;
+use std::sync::Once;
+
+use plotters::prelude::*;
+
+use crate::sim::{Scenario, SimResult};
+
+static FONT: Once = Once::new();
+
+fn register_font() {
+    FONT.call_once(|| {
+        let _ = plotters::style::register_font(
+            "sans-serif",
+            FontStyle::Normal,
+            dejavu::sans::regular(),
+        );
+    });
+}
+
+const COLORS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(23, 190, 207),
+];
+
+/// Draw `r` into `png` and `svg` (either may be `None`): one line per job (kops/s at
+/// 1-second intervals), the aggregate in grey and `Max_R` as a dashed red line.
+pub fn plot(
+    scenario: &Scenario,
+    r: &SimResult,
+    png: Option<&Path>,
+    svg: Option<&Path>,
+) -> Result<(), String> {
+    register_font();
+    if let Some(p) = png {
+        let root = BitMapBackend::new(p, (1100, 420)).into_drawing_area();
+        draw(root, scenario, r).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    if let Some(p) = svg {
+        let root = SVGBackend::new(p, (1100, 420)).into_drawing_area();
+        draw(root, scenario, r).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    Ok(())
+}
+
+fn draw<DB: DrawingBackend>(
+    root: DrawingArea<DB, plotters::coord::Shift>,
+    scenario: &Scenario,
+    r: &SimResult,
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
+    root.fill(&WHITE).map_err(e)?;
+    let minutes = (r.throughput.len() as f64 / 60.0).max(1.0);
+    let peak = r
+        .throughput
+        .iter()
+        .map(|row| row.iter().sum::<f64>())
+        .fold(scenario.max_rate, f64::max)
+        / 1000.0;
+    let title = format!(
+        "{} — {} (makespan {} min)",
+        scenario.name,
+        r.policy,
+        crate::sim::minutes(r.makespan())
+    );
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(55)
+        .build_cartesian_2d(0f64..minutes, 0f64..peak * 1.05)
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_desc("time (minutes)")
+        .y_desc("metadata rate (kops/s)")
+        .label_style(("sans-serif", 13))
+        .draw()
+        .map_err(e)?;
+    let total = r
+        .throughput
+        .iter()
+        .enumerate()
+        .map(|(s, row)| (s as f64 / 60.0, row.iter().sum::<f64>() / 1000.0));
+    chart
+        .draw_series(LineSeries::new(total, RGBColor(170, 170, 170)))
+        .map_err(e)?
+        .label("aggregate")
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 18, y)], RGBColor(170, 170, 170)));
+    for (k, j) in scenario.jobs.iter().enumerate() {
+        let c = COLORS[k % COLORS.len()];
+        let pts =
+            r.throughput.iter().enumerate().map(move |(s, row)| {
+                (s as f64 / 60.0, row.get(k).copied().unwrap_or(0.0) / 1000.0)
+            });
+        chart
+            .draw_series(LineSeries::new(pts, c))
+            .map_err(e)?
+            .label(format!("job {}", j.id))
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], c));
+    }
+    let max_k = scenario.max_rate / 1000.0;
+    let dash: Vec<(f64, f64)> = Vec::new();
+    let _ = dash;
+    let mut x = 0.0;
+    while x < minutes {
+        let x2 = (x + minutes / 120.0).min(minutes);
+        chart
+            .draw_series(LineSeries::new(
+                [(x, max_k), (x2, max_k)],
+                RED.stroke_width(2),
+            ))
+            .map_err(e)?;
+        x += minutes / 60.0;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 13))
+        .draw()
+        .map_err(e)?;
+    root.present().map_err(e)?;
+    Ok(())
+}
