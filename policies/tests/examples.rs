@@ -43,25 +43,26 @@ fn table_i_uniform_gives_27_5_kops_each() {
     assert_rates(&r, &[27_500.0], 1e-9);
 }
 
+/// Run `spec` on the four jobs of each Table I scenario (all with `usage`) and expect
+/// the table's rates.
+fn expect_table_i_rates(spec: &str, usage: f64) {
+    for (s, row) in TABLE_I.iter().enumerate() {
+        let jobs = table_i_jobs(s, usage);
+        let r = build(spec).unwrap().allocate(MAX_R, &jobs);
+        let want: Vec<f64> = row.iter().map(|k| k * 1000.0).collect();
+        assert_rates(&r, &want, 1e-6);
+    }
+}
+
 #[test]
 fn table_i_priority_gives_the_table_rates() {
-    for s in 0..3 {
-        let jobs = table_i_jobs(s, 50_000.0);
-        let r = build("priority").unwrap().allocate(MAX_R, &jobs);
-        let want: Vec<f64> = TABLE_I[s].iter().map(|k| k * 1000.0).collect();
-        assert_rates(&r, &want, 1e-9);
-    }
+    expect_table_i_rates("priority", 50_000.0);
 }
 
 #[test]
 fn table_i_psharing_all_active_gives_demands() {
     // "When all jobs are running (4), they are assigned with their demanded rate."
-    for s in 0..3 {
-        let jobs = table_i_jobs(s, 0.0);
-        let r = build("psharing").unwrap().allocate(MAX_R, &jobs);
-        let want: Vec<f64> = TABLE_I[s].iter().map(|k| k * 1000.0).collect();
-        assert_rates(&r, &want, 1e-6);
-    }
+    expect_table_i_rates("psharing", 0.0);
 }
 
 #[test]
@@ -98,12 +99,7 @@ fn psharing_is_max_min_fair_when_oversubscribed() {
 fn table_i_psfa_all_busy_gives_demands() {
     // "for PSFA [the limits] represent the per-job maximum rate when all jobs are active
     // and each job's usage is higher than its demand".
-    for s in 0..3 {
-        let jobs = table_i_jobs(s, 60_000.0);
-        let r = build("psfa").unwrap().allocate(MAX_R, &jobs);
-        let want: Vec<f64> = TABLE_I[s].iter().map(|k| k * 1000.0).collect();
-        assert_rates(&r, &want, 1e-6);
-    }
+    expect_table_i_rates("psfa", 60_000.0);
 }
 
 #[test]
@@ -397,7 +393,10 @@ fn drf_demand_caps() {
 }
 
 /// Arbitration paper Table 4 (12 I/O nodes): the options it gives, (nodes, MB/s).
-fn table4() -> Vec<(&'static str, u32, Vec<(usize, f64)>)> {
+/// (application, compute nodes, options as (I/O nodes, MB/s)).
+type Table4Row = (&'static str, u32, Vec<(usize, f64)>);
+
+fn table4() -> Vec<Table4Row> {
     vec![
         ("BT-C", 32, vec![(0, 195.7), (1, 77.6)]),
         ("BT-D", 64, vec![(1, 597.2), (2, 594.2)]),

@@ -1,0 +1,211 @@
+//! The `policies` binary: exit codes, messages, JSON in and out.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+fn policies(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_policies"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn allocate_prints_rates_and_chains_state() {
+    let input = r#"{"jobs": [
+        {"id": 1, "demand": 15000, "usage": 2000, "size": 1},
+        {"id": 2, "demand": 40000, "usage": 60000, "wanted": 90000, "size": 3}
+    ]}"#;
+    let o = policies(
+        &["allocate", "--policy", "adaptbf", "--max-rate", "110000"],
+        input,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rates: Vec<f64> = v["rates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["rate"].as_f64().unwrap())
+        .collect();
+    assert_eq!(rates.iter().sum::<f64>(), 110_000.0);
+    assert_eq!(v["rates"][1]["id"], 2);
+    // Chain: feed the state back.
+    let mut next: serde_json::Value = serde_json::from_str(input).unwrap();
+    next["state"] = v["state"].clone();
+    let o2 = policies(
+        &["allocate", "--policy", "adaptbf", "--max-rate", "110000"],
+        &next.to_string(),
+    );
+    assert!(o2.status.success(), "{}", stderr(&o2));
+    let v2: serde_json::Value = serde_json::from_slice(&o2.stdout).unwrap();
+    let recs: i64 = v2["state"]["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["record"].as_i64().unwrap())
+        .sum();
+    assert_eq!(recs, 0);
+}
+
+#[test]
+fn allocate_drf_prints_data_rates() {
+    let input = r#"{"jobs": [{"id": 1, "demand": 100, "data_demand": 400, "usage": 0},
+                            {"id": 2, "demand": 300, "data_demand": 100, "usage": 0}]}"#;
+    let o = policies(
+        &["allocate", "--policy", "drf:18", "--max-rate", "9"],
+        input,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["data_rates"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn bad_input_names_the_field_and_exits_2() {
+    let cases: &[(&[&str], &str, &str)] = &[
+        (
+            &["allocate", "--policy", "psfa", "--max-rate", "10"],
+            r#"{"jobs": [{"id": 1, "usage": 3}]}"#,
+            "demand",
+        ),
+        (
+            &["allocate", "--policy", "psfa", "--max-rate", "10"],
+            r#"{"jobs": [{"id": 1, "usage": 3, "demand": 1, "bogus": 2}]}"#,
+            "bogus",
+        ),
+        (
+            &["allocate", "--policy", "psfa", "--max-rate", "10"],
+            r#"{"jobs": [{"id": "x", "usage": 3, "demand": 1}]}"#,
+            "line 1",
+        ),
+        (
+            &["allocate", "--policy", "psfa", "--max-rate", "10"],
+            r#"{"jobs": ["#,
+            "EOF",
+        ),
+        (
+            &["allocate", "--policy", "psfa", "--max-rate", "10"],
+            r#"{"job": []}"#,
+            "job",
+        ),
+        (
+            &["allocate", "--policy", "psfa", "--max-rate", "10"],
+            r#"{"jobs": [{"id": 1, "usage": 3, "demand": 1}, {"id": 1, "usage": 3, "demand": 1}]}"#,
+            "duplicate job id `1`",
+        ),
+        (
+            &["allocate", "--policy", "adaptbf", "--max-rate", "10"],
+            r#"{"jobs": [], "state": {"jobs": [{"id": 1}]}}"#,
+            "record",
+        ),
+        (
+            &["allocate", "--policy", "nonsense", "--max-rate", "10"],
+            "{}",
+            "nonsense",
+        ),
+        (
+            &["allocate", "--policy", "psfa:7", "--max-rate", "10"],
+            "{}",
+            "7",
+        ),
+        (
+            &["allocate", "--policy", "psfa", "--max-rate", "-3"],
+            "{}",
+            "-3",
+        ),
+        (
+            &["allocate", "--policy", "psfa", "--max-rate", "many"],
+            "{}",
+            "many",
+        ),
+        (&["simulate", "--scenario", "9"], "", "9"),
+        (&["simulate", "--policy", "fastest"], "", "fastest"),
+        (&["simulate", "--step", "5"], "", "5"),
+        (&["trace", "--scenario", "0"], "", "0"),
+        (&["frobnicate"], "", "frobnicate"),
+    ];
+    for (args, input, needle) in cases {
+        let o = policies(args, input);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn trace_then_simulate_from_the_file() {
+    let dir = std::env::temp_dir().join(format!("policies-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("t.csv");
+    let o = policies(
+        &[
+            "trace",
+            "--scenario",
+            "2",
+            "--seconds",
+            "120",
+            "--out",
+            file.to_str().unwrap(),
+        ],
+        "",
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = dir.join("out");
+    let o = policies(
+        &[
+            "simulate",
+            "--scenario",
+            "2",
+            "--policy",
+            "psfa",
+            "--policy",
+            "priority",
+            "--trace",
+            file.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        "",
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        table.contains("| psfa |") && table.contains("| priority |"),
+        "{table}"
+    );
+    for f in [
+        "summary.md",
+        "scenario-2/psfa.csv",
+        "scenario-2/psfa.png",
+        "scenario-2/psfa.svg",
+        "scenario-2/priority.png",
+    ] {
+        let p = out.join(f);
+        assert!(
+            std::fs::metadata(&p)
+                .map(|m| m.len() > 100)
+                .unwrap_or(false),
+            "{}",
+            p.display()
+        );
+    }
+    let png = std::fs::read(out.join("scenario-2/psfa.png")).unwrap();
+    assert_eq!(&png[1..4], b"PNG");
+    let svg = std::fs::read_to_string(out.join("scenario-2/psfa.svg")).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("psfa"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
