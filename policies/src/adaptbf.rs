@@ -98,6 +98,7 @@ pub struct Adaptbf {
     idx: Vec<u32>,
     raw: Vec<f64>,
     alloc: Vec<i64>,
+    order: Vec<u32>,
 }
 
 impl Default for Adaptbf {
@@ -120,6 +121,7 @@ impl Adaptbf {
             idx: Vec::new(),
             raw: Vec::new(),
             alloc: Vec::new(),
+            order: Vec::new(),
         }
     }
 
@@ -222,7 +224,14 @@ impl Adaptbf {
 /// `raw` (same order, summing to `total`), carrying each job's remainder (AdapTBF
 /// eqs. 23–25) and correcting with the largest-remainder rule (§III-C4) so that the
 /// integer results sum to exactly `total`. Results go to `alloc[k]` for `idx[k]`.
-fn apportion(total: i64, idx: &[u32], raw: &[f64], work: &mut [Work], alloc: &mut Vec<i64>) {
+fn apportion(
+    total: i64,
+    idx: &[u32],
+    raw: &[f64],
+    work: &mut [Work],
+    alloc: &mut Vec<i64>,
+    order: &mut Vec<u32>,
+) {
     alloc.clear();
     let mut sum = 0i64;
     for (&i, &r) in idx.iter().zip(raw) {
@@ -239,36 +248,33 @@ fn apportion(total: i64, idx: &[u32], raw: &[f64], work: &mut [Work], alloc: &mu
     if diff == 0 || idx.is_empty() {
         return;
     }
-    // Largest remainder first (ties: lower job id first, for determinism).
-    let mut order: Vec<u32> = (0..idx.len() as u32).collect();
-    let key = |k: u32| {
-        let w = &work[idx[k as usize] as usize];
-        (w.rho, w.id)
-    };
-    order.sort_unstable_by(|&a, &b| {
-        let (ra, ia) = key(a);
-        let (rb, ib) = key(b);
-        rb.total_cmp(&ra).then(ia.cmp(&ib))
-    });
+    // Largest remainder first (ties: lower job id first, for determinism). Only the
+    // top |diff| jobs are needed: a selection (O(n)) instead of a full sort.
     while diff != 0 {
-        let before = diff;
-        for &k in &order {
-            if diff == 0 {
-                break;
-            }
+        order.clear();
+        // Candidates: anyone for a missing token; holders of a token for an excess one.
+        order.extend((0..idx.len() as u32).filter(|&k| diff > 0 || alloc[k as usize] > 0));
+        let m = (diff.unsigned_abs() as usize).min(order.len());
+        if m == 0 {
+            break; // cannot happen with consistent inputs; never loop forever
+        }
+        if m < order.len() {
+            let w: &[Work] = work;
+            order.select_nth_unstable_by(m - 1, |a, b| {
+                let (wa, wb) = (&w[idx[*a as usize] as usize], &w[idx[*b as usize] as usize]);
+                wb.rho.total_cmp(&wa.rho).then(wa.id.cmp(&wb.id))
+            });
+        }
+        for &k in &order[..m] {
             let k = k as usize;
             if diff > 0 {
                 alloc[k] += 1;
                 work[idx[k] as usize].rho = 0.0;
-                diff -= 1;
-            } else if alloc[k] > 0 {
+            } else {
                 alloc[k] -= 1;
-                diff += 1;
             }
         }
-        if diff == before {
-            break; // cannot happen with consistent inputs; never loop forever
-        }
+        diff -= diff.signum() * m as i64;
     }
 }
 
@@ -305,7 +311,14 @@ impl Policy for Adaptbf {
         self.raw.clear();
         self.raw
             .extend(self.work.iter().map(|w| total as f64 * w.p));
-        apportion(total, &self.idx, &self.raw, &mut self.work, &mut self.alloc);
+        apportion(
+            total,
+            &self.idx,
+            &self.raw,
+            &mut self.work,
+            &mut self.alloc,
+            &mut self.order,
+        );
         for (w, &a) in self.work.iter_mut().zip(&self.alloc) {
             w.alpha = a;
         }
@@ -337,7 +350,14 @@ impl Policy for Adaptbf {
                 self.raw.clear();
                 self.raw
                     .extend(self.work.iter().map(|w| w.df / df_sum * ts as f64));
-                apportion(ts, &self.idx, &self.raw, &mut self.work, &mut self.alloc);
+                apportion(
+                    ts,
+                    &self.idx,
+                    &self.raw,
+                    &mut self.work,
+                    &mut self.alloc,
+                    &mut self.order,
+                );
                 for (w, &g) in self.work.iter_mut().zip(&self.alloc) {
                     w.share = g;
                 }
@@ -406,7 +426,14 @@ impl Policy for Adaptbf {
                         self.raw.push(share * tr as f64);
                     }
                 }
-                apportion(tr, &self.idx, &self.raw, &mut self.work, &mut self.alloc);
+                apportion(
+                    tr,
+                    &self.idx,
+                    &self.raw,
+                    &mut self.work,
+                    &mut self.alloc,
+                    &mut self.order,
+                );
                 for (&i, &g) in self.idx.iter().zip(&self.alloc) {
                     let w = &mut self.work[i as usize];
                     w.alpha += g; // eq. (19)

@@ -119,6 +119,7 @@ pub struct Themis {
     levels: Vec<Level>,
     name: String,
     order: Vec<u32>,
+    keys: Vec<(u64, u32)>,
     needs: Vec<f64>,
     ideal: Vec<f64>,
     scratch: Scratch,
@@ -140,6 +141,7 @@ impl Themis {
             levels,
             name: name.into(),
             order: Vec::new(),
+            keys: Vec::new(),
             needs: Vec::new(),
             ideal: Vec::new(),
             scratch: Scratch::default(),
@@ -152,22 +154,21 @@ impl Themis {
     }
 
     /// Sort job indices so that every entity's jobs are contiguous at every level.
+    /// There are at most two entity levels (group, user; no repeats), so one `u64`
+    /// key per job orders them.
     fn sort(&mut self, jobs: &[JobSnapshot]) {
+        self.keys.clear();
+        self.keys.extend(jobs.iter().enumerate().map(|(i, j)| {
+            let key = self
+                .levels
+                .iter()
+                .filter_map(|l| l.key(j))
+                .fold(0u64, |k, x| (k << 32) | x as u64);
+            (key, i as u32)
+        }));
+        self.keys.sort_unstable();
         self.order.clear();
-        self.order.extend(0..jobs.len() as u32);
-        let levels = &self.levels;
-        self.order.sort_unstable_by(|&a, &b| {
-            let (ja, jb) = (&jobs[a as usize], &jobs[b as usize]);
-            for l in levels {
-                if let (Some(ka), Some(kb)) = (l.key(ja), l.key(jb)) {
-                    match ka.cmp(&kb) {
-                        std::cmp::Ordering::Equal => {}
-                        o => return o,
-                    }
-                }
-            }
-            a.cmp(&b)
-        });
+        self.order.extend(self.keys.iter().map(|k| k.1));
     }
 }
 
