@@ -278,6 +278,20 @@ fn apportion(
     }
 }
 
+impl Adaptbf {
+    /// [`apportion`] `total` over `self.idx` with shares `self.raw` into `self.alloc`.
+    fn apportion(&mut self, total: i64) {
+        apportion(
+            total,
+            &self.idx,
+            &self.raw,
+            &mut self.work,
+            &mut self.alloc,
+            &mut self.order,
+        );
+    }
+}
+
 impl Policy for Adaptbf {
     fn name(&self) -> String {
         if self.interval == 1.0 {
@@ -311,14 +325,7 @@ impl Policy for Adaptbf {
         self.raw.clear();
         self.raw
             .extend(self.work.iter().map(|w| total as f64 * w.p));
-        apportion(
-            total,
-            &self.idx,
-            &self.raw,
-            &mut self.work,
-            &mut self.alloc,
-            &mut self.order,
-        );
+        self.apportion(total);
         for (w, &a) in self.work.iter_mut().zip(&self.alloc) {
             w.alpha = a;
         }
@@ -350,14 +357,7 @@ impl Policy for Adaptbf {
                 self.raw.clear();
                 self.raw
                     .extend(self.work.iter().map(|w| w.df / df_sum * ts as f64));
-                apportion(
-                    ts,
-                    &self.idx,
-                    &self.raw,
-                    &mut self.work,
-                    &mut self.alloc,
-                    &mut self.order,
-                );
+                self.apportion(ts);
                 for (w, &g) in self.work.iter_mut().zip(&self.alloc) {
                     w.share = g;
                 }
@@ -426,14 +426,7 @@ impl Policy for Adaptbf {
                         self.raw.push(share * tr as f64);
                     }
                 }
-                apportion(
-                    tr,
-                    &self.idx,
-                    &self.raw,
-                    &mut self.work,
-                    &mut self.alloc,
-                    &mut self.order,
-                );
+                self.apportion(tr);
                 for (&i, &g) in self.idx.iter().zip(&self.alloc) {
                     let w = &mut self.work[i as usize];
                     w.alpha += g; // eq. (19)

@@ -188,18 +188,18 @@ pub struct AllocateInput {
 }
 
 fn allocate(a: &AllocateArgs, input: &mut dyn Read, out: &mut dyn Write) -> Result<(), Failure> {
-    if !(a.max_rate.is_finite() && a.max_rate >= 0.0) {
-        return Err(usage(format!(
-            "bad --max-rate `{}` (expected a non-negative number)",
-            a.max_rate
-        )));
-    }
-    if !(a.interval.is_finite() && a.interval > 0.0) {
-        return Err(usage(format!(
-            "bad --interval `{}` (expected seconds > 0)",
-            a.interval
-        )));
-    }
+    check(
+        a.max_rate.is_finite() && a.max_rate >= 0.0,
+        "--max-rate",
+        a.max_rate,
+        "a non-negative number",
+    )?;
+    check(
+        a.interval.is_finite() && a.interval > 0.0,
+        "--interval",
+        a.interval,
+        "seconds > 0",
+    )?;
     let mut policy = build(&a.policy).map_err(|e| usage(e.0))?;
     policy.set_interval(a.interval);
     let mut text = String::new();
@@ -245,12 +245,12 @@ fn make_trace(a: &TraceArgs, out: &mut dyn Write) -> Result<(), Failure> {
                 a.scenario
             ))
         })?;
-    if !(a.mean.is_finite() && a.mean > 0.0) {
-        return Err(usage(format!(
-            "bad --mean `{}` (expected ops/s > 0)",
-            a.mean
-        )));
-    }
+    check(
+        a.mean.is_finite() && a.mean > 0.0,
+        "--mean",
+        a.mean,
+        "ops/s > 0",
+    )?;
     if a.seconds == 0 {
         return Err(usage("bad --seconds `0` (expected > 0)"));
     }
@@ -317,24 +317,24 @@ fn simulate(a: &SimulateArgs, out: &mut dyn Write) -> Result<(), Failure> {
     for s in &specs {
         build(s).map_err(|e| usage(e.0))?;
     }
-    if !(a.step > 0.0 && a.step <= 0.1 + 1e-12) {
-        return Err(usage(format!(
-            "bad --step `{}` (expected 0 < step ≤ 0.1 s)",
-            a.step
-        )));
-    }
-    if !(a.interval.is_finite() && a.interval >= a.step) {
-        return Err(usage(format!(
-            "bad --interval `{}` (expected seconds ≥ the step)",
-            a.interval
-        )));
-    }
-    if !(a.max_rate.is_finite() && a.max_rate > 0.0) {
-        return Err(usage(format!(
-            "bad --max-rate `{}` (expected ops/s > 0)",
-            a.max_rate
-        )));
-    }
+    check(
+        a.step > 0.0 && a.step <= 0.1 + 1e-12,
+        "--step",
+        a.step,
+        "0 < step ≤ 0.1 s",
+    )?;
+    check(
+        a.interval.is_finite() && a.interval >= a.step,
+        "--interval",
+        a.interval,
+        "seconds ≥ the step",
+    )?;
+    check(
+        a.max_rate.is_finite() && a.max_rate > 0.0,
+        "--max-rate",
+        a.max_rate,
+        "ops/s > 0",
+    )?;
     let traces = match &a.trace {
         Some(p) => {
             let f = fs::File::open(p)
@@ -401,6 +401,15 @@ fn simulate(a: &SimulateArgs, out: &mut dyn Write) -> Result<(), Failure> {
         write_file(&dir.join("summary.md"), &report)?;
     }
     Ok(())
+}
+
+/// `Ok` if `ok`, else a usage failure naming `flag` and its bad `value`.
+fn check(ok: bool, flag: &str, value: f64, expected: &str) -> Result<(), Failure> {
+    if ok {
+        Ok(())
+    } else {
+        Err(usage(format!("bad {flag} `{value}` (expected {expected})")))
+    }
 }
 
 fn write_file(p: &Path, text: &str) -> Result<(), Failure> {

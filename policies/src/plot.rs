@@ -112,8 +112,7 @@ where
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], c));
     }
     let max_k = scenario.max_rate / 1000.0;
-    let dash: Vec<(f64, f64)> = Vec::new();
-    let _ = dash;
+    // Max_R as a dashed line (short segments).
     let mut x = 0.0;
     while x < minutes {
         let x2 = (x + minutes / 120.0).min(minutes);
