@@ -17,7 +17,7 @@
 //! registry; they keep their last rules until it comes back and re-announces them.
 
 use crate::config::{GlobalConfig, ScheduledRule};
-use crate::plan::{self, JobShare, StageView};
+use crate::plan::{self, JobShare, StageUsage, StageView};
 use crate::policy::PolicyRunner;
 use crate::proto::{self, global_message, local_message, GlobalMessage, LocalMessage};
 use crate::usage::Resource;
@@ -44,9 +44,9 @@ struct Node {
     session: u64,
     outbox: Outbox,
     stages: BTreeMap<u64, proto::Stage>,
-    usage: HashMap<u64, HashMap<Resource, f64>>,
-    usage_cycle: u64,
-    applied_cycle: u64,
+    usage: HashMap<u64, HashMap<Resource, StageUsage>>,
+    /// Owes a reply to the running phase of the cycle.
+    pending: bool,
     bytes_in: u64,
     bytes_out: u64,
 }
@@ -59,7 +59,19 @@ struct State {
     cycle: u64,
     shares: Vec<JobShare>,
     latencies: VecDeque<Duration>,
-    cycle_bytes: Vec<u64>,
+    /// What the running cycle is waiting for, and from how many nodes still.
+    phase: Phase,
+    awaiting: usize,
+    /// Duration of the last compute step (planning and encoding the rules).
+    last_compute: Duration,
+}
+
+/// The reply a cycle is waiting for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Idle,
+    Collect(u64),
+    Enforce(u64),
 }
 
 /// The global controller: registry, policies and the control loop.
@@ -89,7 +101,9 @@ impl Controller {
                 cycle: 0,
                 shares: Vec::new(),
                 latencies: VecDeque::new(),
-                cycle_bytes: Vec::new(),
+                phase: Phase::Idle,
+                awaiting: 0,
+                last_compute: Duration::ZERO,
             }),
             replies: Notify::new(),
             started: Instant::now(),
@@ -123,30 +137,43 @@ impl Controller {
             };
             for node in state.nodes.values_mut() {
                 node.bytes_out += collect.encoded_len() as u64;
-                let _ = node.outbox.send(Ok(collect.clone()));
+                node.pending = node.outbox.send(Ok(collect.clone())).is_ok();
             }
+            state.phase = Phase::Collect(cycle);
+            state.awaiting = state.nodes.values().filter(|n| n.pending).count();
             cycle
         };
-        self.wait_for(deadline, |node| node.usage_cycle >= cycle)
-            .await;
+        self.wait_for_replies(deadline).await;
 
+        let collected = Instant::now();
         {
             let mut state = self.lock();
             let elapsed = self.started.elapsed().as_secs_f64();
             let limits = static_limits(&state.config, elapsed);
-            let stages = stage_views(&state);
             let State {
-                config, policies, ..
+                config,
+                policies,
+                nodes,
+                ..
             } = &mut *state;
+            let stages = stage_views(nodes);
             let plan = plan::compute(config, &limits, policies, &stages);
-            state.shares = plan.shares;
-            let mut per_node: BTreeMap<String, Vec<proto::StageRules>> = BTreeMap::new();
-            for ((node, stage_id), rules) in plan.rules {
-                per_node
-                    .entry(node)
-                    .or_default()
-                    .push(proto::StageRules { stage_id, rules });
+            // Views are node by node: group the rules the same way.
+            let mut per_node: Vec<(String, Vec<proto::StageRules>)> = Vec::new();
+            for (view, rules) in stages.iter().zip(plan.rules) {
+                if per_node.last().is_none_or(|(name, _)| name != view.node) {
+                    per_node.push((view.node.to_string(), Vec::new()));
+                }
+                if let Some((_, group)) = per_node.last_mut() {
+                    group.push(proto::StageRules {
+                        stage_id: view.stage_id,
+                        rules,
+                    });
+                }
             }
+            drop(stages);
+            state.shares = plan.shares;
+            let mut sent = 0;
             for (name, stages) in per_node {
                 if let Some(node) = state.nodes.get_mut(&name) {
                     let enforce = GlobalMessage {
@@ -156,14 +183,15 @@ impl Controller {
                         })),
                     };
                     node.bytes_out += enforce.encoded_len() as u64;
-                    let _ = node.outbox.send(Ok(enforce));
+                    node.pending = node.outbox.send(Ok(enforce)).is_ok();
+                    sent += node.pending as usize;
                 }
             }
+            state.phase = Phase::Enforce(cycle);
+            state.awaiting = sent;
+            state.last_compute = collected.elapsed();
         }
-        self.wait_for(deadline, |node| {
-            node.applied_cycle >= cycle || node.stages.is_empty()
-        })
-        .await;
+        self.wait_for_replies(deadline).await;
 
         let latency = started.elapsed();
         let mut state = self.lock();
@@ -171,27 +199,31 @@ impl Controller {
             state.latencies.pop_front();
         }
         state.latencies.push_back(latency);
-        state.cycle_bytes = state
-            .nodes
-            .values()
-            .map(|n| n.bytes_in + n.bytes_out)
-            .collect();
+        state.phase = Phase::Idle;
         debug!(cycle, latency_us = latency.as_micros() as u64, "cycle done");
         latency
     }
 
-    /// Waits until every node satisfies `done`, or the deadline.
-    async fn wait_for(&self, deadline: tokio::time::Instant, done: impl Fn(&Node) -> bool) {
+    /// Waits until every node answered the current phase, or the deadline.
+    async fn wait_for_replies(&self, deadline: tokio::time::Instant) {
         loop {
             let notified = self.replies.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.lock().nodes.values().all(&done) {
+            if self.lock().awaiting == 0 {
                 return;
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
                 return;
             }
+        }
+    }
+
+    /// Counts a node's reply to the current phase (once per node and phase).
+    fn answered(state: &mut State, replies: &Notify) {
+        state.awaiting = state.awaiting.saturating_sub(1);
+        if state.awaiting == 0 {
+            replies.notify_waiters();
         }
     }
 
@@ -220,8 +252,7 @@ impl Controller {
                 outbox,
                 stages: BTreeMap::new(),
                 usage: HashMap::new(),
-                usage_cycle: 0,
-                applied_cycle: 0,
+                pending: false,
                 bytes_in: 0,
                 bytes_out: 0,
             },
@@ -239,6 +270,8 @@ impl Controller {
             }
             _ => None,
         };
+        let phase = state.phase;
+        let mut replied = false;
         let Some(node) = state.nodes.get_mut(name).filter(|n| n.session == session) else {
             return;
         };
@@ -273,18 +306,25 @@ impl Controller {
                                     mount: r.mount.clone(),
                                     class: Class::from_name(&r.class)?,
                                 },
-                                r.rate,
+                                StageUsage {
+                                    rate: r.rate,
+                                    limit: r.limit,
+                                },
                             ))
                         })
                         .collect();
                     node.usage.insert(stage.stage_id, rates);
                 }
-                node.usage_cycle = node.usage_cycle.max(usage.cycle);
-                self.replies.notify_waiters();
+                if node.pending && phase == Phase::Collect(usage.cycle) {
+                    node.pending = false;
+                    replied = true;
+                }
             }
             Some(local_message::Body::Applied(applied)) => {
-                node.applied_cycle = node.applied_cycle.max(applied.cycle);
-                self.replies.notify_waiters();
+                if node.pending && phase == Phase::Enforce(applied.cycle) {
+                    node.pending = false;
+                    replied = true;
+                }
             }
             Some(local_message::Body::Register(_)) => {
                 warn!(node = name, "ignored a second register")
@@ -293,18 +333,22 @@ impl Controller {
                 warn!(node = name, "ignored an empty message")
             }
         }
+        if replied {
+            Self::answered(&mut state, &self.replies);
+        }
     }
 
     fn detach_node(&self, name: &str, session: u64) {
         let mut state = self.lock();
         if state.nodes.get(name).is_some_and(|n| n.session == session) {
-            state.nodes.remove(name);
+            if state.nodes.remove(name).is_some_and(|n| n.pending) {
+                Self::answered(&mut state, &self.replies);
+            }
             warn!(
                 node = name,
                 "local controller detached; its stages keep their last rules"
             );
         }
-        self.replies.notify_waiters();
     }
 
     /// A consistent view of the registry and the last cycle, for the admin CLI and
@@ -359,7 +403,7 @@ impl Controller {
                         usage: node
                             .usage
                             .get(&s.stage_id)
-                            .map(|u| u.iter().map(|(r, v)| (r.to_string(), *v)).collect())
+                            .map(|u| u.iter().map(|(r, v)| (r.to_string(), v.rate)).collect())
                             .unwrap_or_default(),
                     })
                 })
@@ -372,6 +416,11 @@ impl Controller {
                 .back()
                 .map_or(0.0, |d| d.as_secs_f64() * 1e3),
         }
+    }
+
+    /// How long the last compute step took (planning and queueing the rules).
+    pub fn last_compute(&self) -> Duration {
+        self.lock().last_compute
     }
 
     /// The configuration in force (for `ctl dump`).
@@ -527,20 +576,19 @@ fn static_limits(config: &GlobalConfig, elapsed: f64) -> BTreeMap<(String, Resou
     limits
 }
 
-fn stage_views(state: &State) -> Vec<StageView> {
-    state
-        .nodes
+fn stage_views(nodes: &BTreeMap<String, Node>) -> Vec<StageView<'_>> {
+    nodes
         .iter()
         .flat_map(|(name, node)| {
             node.stages.values().map(move |s| StageView {
-                node: name.clone(),
+                node: name,
                 stage_id: s.stage_id,
-                job_id: s.job_id.clone(),
+                job_id: &s.job_id,
                 uid: s.uid,
                 gid: s.gid,
                 job_size: s.job_size,
-                mountpoints: s.mountpoints.clone(),
-                usage: node.usage.get(&s.stage_id).cloned().unwrap_or_default(),
+                mountpoints: &s.mountpoints,
+                usage: node.usage.get(&s.stage_id),
             })
         })
         .collect()

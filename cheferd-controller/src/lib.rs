@@ -3,6 +3,7 @@
 //! ([`global`]) running the collect → compute → enforce → sleep loop over all of them.
 
 pub mod admin;
+pub mod bench;
 pub mod config;
 pub mod global;
 pub mod lines;
@@ -10,6 +11,7 @@ pub mod local;
 pub mod metrics;
 pub mod plan;
 pub mod policy;
+pub mod replay;
 pub mod usage;
 
 /// The gRPC protocol between local and global controllers (`proto/cheferd.proto`).

@@ -53,6 +53,57 @@ enum Command {
         #[arg(long, default_value_t = 250)]
         report_ms: u64,
     },
+    /// Benchmark the control cycle with simulated local controllers on loopback.
+    Bench {
+        /// Numbers of local controllers to simulate.
+        #[arg(long, value_delimiter = ',', default_value = "1,10,100,1000")]
+        locals: Vec<usize>,
+        /// Stages (jobs) per local controller.
+        #[arg(long, default_value_t = 4)]
+        stages: usize,
+        /// Measured cycles per row.
+        #[arg(long, default_value_t = 50)]
+        cycles: usize,
+        /// Policy to run.
+        #[arg(long, default_value = "psfa")]
+        policy: String,
+    },
+    /// Replay a metadata trace (or a constant load) against a directory, printing the
+    /// achieved rate every second.
+    Replay {
+        /// A `padll-trace v1` file (`policies trace` writes them).
+        #[arg(
+            long,
+            value_name = "FILE",
+            conflicts_with = "rate",
+            required_unless_present = "rate"
+        )]
+        trace: Option<PathBuf>,
+        /// Which job of the trace (1-based).
+        #[arg(long, default_value_t = 1)]
+        job: usize,
+        /// Multiply the trace's counts by this (e.g. 0.02 to fit a small machine).
+        #[arg(long, default_value_t = 1.0)]
+        scale: f64,
+        /// Replay at most this many seconds of the trace.
+        #[arg(long)]
+        max_seconds: Option<usize>,
+        /// Instead of a trace: this many operations per second…
+        #[arg(long)]
+        rate: Option<u64>,
+        /// …for this many seconds.
+        #[arg(long, default_value_t = 10)]
+        seconds: usize,
+        /// Directory to work in (on the file system under test).
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+        /// Worker threads.
+        #[arg(long, default_value_t = 4)]
+        threads: usize,
+        /// Trace seconds per wall-clock second.
+        #[arg(long, default_value_t = 1.0)]
+        speed: f64,
+    },
     /// Administer a running global controller.
     Ctl {
         /// The global controller's admin socket.
@@ -114,14 +165,53 @@ enum CtlCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Daemons log their lifecycle; one-shot commands only what goes wrong.
+    let default_level = match cli.command {
+        Command::Global { .. } | Command::Local { .. } => "info",
+        Command::Bench { .. } => "error",
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    if let Command::Bench {
+        locals,
+        stages,
+        cycles,
+        policy: name,
+    } = &cli.command
+    {
+        return report(bench(locals, *stages, *cycles, name));
+    }
+    if let Command::Replay {
+        trace,
+        job,
+        scale,
+        max_seconds,
+        rate,
+        seconds,
+        dir,
+        threads,
+        speed,
+    } = &cli.command
+    {
+        return report(replay(
+            trace.as_deref(),
+            *job,
+            *scale,
+            *max_seconds,
+            *rate,
+            *seconds,
+            dir,
+            *threads,
+            *speed,
+        ));
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -147,11 +237,16 @@ fn main() -> ExitCode {
                 global,
                 report_ms,
             } => run_local(node, socket, global, report_ms).await,
+            Command::Bench { .. } | Command::Replay { .. } => unreachable!("handled above"),
             Command::Ctl { socket, command } => {
                 ctl(&socket, command).await.map_err(|e| (e.message, e.code))
             }
         }
     });
+    report(result)
+}
+
+fn report(result: Result<(), Failure>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err((message, code)) => {
@@ -159,6 +254,81 @@ fn main() -> ExitCode {
             ExitCode::from(code)
         }
     }
+}
+
+/// The replayer runs without the async runtime: it is plain threads doing file I/O,
+/// usually under the stage.
+#[allow(clippy::too_many_arguments)]
+fn replay(
+    trace: Option<&std::path::Path>,
+    job: usize,
+    scale: f64,
+    max_seconds: Option<usize>,
+    rate: Option<u64>,
+    seconds: usize,
+    dir: &std::path::Path,
+    threads: usize,
+    speed: f64,
+) -> Result<(), Failure> {
+    if !(scale > 0.0 && scale.is_finite()) {
+        return Err(usage_error(format!("--scale {scale} must be positive")));
+    }
+    if threads == 0 || threads > 1024 {
+        return Err(usage_error(format!(
+            "--threads {threads} must be between 1 and 1024"
+        )));
+    }
+    if !(speed > 0.0 && speed.is_finite()) {
+        return Err(usage_error(format!("--speed {speed} must be positive")));
+    }
+    if !dir.is_dir() {
+        return Err(usage_error(format!(
+            "--dir {} is not a directory",
+            dir.display()
+        )));
+    }
+    let seconds = match (trace, rate) {
+        (Some(path), _) => {
+            cheferd_controller::replay::ReplayOptions::from_trace(path, job, scale, max_seconds)
+                .map_err(usage_error)?
+        }
+        (None, Some(rate)) => cheferd_controller::replay::ReplayOptions::constant(rate, seconds),
+        (None, None) => return Err(usage_error("give --trace FILE or --rate N".into())),
+    };
+    let options = cheferd_controller::replay::ReplayOptions {
+        seconds,
+        dir: dir.to_path_buf(),
+        threads,
+        speed,
+    };
+    cheferd_controller::replay::run(&options, &mut std::io::stdout().lock())
+        .map(|_| ())
+        .map_err(|e| (e, 1))
+}
+
+/// Each row runs in a runtime of its own, so nothing of one row lingers in the next.
+fn bench(locals: &[usize], stages: usize, cycles: usize, name: &str) -> Result<(), Failure> {
+    policy::check(name).map_err(|e| usage_error(format!("--policy: {e}")))?;
+    if cycles == 0 || locals.contains(&0) {
+        return Err(usage_error(
+            "--cycles and every --locals value must be at least 1".into(),
+        ));
+    }
+    let mut rows = Vec::new();
+    for &n in locals {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| (format!("cannot start the runtime: {e}"), 1))?;
+        rows.extend(
+            runtime
+                .block_on(cheferd_controller::bench::run(&[n], stages, cycles, name))
+                .map_err(|e| (e, 1))?,
+        );
+    }
+    print!("{}", cheferd_controller::bench::table(&rows));
+    Ok(())
 }
 
 type Failure = (String, u8);

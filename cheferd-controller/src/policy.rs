@@ -7,9 +7,9 @@ use std::collections::HashMap;
 
 /// What the planner tells a policy about one job.
 #[derive(Clone, Debug, PartialEq)]
-pub struct JobInput {
+pub struct JobInput<'a> {
     /// Job id as the stages report it.
-    pub id: String,
+    pub id: &'a str,
     /// Owner's uid (as the kernel reported it for the job's first stage).
     pub uid: u32,
     /// Group id.
@@ -22,6 +22,8 @@ pub struct JobInput {
     pub demand: f64,
     /// Usage over the last interval, tokens/s.
     pub usage: f64,
+    /// What it would have used (≥ usage; see `plan`).
+    pub wanted: f64,
 }
 
 /// One resource's policy, with its state and the job-id interning table.
@@ -54,13 +56,20 @@ impl PolicyRunner {
     pub fn allocate(&mut self, max_rate: f64, jobs: &[JobInput]) -> Vec<f64> {
         self.snapshots.clear();
         for job in jobs {
-            let next = self.ids.len() as u64 + 1;
-            let id = *self.ids.entry(job.id.clone()).or_insert(next);
+            let id = match self.ids.get(job.id) {
+                Some(id) => *id,
+                None => {
+                    let id = self.ids.len() as u64 + 1;
+                    self.ids.insert(job.id.to_string(), id);
+                    id
+                }
+            };
             let mut snapshot = policies::JobSnapshot::new(id, job.demand, job.usage);
             snapshot.user = job.uid;
             snapshot.group = job.gid;
             snapshot.size = job.size.max(1);
             snapshot.priority = job.priority;
+            snapshot.wanted = Some(job.wanted.max(job.usage));
             self.snapshots.push(snapshot);
         }
         self.policy
