@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod bench;
 pub mod config;
+pub mod demo;
 pub mod global;
 pub mod lines;
 pub mod local;

@@ -325,16 +325,17 @@ fn handle_global(
 ) {
     match message.body {
         Some(global_message::Body::Collect(proto::Collect { cycle })) => {
-            let stages = local.lock_stages();
+            let mut stages = local.lock_stages();
             let usage = proto::Usage {
                 cycle,
                 stages: stages
-                    .values()
+                    .values_mut()
                     .map(|entry| proto::StageUsage {
                         stage_id: entry.info.stage_id,
                         resources: entry
                             .usage
-                            .rates()
+                            .collect()
+                            .clone()
                             .iter()
                             .map(|(resource, rate)| proto::ResourceUsage {
                                 mount: resource.mount.clone(),

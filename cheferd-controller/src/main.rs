@@ -53,6 +53,27 @@ enum Command {
         #[arg(long, default_value_t = 250)]
         report_ms: u64,
     },
+    /// Demonstrate the whole system: controllers, jobs under the stage, live rates, a plot.
+    Demo {
+        /// Seconds of load per job.
+        #[arg(long, default_value_t = 40)]
+        seconds: usize,
+        /// Seconds between two jobs joining.
+        #[arg(long, default_value_t = 8)]
+        stagger: usize,
+        /// Number of jobs (1–4).
+        #[arg(long, default_value_t = 4)]
+        jobs: usize,
+        /// Max_R of the scratch directory's metadata (ops/s).
+        #[arg(long, default_value = "6000")]
+        max_rate: String,
+        /// Policy.
+        #[arg(long, default_value = "psfa")]
+        policy: String,
+        /// Where to write rates.csv, rates.png and rates.svg.
+        #[arg(long, value_name = "DIR", default_value = "cheferd-demo")]
+        out: PathBuf,
+    },
     /// Benchmark the control cycle with simulated local controllers on loopback.
     Bench {
         /// Numbers of local controllers to simulate.
@@ -238,6 +259,30 @@ fn main() -> ExitCode {
                 report_ms,
             } => run_local(node, socket, global, report_ms).await,
             Command::Bench { .. } | Command::Replay { .. } => unreachable!("handled above"),
+            Command::Demo {
+                seconds,
+                stagger,
+                jobs,
+                max_rate,
+                policy: name,
+                out,
+            } => {
+                policy::check(&name).map_err(|e| usage_error(format!("--policy: {e}")))?;
+                let max_rate = cheferd_controller::config::rate("--max-rate", &max_rate)
+                    .map_err(usage_error)?;
+                let options = cheferd_controller::demo::DemoOptions {
+                    seconds,
+                    stagger,
+                    jobs,
+                    max_rate,
+                    policy: name,
+                    out,
+                };
+                let (exe, library) = stage_library().map_err(|e| (e, 1))?;
+                cheferd_controller::demo::run(&options, &exe, &library)
+                    .await
+                    .map_err(|e| (e, 1))
+            }
             Command::Ctl { socket, command } => {
                 ctl(&socket, command).await.map_err(|e| (e.message, e.code))
             }
@@ -254,6 +299,38 @@ fn report(result: Result<(), Failure>) -> ExitCode {
             ExitCode::from(code)
         }
     }
+}
+
+/// This executable and the stage beside it. When the stage is missing and we run under
+/// cargo (`cargo run … demo`), it is built first, so one command is enough.
+fn stage_library() -> Result<(PathBuf, PathBuf), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate this executable: {e}"))?;
+    let library = exe.with_file_name("libpadll.so");
+    if !library.is_file() {
+        let cargo = std::env::var_os("CARGO").ok_or_else(|| {
+            format!(
+                "{} not found: build it with `cargo build --release -p padll-stage`",
+                library.display()
+            )
+        })?;
+        let release = exe
+            .parent()
+            .and_then(|d| d.file_name())
+            .is_some_and(|n| n == "release");
+        eprintln!("cheferd: building the stage (libpadll.so)…");
+        let mut build = std::process::Command::new(cargo);
+        build.args(["build", "-p", "padll-stage"]);
+        if release {
+            build.arg("--release");
+        }
+        let status = build
+            .status()
+            .map_err(|e| format!("cannot run cargo: {e}"))?;
+        if !status.success() || !library.is_file() {
+            return Err(format!("could not build {}", library.display()));
+        }
+    }
+    Ok((exe, library))
 }
 
 /// The replayer runs without the async runtime: it is plain threads doing file I/O,

@@ -74,10 +74,20 @@ struct Sample {
     tokens: HashMap<Resource, u64>,
 }
 
-/// Rates of one stage, from its successive usage reports.
+/// Rates of one stage over each control interval, from its successive usage reports.
+///
+/// Reports arrive every few hundred milliseconds and loads are bursty, so a rate is
+/// taken between the reports that bracket two *collections* (one control interval),
+/// not between two reports. Counters that restart (a channel replaced) are stitched so
+/// the cumulative count never goes backwards.
 #[derive(Debug, Default)]
 pub struct UsageTracker {
-    last: Sample,
+    /// Raw counters of the last report (to detect restarts).
+    raw: HashMap<Resource, u64>,
+    /// Stitched cumulative counters, as of the last report.
+    latest: Sample,
+    /// The same, as of the last collection.
+    collected: Sample,
     rates: HashMap<Resource, f64>,
     limits: HashMap<Resource, u64>,
 }
@@ -91,7 +101,7 @@ impl UsageTracker {
         channels: &[ChannelInfo],
         ops: &[OpStats],
     ) {
-        let mut tokens = HashMap::new();
+        let mut readings = HashMap::new();
         self.limits.clear();
         for channel in channels {
             if let (Some(mount), Scope::Class(class)) = (&channel.spec.mount, channel.spec.scope) {
@@ -100,7 +110,7 @@ impl UsageTracker {
                     class,
                 };
                 self.limits.insert(resource.clone(), channel.spec.rate);
-                tokens.insert(resource, channel.tokens);
+                readings.insert(resource, channel.tokens);
             }
         }
         // Before the control plane installed channels: per-operation counters, which can
@@ -111,7 +121,7 @@ impl UsageTracker {
                     mount: mount.clone(),
                     class,
                 };
-                tokens.entry(resource).or_insert_with(|| {
+                readings.entry(resource).or_insert_with(|| {
                     ops.iter()
                         .filter(|row| Op::from_name(&row.op).is_some_and(|op| op.class() == class))
                         .map(|row| {
@@ -125,28 +135,38 @@ impl UsageTracker {
                 });
             }
         }
-        if let Some(previous) = self.last.at {
-            let seconds = now.duration_since(previous).as_secs_f64();
+        for (resource, reading) in readings {
+            let previous = self.raw.insert(resource.clone(), reading).unwrap_or(0);
+            // A counter that went backwards restarted from zero.
+            let delta = reading.checked_sub(previous).unwrap_or(reading);
+            *self.latest.tokens.entry(resource).or_insert(0) += delta;
+        }
+        self.latest.at = Some(now);
+    }
+
+    /// Closes a control interval: the rate of each resource since the previous call (the
+    /// previous rates if no report arrived in between).
+    pub fn collect(&mut self) -> &HashMap<Resource, f64> {
+        if let (Some(from), Some(to)) = (self.collected.at, self.latest.at) {
+            let seconds = to.duration_since(from).as_secs_f64();
             if seconds > 0.0 {
-                self.rates = tokens
+                self.rates = self
+                    .latest
+                    .tokens
                     .iter()
-                    .map(|(resource, now_tokens)| {
-                        let before = self.last.tokens.get(resource).copied().unwrap_or(0);
-                        // A counter that went backwards (channel replaced) restarts from 0.
-                        let delta = now_tokens.checked_sub(before).unwrap_or(*now_tokens);
-                        (resource.clone(), delta as f64 / seconds)
+                    .map(|(resource, now)| {
+                        let before = self.collected.tokens.get(resource).copied().unwrap_or(0);
+                        (
+                            resource.clone(),
+                            now.saturating_sub(before) as f64 / seconds,
+                        )
                     })
                     .collect();
             }
         }
-        self.last = Sample {
-            at: Some(now),
-            tokens,
-        };
-    }
-
-    /// The rate of each resource over the last report interval.
-    pub fn rates(&self) -> &HashMap<Resource, f64> {
+        if self.latest.at.is_some() && self.latest.at != self.collected.at {
+            self.collected = self.latest.clone();
+        }
         &self.rates
     }
 
@@ -187,32 +207,26 @@ mod tests {
     }
 
     #[test]
-    fn rates_from_channels_and_from_operations() {
+    fn rates_span_control_intervals_and_survive_counter_restarts() {
         let mounts = vec!["/scratch".to_string()];
         let metadata = Resource::parse("/scratch:metadata").unwrap();
         let mut tracker = UsageTracker::default();
         let t0 = Instant::now();
-        tracker.record(t0, &mounts, &[], &ops(100));
-        assert!(tracker.rates().is_empty());
-        tracker.record(t0 + Duration::from_secs(2), &mounts, &[], &ops(300));
-        assert_eq!(tracker.rates()[&metadata], 100.0);
-        // The channel appears: its tokens take over (a fresh counter, so the first
-        // interval counts from zero).
-        tracker.record(
-            t0 + Duration::from_secs(3),
-            &mounts,
-            &[channel(50)],
-            &ops(400),
-        );
-        assert_eq!(tracker.rates()[&metadata], 50.0);
-        tracker.record(
-            t0 + Duration::from_secs(4),
-            &mounts,
-            &[channel(80)],
-            &ops(500),
-        );
-        assert_eq!(tracker.rates()[&metadata], 30.0);
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        tracker.record(at(0), &mounts, &[], &ops(100));
+        assert!(tracker.collect().is_empty());
+        // A burst then silence within one interval: the rate is the interval's average.
+        tracker.record(at(250), &mounts, &[], &ops(400));
+        tracker.record(at(500), &mounts, &[], &ops(400));
+        tracker.record(at(1000), &mounts, &[], &ops(400));
+        assert_eq!(tracker.collect()[&metadata], 300.0);
+        // The channel appears (its counter starts at 0): counting carries on.
+        tracker.record(at(1500), &mounts, &[channel(50)], &ops(500));
+        tracker.record(at(2000), &mounts, &[channel(150)], &ops(600));
+        assert_eq!(tracker.collect()[&metadata], 150.0);
         assert_eq!(tracker.limit(&metadata), Some(100));
+        // No report since: the last rates stand.
+        assert_eq!(tracker.collect()[&metadata], 150.0);
     }
 
     #[test]

@@ -40,89 +40,125 @@ pub fn plot(
     png: Option<&Path>,
     svg: Option<&Path>,
 ) -> Result<(), String> {
-    register_font();
-    if let Some(p) = png {
-        let root = BitMapBackend::new(p, (1100, 420)).into_drawing_area();
-        draw(root, scenario, r).map_err(|e| format!("{}: {e}", p.display()))?;
-    }
-    if let Some(p) = svg {
-        let root = SVGBackend::new(p, (1100, 420)).into_drawing_area();
-        draw(root, scenario, r).map_err(|e| format!("{}: {e}", p.display()))?;
-    }
-    Ok(())
-}
-
-fn draw<DB: DrawingBackend>(
-    root: DrawingArea<DB, plotters::coord::Shift>,
-    scenario: &Scenario,
-    r: &SimResult,
-) -> Result<(), String>
-where
-    DB::ErrorType: 'static,
-{
-    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
-    root.fill(&WHITE).map_err(e)?;
-    let minutes = (r.throughput.len() as f64 / 60.0).max(1.0);
-    let peak = r
-        .throughput
-        .iter()
-        .map(|row| row.iter().sum::<f64>())
-        .fold(scenario.max_rate, f64::max)
-        / 1000.0;
     let title = format!(
         "{} — {} (makespan {} min)",
         scenario.name,
         r.policy,
         crate::sim::minutes(r.makespan())
     );
+    let labels: Vec<String> = scenario
+        .jobs
+        .iter()
+        .map(|j| format!("job {}", j.id))
+        .collect();
+    plot_rates(&title, &labels, &r.throughput, scenario.max_rate, png, svg)
+}
+
+/// Draw per-second rates (`throughput[s][j]`, ops/s) of labelled jobs with their
+/// aggregate and `max_rate`: the simulator's plots and the controller demo's. Time is in
+/// seconds for runs under five minutes, minutes beyond.
+pub fn plot_rates(
+    title: &str,
+    labels: &[String],
+    throughput: &[Vec<f64>],
+    max_rate: f64,
+    png: Option<&Path>,
+    svg: Option<&Path>,
+) -> Result<(), String> {
+    register_font();
+    let chart = Chart {
+        title,
+        labels,
+        throughput,
+        max_rate,
+    };
+    if let Some(p) = png {
+        let root = BitMapBackend::new(p, (1100, 420)).into_drawing_area();
+        draw(root, &chart).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    if let Some(p) = svg {
+        let root = SVGBackend::new(p, (1100, 420)).into_drawing_area();
+        draw(root, &chart).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    Ok(())
+}
+
+struct Chart<'a> {
+    title: &'a str,
+    labels: &'a [String],
+    throughput: &'a [Vec<f64>],
+    max_rate: f64,
+}
+
+fn draw<DB: DrawingBackend>(
+    root: DrawingArea<DB, plotters::coord::Shift>,
+    c: &Chart,
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
+    root.fill(&WHITE).map_err(e)?;
+    let (unit, unit_name) = if c.throughput.len() < 300 {
+        (1.0, "seconds")
+    } else {
+        (60.0, "minutes")
+    };
+    let span = (c.throughput.len() as f64 / unit).max(1.0);
+    let peak = c
+        .throughput
+        .iter()
+        .map(|row| row.iter().sum::<f64>())
+        .fold(c.max_rate, f64::max)
+        / 1000.0;
     let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 20))
+        .caption(c.title, ("sans-serif", 20))
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(55)
-        .build_cartesian_2d(0f64..minutes, 0f64..peak * 1.05)
+        .build_cartesian_2d(0f64..span, 0f64..peak * 1.05)
         .map_err(e)?;
     chart
         .configure_mesh()
-        .x_desc("time (minutes)")
+        .x_desc(format!("time ({unit_name})"))
         .y_desc("metadata rate (kops/s)")
         .label_style(("sans-serif", 13))
         .draw()
         .map_err(e)?;
-    let total = r
+    let total = c
         .throughput
         .iter()
         .enumerate()
-        .map(|(s, row)| (s as f64 / 60.0, row.iter().sum::<f64>() / 1000.0));
+        .map(|(s, row)| (s as f64 / unit, row.iter().sum::<f64>() / 1000.0));
     chart
         .draw_series(LineSeries::new(total, RGBColor(170, 170, 170)))
         .map_err(e)?
         .label("aggregate")
         .legend(|(x, y)| PathElement::new([(x, y), (x + 18, y)], RGBColor(170, 170, 170)));
-    for (k, j) in scenario.jobs.iter().enumerate() {
-        let c = COLORS[k % COLORS.len()];
+    for (k, label) in c.labels.iter().enumerate() {
+        let color = COLORS[k % COLORS.len()];
         let pts =
-            r.throughput.iter().enumerate().map(move |(s, row)| {
-                (s as f64 / 60.0, row.get(k).copied().unwrap_or(0.0) / 1000.0)
+            c.throughput.iter().enumerate().map(move |(s, row)| {
+                (s as f64 / unit, row.get(k).copied().unwrap_or(0.0) / 1000.0)
             });
         chart
-            .draw_series(LineSeries::new(pts, c))
+            .draw_series(LineSeries::new(pts, color))
             .map_err(e)?
-            .label(format!("job {}", j.id))
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], c));
+            .label(label.clone())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], color));
     }
-    let max_k = scenario.max_rate / 1000.0;
+    let max_k = c.max_rate / 1000.0;
     // Max_R as a dashed line (short segments).
     let mut x = 0.0;
-    while x < minutes {
-        let x2 = (x + minutes / 120.0).min(minutes);
+    while x < span {
+        let x2 = (x + span / 120.0).min(span);
         chart
             .draw_series(LineSeries::new(
                 [(x, max_k), (x2, max_k)],
                 RED.stroke_width(2),
             ))
             .map_err(e)?;
-        x += minutes / 60.0;
+        x += span / 60.0;
     }
     chart
         .configure_series_labels()
