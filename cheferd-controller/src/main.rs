@@ -125,6 +125,12 @@ enum Command {
         #[arg(long, default_value_t = 1.0)]
         speed: f64,
     },
+    /// Replay PADLL's Table I scenarios in the simulator (same as `policies simulate`).
+    Simulate(policies::cli::SimulateArgs),
+    /// Dry run of one control cycle: a JSON snapshot on stdin, rates on stdout.
+    Allocate(policies::cli::AllocateArgs),
+    /// Generate a seeded metadata trace (padll-trace v1 CSV) for the replayer.
+    Trace(policies::cli::TraceArgs),
     /// Administer a running global controller.
     Ctl {
         /// The global controller's admin socket.
@@ -209,6 +215,12 @@ fn main() -> ExitCode {
     {
         return report(bench(locals, *stages, *cycles, name));
     }
+    let command = match cli.command {
+        Command::Simulate(args) => return run_policies(policies::cli::Command::Simulate(args)),
+        Command::Allocate(args) => return run_policies(policies::cli::Command::Allocate(args)),
+        Command::Trace(args) => return run_policies(policies::cli::Command::Trace(args)),
+        other => other,
+    };
     if let Command::Replay {
         trace,
         job,
@@ -219,7 +231,7 @@ fn main() -> ExitCode {
         dir,
         threads,
         speed,
-    } = &cli.command
+    } = &command
     {
         return report(replay(
             trace.as_deref(),
@@ -245,7 +257,7 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        match cli.command {
+        match command {
             Command::Global {
                 config,
                 listen,
@@ -258,7 +270,11 @@ fn main() -> ExitCode {
                 global,
                 report_ms,
             } => run_local(node, socket, global, report_ms).await,
-            Command::Bench { .. } | Command::Replay { .. } => unreachable!("handled above"),
+            Command::Bench { .. }
+            | Command::Replay { .. }
+            | Command::Simulate(_)
+            | Command::Allocate(_)
+            | Command::Trace(_) => unreachable!("handled above"),
             Command::Demo {
                 seconds,
                 stagger,
@@ -289,6 +305,17 @@ fn main() -> ExitCode {
         }
     });
     report(result)
+}
+
+/// The `policies` subcommands (simulate, allocate, trace), shared with the `policies`
+/// binary.
+fn run_policies(command: policies::cli::Command) -> ExitCode {
+    let result = policies::cli::execute(
+        &command,
+        &mut std::io::stdin().lock(),
+        &mut std::io::stdout().lock(),
+    );
+    report(result.map_err(|f| (f.message, f.code.clamp(1, 255) as u8)))
 }
 
 fn report(result: Result<(), Failure>) -> ExitCode {
