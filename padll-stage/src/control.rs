@@ -37,6 +37,10 @@ static CONNECTION_FD: AtomicI32 = AtomicI32::new(-1);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A forked child waits this long before registering: most children `exec` at once
+/// (a shell running a command), and the new program registers itself.
+const CHILD_REGISTRATION_DELAY: Duration = Duration::from_millis(250);
+
 /// Starts the control thread (once per process; again in a forked child).
 pub fn start(socket: String, identity: Identity, mountpoints: Vec<String>) {
     let _ = TARGET.set(Target {
@@ -44,15 +48,16 @@ pub fn start(socket: String, identity: Identity, mountpoints: Vec<String>) {
         identity,
         mountpoints,
     });
-    spawn();
+    spawn(Duration::ZERO);
 }
 
-fn spawn() {
+fn spawn(delay: Duration) {
     let _ = std::thread::Builder::new()
         .name("padll-control".into())
         .stack_size(256 * 1024)
-        .spawn(|| {
+        .spawn(move || {
             let _io = StageIo::enter();
+            std::thread::sleep(delay);
             if let Some(target) = TARGET.get() {
                 run(target);
             }
@@ -69,7 +74,7 @@ pub fn after_fork_in_child() {
         // SAFETY: our own socket descriptor, inherited; the raw call bypasses the hooks.
         unsafe { libc::syscall(libc::SYS_close, fd) };
     }
-    spawn();
+    spawn(CHILD_REGISTRATION_DELAY);
 }
 
 fn run(target: &Target) {

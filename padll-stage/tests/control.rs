@@ -236,3 +236,63 @@ fn unreachable_controller_is_reported_once_and_configured_rules_apply() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_forked_child_registers_on_its_own_connection() {
+    // The interpreter itself, not a wrapper script (pyenv's shim forks and execs).
+    let Some(python) = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|p| p.starts_with('/'))
+    else {
+        eprintln!("skipped: python3 not installed");
+        return;
+    };
+    let dir = scratch("fork");
+    let socket = dir.join("controller.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    // The parent forks without exec; the child keeps working in the mountpoint.
+    let script = format!(
+        "import os, time\npid = os.fork()\nend = time.time() + 2\nwhile time.time() < end:\n    os.stat('{}')\nif pid:\n    os.waitpid(pid, 0)\n",
+        dir.display()
+    );
+    let child = Command::new(python)
+        .args(["-c", &script])
+        .env("LD_PRELOAD", library())
+        .env("PADLL_MOUNTS", &dir)
+        .env("PADLL_CONTROLLER", &socket)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pids = Vec::new();
+    let mut peers = Vec::new();
+    for _ in 0..2 {
+        let mut peer = Peer::accept(&listener);
+        match peer.receive().1 {
+            StageMessage::Hello { identity, .. } => pids.push(identity.pid),
+            other => panic!("expected hello, got {other:?}"),
+        }
+        peer.send(&ControlMessage::Welcome {
+            version: PROTOCOL_VERSION,
+            stage_id: pids.len() as u64,
+            report_interval_ms: 100,
+        });
+        peers.push(peer);
+    }
+    assert!(pids.contains(&child.id()), "{pids:?}");
+    assert_eq!(pids.len(), 2);
+    assert_ne!(pids[0], pids[1], "the child registered with its own pid");
+    // Both keep reporting on their own connections.
+    for peer in &mut peers {
+        assert!(matches!(peer.receive().1, StageMessage::Usage { .. }));
+    }
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

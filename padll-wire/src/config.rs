@@ -6,7 +6,7 @@
 //! | `PADLL_MOUNTS` | `:`-separated mountpoints to manage |
 //! | `PADLL_RULES` | `,`-separated `SELECTOR=RATE` limits (see [`parse_rule`]) |
 //! | `PADLL_BURST_MS` | bucket depth, as milliseconds of the rate (default 10) |
-//! | `PADLL_JOB_ID`, `PADLL_JOB_SIZE`, `PADLL_USER`, `PADLL_ACCOUNT` | identity (else taken from Slurm, PBS, LSF or Flux) |
+//! | `PADLL_JOB_ID`, `PADLL_JOB_SIZE`, `PADLL_USER`, `PADLL_ACCOUNT` | identity (else taken from Slurm, PBS, LSF or Flux; `padll run` without any sets `run-<its pid>` so a whole run is one job) |
 //! | `PADLL_STATS` | write statistics at exit: a table, or JSON lines if the name ends in `.json`; `%p` → pid |
 //! | `PADLL_CONTROLLER` | Unix socket of the node's local controller (`cheferd local`): rules then come from the control plane |
 //! | `PADLL_LOG` | `error` (default), `warn`, `info`, `debug`, or `off` |

@@ -143,7 +143,7 @@ fn stage_environment(args: &RunArgs) -> Result<Vec<(&'static str, String)>, Fail
     }
     let optional = [
         ("PADLL_BURST_MS", args.burst_ms.map(|v| v.to_string())),
-        ("PADLL_JOB_ID", args.job.clone()),
+        ("PADLL_JOB_ID", args.job.clone().or_else(default_job_id)),
         ("PADLL_JOB_SIZE", args.job_size.map(|v| v.to_string())),
         ("PADLL_USER", args.user.clone()),
         ("PADLL_ACCOUNT", args.account.clone()),
@@ -166,6 +166,20 @@ fn stage_environment(args: &RunArgs) -> Result<Vec<(&'static str, String)>, Fail
     })
     .map_err(|e| usage(cli_wording(&e)))?;
     Ok(env)
+}
+
+/// Without a batch system's job id, every process of one `padll run` shares
+/// `run-<pid of padll run>` as its job, instead of each being a job of its own.
+fn default_job_id() -> Option<String> {
+    let known = [
+        "PADLL_JOB_ID",
+        "SLURM_JOB_ID",
+        "PBS_JOBID",
+        "LSB_JOBID",
+        "FLUX_JOB_ID",
+    ];
+    (!known.iter().any(|v| std::env::var_os(v).is_some()))
+        .then(|| format!("run-{}", std::process::id()))
 }
 
 /// Names the flag rather than the variable it sets.
