@@ -332,32 +332,33 @@ fn report(result: Result<(), Failure>) -> ExitCode {
 /// cargo (`cargo run … demo`), it is built first, so one command is enough.
 fn stage_library() -> Result<(PathBuf, PathBuf), String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot locate this executable: {e}"))?;
-    let library = exe.with_file_name("libpadll.so");
-    if !library.is_file() {
-        let cargo = std::env::var_os("CARGO").ok_or_else(|| {
-            format!(
-                "{} not found: build it with `cargo build --release -p padll-stage`",
-                library.display()
-            )
-        })?;
-        let release = exe
-            .parent()
-            .and_then(|d| d.file_name())
-            .is_some_and(|n| n == "release");
-        eprintln!("cheferd: building the stage (libpadll.so)…");
-        let mut build = std::process::Command::new(cargo);
-        build.args(["build", "-p", "padll-stage"]);
-        if release {
-            build.arg("--release");
-        }
-        let status = build
-            .status()
-            .map_err(|e| format!("cannot run cargo: {e}"))?;
-        if !status.success() || !library.is_file() {
-            return Err(format!("could not build {}", library.display()));
-        }
+    let dir = exe
+        .parent()
+        .unwrap_or(std::path::Path::new("/"))
+        .to_path_buf();
+    if let Some(library) = padll_wire::locate_stage_library(&dir) {
+        return Ok((exe, library));
     }
-    Ok((exe, library))
+    let expected = dir.join(padll_wire::STAGE_LIBRARY);
+    let cargo = std::env::var_os("CARGO").ok_or_else(|| {
+        format!(
+            "{} not found: build it with `cargo build --release -p padll-stage`",
+            expected.display()
+        )
+    })?;
+    eprintln!("cheferd: building the stage (libpadll.so)…");
+    let mut build = std::process::Command::new(cargo);
+    build.args(["build", "-p", "padll-stage"]);
+    if dir.file_name().is_some_and(|n| n == "release") {
+        build.arg("--release");
+    }
+    let status = build
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    match padll_wire::locate_stage_library(&dir) {
+        Some(library) if status.success() => Ok((exe, library)),
+        _ => Err(format!("could not build {}", expected.display())),
+    }
 }
 
 /// The replayer runs without the async runtime: it is plain threads doing file I/O,

@@ -170,11 +170,8 @@ const NOT_HOOKED: &[(&str, &str)] = &[
 ];
 
 fn library() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable");
-    exe.parent()
-        .and_then(|deps| deps.parent())
-        .expect("target dir")
-        .join("libpadll.so")
+    let profile = PathBuf::from(env!("CARGO_BIN_EXE_padll"));
+    padll_wire::locate_stage_library(profile.parent().unwrap()).expect("libpadll.so is built")
 }
 
 fn dynamic_symbols(path: &str, undefined: bool) -> Option<BTreeSet<String>> {

@@ -60,14 +60,13 @@ fn setups(
 
 fn driver() {
     let exe = std::env::current_exe().expect("current exe");
-    let library = exe.with_file_name("libpadll.so");
-    if !library.is_file() {
+    let Some(library) = padll_wire::locate_stage_library(exe.parent().expect("exe dir")) else {
         eprintln!(
-            "padll-bench: {} not found; build with `cargo build --release -p padll-stage`",
-            library.display()
+            "padll-bench: {} not found beside this binary; build with `cargo build --release -p padll-stage`",
+            padll_wire::STAGE_LIBRARY
         );
         std::process::exit(2);
-    }
+    };
     let base = std::env::temp_dir().join(format!("padll-bench-{}", std::process::id()));
     let dir = base.join("data");
     std::fs::create_dir_all(&dir).expect("bench dir");

@@ -202,18 +202,14 @@ fn stage_library() -> Result<PathBuf, Failure> {
         message: format!("cannot locate this executable: {e}"),
         code: 1,
     })?;
-    let library = exe.with_file_name("libpadll.so");
-    if library.is_file() {
-        Ok(library)
-    } else {
-        Err(Failure {
-            message: format!(
-                "{} not found (it must sit beside the padll binary)",
-                library.display()
-            ),
-            code: 1,
-        })
-    }
+    let dir = exe.parent().unwrap_or(Path::new("/"));
+    padll_wire::locate_stage_library(dir).ok_or_else(|| Failure {
+        message: format!(
+            "{} not found (it must sit beside the padll binary)",
+            dir.join(padll_wire::STAGE_LIBRARY).display()
+        ),
+        code: 1,
+    })
 }
 
 fn preload_value(library: &Path) -> String {
