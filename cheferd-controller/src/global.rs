@@ -479,6 +479,17 @@ impl Controller {
                 demand,
                 limit,
             } => {
+                // A typo must not silently configure a job that will never run.
+                let known = state.config.jobs.contains_key(&job)
+                    || state
+                        .nodes
+                        .values()
+                        .any(|n| n.stages.values().any(|s| s.job_id == job));
+                if !known {
+                    return Err(format!(
+                        "unknown job '{job}': it is neither configured nor running (add it to the configuration file to set it before it starts)"
+                    ));
+                }
                 let mut settings = state.config.job(&job);
                 if let Some(p) = priority {
                     if !(p > 0.0 && p.is_finite()) {

@@ -517,6 +517,7 @@ async fn run_local(
 }
 
 async fn ctl(socket: &std::path::Path, command: CtlCommand) -> Result<(), CtlError> {
+    check_ctl(&command).map_err(|message| CtlError { message, code: 2 })?;
     let change = |change: Change| AdminRequest::Change { change };
     match command {
         CtlCommand::Nodes => print!("{}", admin::nodes_table(&admin::snapshot(socket).await?)),
@@ -567,6 +568,52 @@ async fn ctl(socket: &std::path::Path, command: CtlCommand) -> Result<(), CtlErr
         ),
     }
     Ok(())
+}
+
+/// Checks a change's values before contacting the controller, so a typo is bad usage
+/// (exit 2) naming the value; the controller still validates everything (and refuses,
+/// exit 1, what only it can judge, such as a resource it does not share).
+fn check_ctl(command: &CtlCommand) -> Result<(), String> {
+    use cheferd_controller::config::rate;
+    use cheferd_controller::usage::Resource;
+    match command {
+        CtlCommand::SetPolicy { resource, policy } => {
+            Resource::parse(resource)?;
+            policy::check(policy)
+        }
+        CtlCommand::SetMaxRate { resource, rate: r } => {
+            Resource::parse(resource)?;
+            rate("rate", r).map(|_| ())
+        }
+        CtlCommand::SetJob {
+            priority,
+            resource,
+            demand,
+            limit,
+            ..
+        } => {
+            if let Some(p) = priority.filter(|p| !(*p > 0.0 && p.is_finite())) {
+                return Err(format!("--priority {p} must be positive"));
+            }
+            if let Some(r) = resource {
+                Resource::parse(r)?;
+            } else if demand.is_some() || limit.is_some() {
+                return Err("--resource is needed with --demand or --limit".into());
+            }
+            if let Some(d) = demand {
+                rate("--demand", d)?;
+            }
+            match limit.as_deref() {
+                Some("none") | None => Ok(()),
+                Some(l) => rate("--limit", l).map(|_| ()),
+            }
+        }
+        CtlCommand::Nodes
+        | CtlCommand::Jobs
+        | CtlCommand::Stages
+        | CtlCommand::Top { .. }
+        | CtlCommand::Dump => Ok(()),
+    }
 }
 
 fn print_ok(value: serde_json::Value) {

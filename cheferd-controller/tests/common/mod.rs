@@ -1,0 +1,497 @@
+//! A control plane on loopback for the end-to-end tests: one `cheferd global`, `cheferd
+//! local`s and jobs (`cheferd replay` under `libpadll.so`), each a real process, all in
+//! a temporary directory of their own. Every wait has a deadline, and dropping the
+//! cluster kills and reaps every process it started (also when a test fails, when it
+//! prints the tail of every log first).
+
+#![allow(dead_code)] // each test binary uses its own part of this module
+
+use cheferd_controller::global::Snapshot;
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How long a `cheferd ctl` call may take before the test fails.
+const CTL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Replayers run until the test kills them.
+const REPLAY_SECONDS: &str = "600";
+
+/// The scenarios share two cores: run one at a time so their rates are not distorted by
+/// each other's load.
+pub fn serialize() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The `cheferd` binary under test.
+pub fn cheferd() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_cheferd"))
+}
+
+/// The stage, found beside `cheferd` or built once with cargo (`cargo test -p
+/// cheferd-controller` does not build it: it is not a dependency).
+pub fn stage_library() -> PathBuf {
+    static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
+    LIBRARY
+        .get_or_init(|| {
+            let exe = cheferd();
+            let dir = exe.parent().expect("cheferd has a directory");
+            if let Some(library) = padll_wire::locate_stage_library(dir) {
+                return library;
+            }
+            let mut build = Command::new(env!("CARGO"));
+            build.args(["build", "-p", "padll-stage"]);
+            if dir.file_name().is_some_and(|n| n == "release") {
+                build.arg("--release");
+            }
+            let status = build.status().expect("cargo runs");
+            assert!(status.success(), "cargo build -p padll-stage failed");
+            padll_wire::locate_stage_library(dir).expect("libpadll.so after building it")
+        })
+        .clone()
+}
+
+/// Polls `probe` every 100 ms until it returns `Some`, or fails the test at `timeout`.
+pub fn wait_for<T>(timeout: Duration, what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = probe() {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Runs a command to completion, killing it and failing the test after `timeout`.
+pub fn run_with_timeout(command: &mut Command, timeout: Duration) -> Output {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("command starts");
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().expect("piped")));
+    let stderr = drain(Box::new(child.stderr.take().expect("piped")));
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{command:?} did not finish within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    }
+}
+
+/// A daemon (controller) with its log file.
+struct Daemon {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Daemon {
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One process of a job: a constant-load replayer under the stage. Its per-second
+/// output is read by a thread and stamped with the time it arrived.
+pub struct Replayer {
+    /// Job id (`PADLL_JOB_ID`).
+    pub job: String,
+    /// The node whose local controller it talks to.
+    pub node: String,
+    child: Child,
+    /// End of each one-second window of the replayer, and the operations done in it.
+    windows: Arc<Mutex<Vec<(Instant, u64)>>>,
+    log: PathBuf,
+}
+
+impl Replayer {
+    /// The process id (what the controllers record from `SO_PEERCRED`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Still running?
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Operations per second in the replayer's one-second window containing `t`.
+    pub fn rate_at(&self, t: Instant) -> Option<f64> {
+        let windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        windows
+            .iter()
+            .find(|(end, _)| *end >= t && *end - Duration::from_secs(1) < t)
+            .map(|(_, ops)| *ops as f64)
+    }
+
+    /// Mean operations per second over its windows lying wholly within `from..=to`.
+    pub fn mean_rate(&self, from: Instant, to: Instant) -> Option<f64> {
+        let windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        let inside: Vec<u64> = windows
+            .iter()
+            .filter(|(end, _)| *end <= to && *end - Duration::from_secs(1) >= from)
+            .map(|(_, ops)| *ops)
+            .collect();
+        (!inside.is_empty()).then(|| inside.iter().sum::<u64>() as f64 / inside.len() as f64)
+    }
+}
+
+impl Drop for Replayer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A global controller, local controllers and jobs on loopback.
+pub struct Cluster {
+    /// Everything lives here: configuration, sockets, logs, the managed scratch dir.
+    pub dir: tempfile::TempDir,
+    /// The managed mountpoint (`PADLL_MOUNTS`).
+    pub scratch: PathBuf,
+    /// The global controller's gRPC port (kept across its restarts).
+    pub port: u16,
+    /// The admin socket.
+    pub admin: PathBuf,
+    global: Option<Daemon>,
+    locals: BTreeMap<String, Daemon>,
+    /// Jobs' processes, in start order.
+    pub jobs: Vec<Replayer>,
+    restarts: usize,
+}
+
+impl Cluster {
+    /// A cluster whose global controller runs `config` (TOML; `{scratch}` stands for the
+    /// managed directory). Nothing is started yet.
+    pub fn new(config: &str) -> Cluster {
+        let dir = tempfile::Builder::new()
+            .prefix("cheferd-e2e-")
+            .tempdir()
+            .expect("temp dir");
+        let scratch = dir.path().join("scratch");
+        std::fs::create_dir(&scratch).expect("scratch dir");
+        let config = config.replace("{scratch}", &scratch.display().to_string());
+        std::fs::write(dir.path().join("global.toml"), config).expect("config written");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free loopback port")
+            .port();
+        Cluster {
+            admin: dir.path().join("admin.sock"),
+            scratch,
+            port,
+            dir,
+            global: None,
+            locals: BTreeMap::new(),
+            jobs: Vec::new(),
+            restarts: 0,
+        }
+    }
+
+    /// The `resource` name of the scratch directory's metadata.
+    pub fn metadata(&self) -> String {
+        format!("{}:metadata", self.scratch.display())
+    }
+
+    /// A log file, fresh for every (re)start of a process.
+    fn log(&mut self, name: &str) -> (PathBuf, std::fs::File) {
+        self.restarts += 1;
+        let path = self
+            .dir
+            .path()
+            .join(format!("{:02}-{name}.log", self.restarts));
+        let file = std::fs::File::create(&path).expect("log file");
+        (path, file)
+    }
+
+    /// Starts (or restarts) the global controller on the cluster's port and waits for
+    /// its admin socket to answer.
+    pub fn start_global(&mut self) {
+        let (log, file) = self.log("global");
+        let child = Command::new(cheferd())
+            .arg("global")
+            .arg("--config")
+            .arg(self.dir.path().join("global.toml"))
+            .args(["--listen", &format!("127.0.0.1:{}", self.port)])
+            .arg("--admin-socket")
+            .arg(&self.admin)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("cheferd global starts");
+        self.global = Some(Daemon { child, log });
+        // A killed predecessor's socket file refuses connections until it is replaced.
+        wait_for(Duration::from_secs(15), "the global controller", || {
+            self.try_snapshot()
+        });
+    }
+
+    /// SIGKILLs the global controller.
+    pub fn kill_global(&mut self) {
+        if let Some(mut global) = self.global.take() {
+            global.kill();
+        }
+    }
+
+    /// The socket of a node's local controller (its stages' `PADLL_CONTROLLER`).
+    pub fn local_socket(&self, node: &str) -> PathBuf {
+        self.dir.path().join(format!("local-{node}.sock"))
+    }
+
+    /// Starts (or restarts) a node's local controller and waits for its socket.
+    pub fn start_local(&mut self, node: &str) {
+        let socket = self.local_socket(node);
+        let _ = std::fs::remove_file(&socket);
+        let (log, file) = self.log(&format!("local-{node}"));
+        let child = Command::new(cheferd())
+            .args(["local", "--node", node, "--report-ms", "250"])
+            .arg("--socket")
+            .arg(&socket)
+            .args(["--global", &format!("http://127.0.0.1:{}", self.port)])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("cheferd local starts");
+        self.locals.insert(node.to_string(), Daemon { child, log });
+        wait_for(Duration::from_secs(10), "the local socket", || {
+            socket.exists().then_some(())
+        });
+    }
+
+    /// SIGKILLs a node's local controller.
+    pub fn kill_local(&mut self, node: &str) {
+        if let Some(mut local) = self.locals.remove(node) {
+            local.kill();
+        }
+    }
+
+    /// Whether every controller started is still running (none crashed).
+    pub fn controllers_alive(&mut self) -> bool {
+        let global = self.global.as_mut().is_none_or(|g| g.exited().is_none());
+        global && self.locals.values_mut().all(|l| l.exited().is_none())
+    }
+
+    /// The log of a node's local controller so far.
+    pub fn local_log(&self, node: &str) -> String {
+        self.locals
+            .get(node)
+            .and_then(|l| std::fs::read_to_string(&l.log).ok())
+            .unwrap_or_default()
+    }
+
+    /// Starts one process of `job` on `node`: the replayer offering `rate` ops/s under
+    /// the stage, in its own directory of the scratch dir.
+    pub fn start_process(&mut self, job: &str, node: &str, rate: u64) -> usize {
+        let dir = self.scratch.join(job);
+        std::fs::create_dir_all(&dir).expect("job dir");
+        let (log, file) = self.log(&format!("{job}-{node}"));
+        let mut child = Command::new(cheferd())
+            .args(["replay", "--rate", &rate.to_string()])
+            .args(["--seconds", REPLAY_SECONDS, "--threads", "4", "--dir"])
+            .arg(&dir)
+            .env("LD_PRELOAD", stage_library())
+            .env("PADLL_MOUNTS", &self.scratch)
+            .env("PADLL_CONTROLLER", self.local_socket(node))
+            .env("PADLL_JOB_ID", job)
+            .env("PADLL_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(file)
+            .spawn()
+            .expect("cheferd replay starts");
+        let windows = Arc::new(Mutex::new(Vec::new()));
+        let stdout = child.stdout.take().expect("piped");
+        let sink = windows.clone();
+        // Ends at EOF, i.e. when the replayer exits or is killed.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let Some((_, ops)) = line.split_once(',') else {
+                    continue;
+                };
+                if let Ok(ops) = ops.trim().parse::<u64>() {
+                    sink.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push((Instant::now(), ops));
+                }
+            }
+        });
+        self.jobs.push(Replayer {
+            job: job.to_string(),
+            node: node.to_string(),
+            child,
+            windows,
+            log,
+        });
+        self.jobs.len() - 1
+    }
+
+    /// Starts `job` with one process on each of `nodes` (a job spanning nodes).
+    pub fn start_job(&mut self, job: &str, nodes: &[&str], rate_per_process: u64) {
+        for node in nodes {
+            self.start_process(job, node, rate_per_process);
+        }
+    }
+
+    /// SIGKILLs every process of `job` and forgets them.
+    pub fn kill_job(&mut self, job: &str) {
+        self.jobs.retain(|p| p.job != job);
+    }
+
+    /// The processes of a job.
+    pub fn processes<'a>(&'a self, job: &'a str) -> impl Iterator<Item = &'a Replayer> + 'a {
+        self.jobs.iter().filter(move |p| p.job == job)
+    }
+
+    /// Sum over all running processes of the rate of their window containing `t`.
+    pub fn aggregate_at(&self, t: Instant) -> f64 {
+        self.jobs.iter().filter_map(|p| p.rate_at(t)).sum()
+    }
+
+    /// A job's achieved rate over `from..=to` (sum of its processes' mean rates).
+    pub fn job_rate(&self, job: &str, from: Instant, to: Instant) -> f64 {
+        self.processes(job)
+            .filter_map(|p| p.mean_rate(from, to))
+            .sum()
+    }
+
+    /// `cheferd ctl --socket ADMIN ARGS…` (with a deadline).
+    pub fn ctl(&self, args: &[&str]) -> Output {
+        let mut command = Command::new(cheferd());
+        command
+            .arg("ctl")
+            .arg("--socket")
+            .arg(&self.admin)
+            .args(args);
+        run_with_timeout(&mut command, CTL_TIMEOUT)
+    }
+
+    /// The global controller's state (`cheferd ctl dump`), if it answers.
+    pub fn try_snapshot(&self) -> Option<Snapshot> {
+        let output = self.ctl(&["dump"]);
+        if !output.status.success() {
+            return None;
+        }
+        let dump: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
+        serde_json::from_value(dump["state"].clone()).ok()
+    }
+
+    /// The global controller's state; fails the test if it does not answer.
+    pub fn snapshot(&self) -> Snapshot {
+        self.try_snapshot()
+            .unwrap_or_else(|| panic!("the global controller does not answer on its admin socket"))
+    }
+
+    /// Waits until the global controller lists exactly `stages` stages per node.
+    pub fn wait_for_stages(&self, timeout: Duration, stages: &[(&str, usize)]) -> Snapshot {
+        let want: BTreeMap<String, usize> =
+            stages.iter().map(|(n, s)| (n.to_string(), *s)).collect();
+        wait_for(
+            timeout,
+            &format!("the global controller to list stages {want:?}"),
+            || {
+                let snapshot = self.try_snapshot()?;
+                let have: BTreeMap<String, usize> = snapshot
+                    .nodes
+                    .iter()
+                    .map(|n| (n.node.clone(), n.stages))
+                    .collect();
+                (have == want).then_some(snapshot)
+            },
+        )
+    }
+}
+
+/// A job's assigned rate of the resource in a snapshot (0 if it has no share).
+pub fn assigned(snapshot: &Snapshot, job: &str) -> f64 {
+    snapshot
+        .shares
+        .iter()
+        .find(|s| s.job == job)
+        .map_or(0.0, |s| s.assigned)
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.jobs.clear();
+        self.locals.clear();
+        self.global = None;
+        if std::thread::panicking() {
+            let mut logs: Vec<PathBuf> = std::fs::read_dir(self.dir.path())
+                .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+                .unwrap_or_default();
+            logs.retain(|p| p.extension().is_some_and(|e| e == "log"));
+            logs.sort();
+            for log in logs {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                eprintln!("==== {} (last 30 lines)", log.display());
+                for line in &lines[lines.len().saturating_sub(30)..] {
+                    eprintln!("{line}");
+                }
+            }
+        }
+    }
+}
+
+/// Reads one line from a blocking stream with a deadline; `None` on EOF.
+pub fn read_line_with_timeout(
+    reader: &mut BufReader<std::os::unix::net::UnixStream>,
+    timeout: Duration,
+) -> Option<String> {
+    reader
+        .get_ref()
+        .set_read_timeout(Some(timeout))
+        .expect("read timeout");
+    let mut line = String::new();
+    match reader.read_line(&mut line) {
+        Ok(0) => None,
+        Ok(_) => Some(line),
+        Err(e) => panic!("no line within {timeout:?}: {e}"),
+    }
+}
