@@ -10,6 +10,7 @@
 //! through the slot's generation and re-reserves at the new rate.
 
 use crate::bucket::{self, Limit, TokenBucket};
+use crate::stats;
 use padll_wire::channel::{ChannelId, ChannelInfo, ChannelSpec, Unit};
 use padll_wire::ops::Op;
 use std::cell::RefCell;
@@ -25,14 +26,17 @@ pub const MAX_MOUNTS: usize = 64;
 /// Longest single sleep while waiting for tokens, so a waiter notices rate changes.
 const WAIT_SLICE_NS: u64 = 20_000_000;
 
+/// One channel. Its counters are kept per thread in [`stats`] (a shared counter would
+/// be one more contended cache line per request); `counted_before` holds the totals
+/// when the slot was (re)used, which [`list`] subtracts.
+#[repr(align(128))]
 struct Slot {
     /// Bumped on every change, so waiters re-check.
     generation: AtomicU64,
     in_use: AtomicBool,
     counts_bytes: AtomicBool,
     bucket: TokenBucket,
-    admitted: AtomicU64,
-    tokens: AtomicU64,
+    counted_before: [AtomicU64; 2],
 }
 
 static SLOTS: [Slot; MAX_CHANNELS] = [const {
@@ -41,8 +45,7 @@ static SLOTS: [Slot; MAX_CHANNELS] = [const {
         in_use: AtomicBool::new(false),
         counts_bytes: AtomicBool::new(false),
         bucket: TokenBucket::new(),
-        admitted: AtomicU64::new(0),
-        tokens: AtomicU64::new(0),
+        counted_before: [const { AtomicU64::new(0) }; 2],
     }
 }; MAX_CHANNELS];
 
@@ -124,8 +127,9 @@ pub fn add(spec: ChannelSpec) -> Result<ChannelId, String> {
         rate: spec.rate,
         burst: spec.burst,
     });
-    slot.admitted.store(0, Ordering::Relaxed);
-    slot.tokens.store(0, Ordering::Relaxed);
+    let (admitted, tokens) = stats::channel_totals(free);
+    slot.counted_before[0].store(admitted, Ordering::Relaxed);
+    slot.counted_before[1].store(tokens, Ordering::Relaxed);
     slot.in_use.store(true, Ordering::Release);
     slot.generation.fetch_add(1, Ordering::AcqRel);
     publish_routes(&reg);
@@ -182,21 +186,25 @@ pub fn list() -> Vec<ChannelInfo> {
         .enumerate()
         .filter_map(|(i, spec)| {
             let spec = spec.clone()?;
+            let (admitted, tokens) = stats::channel_totals(i);
+            let before = &SLOTS[i].counted_before;
             Some(ChannelInfo {
                 id: ChannelId(i as u8),
                 spec,
-                admitted: SLOTS[i].admitted.load(Ordering::Relaxed),
-                tokens: SLOTS[i].tokens.load(Ordering::Relaxed),
+                admitted: admitted.wrapping_sub(before[0].load(Ordering::Relaxed)),
+                tokens: tokens.wrapping_sub(before[1].load(Ordering::Relaxed)),
             })
         })
         .collect()
 }
 
-/// Zeroes channel counters (a forked child starts its own account).
+/// Zeroes channel counters (a forked child starts its own account; [`stats::reset`]
+/// zeroes the totals).
 pub fn reset_counters() {
     for slot in &SLOTS {
-        slot.admitted.store(0, Ordering::Relaxed);
-        slot.tokens.store(0, Ordering::Relaxed);
+        for before in &slot.counted_before {
+            before.store(0, Ordering::Relaxed);
+        }
     }
 }
 
@@ -271,53 +279,63 @@ fn route(mount: u16, op: Op) -> u32 {
 
 /// Passes a request through every channel that serves it, sleeping until each admits
 /// it. `bytes` is the request's size for byte-counting channels. Returns the time
-/// spent waiting, in nanoseconds.
+/// spent waiting, in nanoseconds. The clock is read once unless the request waits.
 pub fn admit(mount: u16, op: Op, bytes: u64) -> u64 {
     let mut packed = route(mount, op);
+    if packed == 0 {
+        return 0;
+    }
+    let mut now = bucket::now_ns();
     let mut waited = 0;
     while packed != 0 {
-        let slot = &SLOTS[(packed & 0xff) as usize - 1];
-        waited += pass(slot, bytes);
+        let slot = (packed & 0xff) as usize - 1;
+        let wait = pass(slot, bytes, now);
+        if wait != 0 {
+            waited += wait;
+            now = bucket::now_ns();
+        }
         packed >>= 8;
     }
     waited
 }
 
-/// Passes one channel. The common case — tokens available — reads the clock once.
+/// Passes one channel at time `now`; returns the time spent waiting.
 #[inline]
-fn pass(slot: &Slot, bytes: u64) -> u64 {
+fn pass(index: usize, bytes: u64, now: u64) -> u64 {
+    let slot = &SLOTS[index];
     if !slot.in_use.load(Ordering::Acquire) {
         return 0;
     }
     let generation = slot.generation.load(Ordering::Acquire);
-    let cost = if slot.counts_bytes.load(Ordering::Relaxed) {
-        bytes
-    } else {
-        1
-    };
-    let entered = bucket::now_ns();
-    let start = slot.bucket.reserve(cost, entered).start_ns;
-    if start <= entered {
-        slot.admitted.fetch_add(1, Ordering::Relaxed);
-        slot.tokens.fetch_add(cost, Ordering::Relaxed);
+    let cost = slot.cost(bytes);
+    let start = slot.bucket.reserve(cost, now).start_ns;
+    if start <= now {
+        stats::local().admitted(index, cost);
         return 0;
     }
-    wait(slot, bytes, generation, start, entered)
+    wait(index, bytes, generation, start, now)
+}
+
+impl Slot {
+    /// Tokens a request of `bytes` bytes costs in this channel.
+    #[inline]
+    fn cost(&self, bytes: u64) -> u64 {
+        if self.counts_bytes.load(Ordering::Relaxed) {
+            bytes
+        } else {
+            1
+        }
+    }
 }
 
 /// Sleeps until admitted; re-reserves if the channel changes meanwhile.
 #[cold]
-fn wait(slot: &Slot, bytes: u64, mut generation: u64, mut start: u64, entered: u64) -> u64 {
+fn wait(index: usize, bytes: u64, mut generation: u64, mut start: u64, entered: u64) -> u64 {
+    let slot = &SLOTS[index];
     loop {
         let now = bucket::now_ns();
         if now >= start {
-            let cost = if slot.counts_bytes.load(Ordering::Relaxed) {
-                bytes
-            } else {
-                1
-            };
-            slot.admitted.fetch_add(1, Ordering::Relaxed);
-            slot.tokens.fetch_add(cost, Ordering::Relaxed);
+            stats::local().admitted(index, slot.cost(bytes));
             return now.saturating_sub(entered);
         }
         sleep_until(start.min(now + WAIT_SLICE_NS));
@@ -328,12 +346,10 @@ fn wait(slot: &Slot, bytes: u64, mut generation: u64, mut start: u64, entered: u
                 return bucket::now_ns().saturating_sub(entered);
             }
             generation = current;
-            let cost = if slot.counts_bytes.load(Ordering::Relaxed) {
-                bytes
-            } else {
-                1
-            };
-            start = slot.bucket.reserve(cost, bucket::now_ns()).start_ns;
+            start = slot
+                .bucket
+                .reserve(slot.cost(bytes), bucket::now_ns())
+                .start_ns;
         }
     }
 }
@@ -348,13 +364,14 @@ pub fn settle(mount: u16, op: Op, charged: u64, moved: u64) -> u64 {
     let mut packed = route(mount, op);
     let mut waited = 0;
     while packed != 0 {
-        let slot = &SLOTS[(packed & 0xff) as usize - 1];
+        let index = (packed & 0xff) as usize - 1;
+        let slot = &SLOTS[index];
         if slot.counts_bytes.load(Ordering::Relaxed) && slot.in_use.load(Ordering::Acquire) {
             if moved < charged {
                 slot.bucket.refund(charged - moved, bucket::now_ns());
-                slot.tokens.fetch_sub(charged - moved, Ordering::Relaxed);
+                stats::local().adjust_tokens(index, -((charged - moved) as i64));
             } else {
-                waited += pass_bytes_only(slot, moved - charged);
+                waited += pass_bytes_only(index, moved - charged);
             }
         }
         packed >>= 8;
@@ -362,10 +379,10 @@ pub fn settle(mount: u16, op: Op, charged: u64, moved: u64) -> u64 {
     waited
 }
 
-fn pass_bytes_only(slot: &Slot, bytes: u64) -> u64 {
+fn pass_bytes_only(index: usize, bytes: u64) -> u64 {
     let entered = bucket::now_ns();
-    let start = slot.bucket.reserve(bytes, entered).start_ns;
-    slot.tokens.fetch_add(bytes, Ordering::Relaxed);
+    let start = SLOTS[index].bucket.reserve(bytes, entered).start_ns;
+    stats::local().adjust_tokens(index, bytes as i64);
     while bucket::now_ns() < start {
         sleep_until(start.min(bucket::now_ns() + WAIT_SLICE_NS));
     }

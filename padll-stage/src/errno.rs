@@ -14,3 +14,11 @@ pub fn set(value: i32) {
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = value }
 }
+
+/// The calling thread's `errno` slot, for hooks that save and restore it more than once
+/// (one call instead of one per access).
+#[inline]
+pub fn location() -> *mut i32 {
+    // SAFETY: as above.
+    unsafe { libc::__errno_location() }
+}

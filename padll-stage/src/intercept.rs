@@ -139,7 +139,9 @@ thread_local! {
 }
 
 /// Marks the current thread as doing the stage's own I/O (config, statistics, logs):
-/// while it lives, every hook on this thread goes straight through.
+/// while it lives, every hook on this thread goes straight through. The flag is kept
+/// in the thread's statistics shard when it owns one (read by the managed path without
+/// a thread-local lookup) and always in a thread-local (for threads that do not).
 pub struct StageIo {
     outer: bool,
 }
@@ -148,6 +150,7 @@ impl StageIo {
     /// Enters the stage's own I/O.
     pub fn enter() -> StageIo {
         let outer = IN_STAGE.try_with(|f| f.replace(true)).unwrap_or(true);
+        stats::local().set_stage_io(true);
         StageIo { outer }
     }
 }
@@ -155,11 +158,15 @@ impl StageIo {
 impl Drop for StageIo {
     fn drop(&mut self) {
         let _ = IN_STAGE.try_with(|f| f.set(self.outer));
+        stats::local().set_stage_io(self.outer);
     }
 }
 
-fn in_stage_io() -> bool {
-    IN_STAGE.try_with(Cell::get).unwrap_or(true)
+#[inline]
+fn in_stage_io(counters: stats::Counters) -> bool {
+    counters
+        .stage_io()
+        .unwrap_or_else(|| IN_STAGE.try_with(Cell::get).unwrap_or(true))
 }
 
 /// Runs stage logic so that a panic in it never crosses into the application.
@@ -218,7 +225,7 @@ pub unsafe fn intercept<R: Returned>(
         }
         _ => {
             if let Some(op) = op {
-                stats::count_passthrough(op);
+                stats::local().passthrough(op);
             }
             before(effect);
             let result = real();
@@ -242,60 +249,55 @@ fn tracked<R: Returned>(
     account: impl FnOnce(&R) -> Account,
     real: impl FnOnce() -> R,
 ) -> R {
-    let managed_mount = |place| match place {
-        Place::Managed(m) => Some(m),
-        _ => None,
-    };
-    let (main, source) = (managed_mount(resolved.main), managed_mount(resolved.source));
-    if in_stage_io() {
+    let counters = stats::local();
+    if in_stage_io(counters) {
         return real();
     }
-    if main.is_none() && source.is_none() {
-        stats::count_passthrough(op);
-    }
+    let (main, source) = (resolved.main.mount(), resolved.source.mount());
     // A copy is a read of its source and a write of its destination.
     let (main_op, source_op) = match target {
         Target::Copy { .. } => (Op::Write, Op::Read),
         _ => (op, op),
     };
-    let saved = errno::get();
-    let mut waited = [0u64; 2];
-    guarded(|| {
-        if let Some(mount) = source {
-            waited[1] = channels::admit(mount, source_op, requested);
-        }
-        if let Some(mount) = main {
-            waited[0] = channels::admit(mount, main_op, requested);
-        }
+    let errno = errno::location();
+    // SAFETY (every access): the calling thread's errno slot.
+    let saved = unsafe { *errno };
+    let waited = guarded(|| {
+        let waited = [
+            main.map_or(0, |mount| channels::admit(mount, main_op, requested)),
+            source.map_or(0, |mount| channels::admit(mount, source_op, requested)),
+        ];
         before(effect);
+        waited
     });
-    errno::set(saved);
+    unsafe { *errno = saved };
 
     let result = real();
 
-    let saved = errno::get();
+    let saved = unsafe { *errno };
     guarded(|| {
-        if main.is_some() || source.is_some() {
-            let outcome = account(&result);
-            let unsettled = outcome.bytes != requested;
-            if let Some(mount) = source {
-                if unsettled {
-                    waited[1] += channels::settle(mount, source_op, requested, outcome.bytes);
-                }
-                stats::count_managed(source_op, outcome.failed, outcome.bytes, waited[1]);
+        if main.is_none() && source.is_none() {
+            counters.passthrough(op);
+        }
+        let waited = waited.unwrap_or_default();
+        let outcome = if main.is_some() || source.is_some() {
+            account(&result)
+        } else {
+            Account::default()
+        };
+        for (mount, op, mut waited) in [(main, main_op, waited[0]), (source, source_op, waited[1])]
+        {
+            let Some(mount) = mount else { continue };
+            if outcome.bytes != requested {
+                waited += channels::settle(mount, op, requested, outcome.bytes);
             }
-            if let Some(mount) = main {
-                if unsettled {
-                    waited[0] += channels::settle(mount, main_op, requested, outcome.bytes);
-                }
-                stats::count_managed(main_op, outcome.failed, outcome.bytes, waited[0]);
-            }
+            counters.managed(op, outcome.failed, outcome.bytes, waited);
         }
         if !matches!(effect, Effect::None) {
             after(effect, target, resolved.main, &result);
         }
     });
-    errno::set(saved);
+    unsafe { *errno = saved };
     result
 }
 
@@ -305,14 +307,15 @@ fn tracked<R: Returned>(
 /// # Safety
 /// As for [`intercept`].
 pub unsafe fn admit_only(op: Op, target: Target, bytes: u64) {
-    if !crate::is_active() || in_stage_io() {
+    let counters = stats::local();
+    if !crate::is_active() || in_stage_io(counters) {
         return;
     }
     let saved = errno::get();
     guarded(|| {
         if let Place::Managed(mount) = resolve(target).main {
             let waited = channels::admit(mount, op, bytes);
-            stats::count_managed(op, false, bytes, waited);
+            counters.managed(op, false, bytes, waited);
         }
     });
     errno::set(saved);

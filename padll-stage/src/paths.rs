@@ -33,6 +33,15 @@ impl Place {
         }
     }
 
+    /// The mountpoint index, if managed.
+    #[inline]
+    pub const fn mount(self) -> Option<u16> {
+        match self {
+            Place::Managed(i) => Some(i),
+            _ => None,
+        }
+    }
+
     /// Inverse of [`Place::encode`].
     pub const fn decode(code: u16) -> Place {
         match code {
@@ -53,6 +62,19 @@ pub struct MountTable {
     names: Vec<String>,
     /// Some mountpoint lies inside another.
     nested: bool,
+    /// Which second-and-third-byte pairs a path under or above a mountpoint can start
+    /// with (hashed, see [`pair_bit`]); `None` when `/` itself is a mountpoint.
+    pairs: Option<[u64; PAIR_WORDS]>,
+}
+
+/// Words of the [`MountTable`] pair filter (1024 bits).
+const PAIR_WORDS: usize = 16;
+
+/// The filter bit of a path whose bytes 1 and 2 are `second` and `third`. Collisions
+/// only send a path to the exact comparison.
+#[inline(always)]
+fn pair_bit(second: u8, third: u8) -> usize {
+    (second as usize * 31 + third as usize) % (PAIR_WORDS * 64)
 }
 
 impl MountTable {
@@ -61,6 +83,7 @@ impl MountTable {
         entries: Vec::new(),
         names: Vec::new(),
         nested: false,
+        pairs: None,
     };
 
     /// Builds the table from configured mountpoints. Each must be absolute; its
@@ -98,6 +121,7 @@ impl MountTable {
                 .iter()
                 .any(|(outer, j)| i != j && is_within(inner, outer))
         });
+        table.pairs = table.pair_filter();
         Ok(table)
     }
 
@@ -105,6 +129,22 @@ impl MountTable {
         if !self.entries.iter().any(|(p, _)| *p == path) {
             self.entries.push((path, index));
         }
+    }
+
+    /// A clean absolute path of three bytes or more lies under or above mountpoint `m`
+    /// only if its bytes 1 and 2 are `m`'s (or, for a two-byte `m` such as `/s`, are
+    /// `s/`): one bit per such pair lets most unrelated paths skip the comparisons.
+    fn pair_filter(&self) -> Option<[u64; PAIR_WORDS]> {
+        let mut pairs = [0u64; PAIR_WORDS];
+        for (mount, _) in &self.entries {
+            let bit = match mount.as_slice() {
+                [b'/', second, third, ..] => pair_bit(*second, *third),
+                [b'/', second] => pair_bit(*second, b'/'),
+                _ => return None,
+            };
+            pairs[bit / 64] |= 1 << (bit % 64);
+        }
+        Some(pairs)
     }
 
     /// True when one mountpoint lies inside another, so a relative path from a managed
@@ -123,9 +163,21 @@ impl MountTable {
         self.names.is_empty()
     }
 
-    /// Classifies a normalised absolute path.
-    #[inline]
+    /// Classifies a clean (see [`is_clean`]) absolute path.
+    #[inline(always)]
     pub fn place_of(&self, path: &[u8]) -> Place {
+        if let (Some(pairs), [_, second, third, ..]) = (&self.pairs, path) {
+            let bit = pair_bit(*second, *third);
+            if pairs[bit / 64] & (1 << (bit % 64)) == 0 {
+                return Place::Unrelated;
+            }
+        }
+        self.compare(path)
+    }
+
+    /// [`MountTable::place_of`] by comparison with every mountpoint.
+    #[inline(never)]
+    fn compare(&self, path: &[u8]) -> Place {
         let head = prefix_word(path);
         let mut ancestor = false;
         for (mount, index) in &self.entries {
@@ -397,6 +449,15 @@ mod tests {
         #[test]
         fn fast_check_agrees_with_exact(path in "[a./]{0,70}") {
             prop_assert_eq!(is_clean(path.as_bytes()), is_clean_exact(path.as_bytes()));
+        }
+
+        // The pair filter never hides a path under or above a mountpoint.
+        #[test]
+        fn pair_filter_agrees_with_comparison(path in "/[sdax/]{0,10}") {
+            let table = MountTable::new(&["/s".into(), "/sa/x".into(), "/data/x".into()]).unwrap();
+            if is_clean(path.as_bytes()) {
+                prop_assert_eq!(table.place_of(path.as_bytes()), table.compare(path.as_bytes()));
+            }
         }
 
         // Normalisation is idempotent and never leaves dot components.

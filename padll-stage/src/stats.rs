@@ -1,52 +1,194 @@
-//! Per-operation statistics, cheap enough for the unmanaged fast path.
+//! Per-operation and per-channel counters, cheap enough for every intercepted call.
 //!
-//! Counters live in a static array of shards; a thread picks its shard by hashing its
-//! thread pointer (one register read: no thread-local lookup, which costs a call to
-//! `__tls_get_addr` in a shared library). Managed calls count with atomic adds, so
-//! their numbers are exact. Passed-through calls, the hot path, count with a relaxed
-//! load + store (a plain increment): if two threads hash to the same shard and count
-//! the same operation within the same few nanoseconds, one increment can be lost, so
-//! the `passthrough` column is exact for one thread and very nearly so for many.
+//! Counters live in a static array of shards. A thread finds its shard from its thread
+//! pointer (one register read: no thread-local lookup, which costs a call to
+//! `__tls_get_addr` in a shared library) and claims it by writing that pointer into the
+//! shard's `owner`. The owner is then the only writer of the shard, so it counts with
+//! plain increments (a relaxed load and store: no locked instruction, no cache line
+//! shared with another thread) and the sums are still exact. A thread whose shard is
+//! taken by another (live or exited) thread counts in a shared overflow shard with
+//! atomic adds: exact too, only slower. Threads that reuse an exited thread's stack
+//! (glibc caches them) have its thread pointer and continue its shard.
+//!
+//! The one inexact case: a signal handler that counts on the thread it interrupted,
+//! between that thread's load and store, loses its increment.
+//!
+//! An owned shard also holds its thread's "doing the stage's own I/O" flag, which the
+//! managed path reads with the counters instead of through a thread-local.
 
+use crate::channels::MAX_CHANNELS;
 use padll_wire::ops::Op;
 pub use padll_wire::report::OpStats;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-/// Number of counter shards.
+/// Number of owned shards.
 pub const SHARDS: usize = 256;
+/// Shards a thread tries to claim, from the one its thread pointer hashes to.
+const PROBES: usize = 4;
 
-#[derive(Default)]
 #[repr(C)]
 struct OpCounters {
-    calls: AtomicU64,
+    passthrough: AtomicU64,
     managed: AtomicU64,
     errors: AtomicU64,
     bytes: AtomicU64,
     wait_ns: AtomicU64,
 }
 
-#[repr(align(128))]
-struct Shard([OpCounters; Op::COUNT]);
+#[repr(C)]
+struct ChannelCounters {
+    admitted: AtomicU64,
+    tokens: AtomicU64,
+}
 
-static COUNTERS: [Shard; SHARDS] = [const {
-    Shard(
-        [const {
+#[repr(C, align(128))]
+struct Shard {
+    /// Thread pointer of the thread that counts here; 0 = free.
+    owner: AtomicU64,
+    /// The owner is inside [`crate::intercept::StageIo`].
+    stage_io: AtomicBool,
+    ops: [OpCounters; Op::COUNT],
+    channels: [ChannelCounters; MAX_CHANNELS],
+}
+
+const fn empty_shard() -> Shard {
+    Shard {
+        owner: AtomicU64::new(0),
+        stage_io: AtomicBool::new(false),
+        ops: [const {
             OpCounters {
-                calls: AtomicU64::new(0),
+                passthrough: AtomicU64::new(0),
                 managed: AtomicU64::new(0),
                 errors: AtomicU64::new(0),
                 bytes: AtomicU64::new(0),
                 wait_ns: AtomicU64::new(0),
             }
         }; Op::COUNT],
-    )
-}; SHARDS];
+        channels: [const {
+            ChannelCounters {
+                admitted: AtomicU64::new(0),
+                tokens: AtomicU64::new(0),
+            }
+        }; MAX_CHANNELS],
+    }
+}
 
-/// The calling thread's shard: a hash of its thread pointer.
+static OWNED: [Shard; SHARDS] = [const { empty_shard() }; SHARDS];
+static OVERFLOW: Shard = empty_shard();
+
+/// The calling thread's counters, and how to add to them.
+#[derive(Clone, Copy)]
+pub struct Counters {
+    shard: &'static Shard,
+    /// The calling thread owns the shard: no other thread writes it.
+    owned: bool,
+}
+
+impl Counters {
+    #[inline(always)]
+    fn add(self, counter: &AtomicU64, n: u64) {
+        if self.owned {
+            counter.store(
+                counter.load(Ordering::Relaxed).wrapping_add(n),
+                Ordering::Relaxed,
+            );
+        } else {
+            counter.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts a call that passed straight through (target not under a mountpoint).
+    #[inline(always)]
+    pub fn passthrough(self, op: Op) {
+        self.add(&self.shard.ops[op as usize].passthrough, 1);
+    }
+
+    /// Counts a managed call once it has completed.
+    #[inline]
+    pub fn managed(self, op: Op, failed: bool, bytes: u64, wait_ns: u64) {
+        let row = &self.shard.ops[op as usize];
+        self.add(&row.managed, 1);
+        if failed {
+            self.add(&row.errors, 1);
+        }
+        if bytes != 0 {
+            self.add(&row.bytes, bytes);
+        }
+        if wait_ns != 0 {
+            self.add(&row.wait_ns, wait_ns);
+        }
+    }
+
+    /// Counts a request admitted by channel `slot`, costing `tokens`.
+    #[inline]
+    pub fn admitted(self, slot: usize, tokens: u64) {
+        let row = &self.shard.channels[slot];
+        self.add(&row.admitted, 1);
+        self.add(&row.tokens, tokens);
+    }
+
+    /// Corrects the tokens counted by channel `slot` once a request's real size is
+    /// known (negative: bytes refunded).
+    #[inline]
+    pub fn adjust_tokens(self, slot: usize, delta: i64) {
+        self.add(&self.shard.channels[slot].tokens, delta as u64);
+    }
+
+    /// The calling thread's stage-I/O flag, if it owns its shard.
+    #[inline]
+    pub fn stage_io(self) -> Option<bool> {
+        self.owned
+            .then(|| self.shard.stage_io.load(Ordering::Relaxed))
+    }
+
+    /// Sets the calling thread's stage-I/O flag, if it owns its shard.
+    pub fn set_stage_io(self, on: bool) {
+        if self.owned {
+            self.shard.stage_io.store(on, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The calling thread's counters.
 #[inline(always)]
-fn counters(op: Op) -> &'static OpCounters {
-    let shard = (thread_pointer().wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % SHARDS;
-    &COUNTERS[shard].0[op as usize]
+pub fn local() -> Counters {
+    let tp = thread_pointer();
+    let home = home_shard(tp);
+    let shard = &OWNED[home];
+    if shard.owner.load(Ordering::Relaxed) == tp {
+        Counters { shard, owned: true }
+    } else {
+        claim(tp, home)
+    }
+}
+
+#[inline(always)]
+fn home_shard(tp: u64) -> usize {
+    (tp.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % SHARDS
+}
+
+/// Finds or claims the calling thread's shard (first call of a thread, or its home
+/// shard was taken).
+#[cold]
+#[inline(never)]
+fn claim(tp: u64, home: usize) -> Counters {
+    for probe in 0..PROBES {
+        let shard = &OWNED[(home + probe) % SHARDS];
+        let owner = shard.owner.load(Ordering::Relaxed);
+        if owner == tp
+            || (owner == 0
+                && shard
+                    .owner
+                    .compare_exchange(0, tp, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok())
+        {
+            return Counters { shard, owned: true };
+        }
+    }
+    Counters {
+        shard: &OVERFLOW,
+        owned: false,
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -78,45 +220,44 @@ fn thread_pointer() -> u64 {
     unsafe { libc::pthread_self() as u64 }
 }
 
-/// A plain increment (see the module documentation).
-#[inline(always)]
-fn bump(counter: &AtomicU64) {
-    counter.store(
-        counter.load(Ordering::Relaxed).wrapping_add(1),
-        Ordering::Relaxed,
-    );
+/// Requests admitted and tokens taken by channel `slot` since the process (or the
+/// forked child) started: cumulative, wrapping.
+pub fn channel_totals(slot: usize) -> (u64, u64) {
+    all_shards().fold((0u64, 0u64), |(admitted, tokens), shard| {
+        let row = &shard.channels[slot];
+        (
+            admitted.wrapping_add(row.admitted.load(Ordering::Relaxed)),
+            tokens.wrapping_add(row.tokens.load(Ordering::Relaxed)),
+        )
+    })
 }
 
-/// Counts a call that passed straight through (target not under a mountpoint).
-#[inline]
-pub fn count_passthrough(op: Op) {
-    bump(&counters(op).calls);
+fn all_shards() -> impl Iterator<Item = &'static Shard> {
+    OWNED.iter().chain(std::iter::once(&OVERFLOW))
 }
 
-/// Counts a managed call once it has completed.
-#[inline]
-pub fn count_managed(op: Op, failed: bool, bytes: u64, wait_ns: u64) {
-    let c = counters(op);
-    c.calls.fetch_add(1, Ordering::Relaxed);
-    c.managed.fetch_add(1, Ordering::Relaxed);
-    if failed {
-        c.errors.fetch_add(1, Ordering::Relaxed);
-    }
-    if bytes != 0 {
-        c.bytes.fetch_add(bytes, Ordering::Relaxed);
-    }
-    if wait_ns != 0 {
-        c.wait_ns.fetch_add(wait_ns, Ordering::Relaxed);
-    }
-}
-
-/// Zeroes every counter (the child of a `fork` starts its own account).
+/// Zeroes every counter and frees every shard: the child of a `fork` starts its own
+/// account, and of the parent's threads only the forking one exists in it. Untouched
+/// counters are not written, so that their pages stay unallocated.
 pub fn reset() {
-    for shard in &COUNTERS {
-        for c in &shard.0 {
-            for counter in [&c.calls, &c.managed, &c.errors, &c.bytes, &c.wait_ns] {
-                counter.store(0, Ordering::Relaxed);
+    let zero = |counter: &AtomicU64| {
+        if counter.load(Ordering::Relaxed) != 0 {
+            counter.store(0, Ordering::Relaxed);
+        }
+    };
+    for shard in all_shards() {
+        zero(&shard.owner);
+        if shard.stage_io.load(Ordering::Relaxed) {
+            shard.stage_io.store(false, Ordering::Relaxed);
+        }
+        for c in &shard.ops {
+            for counter in [&c.passthrough, &c.managed, &c.errors, &c.bytes, &c.wait_ns] {
+                zero(counter);
             }
+        }
+        for c in &shard.channels {
+            zero(&c.admitted);
+            zero(&c.tokens);
         }
     }
 }
@@ -130,16 +271,46 @@ pub fn snapshot() -> Vec<OpStats> {
                 op: op.name().to_string(),
                 ..OpStats::default()
             };
-            for shard in &COUNTERS {
-                let c = &shard.0[op as usize];
-                row.calls += c.calls.load(Ordering::Relaxed);
+            for shard in all_shards() {
+                let c = &shard.ops[op as usize];
+                row.passthrough += c.passthrough.load(Ordering::Relaxed);
                 row.managed += c.managed.load(Ordering::Relaxed);
                 row.errors += c.errors.load(Ordering::Relaxed);
                 row.bytes += c.bytes.load(Ordering::Relaxed);
                 row.wait_ns += c.wait_ns.load(Ordering::Relaxed);
             }
-            row.passthrough = row.calls.saturating_sub(row.managed);
+            row.calls = row.passthrough + row.managed;
             (row.calls > 0).then_some(row)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn managed_reads() -> u64 {
+        snapshot()
+            .iter()
+            .find(|row| row.op == Op::Read.name())
+            .map_or(0, |row| row.managed)
+    }
+
+    #[test]
+    fn counts_from_many_threads_are_exact() {
+        let before = managed_reads();
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                std::thread::spawn(|| {
+                    for _ in 0..10_000 {
+                        local().managed(Op::Read, false, 1, 0);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(managed_reads() - before, 80_000);
+    }
 }
