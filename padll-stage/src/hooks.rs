@@ -60,7 +60,7 @@ macro_rules! hooks {
                     $effect,
                     $requested as u64,
                     $account,
-                    || match $name::REAL.address() {
+                    move || match $name::REAL.address() {
                         // SAFETY: the address is libc's definition of this very symbol.
                         Some(address) => std::mem::transmute::<*mut c_void, $name::Signature>(address)($($arg),*),
                         None => <$ret as Unavailable>::unavailable(),
