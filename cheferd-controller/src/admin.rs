@@ -254,13 +254,14 @@ pub fn jobs_table(snapshot: &Snapshot) -> String {
 /// Renders the nodes table.
 pub fn nodes_table(snapshot: &Snapshot) -> String {
     let mut out = format!(
-        "{:<24} {:>7} {:>14} {:>14}\n",
-        "node", "stages", "bytes in", "bytes out"
+        "{:<24} {:<9} {:>7} {:>14} {:>14}\n",
+        "node", "state", "stages", "bytes in", "bytes out"
     );
     for n in &snapshot.nodes {
+        let state = if n.attached { "attached" } else { "detached" };
         out.push_str(&format!(
-            "{:<24} {:>7} {:>14} {:>14}\n",
-            n.node, n.stages, n.bytes_in, n.bytes_out
+            "{:<24} {:<9} {:>7} {:>14} {:>14}\n",
+            n.node, state, n.stages, n.bytes_in, n.bytes_out
         ));
     }
     out

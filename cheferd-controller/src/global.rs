@@ -13,8 +13,11 @@
 //!
 //! A stage that joins between cycles gets a provisional rule at once (1 % of `Max_R`
 //! for a new job, its job's current share otherwise), so no one runs unthrottled until
-//! the next cycle. A local controller that disappears takes its stages out of the
-//! registry; they keep their last rules until it comes back and re-announces them.
+//! the next cycle. A local controller that disappears leaves its stages running on their
+//! last rules (fail-static), so they stay in the plan as *orphans* with their last usage
+//! — their share is not handed to anyone else — until they re-register (matched by pid;
+//! they keep their rules, so they get no provisional ones) or for [`ORPHAN_GRACE`]
+//! (then they are presumed gone with their node).
 
 use crate::config::{GlobalConfig, ScheduledRule};
 use crate::plan::{self, JobShare, StageUsage, StageView};
@@ -37,6 +40,10 @@ use tracing::{debug, info, warn};
 const PROVISIONAL_SHARE: f64 = 0.01;
 /// Cycle latencies kept for statistics.
 const LATENCY_HISTORY: usize = 1000;
+/// How long the stages of a detached local controller keep their place in the plan. A
+/// restarted local controller re-attaches at once and its stages reconnect within their
+/// 5 s backoff; a stage missing for longer is presumed gone with its node.
+pub const ORPHAN_GRACE: Duration = Duration::from_secs(30);
 
 type Outbox = mpsc::UnboundedSender<Result<GlobalMessage, Status>>;
 
@@ -45,10 +52,23 @@ struct Node {
     outbox: Outbox,
     stages: BTreeMap<u64, proto::Stage>,
     usage: HashMap<u64, HashMap<Resource, StageUsage>>,
+    /// Its stream ended.
+    detached: bool,
+    /// Stages of an ended stream of this node, by pid, that have not re-registered: they
+    /// run on their last rules, so they keep their share (no rules can reach them).
+    orphans: BTreeMap<u32, Orphan>,
+    /// When the stream that left the orphans ended.
+    orphaned_at: Option<Instant>,
     /// Owes a reply to the running phase of the cycle.
     pending: bool,
     bytes_in: u64,
     bytes_out: u64,
+}
+
+/// A stage whose local controller's stream ended.
+struct Orphan {
+    stage: proto::Stage,
+    usage: Option<HashMap<Resource, StageUsage>>,
 }
 
 struct State {
@@ -130,12 +150,26 @@ impl Controller {
         let deadline = tokio::time::Instant::now() + (interval / 2).min(Duration::from_millis(500));
         let cycle = {
             let mut state = self.lock();
+            state.nodes.retain(|name, node| {
+                if node.orphaned_at.is_some_and(|at| at.elapsed() >= ORPHAN_GRACE) {
+                    if !node.orphans.is_empty() {
+                        warn!(
+                            node = %name,
+                            stages = node.orphans.len(),
+                            "stages gone for {ORPHAN_GRACE:?} are presumed ended; their share is released"
+                        );
+                    }
+                    node.orphans.clear();
+                    node.orphaned_at = None;
+                }
+                !(node.detached && node.orphans.is_empty())
+            });
             state.cycle += 1;
             let cycle = state.cycle;
             let collect = GlobalMessage {
                 body: Some(global_message::Body::Collect(proto::Collect { cycle })),
             };
-            for node in state.nodes.values_mut() {
+            for node in state.nodes.values_mut().filter(|n| !n.detached) {
                 node.bytes_out += collect.encoded_len() as u64;
                 node.pending = node.outbox.send(Ok(collect.clone())).is_ok();
             }
@@ -156,11 +190,16 @@ impl Controller {
                 nodes,
                 ..
             } = &mut *state;
-            let stages = stage_views(nodes);
+            let (stages, orphaned) = stage_views(nodes);
             let plan = plan::compute(config, &limits, policies, &stages);
             // Views are node by node: group the rules the same way.
             let mut per_node: Vec<(String, Vec<proto::StageRules>)> = Vec::new();
-            for (view, rules) in stages.iter().zip(plan.rules) {
+            for ((view, rules), _) in stages
+                .iter()
+                .zip(plan.rules)
+                .zip(orphaned)
+                .filter(|(_, orphan)| !orphan)
+            {
                 if per_node.last().is_none_or(|(name, _)| name != view.node) {
                     per_node.push((view.node.to_string(), Vec::new()));
                 }
@@ -175,7 +214,7 @@ impl Controller {
             state.shares = plan.shares;
             let mut sent = 0;
             for (name, stages) in per_node {
-                if let Some(node) = state.nodes.get_mut(&name) {
+                if let Some(node) = state.nodes.get_mut(&name).filter(|n| !n.detached) {
                     let enforce = GlobalMessage {
                         body: Some(global_message::Body::Enforce(proto::Enforce {
                             cycle,
@@ -239,24 +278,32 @@ impl Controller {
             })),
         };
         let _ = outbox.send(Ok(registered));
-        if state.nodes.contains_key(name) {
-            warn!(
-                node = name,
-                "node re-attached; its previous stream is replaced"
-            );
+        let mut node = Node {
+            session,
+            outbox,
+            stages: BTreeMap::new(),
+            usage: HashMap::new(),
+            detached: false,
+            orphans: BTreeMap::new(),
+            orphaned_at: None,
+            pending: false,
+            bytes_in: 0,
+            bytes_out: 0,
+        };
+        if let Some(mut previous) = state.nodes.remove(name) {
+            if previous.detached {
+                info!(node = name, "re-attached; its stages re-register");
+            } else {
+                warn!(
+                    node = name,
+                    "node re-attached; its previous stream is replaced"
+                );
+                orphan_stages(&mut previous);
+            }
+            node.orphans = previous.orphans;
+            node.orphaned_at = previous.orphaned_at;
         }
-        state.nodes.insert(
-            name.to_string(),
-            Node {
-                session,
-                outbox,
-                stages: BTreeMap::new(),
-                usage: HashMap::new(),
-                pending: false,
-                bytes_in: 0,
-                bytes_out: 0,
-            },
-        );
+        state.nodes.insert(name.to_string(), node);
         info!(node = name, "local controller attached");
         session
     }
@@ -264,8 +311,15 @@ impl Controller {
     fn handle(&self, name: &str, session: u64, message: LocalMessage) {
         let size = message.encoded_len() as u64;
         let mut state = self.lock();
+        // A stage re-registering after its local controller came back still runs on its
+        // last rules: it needs no provisional ones.
         let provisional = match &message.body {
-            Some(local_message::Body::StageJoined(proto::StageJoined { stage: Some(stage) })) => {
+            Some(local_message::Body::StageJoined(proto::StageJoined { stage: Some(stage) }))
+                if !state
+                    .nodes
+                    .get(name)
+                    .is_some_and(|n| n.orphans.contains_key(&stage.pid)) =>
+            {
                 Some(provisional_rules(&state, stage))
             }
             _ => None,
@@ -280,6 +334,12 @@ impl Controller {
             Some(local_message::Body::StageJoined(proto::StageJoined { stage: Some(stage) })) => {
                 debug!(node = name, stage = stage.stage_id, job = %stage.job_id, "stage joined");
                 let stage_id = stage.stage_id;
+                if let Some(orphan) = node.orphans.remove(&stage.pid) {
+                    // Its usage carries over, so the next split treats it as before.
+                    if let Some(usage) = orphan.usage {
+                        node.usage.insert(stage_id, usage);
+                    }
+                }
                 node.stages.insert(stage_id, stage);
                 if let Some(rules) = provisional.filter(|r| !r.is_empty()) {
                     let enforce = GlobalMessage {
@@ -340,14 +400,19 @@ impl Controller {
 
     fn detach_node(&self, name: &str, session: u64) {
         let mut state = self.lock();
-        if state.nodes.get(name).is_some_and(|n| n.session == session) {
-            if state.nodes.remove(name).is_some_and(|n| n.pending) {
-                Self::answered(&mut state, &self.replies);
-            }
-            warn!(
-                node = name,
-                "local controller detached; its stages keep their last rules"
-            );
+        let Some(node) = state.nodes.get_mut(name).filter(|n| n.session == session) else {
+            return;
+        };
+        node.detached = true;
+        let owed = std::mem::take(&mut node.pending);
+        warn!(
+            node = name,
+            stages = node.stages.len(),
+            "local controller detached; its stages keep their last rules and their share"
+        );
+        orphan_stages(node);
+        if owed {
+            Self::answered(&mut state, &self.replies);
         }
     }
 
@@ -383,7 +448,9 @@ impl Controller {
                 .iter()
                 .map(|(name, node)| NodeSnapshot {
                     node: name.clone(),
+                    attached: !node.detached,
                     stages: node.stages.len(),
+                    orphans: node.orphans.len(),
                     bytes_in: node.bytes_in,
                     bytes_out: node.bytes_out,
                 })
@@ -587,22 +654,50 @@ fn static_limits(config: &GlobalConfig, elapsed: f64) -> BTreeMap<(String, Resou
     limits
 }
 
-fn stage_views(nodes: &BTreeMap<String, Node>) -> Vec<StageView<'_>> {
+/// Moves a node's stages to its orphans (its stream ended or was replaced).
+fn orphan_stages(node: &mut Node) {
+    for (stage_id, stage) in std::mem::take(&mut node.stages) {
+        let usage = node.usage.remove(&stage_id);
+        node.orphans.insert(stage.pid, Orphan { stage, usage });
+    }
+    node.usage.clear();
+    node.orphaned_at.get_or_insert_with(Instant::now);
+}
+
+/// The planner's view of every stage, node by node, and whether each is an orphan (in
+/// the plan, but unreachable).
+fn stage_views(nodes: &BTreeMap<String, Node>) -> (Vec<StageView<'_>>, Vec<bool>) {
     nodes
         .iter()
         .flat_map(|(name, node)| {
-            node.stages.values().map(move |s| StageView {
-                node: name,
-                stage_id: s.stage_id,
-                job_id: &s.job_id,
-                uid: s.uid,
-                gid: s.gid,
-                job_size: s.job_size,
-                mountpoints: &s.mountpoints,
-                usage: node.usage.get(&s.stage_id),
-            })
+            let live = node
+                .stages
+                .values()
+                .map(move |s| (view(name, s, node.usage.get(&s.stage_id)), false));
+            let orphans = node
+                .orphans
+                .values()
+                .map(move |o| (view(name, &o.stage, o.usage.as_ref()), true));
+            live.chain(orphans)
         })
-        .collect()
+        .unzip()
+}
+
+fn view<'a>(
+    node: &'a str,
+    stage: &'a proto::Stage,
+    usage: Option<&'a HashMap<Resource, StageUsage>>,
+) -> StageView<'a> {
+    StageView {
+        node,
+        stage_id: stage.stage_id,
+        job_id: &stage.job_id,
+        uid: stage.uid,
+        gid: stage.gid,
+        job_size: stage.job_size,
+        mountpoints: &stage.mountpoints,
+        usage,
+    }
 }
 
 /// Rules for a stage that just joined: its job's current share split over its stages,
@@ -677,8 +772,13 @@ pub struct ResourceSnapshot {
 pub struct NodeSnapshot {
     /// Node name.
     pub node: String,
+    /// Whether its stream is up.
+    pub attached: bool,
     /// Stages it serves.
     pub stages: usize,
+    /// Stages of its previous stream that have not re-registered (they keep their last
+    /// rules and their share).
+    pub orphans: usize,
     /// Protocol bytes received from it since it attached.
     pub bytes_in: u64,
     /// Protocol bytes sent to it since it attached.

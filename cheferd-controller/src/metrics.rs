@@ -80,7 +80,10 @@ pub fn render(s: &Snapshot) -> String {
     gauge(
         "cheferd_nodes",
         "Attached local controllers.",
-        vec![(String::new(), s.nodes.len() as f64)],
+        vec![(
+            String::new(),
+            s.nodes.iter().filter(|n| n.attached).count() as f64,
+        )],
     );
     gauge(
         "cheferd_stages",

@@ -427,7 +427,7 @@ impl Cluster {
             .unwrap_or_else(|| panic!("the global controller does not answer on its admin socket"))
     }
 
-    /// Waits until the global controller lists exactly `stages` stages per node.
+    /// Waits until the global controller lists exactly `stages` stages per attached node.
     pub fn wait_for_stages(&self, timeout: Duration, stages: &[(&str, usize)]) -> Snapshot {
         let want: BTreeMap<String, usize> =
             stages.iter().map(|(n, s)| (n.to_string(), *s)).collect();
@@ -439,6 +439,7 @@ impl Cluster {
                 let have: BTreeMap<String, usize> = snapshot
                     .nodes
                     .iter()
+                    .filter(|n| n.attached)
                     .map(|n| (n.node.clone(), n.stages))
                     .collect();
                 (have == want).then_some(snapshot)
