@@ -35,6 +35,11 @@ struct Slot {
     generation: AtomicU64,
     in_use: AtomicBool,
     counts_bytes: AtomicBool,
+    /// The most bytes charged before a call (the burst); a larger request pays the
+    /// rest once it returns. Byte counts asked for can be huge (`cat` and `cp` call
+    /// `copy_file_range` with `SSIZE_MAX`): charged whole, they would block the
+    /// channel for ever, and a copy's second charge (its read) would never start.
+    byte_charge_cap: AtomicU64,
     bucket: TokenBucket,
     counted_before: [AtomicU64; 2],
 }
@@ -44,6 +49,7 @@ static SLOTS: [Slot; MAX_CHANNELS] = [const {
         generation: AtomicU64::new(0),
         in_use: AtomicBool::new(false),
         counts_bytes: AtomicBool::new(false),
+        byte_charge_cap: AtomicU64::new(u64::MAX),
         bucket: TokenBucket::new(),
         counted_before: [const { AtomicU64::new(0) }; 2],
     }
@@ -123,6 +129,7 @@ pub fn add(spec: ChannelSpec) -> Result<ChannelId, String> {
     let slot = &SLOTS[free];
     slot.counts_bytes
         .store(spec.unit == Unit::Bytes, Ordering::Relaxed);
+    slot.byte_charge_cap.store(spec.burst, Ordering::Relaxed);
     slot.bucket.configure(Limit {
         rate: spec.rate,
         burst: spec.burst,
@@ -166,6 +173,7 @@ pub fn set_limit(id: ChannelId, rate: u64, burst: u64) -> Result<(), String> {
     validate(&updated)?;
     *spec = updated;
     SLOTS[index].bucket.configure(Limit { rate, burst });
+    SLOTS[index].byte_charge_cap.store(burst, Ordering::Relaxed);
     SLOTS[index].generation.fetch_add(1, Ordering::AcqRel);
     Ok(())
 }
@@ -317,11 +325,11 @@ fn pass(index: usize, bytes: u64, now: u64) -> u64 {
 }
 
 impl Slot {
-    /// Tokens a request of `bytes` bytes costs in this channel.
+    /// Tokens a request of `bytes` bytes is charged in this channel before the call.
     #[inline]
     fn cost(&self, bytes: u64) -> u64 {
         if self.counts_bytes.load(Ordering::Relaxed) {
-            bytes
+            bytes.min(self.byte_charge_cap.load(Ordering::Relaxed))
         } else {
             1
         }
@@ -354,24 +362,25 @@ fn wait(index: usize, bytes: u64, mut generation: u64, mut start: u64, entered: 
     }
 }
 
-/// Settles a data request once its real size is known: returns unused bytes to
-/// byte-counting channels, or takes (and waits for) the extra.
+/// Settles a data request of `requested` bytes once its real size is known: returns
+/// unused bytes to byte-counting channels, or takes (and waits for) the extra —
+/// including what was above a channel's charge cap.
 #[inline]
-pub fn settle(mount: u16, op: Op, charged: u64, moved: u64) -> u64 {
-    if charged == moved {
-        return 0;
-    }
+pub fn settle(mount: u16, op: Op, requested: u64, moved: u64) -> u64 {
     let mut packed = route(mount, op);
     let mut waited = 0;
     while packed != 0 {
         let index = (packed & 0xff) as usize - 1;
         let slot = &SLOTS[index];
         if slot.counts_bytes.load(Ordering::Relaxed) && slot.in_use.load(Ordering::Acquire) {
-            if moved < charged {
-                slot.bucket.refund(charged - moved, bucket::now_ns());
-                stats::local().adjust_tokens(index, -((charged - moved) as i64));
-            } else {
-                waited += pass_bytes_only(index, moved - charged);
+            let charged = slot.cost(requested);
+            match moved.cmp(&charged) {
+                std::cmp::Ordering::Less => {
+                    slot.bucket.refund(charged - moved, bucket::now_ns());
+                    stats::local().adjust_tokens(index, -((charged - moved) as i64));
+                }
+                std::cmp::Ordering::Greater => waited += pass_bytes_only(index, moved - charged),
+                std::cmp::Ordering::Equal => {}
             }
         }
         packed >>= 8;

@@ -288,7 +288,7 @@ fn tracked<R: Returned>(
         for (mount, op, mut waited) in [(main, main_op, waited[0]), (source, source_op, waited[1])]
         {
             let Some(mount) = mount else { continue };
-            if outcome.bytes != requested {
+            if requested != 0 || outcome.bytes != 0 {
                 waited += channels::settle(mount, op, requested, outcome.bytes);
             }
             counters.managed(op, outcome.failed, outcome.bytes, waited);

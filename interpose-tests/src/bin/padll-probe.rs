@@ -1,0 +1,353 @@
+//! `padll-probe SCENARIO DIR [ARGS]`: makes exactly the libc calls a scenario names, so
+//! the interposition tests know what the stage must have seen. Prints one line of
+//! `key=value` pairs; exits 1 with a message if a call does not behave as it natively
+//! would.
+
+use std::ffi::CString;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+fn c(path: &str) -> CString {
+    CString::new(path).expect("path without NUL")
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+fn check(ok: bool, what: &str) {
+    if !ok {
+        eprintln!("padll-probe: {what} (errno {})", errno());
+        std::process::exit(1);
+    }
+}
+
+fn stat(path: &CString) -> i32 {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: valid path and buffer.
+    unsafe { libc::stat(path.as_ptr(), st.as_mut_ptr()) }
+}
+
+/// Runs `op` until `seconds` pass; returns (operations, elapsed seconds).
+fn timed(seconds: f64, ops_per_call: u64, mut op: impl FnMut()) -> (u64, f64) {
+    let start = Instant::now();
+    let mut n = 0;
+    while start.elapsed().as_secs_f64() < seconds {
+        op();
+        n += ops_per_call;
+    }
+    (n, start.elapsed().as_secs_f64())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() < 3 {
+        eprintln!("usage: padll-probe SCENARIO DIR [ARGS]");
+        std::process::exit(2);
+    }
+    let dir = args[2].clone();
+    let arg = |i: usize, default: &str| args.get(i).cloned().unwrap_or_else(|| default.to_string());
+    let file = c(&format!("{dir}/file"));
+    // SAFETY (this whole function): plain libc calls on valid, NUL-terminated paths,
+    // buffers of the stated sizes and descriptors we own.
+    unsafe {
+        match args[1].as_str() {
+            "setup" => {
+                std::fs::write(format!("{dir}/file"), vec![b'x'; 4 << 20]).expect("setup");
+                println!("ok=1");
+            }
+            "stat-loop" => {
+                let (n, t) = timed(arg(3, "2").parse().unwrap(), 1, || {
+                    check(stat(&file) == 0, "stat")
+                });
+                println!("ops={n} seconds={t:.3}");
+            }
+            "open-loop" => {
+                let (n, t) = timed(arg(3, "2").parse().unwrap(), 1, || {
+                    let fd = libc::open(file.as_ptr(), libc::O_RDONLY);
+                    check(fd >= 0, "open");
+                    libc::close(fd);
+                });
+                println!("ops={n} seconds={t:.3}");
+            }
+            "mixed-loop" => {
+                let (n, t) = timed(arg(3, "2").parse().unwrap(), 3, || {
+                    check(stat(&file) == 0, "stat");
+                    let fd = libc::open(file.as_ptr(), libc::O_RDONLY);
+                    check(fd >= 0, "open");
+                    libc::close(fd);
+                });
+                println!("ops={n} seconds={t:.3}");
+            }
+            "read-loop" => {
+                let block: usize = arg(4, "65536").parse().unwrap();
+                let fd = libc::open(file.as_ptr(), libc::O_RDONLY);
+                check(fd >= 0, "open");
+                let mut buf = vec![0u8; block];
+                let mut offset = 0i64;
+                let (n, t) = timed(arg(3, "2").parse().unwrap(), block as u64, || {
+                    let got = libc::pread(fd, buf.as_mut_ptr().cast(), block, offset);
+                    check(got == block as isize, "pread");
+                    offset = (offset + block as i64) % (4 << 20);
+                });
+                println!("bytes={n} seconds={t:.3}");
+            }
+            "relative" => {
+                // chdir into the mountpoint: relative paths are managed; `..` out is not.
+                check(libc::chdir(c(&dir).as_ptr()) == 0, "chdir");
+                check(stat(&c("file")) == 0, "stat file");
+                check(stat(&c("./file")) == 0, "stat ./file");
+                let name = std::path::Path::new(&dir)
+                    .file_name()
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .to_string();
+                check(
+                    stat(&c(&format!("../{name}/file"))) == 0,
+                    "stat ../dir/file",
+                );
+                check(stat(&c("..")) == 0, "stat ..");
+                let fd = libc::open(c("file").as_ptr(), libc::O_RDONLY);
+                check(fd >= 0, "open file");
+                libc::close(fd);
+                println!("ok=1");
+            }
+            "at" => {
+                // dirfd of the mountpoint, and of its parent (an ancestor) + "name/file".
+                let dirfd = libc::open(c(&dir).as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY);
+                check(dirfd >= 0, "open dir");
+                let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+                check(
+                    libc::fstatat(dirfd, c("file").as_ptr(), st.as_mut_ptr(), 0) == 0,
+                    "fstatat",
+                );
+                let fd = libc::openat(dirfd, c("file").as_ptr(), libc::O_RDONLY);
+                check(fd >= 0, "openat");
+                libc::close(fd);
+                let path = std::path::Path::new(&dir);
+                let parent = libc::open(
+                    c(path.parent().unwrap().to_str().unwrap()).as_ptr(),
+                    libc::O_RDONLY | libc::O_DIRECTORY,
+                );
+                check(parent >= 0, "open parent");
+                let name = path.file_name().unwrap().to_str().unwrap();
+                check(
+                    libc::fstatat(
+                        parent,
+                        c(&format!("{name}/file")).as_ptr(),
+                        st.as_mut_ptr(),
+                        0,
+                    ) == 0,
+                    "fstatat via ancestor",
+                );
+                // AT_EMPTY_PATH on the directory descriptor itself.
+                check(
+                    libc::fstatat(dirfd, c("").as_ptr(), st.as_mut_ptr(), libc::AT_EMPTY_PATH) == 0,
+                    "fstatat empty",
+                );
+                libc::close(parent);
+                libc::close(dirfd);
+                println!("ok=1");
+            }
+            "dup" => {
+                let fd = libc::open(file.as_ptr(), libc::O_RDONLY);
+                check(fd >= 0, "open");
+                let a = libc::dup(fd);
+                let b = libc::dup2(fd, 100);
+                let d = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 200);
+                check(a >= 0 && b == 100 && d >= 200, "dup family");
+                let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+                for f in [fd, a, b, d] {
+                    check(libc::fstat(f, st.as_mut_ptr()) == 0, "fstat dup");
+                    libc::close(f);
+                }
+                check(
+                    libc::fstat(b, st.as_mut_ptr()) == -1 && errno() == libc::EBADF,
+                    "fstat closed fd: EBADF",
+                );
+                println!("ok=1");
+            }
+            "stdio" => {
+                let path = c(&format!("{dir}/stdio.txt"));
+                let f = libc::fopen(path.as_ptr(), c("w").as_ptr());
+                check(!f.is_null(), "fopen w");
+                let line = b"hello padll\n";
+                check(
+                    libc::fwrite(line.as_ptr().cast(), 1, line.len(), f) == line.len(),
+                    "fwrite",
+                );
+                check(libc::fputs(c("second line\n").as_ptr(), f) >= 0, "fputs");
+                check(libc::fclose(f) == 0, "fclose");
+                let f = libc::fopen(path.as_ptr(), c("r").as_ptr());
+                check(!f.is_null(), "fopen r");
+                let mut buf = [0u8; 64];
+                check(
+                    !libc::fgets(buf.as_mut_ptr().cast(), 64, f).is_null(),
+                    "fgets",
+                );
+                check(buf.starts_with(b"hello padll\n"), "fgets content");
+                check(libc::fgetc(f) == b's' as i32, "fgetc");
+                let n = libc::fread(buf.as_mut_ptr().cast(), 1, 64, f);
+                check(n == "econd line\n".len(), "fread");
+                check(libc::fclose(f) == 0, "fclose r");
+                println!("ok=1");
+            }
+            "dirent" => {
+                let d = libc::opendir(c(&dir).as_ptr());
+                check(!d.is_null(), "opendir");
+                let mut entries = 0;
+                while !libc::readdir(d).is_null() {
+                    entries += 1;
+                }
+                check(libc::closedir(d) == 0, "closedir");
+                println!("entries={entries}");
+            }
+            "errno" => {
+                let missing = c(&format!("{dir}/missing"));
+                check(
+                    libc::open(missing.as_ptr(), libc::O_RDONLY) == -1 && errno() == libc::ENOENT,
+                    "open missing: ENOENT",
+                );
+                check(
+                    stat(&missing) == -1 && errno() == libc::ENOENT,
+                    "stat missing: ENOENT",
+                );
+                check(
+                    libc::mkdir(c(&dir).as_ptr(), 0o755) == -1 && errno() == libc::EEXIST,
+                    "mkdir existing: EEXIST",
+                );
+                // A successful call leaves errno as it was.
+                *libc::__errno_location() = 12345;
+                check(stat(&file) == 0, "stat");
+                check(errno() == 12345, "errno untouched by a successful call");
+                *libc::__errno_location() = 54321;
+                let fd = libc::open(file.as_ptr(), libc::O_RDONLY);
+                libc::close(fd);
+                check(errno() == 54321, "errno untouched by open+close");
+                println!("ok=1");
+            }
+            "threads" => {
+                let threads: usize = arg(3, "256").parse().unwrap();
+                let each: u64 = arg(4, "20").parse().unwrap();
+                let done = std::sync::Arc::new(AtomicU64::new(0));
+                let start = Instant::now();
+                let handles: Vec<_> = (0..threads)
+                    .map(|_| {
+                        let done = done.clone();
+                        let file = file.clone();
+                        std::thread::spawn(move || {
+                            for _ in 0..each {
+                                check(stat(&file) == 0, "stat in thread");
+                                done.fetch_add(1, Ordering::Relaxed);
+                            }
+                        })
+                    })
+                    .collect();
+                for h in handles {
+                    h.join().expect("thread");
+                }
+                println!(
+                    "ops={} seconds={:.3}",
+                    done.load(Ordering::Relaxed),
+                    start.elapsed().as_secs_f64()
+                );
+            }
+            "signal" => {
+                // SIGALRM every 5 ms, handler installed without SA_RESTART, while stats wait
+                // in a slow channel: every stat still succeeds and the handler runs.
+                static HANDLED: AtomicU64 = AtomicU64::new(0);
+                extern "C" fn on_alarm(_: i32) {
+                    HANDLED.fetch_add(1, Ordering::Relaxed);
+                }
+                let mut action: libc::sigaction = std::mem::zeroed();
+                action.sa_sigaction = on_alarm as *const () as usize;
+                check(
+                    libc::sigaction(libc::SIGALRM, &action, std::ptr::null_mut()) == 0,
+                    "sigaction",
+                );
+                let tick = libc::timeval {
+                    tv_sec: 0,
+                    tv_usec: 5000,
+                };
+                let timer = libc::itimerval {
+                    it_interval: tick,
+                    it_value: tick,
+                };
+                check(
+                    libc::setitimer(libc::ITIMER_REAL, &timer, std::ptr::null_mut()) == 0,
+                    "setitimer",
+                );
+                let count: u64 = arg(3, "40").parse().unwrap();
+                for _ in 0..count {
+                    *libc::__errno_location() = 0;
+                    check(stat(&file) == 0, "stat interrupted by signals");
+                    check(errno() == 0, "errno after an interrupted wait");
+                }
+                let off = libc::itimerval {
+                    it_interval: libc::timeval {
+                        tv_sec: 0,
+                        tv_usec: 0,
+                    },
+                    it_value: libc::timeval {
+                        tv_sec: 0,
+                        tv_usec: 0,
+                    },
+                };
+                libc::setitimer(libc::ITIMER_REAL, &off, std::ptr::null_mut());
+                println!("stats={count} signals={}", HANDLED.load(Ordering::Relaxed));
+            }
+            "mmap" => {
+                let anon = libc::mmap(
+                    std::ptr::null_mut(),
+                    1 << 20,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                check(anon != libc::MAP_FAILED, "anonymous mmap");
+                *(anon as *mut u8) = 7;
+                libc::munmap(anon, 1 << 20);
+                let fd = libc::open(file.as_ptr(), libc::O_RDONLY);
+                let mapped = libc::mmap(
+                    std::ptr::null_mut(),
+                    4096,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE,
+                    fd,
+                    0,
+                );
+                check(
+                    mapped != libc::MAP_FAILED && *(mapped as *const u8) == b'x',
+                    "file mmap",
+                );
+                libc::munmap(mapped, 4096);
+                libc::close(fd);
+                println!("ok=1");
+            }
+            "fork" => {
+                // Fork without exec: both processes keep doing managed stats.
+                let seconds: f64 = arg(3, "1.5").parse().unwrap();
+                let pid = libc::fork();
+                check(pid >= 0, "fork");
+                let (n, _) = timed(seconds, 1, || check(stat(&file) == 0, "stat after fork"));
+                if pid == 0 {
+                    // exit, not _exit: like a real program, the child runs its destructors.
+                    libc::exit(if n > 0 { 0 } else { 3 });
+                }
+                let mut status = 0;
+                libc::waitpid(pid, &mut status, 0);
+                check(
+                    libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                    "child",
+                );
+                println!("parent_ops={n}");
+            }
+            other => {
+                eprintln!("padll-probe: unknown scenario '{other}'");
+                std::process::exit(2);
+            }
+        }
+    }
+}

@@ -1,0 +1,391 @@
+//! The stage's behaviour on the calls a program makes, checked with `padll-probe`, which
+//! makes exactly the libc calls a scenario names: rate accuracy per operation, class and
+//! bytes; unmanaged paths not slowed; relative paths, `*at`, dup/fcntl, `FILE*`, `DIR*`;
+//! errno; `mmap`; fork; exec; 256 threads; signals interrupting a throttled call; a bad
+//! configuration.
+//!
+//! Rates are measured over ≥ 2 s windows by the probe itself (operations / elapsed).
+//! The issue asks for ±5 % and never above +5 %: the upper bound is what protects the
+//! file system and is asserted as is; the lower bound allows for a loaded 2-core
+//! machine descheduling the probe (a stall can only lose tokens, never add any).
+
+mod common;
+
+use common::*;
+
+/// A scratch mountpoint with the probe's 4 MiB `file` in it.
+fn mountpoint(name: &str) -> Scratch {
+    let dir = Scratch::new(name);
+    probe_run("setup", dir.path(), &[], &[]);
+    dir
+}
+
+/// Runs a probe loop under `rules` and returns (achieved rate, statistics reports).
+fn rate_under(
+    dir: &Scratch,
+    scenario: &str,
+    args: &[&str],
+    rules: &str,
+    unit: &str,
+) -> (f64, Vec<padll_wire::report::Report>) {
+    let stats = dir.path().with_extension(format!("{scenario}.json"));
+    let _ = std::fs::remove_file(&stats);
+    let out = probe_run(
+        scenario,
+        dir.path(),
+        args,
+        &stage_env(dir.path(), rules, Some(&stats)),
+    );
+    let rate = out[unit] / out["seconds"];
+    let reports = reports(&stats);
+    let _ = std::fs::remove_file(&stats);
+    (rate, reports)
+}
+
+/// Asserts `achieved` is within the accuracy window of `limit`.
+fn assert_accurate(what: &str, achieved: f64, limit: f64) {
+    assert!(
+        achieved <= limit * 1.05,
+        "{what}: {achieved:.0}/s is above the {limit:.0}/s limit + 5 %"
+    );
+    assert!(
+        achieved >= limit * 0.85,
+        "{what}: {achieved:.0}/s is far below the {limit:.0}/s limit"
+    );
+}
+
+#[test]
+fn operation_limits_are_accurate() {
+    let dir = mountpoint("op-limits");
+    let (rate, reports) = rate_under(&dir, "open-loop", &["2.5"], "open=1500/s", "ops");
+    assert_accurate("open=1500/s", rate, 1500.0);
+    assert!(op(&reports, "open").wait_ns > 0, "opens never waited");
+    // close is a different operation: not limited by the open channel.
+    assert_eq!(op(&reports, "close").wait_ns, 0);
+
+    let (rate, reports) = rate_under(&dir, "stat-loop", &["2.5"], "getattr=1500/s", "ops");
+    assert_accurate("getattr=1500/s", rate, 1500.0);
+    let getattr = op(&reports, "getattr");
+    assert_eq!(
+        getattr.managed, getattr.calls,
+        "every stat of the file is managed"
+    );
+}
+
+#[test]
+fn class_limit_covers_every_metadata_operation() {
+    let dir = mountpoint("class-limit");
+    // stat + open + close: three metadata operations per iteration, one bucket.
+    let (rate, reports) = rate_under(&dir, "mixed-loop", &["2.5"], "metadata=2400/s", "ops");
+    assert_accurate("metadata=2400/s", rate, 2400.0);
+    for name in ["getattr", "open", "close"] {
+        assert!(op(&reports, name).managed > 0, "{name} not managed");
+    }
+}
+
+#[test]
+fn byte_limit_is_accurate() {
+    let dir = mountpoint("byte-limit");
+    // 64 KiB preads at 16 MiB/s: 256 reads per second.
+    let (rate, reports) = rate_under(
+        &dir,
+        "read-loop",
+        &["2.5", "65536"],
+        "read=16MiB/s",
+        "bytes",
+    );
+    assert_accurate("read=16MiB/s", rate, 16.0 * 1024.0 * 1024.0);
+    let read = op(&reports, "read");
+    assert!(
+        read.bytes >= (rate * 2.0) as u64,
+        "bytes counted: {}",
+        read.bytes
+    );
+}
+
+#[test]
+fn unmanaged_paths_are_not_slowed() {
+    let managed = mountpoint("limited-mount");
+    let elsewhere = mountpoint("elsewhere");
+    // The mountpoint is limited to 50 ops/s; the probe works in another directory.
+    let stats = elsewhere.path().with_extension("json");
+    let _ = std::fs::remove_file(&stats);
+    let out = probe_run(
+        "stat-loop",
+        elsewhere.path(),
+        &["1"],
+        &stage_env(managed.path(), "all=50/s", Some(&stats)),
+    );
+    let rate = out["ops"] / out["seconds"];
+    assert!(
+        rate > 2000.0,
+        "an unmanaged stat loop ran at only {rate:.0}/s"
+    );
+    let getattr = op(&reports(&stats), "getattr");
+    assert_eq!(getattr.managed, 0);
+    assert_eq!(getattr.wait_ns, 0);
+    let _ = std::fs::remove_file(stats);
+}
+
+/// Runs a functional scenario under the stage and returns its statistics.
+fn scenario(dir: &Scratch, name: &str) -> Vec<padll_wire::report::Report> {
+    let stats = dir.path().with_extension(format!("{name}.json"));
+    let _ = std::fs::remove_file(&stats);
+    let out = probe_run(
+        name,
+        dir.path(),
+        &[],
+        &stage_env(dir.path(), "all=1M/s", Some(&stats)),
+    );
+    assert!(!out.is_empty(), "{name}: no output");
+    let reports = reports(&stats);
+    let _ = std::fs::remove_file(stats);
+    reports
+}
+
+#[test]
+fn relative_paths_resolve_against_the_current_directory() {
+    let dir = mountpoint("relative");
+    let reports = scenario(&dir, "relative");
+    // file, ./file and ../<name>/file are inside; ".." (the parent) is not.
+    let getattr = op(&reports, "getattr");
+    assert_eq!(getattr.managed, 3, "{getattr:?}");
+    assert!(getattr.passthrough >= 1, "stat .. was managed: {getattr:?}");
+    assert_eq!(op(&reports, "open").managed, 1);
+    assert_eq!(op(&reports, "chdir").managed, 1);
+}
+
+#[test]
+fn at_calls_resolve_against_their_directory_descriptor() {
+    let dir = mountpoint("at");
+    let reports = scenario(&dir, "at");
+    // fstatat(dirfd, "file"), fstatat(parent, "<name>/file"), fstatat(dirfd, "", EMPTY_PATH).
+    assert_eq!(op(&reports, "getattr").managed, 3);
+    // The mountpoint's own directory and the openat through it; not the parent.
+    assert_eq!(op(&reports, "open").managed, 2);
+}
+
+#[test]
+fn duplicated_descriptors_stay_managed() {
+    let dir = mountpoint("dup");
+    let reports = scenario(&dir, "dup");
+    // fstat on the original, dup, dup2 and F_DUPFD_CLOEXEC copies; the fstat on a
+    // closed descriptor fails and is not managed.
+    let getattr = op(&reports, "getattr");
+    assert_eq!(getattr.managed, 4, "{getattr:?}");
+    assert_eq!(op(&reports, "close").managed, 4);
+}
+
+#[test]
+fn streams_and_directory_streams_are_followed() {
+    let dir = mountpoint("streams");
+    let reports = scenario(&dir, "stdio");
+    assert_eq!(op(&reports, "open").managed, 2, "two fopen");
+    assert!(op(&reports, "write").bytes >= 24, "fwrite + fputs");
+    assert!(op(&reports, "read").managed >= 2, "fgets, fgetc, fread");
+    assert_eq!(op(&reports, "close").managed, 2, "two fclose");
+
+    let reports = scenario(&dir, "dirent");
+    assert_eq!(op(&reports, "opendir").managed, 1);
+    assert!(op(&reports, "readdir").managed >= 3, ". .. file");
+    assert_eq!(op(&reports, "closedir").managed, 1);
+}
+
+#[test]
+fn errno_and_results_are_exactly_the_real_calls() {
+    let dir = mountpoint("errno");
+    let reports = scenario(&dir, "errno");
+    assert!(op(&reports, "open").errors >= 1);
+    assert!(op(&reports, "mkdir").errors >= 1);
+    // Also when the call had to wait for tokens.
+    probe_run(
+        "errno",
+        dir.path(),
+        &[],
+        &stage_env(dir.path(), "metadata=200/s", None),
+    );
+}
+
+#[test]
+fn file_mappings_are_counted_and_anonymous_ones_pass_through() {
+    let dir = mountpoint("mmap");
+    let reports = scenario(&dir, "mmap");
+    assert_eq!(op(&reports, "mmap").managed, 1);
+}
+
+#[test]
+fn a_forked_child_keeps_working_and_reports_on_its_own() {
+    let dir = mountpoint("fork");
+    let stats = dir.path().with_extension("json");
+    let _ = std::fs::remove_file(&stats);
+    let out = probe_run(
+        "fork",
+        dir.path(),
+        &["1.5"],
+        &stage_env(dir.path(), "getattr=400/s", Some(&stats)),
+    );
+    // Each process has its own stage and bucket: the parent alone is held at 400/s.
+    assert_accurate("parent after fork", out["parent_ops"] / 1.5, 400.0);
+    let reports = reports(&stats);
+    assert_eq!(reports.len(), 2, "parent and child each write statistics");
+    assert_ne!(reports[0].identity.pid, reports[1].identity.pid);
+    for report in &reports {
+        let getattr = report
+            .ops
+            .iter()
+            .find(|o| o.op == "getattr")
+            .expect("getattr row");
+        assert!(getattr.managed > 0 && getattr.wait_ns > 0, "{getattr:?}");
+    }
+    let _ = std::fs::remove_file(stats);
+}
+
+#[test]
+fn children_of_a_batch_script_are_throttled_too() {
+    let dir = mountpoint("exec");
+    let stats = dir.path().with_extension("json");
+    let _ = std::fs::remove_file(&stats);
+    // bash execs the probe, which inherits LD_PRELOAD and the stage's variables.
+    let script = format!(
+        "'{}' stat-loop '{}' 2 | tee result.txt",
+        probe(),
+        dir.path().display()
+    );
+    let out = run(
+        "bash",
+        &["-c", &script],
+        dir.path(),
+        &stage_env(dir.path(), "getattr=500/s", Some(&stats)),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |key: &str| -> f64 {
+        text.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in {text}"))
+    };
+    assert_accurate(
+        "probe exec'd by bash",
+        field("ops") / field("seconds"),
+        500.0,
+    );
+    let programs: Vec<String> = reports(&stats).iter().map(|r| r.program.clone()).collect();
+    assert!(
+        programs.iter().any(|p| p.contains("padll-probe")),
+        "{programs:?}"
+    );
+    assert!(programs.iter().any(|p| p.contains("bash")), "{programs:?}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("result.txt")).unwrap(),
+        text
+    );
+    let _ = std::fs::remove_file(stats);
+}
+
+#[test]
+fn many_threads_share_one_bucket() {
+    let dir = mountpoint("threads");
+    // 256 threads × 12 stats under a 1500/s limit: ≈ 2 s.
+    let (rate, reports) = rate_under(&dir, "threads", &["256", "12"], "getattr=1500/s", "ops");
+    assert_accurate("256 threads at getattr=1500/s", rate, 1500.0);
+    assert_eq!(op(&reports, "getattr").managed, 256 * 12);
+}
+
+#[test]
+fn signals_interrupting_a_throttled_call_do_not_fail_it() {
+    let dir = mountpoint("signals");
+    // 30 stats at 20/s (1.5 s) while SIGALRM arrives every 5 ms without SA_RESTART:
+    // every stat succeeds with errno untouched, and the handler keeps running.
+    let out = probe_run(
+        "signal",
+        dir.path(),
+        &["30"],
+        &stage_env(dir.path(), "getattr=20/s", None),
+    );
+    assert_eq!(out["stats"], 30.0);
+    assert!(
+        out["signals"] > 50.0,
+        "the handler ran {} times",
+        out["signals"]
+    );
+}
+
+#[test]
+fn a_bad_configuration_runs_the_program_unthrottled_with_one_line() {
+    let dir = mountpoint("bad-config");
+    let mut env = stage_env(dir.path(), "open=fast", None);
+    env.push(("PADLL_LOG".into(), "error".into()));
+    let out = run(
+        probe(),
+        &["stat-loop", dir.path().to_str().unwrap(), "0.3"],
+        dir.path(),
+        &env,
+    );
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("fast"), "the bad value is named: {stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("ops="));
+}
+
+#[test]
+fn the_stage_is_silent_and_leaves_no_files() {
+    let dir = mountpoint("silence");
+    let before = tree(dir.path());
+    let out = run(
+        probe(),
+        &["mixed-loop", dir.path().to_str().unwrap(), "0.2"],
+        dir.path(),
+        &stage_env(dir.path(), "metadata=100k/s", None),
+    );
+    assert!(out.status.success());
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.lines().count(),
+        1,
+        "only the probe's own line: {stdout}"
+    );
+    assert_eq!(tree(dir.path()), before);
+}
+
+#[test]
+fn copies_are_paced_by_the_bytes_they_move() {
+    // cp and cat ask copy_file_range for up to SSIZE_MAX bytes at a time: the stage
+    // must charge what is moved (4 MiB read + 4 MiB written at 8 MiB/s ≈ 1 s), not
+    // what was asked for (which would block the channel for ever).
+    let dir = mountpoint("copies");
+    for script in ["cp file copy", "cat file > copy", "cat < file >> copy"] {
+        let started = std::time::Instant::now();
+        let out = run(
+            "bash",
+            &["-c", script],
+            dir.path(),
+            &stage_env(dir.path(), "data=8MiB/s", None),
+        );
+        let seconds = started.elapsed().as_secs_f64();
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            (0.7..8.0).contains(&seconds),
+            "{script} took {seconds:.2} s at 8 MiB/s"
+        );
+        assert_eq!(
+            std::fs::metadata(dir.join("copy")).unwrap().len() % (4 << 20),
+            0
+        );
+        let _ = std::fs::remove_file(dir.join("copy"));
+    }
+}
