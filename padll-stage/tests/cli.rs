@@ -107,23 +107,14 @@ fn run_preloads_the_stage_and_keeps_an_existing_preload() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-#[test]
-fn identity_comes_from_the_batch_system_and_flags_override_it() {
-    let dir = scratch("identity");
+/// The identity a short `padll run` recorded with `flags` under `env`.
+fn identity_of_run(
+    dir: &Path,
+    flags: &[&str],
+    env: &[(&str, &str)],
+) -> padll_wire::config::Identity {
     let stats = dir.join("stats.json");
-    let slurm = [
-        ("SLURM_JOB_ID", "4242"),
-        ("SLURM_JOB_NUM_NODES", "8"),
-        ("SLURM_JOB_ACCOUNT", "climate"),
-    ];
-    let mdloop = [
-        "--",
-        env!("CARGO_BIN_EXE_padll"),
-        "mdloop",
-        dir.to_str().unwrap(),
-        "0.2",
-    ];
-
+    let _ = std::fs::remove_file(&stats);
     let mut args = vec![
         "run",
         "--mount",
@@ -131,9 +122,28 @@ fn identity_comes_from_the_batch_system_and_flags_override_it() {
         "--stats",
         stats.to_str().unwrap(),
     ];
-    args.extend_from_slice(&mdloop);
-    assert!(padll(&args, &slurm).status.success());
-    let identity = &reports(&stats)[0].identity;
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&[
+        "--",
+        env!("CARGO_BIN_EXE_padll"),
+        "mdloop",
+        dir.to_str().unwrap(),
+        "0.2",
+    ]);
+    let out = padll(&args, env);
+    assert!(out.status.success(), "{}", stderr(&out));
+    reports(&stats).remove(0).identity
+}
+
+#[test]
+fn identity_comes_from_the_batch_system_and_flags_override_it() {
+    let dir = scratch("identity");
+    let slurm = [
+        ("SLURM_JOB_ID", "4242"),
+        ("SLURM_JOB_NUM_NODES", "8"),
+        ("SLURM_JOB_ACCOUNT", "climate"),
+    ];
+    let identity = identity_of_run(&dir, &[], &slurm);
     assert_eq!(
         (
             identity.job_id.as_str(),
@@ -142,16 +152,8 @@ fn identity_comes_from_the_batch_system_and_flags_override_it() {
         ),
         ("4242", 8, "climate")
     );
-    std::fs::remove_file(&stats).unwrap();
 
-    let mut args = vec![
-        "run",
-        "--mount",
-        dir.to_str().unwrap(),
-        "--stats",
-        stats.to_str().unwrap(),
-    ];
-    args.extend_from_slice(&[
+    let flags = [
         "--job",
         "override",
         "--job-size",
@@ -160,10 +162,8 @@ fn identity_comes_from_the_batch_system_and_flags_override_it() {
         "physics",
         "--user",
         "alice",
-    ]);
-    args.extend_from_slice(&mdloop);
-    assert!(padll(&args, &slurm).status.success());
-    let identity = &reports(&stats)[0].identity;
+    ];
+    let identity = identity_of_run(&dir, &flags, &slurm);
     assert_eq!(identity.job_id, "override");
     assert_eq!(identity.job_size, 2);
     assert_eq!(identity.account, "physics");
@@ -174,17 +174,11 @@ fn identity_comes_from_the_batch_system_and_flags_override_it() {
         ("LSB_JOBID", "lsf.2"),
         ("FLUX_JOB_ID", "flux.3"),
     ] {
-        std::fs::remove_file(&stats).unwrap();
-        let mut args = vec![
-            "run",
-            "--mount",
-            dir.to_str().unwrap(),
-            "--stats",
-            stats.to_str().unwrap(),
-        ];
-        args.extend_from_slice(&mdloop);
-        assert!(padll(&args, &[(var, value)]).status.success());
-        assert_eq!(reports(&stats)[0].identity.job_id, value, "{var}");
+        assert_eq!(
+            identity_of_run(&dir, &[], &[(var, value)]).job_id,
+            value,
+            "{var}"
+        );
     }
     let _ = std::fs::remove_dir_all(dir);
 }
