@@ -4,8 +4,6 @@
 //! cluster kills and reaps every process it started (also when a test fails, when it
 //! prints the tail of every log first).
 
-#![allow(dead_code)] // each test binary uses its own part of this module
-
 use cheferd_controller::global::Snapshot;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
@@ -138,15 +136,9 @@ pub struct Replayer {
     child: Child,
     /// End of each one-second window of the replayer, and the operations done in it.
     windows: Arc<Mutex<Vec<(Instant, u64)>>>,
-    log: PathBuf,
 }
 
 impl Replayer {
-    /// The process id (what the controllers record from `SO_PEERCRED`).
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
     /// Still running?
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
@@ -329,7 +321,7 @@ impl Cluster {
     pub fn start_process(&mut self, job: &str, node: &str, rate: u64) -> usize {
         let dir = self.scratch.join(job);
         std::fs::create_dir_all(&dir).expect("job dir");
-        let (log, file) = self.log(&format!("{job}-{node}"));
+        let (_, file) = self.log(&format!("{job}-{node}"));
         let mut child = Command::new(cheferd())
             .args(["replay", "--rate", &rate.to_string()])
             .args(["--seconds", REPLAY_SECONDS, "--threads", "4", "--dir"])
@@ -366,7 +358,6 @@ impl Cluster {
             node: node.to_string(),
             child,
             windows,
-            log,
         });
         self.jobs.len() - 1
     }
