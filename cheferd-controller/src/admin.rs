@@ -143,8 +143,27 @@ pub struct CtlError {
     pub code: u8,
 }
 
+/// How long `cheferd ctl` waits for a controller that accepted the connection: a hung
+/// controller must not hang the administrator's shell or script.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Sends one request and returns the reply's payload.
 pub async fn request(socket: &Path, request: &AdminRequest) -> Result<serde_json::Value, CtlError> {
+    tokio::time::timeout(REQUEST_TIMEOUT, exchange(socket, request))
+        .await
+        .unwrap_or_else(|_| {
+            Err(CtlError {
+                message: format!(
+                    "the global controller at {} did not answer within {} s",
+                    socket.display(),
+                    REQUEST_TIMEOUT.as_secs()
+                ),
+                code: 69,
+            })
+        })
+}
+
+async fn exchange(socket: &Path, request: &AdminRequest) -> Result<serde_json::Value, CtlError> {
     let stream = tokio::net::UnixStream::connect(socket)
         .await
         .map_err(|e| CtlError {
