@@ -288,3 +288,127 @@ fn dbench_succeeds() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Runs `script` with `others` preloaded, and again with the stage inserted into that
+/// preload list at `position`, and expects the same output; the scratch directory is
+/// the mountpoint.
+fn same_with_preload(
+    name: &str,
+    script: &str,
+    others: &[&str],
+    position: usize,
+    extra_env: &[(String, String)],
+) {
+    let (native_dir, dir) = (Scratch::new(&format!("native-{name}")), Scratch::new(name));
+    fixture(native_dir.path());
+    fixture(dir.path());
+    let mut native_env = extra_env.to_vec();
+    if !others.is_empty() {
+        native_env.push(("LD_PRELOAD".into(), others.join(":")));
+    }
+    let native = run("bash", &["-c", script], native_dir.path(), &native_env);
+    let stage = library().display().to_string();
+    let mut preload: Vec<&str> = others.to_vec();
+    preload.insert(position, &stage);
+    let mut env = stage_env(dir.path(), "metadata=50k/s", None);
+    env[0].1 = preload.join(":");
+    env.extend_from_slice(extra_env);
+    let staged = run("bash", &["-c", script], dir.path(), &env);
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    assert!(
+        native.status.success(),
+        "{name} failed natively: {}",
+        text(&native.stderr)
+    );
+    assert_eq!(
+        native.status.code(),
+        staged.status.code(),
+        "{name}: {}",
+        text(&staged.stderr)
+    );
+    assert_eq!(
+        text(&native.stdout),
+        text(&staged.stdout),
+        "{name}: stdout differs"
+    );
+    assert_eq!(
+        text(&native.stderr),
+        text(&staged.stderr),
+        "{name}: stderr differs"
+    );
+}
+
+#[test]
+fn allocators_and_toolchains_that_trap_naive_preloads() {
+    // jemalloc maps its arenas with mmap while initialising, before and during our
+    // constructor: a stage resolving the real mmap lazily (dlsym allocates) deadlocks.
+    let jemalloc = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+    let script = "ls -lR --time-style=+%Y . | sed 's/ [0-9]* [a-z]* [a-z]* / /'; python3 -c 'print(sum(range(10**5)))'";
+    if Path::new(jemalloc).is_file() {
+        same_with_preload("jemalloc-first", script, &[jemalloc], 1, &[]);
+        same_with_preload("jemalloc-last", script, &[jemalloc], 0, &[]);
+    } else {
+        eprintln!("skipped: libjemalloc2 not installed");
+    }
+    // rustc resolves its own path with readlink at start-up (a naive Rust readlink hook
+    // hung it).
+    if have("rustc") {
+        same_with_preload("rustc", "rustc --version && cargo --version", &[], 0, &[]);
+    }
+}
+
+#[test]
+fn calls_made_before_the_stage_is_initialised_pass_through() {
+    // A preloaded library whose constructor touches files in the mountpoint: depending
+    // on the order, it runs before or after the stage's constructor. Both must work.
+    if !have("cc") {
+        return;
+    }
+    let build = Scratch::new("early-lib");
+    let source = build.join("early.c");
+    std::fs::write(
+        &source,
+        r#"#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+__attribute__((constructor)) static void early(void) {
+    const char *path = getenv("EARLY_PATH");
+    struct stat st;
+    if (!path) return;
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd < 0 || write(fd, "x", 1) != 1 || close(fd) != 0 || stat(path, &st) != 0) abort();
+}
+"#,
+    )
+    .unwrap();
+    let early = build.join("libearly.so");
+    let cc = run(
+        "cc",
+        &[
+            "-shared",
+            "-fPIC",
+            "-o",
+            early.to_str().unwrap(),
+            source.to_str().unwrap(),
+        ],
+        build.path(),
+        &[],
+    );
+    assert!(
+        cc.status.success(),
+        "cc: {}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let early = early.display().to_string();
+    let marker = [("EARLY_PATH".to_string(), "marker.txt".to_string())];
+    for (name, position) in [("early-first", 1), ("early-last", 0)] {
+        same_with_preload(
+            name,
+            "cat seed.txt marker.txt; echo; ls",
+            &[&early],
+            position,
+            &marker,
+        );
+    }
+}
