@@ -1,70 +1,71 @@
 //! `cheferd bench`: control-cycle latency (collect + compute + enforce) with many local
-//! controllers on loopback, simulated in one process, and the protocol bytes exchanged
-//! per local controller per cycle.
+//! controllers on loopback, and the global controller's own CPU time per cycle.
 //!
+//! The global controller runs in this process; the simulated local controllers run in a
+//! child process (`cheferd bench-locals`), as they would on other machines, so this
+//! process's CPU time is the global controller's alone (the two still share the cores).
 //! Each simulated local controller is a real gRPC client on its own stream; it announces
 //! `stages` stages of distinct jobs, answers every `Collect` with a usage report for all
 //! of them and every `Enforce` with `Applied` — what a real local controller does,
 //! without the stages.
+//!
+//! Each row is measured twice on the same attachments: with steady usage (the plan does
+//! not change, so no rules are sent) and with `Max_R` changed before every cycle (every
+//! stage's rules change and every local controller is sent them).
 
 use crate::config::{GlobalConfig, ResourceConfig};
-use crate::global::{self, Controller};
+use crate::global::{self, Change, Controller};
 use crate::proto::{
     self, global_client::GlobalClient, global_message, local_message, LocalMessage,
 };
 use crate::usage::Resource;
-use prost::Message;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-/// Result for one number of local controllers.
+/// Result for one number of local controllers, in one mode.
 #[derive(Clone, Debug)]
 pub struct BenchRow {
     /// Simulated local controllers.
     pub locals: usize,
     /// Stages per local controller.
     pub stages: usize,
+    /// Whether every stage's rules changed every cycle.
+    pub changing: bool,
     /// Cycles measured.
     pub cycles: usize,
-    /// Median cycle latency, ms.
+    /// Median cycle latency (until every `Applied`), ms.
     pub p50_ms: f64,
     /// 99th percentile, ms.
     pub p99_ms: f64,
-    /// Median duration of the compute step alone, ms.
+    /// Median duration of each phase, ms.
+    pub collect_p50_ms: f64,
+    /// Compute step (planning, encoding and queueing the rules).
     pub compute_p50_ms: f64,
+    /// Enforce (until every `Applied`).
+    pub enforce_p50_ms: f64,
+    /// The global controller's CPU time (user + system) per cycle, ms.
+    pub global_cpu_ms: f64,
+    /// Mean local controllers sent rules per cycle.
+    pub enforced: f64,
     /// Mean protocol bytes per local controller per cycle (both directions).
     pub bytes_per_local: f64,
 }
 
-/// Runs the benchmark for each count in `locals`.
+/// Runs the benchmark for `locals` local controllers, both modes.
 pub async fn run(
-    locals: &[usize],
-    stages: usize,
-    cycles: usize,
-    policy: &str,
-) -> Result<Vec<BenchRow>, String> {
-    raise_descriptor_limit(locals.iter().max().copied().unwrap_or(1) * 2 + 256)?;
-    let mut rows = Vec::new();
-    for &n in locals {
-        rows.push(run_one(n, stages, cycles, policy).await?);
-    }
-    Ok(rows)
-}
-
-async fn run_one(
     locals: usize,
     stages: usize,
     cycles: usize,
     policy: &str,
-) -> Result<BenchRow, String> {
+) -> Result<Vec<BenchRow>, String> {
+    raise_descriptor_limit(locals + 256)?;
     let resource = Resource::parse("/scratch:metadata")?;
     let config = GlobalConfig {
         interval_ms: 1000,
         resources: vec![ResourceConfig {
-            resource,
+            resource: resource.clone(),
             max_rate: 1e6,
             policy: policy.to_string(),
         }],
@@ -79,17 +80,16 @@ async fn run_one(
         listener.local_addr().map_err(|e| e.to_string())?
     );
     let server = tokio::spawn(global::serve(controller.clone(), listener));
+    let child = LocalsProcess(
+        Command::new(std::env::current_exe().map_err(|e| e.to_string())?)
+            .args(["bench-locals", "--url", &url])
+            .args(["--locals", &locals.to_string()])
+            .args(["--stages", &stages.to_string()])
+            .stdin(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start the simulated local controllers: {e}"))?,
+    );
 
-    let bytes = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for i in 0..locals {
-        tasks.push(tokio::spawn(simulated_local(
-            url.clone(),
-            format!("node{i:04}"),
-            stages,
-            bytes.clone(),
-        )));
-    }
     // Wait until every local controller and stage is registered.
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
@@ -105,56 +105,121 @@ async fn run_one(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // Warm-up cycles, then measured ones (bytes counted over the measured ones).
-    for _ in 0..3 {
-        controller.cycle(Duration::from_secs(10)).await;
+    let mut rows = Vec::new();
+    for changing in [false, true] {
+        // Warm-up cycles (they also send the rules of the new stages), then measured
+        // ones.
+        let mut max_rate = 1e6;
+        let mut next_cycle = || {
+            if changing {
+                max_rate = if max_rate == 1e6 { 0.9e6 } else { 1e6 };
+                controller
+                    .change(Change::MaxRate {
+                        resource: resource.to_string(),
+                        rate: max_rate.to_string(),
+                    })
+                    .map(|_| ())
+            } else {
+                Ok(())
+            }
+        };
+        for _ in 0..3 {
+            next_cycle()?;
+            controller.cycle(Duration::from_secs(10)).await;
+        }
+        let bytes_before = protocol_bytes(&controller);
+        let cpu_before = cpu_time();
+        let mut latencies = Vec::with_capacity(cycles);
+        let mut phases = Vec::with_capacity(cycles);
+        for _ in 0..cycles {
+            next_cycle()?;
+            latencies.push(ms(controller.cycle(Duration::from_secs(10)).await));
+            phases.push(controller.last_phases());
+        }
+        let cpu = cpu_time() - cpu_before;
+        let bytes = protocol_bytes(&controller) - bytes_before;
+        let median = |f: &dyn Fn(&global::Phases) -> Duration| {
+            let mut values: Vec<f64> = phases.iter().map(|p| ms(f(p))).collect();
+            percentile(&mut values, 0.5)
+        };
+        rows.push(BenchRow {
+            locals,
+            stages,
+            changing,
+            cycles,
+            p50_ms: percentile(&mut latencies, 0.5),
+            p99_ms: percentile(&mut latencies, 0.99),
+            collect_p50_ms: median(&|p| p.collect),
+            compute_p50_ms: median(&|p| p.compute),
+            enforce_p50_ms: median(&|p| p.enforce),
+            global_cpu_ms: ms(cpu) / cycles as f64,
+            enforced: phases.iter().map(|p| p.enforced).sum::<usize>() as f64 / cycles as f64,
+            bytes_per_local: bytes as f64 / (cycles * locals) as f64,
+        });
     }
-    let before = controller
-        .snapshot()
-        .nodes
-        .iter()
-        .map(|n| n.bytes_in + n.bytes_out)
-        .sum::<u64>();
-    let mut latencies = Vec::with_capacity(cycles);
-    let mut computes = Vec::with_capacity(cycles);
-    for _ in 0..cycles {
-        latencies.push(
-            controller
-                .cycle(Duration::from_secs(10))
-                .await
-                .as_secs_f64()
-                * 1e3,
-        );
-        computes.push(controller.last_compute().as_secs_f64() * 1e3);
-    }
-    computes.sort_by(f64::total_cmp);
-    let after = controller
-        .snapshot()
-        .nodes
-        .iter()
-        .map(|n| n.bytes_in + n.bytes_out)
-        .sum::<u64>();
-    latencies.sort_by(f64::total_cmp);
-    for task in tasks {
-        task.abort();
-    }
+    drop(child);
     server.abort();
-    Ok(BenchRow {
-        locals,
-        stages,
-        cycles,
-        p50_ms: latencies[latencies.len() / 2],
-        p99_ms: latencies[((latencies.len() - 1) as f64 * 0.99).round() as usize],
-        compute_p50_ms: computes[computes.len() / 2],
-        bytes_per_local: (after - before) as f64 / (cycles * locals) as f64,
-    })
+    Ok(rows)
 }
 
-async fn simulated_local(url: String, node: String, stages: usize, bytes: Arc<AtomicU64>) {
+/// The child process, killed when dropped (whatever way the benchmark ends).
+struct LocalsProcess(Child);
+
+impl Drop for LocalsProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
+}
+
+fn percentile(values: &mut [f64], q: f64) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[((values.len() - 1) as f64 * q).round() as usize]
+}
+
+fn protocol_bytes(controller: &Controller) -> u64 {
+    controller
+        .snapshot()
+        .nodes
+        .iter()
+        .map(|n| n.bytes_in + n.bytes_out)
+        .sum()
+}
+
+/// This process's CPU time (user + system).
+fn cpu_time() -> Duration {
+    // SAFETY: an all-zero rusage is valid, and getrusage only writes to it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let time = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    time(usage.ru_utime) + time(usage.ru_stime)
+}
+
+/// `cheferd bench-locals`: `locals` simulated local controllers attached to `url`, until
+/// killed.
+pub async fn run_locals(url: String, locals: usize, stages: usize) -> Result<(), String> {
+    raise_descriptor_limit(locals + 256)?;
+    let tasks: Vec<_> = (0..locals)
+        .map(|i| tokio::spawn(simulated_local(url.clone(), format!("node{i:04}"), stages)))
+        .collect();
+    for task in tasks {
+        let _ = task.await;
+    }
+    Ok(())
+}
+
+async fn simulated_local(url: String, node: String, stages: usize) {
     // A thousand simultaneous connects can overflow the listen backlog: retry until
     // attached, as a real local controller does.
     loop {
-        if attach_once(&url, &node, stages, &bytes).await {
+        if attach_once(&url, &node, stages).await {
             return;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -162,15 +227,13 @@ async fn simulated_local(url: String, node: String, stages: usize, bytes: Arc<At
 }
 
 /// One attachment; false if it could not be made (true once served to the end).
-async fn attach_once(url: &str, node: &str, stages: usize, bytes: &AtomicU64) -> bool {
+async fn attach_once(url: &str, node: &str, stages: usize) -> bool {
     let Ok(mut client) = GlobalClient::connect(url.to_string()).await else {
         return false;
     };
     let (sender, receiver) = mpsc::unbounded_channel::<LocalMessage>();
     let send = |body| {
-        let message = LocalMessage { body: Some(body) };
-        bytes.fetch_add(message.encoded_len() as u64, Ordering::Relaxed);
-        let _ = sender.send(message);
+        let _ = sender.send(LocalMessage { body: Some(body) });
     };
     send(local_message::Body::Register(proto::Register {
         node: node.to_string(),
@@ -222,8 +285,8 @@ async fn attach_once(url: &str, node: &str, stages: usize, bytes: &AtomicU64) ->
     true
 }
 
-/// Two descriptors per simulated local controller (client and server end): raise the
-/// soft limit towards the hard one, or say why the run cannot work.
+/// One descriptor per local controller in each process: raise the soft limit towards
+/// the hard one, or say why the run cannot work.
 fn raise_descriptor_limit(needed: usize) -> Result<(), String> {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
@@ -251,12 +314,23 @@ fn raise_descriptor_limit(needed: usize) -> Result<(), String> {
 /// The benchmark table in Markdown.
 pub fn table(rows: &[BenchRow]) -> String {
     let mut out = String::from(
-        "| local controllers | stages each | cycles | p50 cycle latency (ms) | p99 (ms) | p50 compute step (ms) | bytes per local per cycle |\n|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| local controllers | stages each | rules change | cycles | p50 cycle (ms) | p99 (ms) | p50 collect (ms) | p50 compute (ms) | p50 enforce (ms) | global CPU per cycle (ms) | locals sent rules | bytes per local per cycle |\n|---:|---:|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
         out.push_str(&format!(
-            "| {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.0} |\n",
-            r.locals, r.stages, r.cycles, r.p50_ms, r.p99_ms, r.compute_p50_ms, r.bytes_per_local
+            "| {} | {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.0} | {:.0} |\n",
+            r.locals,
+            r.stages,
+            if r.changing { "every cycle" } else { "never" },
+            r.cycles,
+            r.p50_ms,
+            r.p99_ms,
+            r.collect_p50_ms,
+            r.compute_p50_ms,
+            r.enforce_p50_ms,
+            r.global_cpu_ms,
+            r.enforced,
+            r.bytes_per_local
         ));
     }
     out

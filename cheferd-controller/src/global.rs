@@ -7,8 +7,9 @@
 //!    `Usage` replies;
 //! 2. **compute** — [`crate::plan::compute`]: a policy per resource over the jobs (stages
 //!    with the same job id are one job, whatever their node);
-//! 3. **enforce** — send each local controller the rules of its stages, wait (bounded)
-//!    for `Applied`;
+//! 3. **enforce** — send each local controller the rules of those of its stages whose
+//!    rules changed (rules are declarative and stages keep them, so unchanged ones are
+//!    not re-sent), wait (bounded) for `Applied`;
 //! 4. **sleep** until the next tick.
 //!
 //! A stage that joins between cycles gets a provisional rule at once (1 % of `Max_R`
@@ -20,7 +21,7 @@
 //! (then they are presumed gone with their node).
 
 use crate::config::{GlobalConfig, ScheduledRule};
-use crate::plan::{self, JobShare, StageUsage, StageView};
+use crate::plan::{self, JobKey, JobShare, JobTerms, Share, StageUsage, StageView};
 use crate::policy::PolicyRunner;
 use crate::proto::{self, global_message, local_message, GlobalMessage, LocalMessage};
 use crate::usage::Resource;
@@ -50,13 +51,12 @@ type Outbox = mpsc::UnboundedSender<Result<GlobalMessage, Status>>;
 struct Node {
     session: u64,
     outbox: Outbox,
-    stages: BTreeMap<u64, proto::Stage>,
-    usage: HashMap<u64, HashMap<Resource, StageUsage>>,
+    stages: BTreeMap<u64, StageRecord>,
     /// Its stream ended.
     detached: bool,
     /// Stages of an ended stream of this node, by pid, that have not re-registered: they
     /// run on their last rules, so they keep their share (no rules can reach them).
-    orphans: BTreeMap<u32, Orphan>,
+    orphans: BTreeMap<u32, StageRecord>,
     /// When the stream that left the orphans ended.
     orphaned_at: Option<Instant>,
     /// Owes a reply to the running phase of the cycle.
@@ -65,25 +65,61 @@ struct Node {
     bytes_out: u64,
 }
 
-/// A stage whose local controller's stream ended.
-struct Orphan {
+/// A registered stage.
+struct StageRecord {
     stage: proto::Stage,
-    usage: Option<HashMap<Resource, StageUsage>>,
+    /// Its job id, interned.
+    job: JobKey,
+    /// Its last reported usage per resource (updated in place: reports of a stage
+    /// name the same resources cycle after cycle).
+    usage: Vec<(Resource, StageUsage)>,
+    /// The rates (per configured resource, 0 = no rule) it was last sent; empty until
+    /// it was sent any.
+    sent: Vec<u64>,
+}
+
+/// Durations of the phases of the last cycle, and how many local controllers were sent
+/// rules in it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Phases {
+    /// From the tick until every `Usage` (or the deadline).
+    pub collect: Duration,
+    /// Planning, and encoding and queueing the rules.
+    pub compute: Duration,
+    /// From then until every `Applied` (or the deadline).
+    pub enforce: Duration,
+    /// Local controllers sent an `Enforce`.
+    pub enforced: usize,
 }
 
 struct State {
     config: GlobalConfig,
     policies: HashMap<Resource, PolicyRunner>,
     nodes: BTreeMap<String, Node>,
+    /// Job ids interned to the planner's keys (never forgotten: policies keep state by
+    /// key). `job_names[key]` is the id.
+    job_keys: HashMap<String, JobKey>,
+    job_names: Vec<String>,
     next_session: u64,
     cycle: u64,
-    shares: Vec<JobShare>,
+    shares: Vec<Share>,
     latencies: VecDeque<Duration>,
     /// What the running cycle is waiting for, and from how many nodes still.
     phase: Phase,
     awaiting: usize,
-    /// Duration of the last compute step (planning and encoding the rules).
-    last_compute: Duration,
+    last_phases: Phases,
+}
+
+impl State {
+    fn intern(&mut self, job: &str) -> JobKey {
+        if let Some(&key) = self.job_keys.get(job) {
+            return key;
+        }
+        let key = self.job_names.len() as JobKey;
+        self.job_names.push(job.to_string());
+        self.job_keys.insert(job.to_string(), key);
+        key
+    }
 }
 
 /// The reply a cycle is waiting for.
@@ -117,13 +153,15 @@ impl Controller {
                 config,
                 policies,
                 nodes: BTreeMap::new(),
+                job_keys: HashMap::new(),
+                job_names: Vec::new(),
                 next_session: 1,
                 cycle: 0,
                 shares: Vec::new(),
                 latencies: VecDeque::new(),
                 phase: Phase::Idle,
                 awaiting: 0,
-                last_compute: Duration::ZERO,
+                last_phases: Phases::default(),
             }),
             replies: Notify::new(),
             started: Instant::now(),
@@ -183,57 +221,35 @@ impl Controller {
         {
             let mut state = self.lock();
             let elapsed = self.started.elapsed().as_secs_f64();
-            let limits = static_limits(&state.config, elapsed);
             let State {
                 config,
                 policies,
                 nodes,
+                job_keys,
                 ..
             } = &mut *state;
-            let (stages, orphaned) = stage_views(nodes);
-            let plan = plan::compute(config, &limits, policies, &stages);
-            // Views are node by node: group the rules the same way.
-            let mut per_node: Vec<(String, Vec<proto::StageRules>)> = Vec::new();
-            for ((view, rules), _) in stages
-                .iter()
-                .zip(plan.rules)
-                .zip(orphaned)
-                .filter(|(_, orphan)| !orphan)
-            {
-                if per_node.last().is_none_or(|(name, _)| name != view.node) {
-                    per_node.push((view.node.to_string(), Vec::new()));
-                }
-                if let Some((_, group)) = per_node.last_mut() {
-                    group.push(proto::StageRules {
-                        stage_id: view.stage_id,
-                        rules,
-                    });
-                }
-            }
-            drop(stages);
+            let terms = JobTerms {
+                settings: job_settings(config, job_keys),
+                limits: static_limits(config, job_keys, elapsed),
+            };
+            let plan = plan::compute(config, &terms, policies, &stage_views(nodes));
+            let sent = enforce(config, nodes, &plan, cycle);
             state.shares = plan.shares;
-            let mut sent = 0;
-            for (name, stages) in per_node {
-                if let Some(node) = state.nodes.get_mut(&name).filter(|n| !n.detached) {
-                    let enforce = GlobalMessage {
-                        body: Some(global_message::Body::Enforce(proto::Enforce {
-                            cycle,
-                            stages,
-                        })),
-                    };
-                    node.bytes_out += enforce.encoded_len() as u64;
-                    node.pending = node.outbox.send(Ok(enforce)).is_ok();
-                    sent += node.pending as usize;
-                }
-            }
             state.phase = Phase::Enforce(cycle);
             state.awaiting = sent;
-            state.last_compute = collected.elapsed();
+            state.last_phases = Phases {
+                collect: collected - started,
+                compute: collected.elapsed(),
+                enforce: Duration::ZERO,
+                enforced: sent,
+            };
         }
         self.wait_for_replies(deadline).await;
 
         let latency = started.elapsed();
         let mut state = self.lock();
+        state.last_phases.enforce =
+            latency.saturating_sub(state.last_phases.collect + state.last_phases.compute);
         if state.latencies.len() == LATENCY_HISTORY {
             state.latencies.pop_front();
         }
@@ -282,7 +298,6 @@ impl Controller {
             session,
             outbox,
             stages: BTreeMap::new(),
-            usage: HashMap::new(),
             detached: false,
             orphans: BTreeMap::new(),
             orphaned_at: None,
@@ -311,19 +326,24 @@ impl Controller {
     fn handle(&self, name: &str, session: u64, message: LocalMessage) {
         let size = message.encoded_len() as u64;
         let mut state = self.lock();
+        let mut job = 0;
         // A stage re-registering after its local controller came back still runs on its
         // last rules: it needs no provisional ones.
-        let provisional = match &message.body {
-            Some(local_message::Body::StageJoined(proto::StageJoined { stage: Some(stage) }))
-                if !state
-                    .nodes
-                    .get(name)
-                    .is_some_and(|n| n.orphans.contains_key(&stage.pid)) =>
+        let mut provisional = None;
+        if let Some(local_message::Body::StageJoined(proto::StageJoined { stage: Some(stage) })) =
+            &message.body
+        {
+            job = state.intern(&stage.job_id);
+            if !state
+                .nodes
+                .get(name)
+                .is_some_and(|n| n.orphans.contains_key(&stage.pid))
             {
-                Some(provisional_rules(&state, stage))
+                provisional = Some(provisional_rates(&state, stage, job));
             }
-            _ => None,
-        };
+        }
+        let config = &state.config;
+        let provisional = provisional.map(|rates| (rules(config, &rates), rates));
         let phase = state.phase;
         let mut replied = false;
         let Some(node) = state.nodes.get_mut(name).filter(|n| n.session == session) else {
@@ -334,46 +354,40 @@ impl Controller {
             Some(local_message::Body::StageJoined(proto::StageJoined { stage: Some(stage) })) => {
                 debug!(node = name, stage = stage.stage_id, job = %stage.job_id, "stage joined");
                 let stage_id = stage.stage_id;
-                if let Some(orphan) = node.orphans.remove(&stage.pid) {
-                    // Its usage carries over, so the next split treats it as before.
-                    if let Some(usage) = orphan.usage {
-                        node.usage.insert(stage_id, usage);
-                    }
-                }
-                node.stages.insert(stage_id, stage);
-                if let Some(rules) = provisional.filter(|r| !r.is_empty()) {
+                // Its usage carries over, so the next split treats it as before; its rules
+                // are sent again (the ones it runs on may predate the last ones planned).
+                let usage = node
+                    .orphans
+                    .remove(&stage.pid)
+                    .map(|orphan| orphan.usage)
+                    .unwrap_or_default();
+                let mut record = StageRecord {
+                    stage,
+                    job,
+                    usage,
+                    sent: Vec::new(),
+                };
+                if let Some((rules, rates)) = provisional.filter(|(r, _)| !r.is_empty()) {
                     let enforce = GlobalMessage {
                         body: Some(global_message::Body::Enforce(proto::Enforce {
                             cycle: 0,
                             stages: vec![proto::StageRules { stage_id, rules }],
                         })),
                     };
-                    let _ = node.outbox.send(Ok(enforce));
+                    if node.outbox.send(Ok(enforce)).is_ok() {
+                        record.sent = rates;
+                    }
                 }
+                node.stages.insert(stage_id, record);
             }
             Some(local_message::Body::StageLeft(proto::StageLeft { stage_id })) => {
                 node.stages.remove(&stage_id);
-                node.usage.remove(&stage_id);
             }
             Some(local_message::Body::Usage(usage)) => {
-                for stage in usage.stages {
-                    let rates = stage
-                        .resources
-                        .iter()
-                        .filter_map(|r| {
-                            Some((
-                                Resource {
-                                    mount: r.mount.clone(),
-                                    class: Class::from_name(&r.class)?,
-                                },
-                                StageUsage {
-                                    rate: r.rate,
-                                    limit: r.limit,
-                                },
-                            ))
-                        })
-                        .collect();
-                    node.usage.insert(stage.stage_id, rates);
+                for stage in &usage.stages {
+                    if let Some(record) = node.stages.get_mut(&stage.stage_id) {
+                        record_usage(&mut record.usage, &stage.resources);
+                    }
                 }
                 if node.pending && phase == Phase::Collect(usage.cycle) {
                     node.pending = false;
@@ -459,23 +473,26 @@ impl Controller {
                 .nodes
                 .iter()
                 .flat_map(|(name, node)| {
-                    node.stages.values().map(move |s| StageSnapshot {
-                        node: name.clone(),
-                        stage_id: s.stage_id,
-                        job: s.job_id.clone(),
-                        pid: s.pid,
-                        uid: s.uid,
-                        name: s.stage_name.clone(),
-                        mountpoints: s.mountpoints.clone(),
-                        usage: node
-                            .usage
-                            .get(&s.stage_id)
-                            .map(|u| u.iter().map(|(r, v)| (r.to_string(), v.rate)).collect())
-                            .unwrap_or_default(),
+                    node.stages.values().map(move |record| {
+                        let s = &record.stage;
+                        StageSnapshot {
+                            node: name.clone(),
+                            stage_id: s.stage_id,
+                            job: s.job_id.clone(),
+                            pid: s.pid,
+                            uid: s.uid,
+                            name: s.stage_name.clone(),
+                            mountpoints: s.mountpoints.clone(),
+                            usage: record
+                                .usage
+                                .iter()
+                                .map(|(r, v)| (r.to_string(), v.rate))
+                                .collect(),
+                        }
                     })
                 })
                 .collect(),
-            shares: state.shares.clone(),
+            shares: job_shares(&state),
             latency_ms_p50: percentile(&latencies, 0.5),
             latency_ms_p99: percentile(&latencies, 0.99),
             latency_ms_last: state
@@ -485,9 +502,9 @@ impl Controller {
         }
     }
 
-    /// How long the last compute step took (planning and queueing the rules).
-    pub fn last_compute(&self) -> Duration {
-        self.lock().last_compute
+    /// The phases of the last cycle.
+    pub fn last_phases(&self) -> Phases {
+        self.lock().last_phases
     }
 
     /// The configuration in force (for `ctl dump`).
@@ -551,7 +568,7 @@ impl Controller {
                     || state
                         .nodes
                         .values()
-                        .any(|n| n.stages.values().any(|s| s.job_id == job));
+                        .any(|n| n.stages.values().any(|s| s.stage.job_id == job));
                 if !known {
                     return Err(format!(
                         "unknown job '{job}': it is neither configured nor running (add it to the configuration file to set it before it starts)"
@@ -629,13 +646,46 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 
-/// Static limits in force `elapsed` seconds after start: the configuration's, then the
-/// scheduled rules that have come due, in time order.
-fn static_limits(config: &GlobalConfig, elapsed: f64) -> BTreeMap<(String, Resource), f64> {
-    let mut limits = BTreeMap::new();
+/// Each interned job's configured settings, by key.
+fn job_settings<'a>(
+    config: &'a GlobalConfig,
+    keys: &HashMap<String, JobKey>,
+) -> Vec<Option<&'a crate::config::JobConfig>> {
+    let mut settings = Vec::new();
+    for (job, terms) in &config.jobs {
+        // A configured job no stage ever ran has no key, and nothing to plan.
+        if let Some(&key) = keys.get(job) {
+            let key = key as usize;
+            if settings.len() <= key {
+                settings.resize(key + 1, None);
+            }
+            settings[key] = Some(terms);
+        }
+    }
+    settings
+}
+
+/// Static limits in force `elapsed` seconds after start, by job key and resource index:
+/// the configuration's, then the scheduled rules that have come due, in time order.
+fn static_limits(
+    config: &GlobalConfig,
+    keys: &HashMap<String, JobKey>,
+    elapsed: f64,
+) -> HashMap<(JobKey, usize), f64> {
+    // Limits of jobs no stage ever ran, or of unconfigured resources, apply to nothing.
+    let key = |job: &str, resource: &Resource| {
+        let index = config
+            .resources
+            .iter()
+            .position(|r| &r.resource == resource)?;
+        Some((*keys.get(job)?, index))
+    };
+    let mut limits = HashMap::new();
     for (job, settings) in &config.jobs {
         for (resource, limit) in &settings.limit {
-            limits.insert((job.clone(), resource.clone()), *limit);
+            if let Some(key) = key(job, resource) {
+                limits.insert(key, *limit);
+            }
         }
     }
     for ScheduledRule {
@@ -645,7 +695,9 @@ fn static_limits(config: &GlobalConfig, elapsed: f64) -> BTreeMap<(String, Resou
         ..
     } in config.rules.iter().filter(|r| r.at <= elapsed)
     {
-        let key = (job.clone(), resource.clone());
+        let Some(key) = key(job, resource) else {
+            continue;
+        };
         match limit {
             Some(l) => limits.insert(key, *l),
             None => limits.remove(&key),
@@ -656,77 +708,177 @@ fn static_limits(config: &GlobalConfig, elapsed: f64) -> BTreeMap<(String, Resou
 
 /// Moves a node's stages to its orphans (its stream ended or was replaced).
 fn orphan_stages(node: &mut Node) {
-    for (stage_id, stage) in std::mem::take(&mut node.stages) {
-        let usage = node.usage.remove(&stage_id);
-        node.orphans.insert(stage.pid, Orphan { stage, usage });
+    for (_, record) in std::mem::take(&mut node.stages) {
+        node.orphans.insert(record.stage.pid, record);
     }
-    node.usage.clear();
     node.orphaned_at.get_or_insert_with(Instant::now);
 }
 
-/// The planner's view of every stage, node by node, and whether each is an orphan (in
-/// the plan, but unreachable).
-fn stage_views(nodes: &BTreeMap<String, Node>) -> (Vec<StageView<'_>>, Vec<bool>) {
-    nodes
-        .iter()
-        .flat_map(|(name, node)| {
-            let live = node
-                .stages
-                .values()
-                .map(move |s| (view(name, s, node.usage.get(&s.stage_id)), false));
-            let orphans = node
-                .orphans
-                .values()
-                .map(move |o| (view(name, &o.stage, o.usage.as_ref()), true));
-            live.chain(orphans)
+/// Every stage's registry record in the planner's order: node by node, its live stages
+/// then its orphans (in the plan, but unreachable). [`stage_views`] and [`enforce`]
+/// walk the same order.
+fn records(nodes: &BTreeMap<String, Node>) -> impl Iterator<Item = (usize, &StageRecord)> {
+    nodes.values().enumerate().flat_map(|(index, node)| {
+        node.stages
+            .values()
+            .chain(node.orphans.values())
+            .map(move |record| (index, record))
+    })
+}
+
+/// The planner's view of every stage (see [`records`]).
+fn stage_views(nodes: &BTreeMap<String, Node>) -> Vec<StageView<'_>> {
+    records(nodes)
+        .map(|(node, record)| StageView {
+            node,
+            job: record.job,
+            uid: record.stage.uid,
+            gid: record.stage.gid,
+            job_size: record.stage.job_size,
+            mountpoints: &record.stage.mountpoints,
+            usage: &record.usage,
         })
-        .unzip()
+        .collect()
 }
 
-fn view<'a>(
-    node: &'a str,
-    stage: &'a proto::Stage,
-    usage: Option<&'a HashMap<Resource, StageUsage>>,
-) -> StageView<'a> {
-    StageView {
-        node,
-        stage_id: stage.stage_id,
-        job_id: &stage.job_id,
-        uid: stage.uid,
-        gid: stage.gid,
-        job_size: stage.job_size,
-        mountpoints: &stage.mountpoints,
-        usage,
+/// Sends each attached node the rules of those of its live stages whose rates changed
+/// since they were last sent; returns how many nodes were sent an `Enforce`.
+fn enforce(
+    config: &GlobalConfig,
+    nodes: &mut BTreeMap<String, Node>,
+    plan: &plan::Plan,
+    cycle: u64,
+) -> usize {
+    let resources = config.resources.len();
+    let mut index = 0;
+    let mut sent = 0;
+    for node in nodes.values_mut() {
+        let mut changed = Vec::new();
+        for record in node.stages.values_mut() {
+            let rates = plan.stage_rates(index, resources);
+            index += 1;
+            if record.sent != rates {
+                record.sent.clear();
+                record.sent.extend_from_slice(rates);
+                changed.push(proto::StageRules {
+                    stage_id: record.stage.stage_id,
+                    rules: rules(config, rates),
+                });
+            }
+        }
+        index += node.orphans.len();
+        if changed.is_empty() || node.detached {
+            continue;
+        }
+        let enforce = GlobalMessage {
+            body: Some(global_message::Body::Enforce(proto::Enforce {
+                cycle,
+                stages: changed,
+            })),
+        };
+        node.bytes_out += enforce.encoded_len() as u64;
+        node.pending = node.outbox.send(Ok(enforce)).is_ok();
+        sent += node.pending as usize;
     }
+    sent
 }
 
-/// Rules for a stage that just joined: its job's current share split over its stages,
-/// or a small provisional share for a job not yet planned.
-fn provisional_rules(state: &State, stage: &proto::Stage) -> Vec<proto::Rule> {
+/// Updates a stage's usage from a report. Reports name the same resources in the same
+/// order cycle after cycle, so that is updated in place; anything else is rebuilt.
+fn record_usage(usage: &mut Vec<(Resource, StageUsage)>, reported: &[proto::ResourceUsage]) {
+    let same = usage.len() == reported.len()
+        && usage
+            .iter()
+            .zip(reported)
+            .all(|((r, _), u)| r.mount == u.mount && r.class.name() == u.class);
+    if same {
+        for ((_, value), u) in usage.iter_mut().zip(reported) {
+            *value = StageUsage {
+                rate: u.rate,
+                limit: u.limit,
+            };
+        }
+        return;
+    }
+    usage.clear();
+    usage.extend(reported.iter().filter_map(|r| {
+        Some((
+            Resource {
+                mount: r.mount.clone(),
+                class: Class::from_name(&r.class)?,
+            },
+            StageUsage {
+                rate: r.rate,
+                limit: r.limit,
+            },
+        ))
+    }));
+}
+
+/// A stage's rules from its rates (one per configured resource, 0 = none).
+fn rules(config: &GlobalConfig, rates: &[u64]) -> Vec<proto::Rule> {
+    config
+        .resources
+        .iter()
+        .zip(rates)
+        .filter(|(_, &rate)| rate > 0)
+        .map(|(r, &rate)| proto::Rule {
+            mount: r.resource.mount.clone(),
+            class: r.resource.class.name().to_string(),
+            rate,
+            bytes: r.resource.counts_bytes(),
+            burst: ((rate as u128 * config.burst_ms as u128) / 1000).max(1) as u64,
+        })
+        .collect()
+}
+
+/// Rates (per configured resource, 0 = none) for a stage that just joined: its job's
+/// current share split over its stages, or a small provisional share for a job not yet
+/// planned.
+fn provisional_rates(state: &State, stage: &proto::Stage, job: JobKey) -> Vec<u64> {
     state
         .config
         .resources
         .iter()
-        .filter(|r| stage.mountpoints.contains(&r.resource.mount))
-        .map(|r| {
+        .enumerate()
+        .map(|(index, r)| {
+            if !stage.mountpoints.contains(&r.resource.mount) {
+                return 0;
+            }
             let existing = state
                 .shares
                 .iter()
-                .find(|s| s.job == stage.job_id && s.resource == r.resource);
+                .find(|s| s.job == job && s.resource == index);
             let rate = match existing {
                 Some(share) => share.assigned / (share.stages as f64 + 1.0),
                 None => r.max_rate * PROVISIONAL_SHARE,
             };
-            let rate = rate
-                .round()
-                .clamp(1.0, padll_wire::channel::MAX_RATE as f64) as u64;
-            proto::Rule {
-                mount: r.resource.mount.clone(),
-                class: r.resource.class.name().to_string(),
-                rate,
-                bytes: r.resource.counts_bytes(),
-                burst: ((rate as u128 * state.config.burst_ms as u128) / 1000).max(1) as u64,
-            }
+            rate.round()
+                .clamp(1.0, padll_wire::channel::MAX_RATE as f64) as u64
+        })
+        .collect()
+}
+
+/// The last cycle's shares with names, resource by resource, jobs by id.
+fn job_shares(state: &State) -> Vec<JobShare> {
+    let mut shares: Vec<(&Share, &str)> = state
+        .shares
+        .iter()
+        .map(|s| (s, state.job_names[s.job as usize].as_str()))
+        .collect();
+    shares.sort_by(|a, b| (a.0.resource, a.1).cmp(&(b.0.resource, b.1)));
+    shares
+        .into_iter()
+        .map(|(s, job)| JobShare {
+            job: job.to_string(),
+            resource: state.config.resources[s.resource].resource.clone(),
+            usage: s.usage,
+            demand: s.demand,
+            priority: s.priority,
+            static_limit: s.static_limit,
+            assigned: s.assigned,
+            stages: s.stages,
+            nodes: s.nodes,
         })
         .collect()
 }

@@ -89,6 +89,20 @@ enum Command {
         #[arg(long, default_value = "psfa")]
         policy: String,
     },
+    /// The simulated local controllers of `bench`, in their own process (so the bench
+    /// process's CPU time is the global controller's).
+    #[command(hide = true)]
+    BenchLocals {
+        /// The global controller.
+        #[arg(long)]
+        url: String,
+        /// Local controllers to simulate.
+        #[arg(long)]
+        locals: usize,
+        /// Stages (jobs) per local controller.
+        #[arg(long)]
+        stages: usize,
+    },
     /// Replay a metadata trace (or a constant load) against a directory, printing the
     /// achieved rate every second.
     Replay {
@@ -195,7 +209,7 @@ fn main() -> ExitCode {
     // Daemons log their lifecycle; one-shot commands only what goes wrong.
     let default_level = match cli.command {
         Command::Global { .. } | Command::Local { .. } => "info",
-        Command::Bench { .. } => "error",
+        Command::Bench { .. } | Command::BenchLocals { .. } => "error",
         _ => "warn",
     };
     tracing_subscriber::fmt()
@@ -270,6 +284,13 @@ fn main() -> ExitCode {
                 global,
                 report_ms,
             } => run_local(node, socket, global, report_ms).await,
+            Command::BenchLocals {
+                url,
+                locals,
+                stages,
+            } => cheferd_controller::bench::run_locals(url, locals, stages)
+                .await
+                .map_err(|e| (e, 1)),
             Command::Bench { .. }
             | Command::Replay { .. }
             | Command::Simulate(_)
@@ -428,7 +449,7 @@ fn bench(locals: &[usize], stages: usize, cycles: usize, name: &str) -> Result<(
             .map_err(|e| (format!("cannot start the runtime: {e}"), 1))?;
         rows.extend(
             runtime
-                .block_on(cheferd_controller::bench::run(&[n], stages, cycles, name))
+                .block_on(cheferd_controller::bench::run(n, stages, cycles, name))
                 .map_err(|e| (e, 1))?,
         );
     }

@@ -1,6 +1,6 @@
 //! The *compute* step of a control cycle, as a pure function: from every stage's usage
 //! and the configuration, each job's rate per resource (a policy from the `policies`
-//! crate) and each stage's rules.
+//! crate) and each stage's rate per resource.
 //!
 //! Stages with the same job id on different nodes are one job (PADLL paper §III-B,
 //! "orchestrating stages of distributed jobs"). A job's rate is split across its stages
@@ -11,13 +11,20 @@
 //! got (`JobSnapshot::wanted`): the stages cannot report requests they never issued, and
 //! policies that lend and borrow (AdapTBF) or fill need (ThemisIO, DRF) must see that the
 //! job would use more.
+//!
+//! It runs every cycle over every stage, so it is O(stages + jobs) and allocates only a
+//! few flat vectors: jobs arrive as small integer keys (the global controller interns
+//! job ids once, when a stage joins) and resources as indices into the configuration.
 
-use crate::config::GlobalConfig;
+use crate::config::{GlobalConfig, JobConfig};
 use crate::policy::{JobInput, PolicyRunner};
-use crate::proto;
 use crate::usage::Resource;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
+use std::ops::Range;
+
+/// A job id, interned: dense from 0, stable for the controller's lifetime.
+pub type JobKey = u32;
 
 /// A stage's usage of one resource.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -31,12 +38,10 @@ pub struct StageUsage {
 /// What the planner knows of one stage (borrowed from the registry: no copies).
 #[derive(Clone, Debug)]
 pub struct StageView<'a> {
-    /// Its node.
-    pub node: &'a str,
-    /// Its id at that node.
-    pub stage_id: u64,
-    /// Job id.
-    pub job_id: &'a str,
+    /// Index of its node (equal for stages of the same node).
+    pub node: usize,
+    /// Its job.
+    pub job: JobKey,
     /// Owner uid and gid (from `SO_PEERCRED`).
     pub uid: u32,
     /// Group id.
@@ -46,19 +51,52 @@ pub struct StageView<'a> {
     /// Its mountpoints.
     pub mountpoints: &'a [String],
     /// Its usage per resource over the last interval.
-    pub usage: Option<&'a HashMap<Resource, StageUsage>>,
+    pub usage: &'a [(Resource, StageUsage)],
 }
 
 impl StageView<'_> {
     fn usage_of(&self, resource: &Resource) -> StageUsage {
+        // A handful of entries: a scan beats hashing the mountpoint.
         self.usage
-            .and_then(|u| u.get(resource))
-            .copied()
-            .unwrap_or_default()
+            .iter()
+            .find(|(r, _)| r == resource)
+            .map_or_else(StageUsage::default, |(_, u)| *u)
     }
 }
 
+/// The per-job terms in force, by job key.
+#[derive(Debug, Default)]
+pub struct JobTerms<'a> {
+    /// Configured settings (priority, demand); `None` (or past the end): defaults.
+    pub settings: Vec<Option<&'a JobConfig>>,
+    /// Static limits (configuration and scheduled rules), by job and resource index.
+    pub limits: HashMap<(JobKey, usize), f64>,
+}
+
 /// One job's share of one resource in this cycle.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Share {
+    /// The job.
+    pub job: JobKey,
+    /// Index of the resource in the configuration.
+    pub resource: usize,
+    /// Usage over the last interval (sum of its stages).
+    pub usage: f64,
+    /// Its demand (the capacity when not configured).
+    pub demand: f64,
+    /// Its priority.
+    pub priority: f64,
+    /// A static limit in force, if any.
+    pub static_limit: Option<f64>,
+    /// The rate assigned this cycle.
+    pub assigned: f64,
+    /// Stages of the job using this resource's mountpoint.
+    pub stages: usize,
+    /// Distinct nodes those stages run on.
+    pub nodes: usize,
+}
+
+/// A [`Share`] with names, as the admin CLI and metrics show it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobShare {
     /// Job id.
@@ -84,80 +122,99 @@ pub struct JobShare {
 /// The outcome of one compute step.
 #[derive(Debug, Default)]
 pub struct Plan {
-    /// Every (job, resource) share.
-    pub shares: Vec<JobShare>,
-    /// Rules of each stage, by its index in the input slice.
-    pub rules: Vec<Vec<proto::Rule>>,
+    /// Every (job, resource) share, resource by resource, jobs in key order.
+    pub shares: Vec<Share>,
+    /// Each stage's rate per resource: `rates[stage * resources + resource]`, 0 where
+    /// the stage does not use the resource (a rule's rate is at least 1).
+    pub rates: Vec<u64>,
 }
 
-/// Computes a plan. `static_limits` are the static limits in force (configuration and
-/// scheduled rules); `policies` holds each resource's policy and its state.
+impl Plan {
+    /// The rates of stage `i` (one per configured resource).
+    pub fn stage_rates(&self, i: usize, resources: usize) -> &[u64] {
+        &self.rates[i * resources..(i + 1) * resources]
+    }
+}
+
+/// Computes a plan. `terms` are the jobs' settings and static limits; `policies` holds
+/// each resource's policy and its state.
 pub fn compute(
     config: &GlobalConfig,
-    static_limits: &BTreeMap<(String, Resource), f64>,
+    terms: &JobTerms,
     policies: &mut HashMap<Resource, PolicyRunner>,
     stages: &[StageView],
 ) -> Plan {
+    let resources = config.resources.len();
     let mut plan = Plan {
         shares: Vec::new(),
-        rules: vec![Vec::new(); stages.len()],
+        rates: vec![0; stages.len() * resources],
     };
-    for resource_config in &config.resources {
+    let (order, by_job) = group_by_job(stages);
+    // Reused for every resource: the members of each job using it, flat, and per job
+    // (its key and its range in `members`).
+    let mut members: Vec<usize> = Vec::with_capacity(stages.len());
+    let mut jobs: Vec<(JobKey, Range<usize>)> = Vec::new();
+    let mut inputs: Vec<JobInput> = Vec::new();
+    let mut dynamic: Vec<usize> = Vec::new();
+    let mut nodes: Vec<usize> = Vec::new();
+    for (ri, resource_config) in config.resources.iter().enumerate() {
         let resource = &resource_config.resource;
         let max_rate = resource_config.max_rate;
-        // Jobs (in id order: deterministic) and the indices of their stages here.
-        let mut jobs: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-        for (i, stage) in stages.iter().enumerate() {
-            if stage.mountpoints.contains(&resource.mount) {
-                jobs.entry(stage.job_id).or_default().push(i);
+        members.clear();
+        jobs.clear();
+        for (job, group) in &by_job {
+            let start = members.len();
+            members.extend(
+                order[group.clone()]
+                    .iter()
+                    .copied()
+                    .filter(|&i| stages[i].mountpoints.contains(&resource.mount)),
+            );
+            if members.len() > start {
+                jobs.push((*job, start..members.len()));
             }
         }
         if jobs.is_empty() {
             continue;
         }
-        let mut shares = Vec::with_capacity(jobs.len());
-        let mut inputs = Vec::with_capacity(jobs.len());
-        let mut dynamic = Vec::with_capacity(jobs.len());
-        for (job, members) in &jobs {
-            let settings = config.jobs.get(*job);
-            let node_count = if members.len() == 1 {
+        let first_share = plan.shares.len();
+        inputs.clear();
+        dynamic.clear();
+        for (job, range) in &jobs {
+            let group = &members[range.clone()];
+            let settings = terms.settings.get(*job as usize).copied().flatten();
+            let node_count = if group.len() == 1 {
                 1
             } else {
-                let mut nodes: Vec<&str> = members.iter().map(|&i| stages[i].node).collect();
+                nodes.clear();
+                nodes.extend(group.iter().map(|&i| stages[i].node));
                 nodes.sort_unstable();
                 nodes.dedup();
                 nodes.len()
             };
-            let usage = members.iter().map(|&i| stages[i].usage_of(resource));
-            let static_limit = if static_limits.is_empty() {
-                None
-            } else {
-                static_limits
-                    .get(&(job.to_string(), resource.clone()))
-                    .copied()
-            };
-            let share = JobShare {
-                job: job.to_string(),
-                resource: resource.clone(),
+            let usage = group.iter().map(|&i| stages[i].usage_of(resource));
+            let share = Share {
+                job: *job,
+                resource: ri,
                 usage: usage.clone().map(|u| u.rate).sum(),
                 demand: settings
                     .and_then(|s| s.demand.get(resource))
                     .copied()
                     .unwrap_or(max_rate),
                 priority: settings.map_or(1.0, |s| s.priority),
-                static_limit,
+                static_limit: terms.limits.get(&(*job, ri)).copied(),
                 assigned: 0.0,
-                stages: members.len(),
+                stages: group.len(),
                 nodes: node_count,
             };
             if share.static_limit.is_none() {
-                let first = &stages[members[0]];
-                dynamic.push(shares.len());
+                let first = &stages[group[0]];
+                dynamic.push(plan.shares.len());
                 inputs.push(JobInput {
-                    id: job,
+                    id: *job,
                     uid: first.uid,
                     gid: first.gid,
-                    size: members
+                    size: group
                         .iter()
                         .map(|&i| stages[i].job_size)
                         .max()
@@ -177,66 +234,86 @@ pub fn compute(
                         .sum(),
                 });
             }
-            shares.push(share);
+            plan.shares.push(share);
         }
 
         // Static limits are fixed; the policy shares what they leave.
-        let reserved: f64 = shares.iter().filter_map(|s| s.static_limit).sum();
-        let rates = match policies.get_mut(resource) {
-            Some(policy) => policy.allocate((max_rate - reserved).max(0.0), &inputs),
-            None => vec![0.0; inputs.len()],
-        };
-        for (&i, rate) in dynamic.iter().zip(rates) {
-            shares[i].assigned = rate.max(0.0);
+        let reserved: f64 = plan.shares[first_share..]
+            .iter()
+            .filter_map(|s| s.static_limit)
+            .sum();
+        if let Some(policy) = policies.get_mut(resource) {
+            let rates = policy.allocate((max_rate - reserved).max(0.0), &inputs);
+            for (&i, rate) in dynamic.iter().zip(rates) {
+                plan.shares[i].assigned = rate.max(0.0);
+            }
         }
-        for share in &mut shares {
+        let shares = &mut plan.shares[first_share..];
+        for share in shares.iter_mut() {
             if let Some(limit) = share.static_limit {
                 share.assigned = limit;
             }
         }
 
-        let mut usage = Vec::new();
-        for (share, members) in shares.iter().zip(jobs.values()) {
-            usage.clear();
-            usage.extend(members.iter().map(|&i| stages[i].usage_of(resource).rate));
-            for (&i, rate) in members
-                .iter()
-                .zip(split(share.assigned, &usage, config.stage_floor))
-            {
-                let rate = rate
+        for (share, (_, range)) in shares.iter().zip(&jobs) {
+            let group = &members[range.clone()];
+            let usage = |i: usize| stages[i].usage_of(resource).rate;
+            let total: f64 = group.iter().map(|&i| usage(i).max(0.0)).sum();
+            for &i in group {
+                let rate = split_one(
+                    share.assigned,
+                    usage(i),
+                    total,
+                    group.len(),
+                    config.stage_floor,
+                );
+                plan.rates[i * resources + ri] = rate
                     .round()
                     .clamp(1.0, padll_wire::channel::MAX_RATE as f64)
                     as u64;
-                plan.rules[i].push(proto::Rule {
-                    mount: resource.mount.clone(),
-                    class: resource.class.name().to_string(),
-                    rate,
-                    bytes: resource.counts_bytes(),
-                    burst: ((rate as u128 * config.burst_ms as u128) / 1000).max(1) as u64,
-                });
             }
         }
-        plan.shares.extend(shares);
     }
     plan
 }
 
-/// Splits a job's rate over its stages: `floor` of it evenly, the rest in proportion to
-/// each stage's usage (evenly too when none used anything).
-pub fn split(rate: f64, usage: &[f64], floor: f64) -> Vec<f64> {
-    let n = usage.len() as f64;
-    let total: f64 = usage.iter().map(|u| u.max(0.0)).sum();
-    usage
-        .iter()
-        .map(|u| {
-            let proportional = if total > 0.0 {
-                u.max(0.0) / total
-            } else {
-                1.0 / n
-            };
-            rate * (floor / n + (1.0 - floor) * proportional)
-        })
-        .collect()
+/// Stage indices grouped by job (`order`), and each job with its range in `order`: jobs
+/// in key order, a job's stages in input order. A counting sort over the dense job keys.
+fn group_by_job(stages: &[StageView]) -> (Vec<usize>, Vec<(JobKey, Range<usize>)>) {
+    let keys = stages.iter().map(|s| s.job as usize + 1).max().unwrap_or(0);
+    // bounds[k]..bounds[k + 1] is job k's range once the counts are summed up.
+    let mut bounds = vec![0usize; keys + 1];
+    for stage in stages {
+        bounds[stage.job as usize + 1] += 1;
+    }
+    for k in 1..=keys {
+        bounds[k] += bounds[k - 1];
+    }
+    let mut cursor = bounds.clone();
+    let mut order = vec![0; stages.len()];
+    for (i, stage) in stages.iter().enumerate() {
+        let slot = &mut cursor[stage.job as usize];
+        order[*slot] = i;
+        *slot += 1;
+    }
+    let jobs = (0..keys)
+        .filter(|&k| bounds[k + 1] > bounds[k])
+        .map(|k| (k as JobKey, bounds[k]..bounds[k + 1]))
+        .collect();
+    (order, jobs)
+}
+
+/// A stage's part of its job's `rate`: `floor` of it evenly over the job's `stages`, the
+/// rest in proportion to the stage's `usage` of the job's `total` (evenly too when none
+/// used anything).
+pub fn split_one(rate: f64, usage: f64, total: f64, stages: usize, floor: f64) -> f64 {
+    let n = stages as f64;
+    let proportional = if total > 0.0 {
+        usage.max(0.0) / total
+    } else {
+        1.0 / n
+    };
+    rate * (floor / n + (1.0 - floor) * proportional)
 }
 
 #[cfg(test)]
@@ -249,20 +326,18 @@ mod tests {
     }
 
     struct Owned {
-        node: String,
-        id: u64,
-        job: String,
+        node: usize,
+        job: JobKey,
         mounts: Vec<String>,
-        usage: HashMap<Resource, StageUsage>,
+        usage: Vec<(Resource, StageUsage)>,
     }
 
-    fn stage(node: &str, id: u64, job: &str, rate: f64, limit: u64) -> Owned {
+    fn stage(node: usize, job: JobKey, rate: f64, limit: u64) -> Owned {
         Owned {
-            node: node.into(),
-            id,
-            job: job.into(),
+            node,
+            job,
             mounts: vec!["/scratch".into()],
-            usage: HashMap::from([(metadata(), StageUsage { rate, limit })]),
+            usage: vec![(metadata(), StageUsage { rate, limit })],
         }
     }
 
@@ -270,14 +345,13 @@ mod tests {
         owned
             .iter()
             .map(|o| StageView {
-                node: &o.node,
-                stage_id: o.id,
-                job_id: &o.job,
+                node: o.node,
+                job: o.job,
                 uid: 1000,
                 gid: 1000,
                 job_size: 1,
                 mountpoints: &o.mounts,
-                usage: Some(&o.usage),
+                usage: &o.usage,
             })
             .collect()
     }
@@ -301,91 +375,109 @@ mod tests {
             .collect()
     }
 
+    fn assigned(plan: &Plan, job: JobKey) -> f64 {
+        plan.shares.iter().find(|s| s.job == job).unwrap().assigned
+    }
+
+    const A: JobKey = 0;
+    const B: JobKey = 1;
+
     #[test]
     fn jobs_span_nodes_and_rates_follow_usage() {
         let config = config("uniform");
         let owned = vec![
-            stage("n1", 1, "a", 300.0, 0),
-            stage("n2", 7, "a", 100.0, 0),
-            stage("n1", 2, "b", 0.0, 0),
+            stage(1, A, 300.0, 0),
+            stage(2, A, 100.0, 0),
+            stage(1, B, 0.0, 0),
         ];
         let plan = compute(
             &config,
-            &BTreeMap::new(),
+            &JobTerms::default(),
             &mut policies(&config),
             &views(&owned),
         );
-        let a = plan.shares.iter().find(|s| s.job == "a").unwrap();
+        let a = plan.shares.iter().find(|s| s.job == A).unwrap();
         assert_eq!((a.stages, a.nodes, a.usage), (2, 2, 400.0));
         // Uniform: 500 each; job a's 500 split 10 % evenly, 90 % by usage (3:1).
         assert_eq!(a.assigned, 500.0);
-        assert_eq!((plan.rules[0][0].rate, plan.rules[1][0].rate), (363, 138));
-        assert_eq!(plan.rules[2][0].rate, 500);
-        let total: u64 = plan.rules.iter().flatten().map(|r| r.rate).sum();
+        assert_eq!(plan.rates, vec![363, 138, 500]);
+        let total: u64 = plan.rates.iter().sum();
         assert!(total <= 1001, "{total}");
     }
 
     #[test]
-    fn psfa_shares_by_demand_and_conserves_work() {
-        let mut config = config("psfa");
-        config.jobs.insert(
-            "small".into(),
-            crate::config::JobConfig {
-                priority: 1.0,
-                demand: [(metadata(), 100.0)].into(),
-                ..Default::default()
-            },
-        );
+    fn jobs_are_grouped_whatever_the_stage_order() {
+        let config = config("uniform");
         let owned = vec![
-            stage("n1", 1, "small", 100.0, 100),
-            stage("n1", 2, "big", 900.0, 900),
+            stage(1, B, 10.0, 0),
+            stage(1, A, 10.0, 0),
+            stage(2, B, 10.0, 0),
         ];
         let plan = compute(
             &config,
-            &BTreeMap::new(),
+            &JobTerms::default(),
             &mut policies(&config),
             &views(&owned),
         );
-        let total: f64 = plan.shares.iter().map(|s| s.assigned).sum();
-        assert!((total - 1000.0).abs() < 1.0, "{:?}", plan.shares);
-        let small = plan
+        let jobs: Vec<(JobKey, usize, usize)> = plan
             .shares
             .iter()
-            .find(|s| s.job == "small")
-            .unwrap()
-            .assigned;
-        assert!(small >= 99.0, "{small}");
+            .map(|s| (s.job, s.stages, s.nodes))
+            .collect();
+        assert_eq!(jobs, vec![(A, 1, 1), (B, 2, 2)]);
+        assert_eq!(plan.rates, vec![250, 500, 250]);
+    }
+
+    #[test]
+    fn psfa_shares_by_demand_and_conserves_work() {
+        let config = config("psfa");
+        let small = crate::config::JobConfig {
+            priority: 1.0,
+            demand: [(metadata(), 100.0)].into(),
+            ..Default::default()
+        };
+        let terms = JobTerms {
+            settings: vec![Some(&small)],
+            ..JobTerms::default()
+        };
+        let owned = vec![stage(1, A, 100.0, 100), stage(1, B, 900.0, 900)];
+        let plan = compute(&config, &terms, &mut policies(&config), &views(&owned));
+        let total: f64 = plan.shares.iter().map(|s| s.assigned).sum();
+        assert!((total - 1000.0).abs() < 1.0, "{:?}", plan.shares);
+        assert!(assigned(&plan, A) >= 99.0, "{}", assigned(&plan, A));
     }
 
     #[test]
     fn static_limits_are_kept_and_the_rest_is_shared() {
         let config = config("uniform");
-        let owned = vec![stage("n1", 1, "a", 10.0, 0), stage("n1", 2, "b", 10.0, 0)];
-        let limits = BTreeMap::from([(("a".to_string(), metadata()), 100.0)]);
-        let plan = compute(&config, &limits, &mut policies(&config), &views(&owned));
-        let rate = |job: &str| plan.shares.iter().find(|s| s.job == job).unwrap().assigned;
-        assert_eq!((rate("a"), rate("b")), (100.0, 900.0));
+        let owned = vec![stage(1, A, 10.0, 0), stage(1, B, 10.0, 0)];
+        let terms = JobTerms {
+            limits: HashMap::from([((A, 0), 100.0)]),
+            ..JobTerms::default()
+        };
+        let plan = compute(&config, &terms, &mut policies(&config), &views(&owned));
+        assert_eq!((assigned(&plan, A), assigned(&plan, B)), (100.0, 900.0));
     }
 
     #[test]
     fn stages_off_the_mountpoint_get_no_rules() {
         let config = config("uniform");
-        let mut other = stage("n1", 3, "c", 0.0, 0);
+        let mut other = stage(1, 2, 0.0, 0);
         other.mounts = vec!["/home".into()];
         let plan = compute(
             &config,
-            &BTreeMap::new(),
+            &JobTerms::default(),
             &mut policies(&config),
             &views(&[other]),
         );
         assert!(plan.shares.is_empty());
-        assert!(plan.rules[0].is_empty());
+        assert_eq!(plan.rates, vec![0]);
     }
 
     #[test]
     fn split_floor_and_idle_stages() {
-        assert_eq!(split(100.0, &[0.0, 0.0], 0.1), vec![50.0, 50.0]);
-        let parts = split(100.0, &[10.0, 0.0], 0.2);
-        assert_eq!(parts, vec![90.0, 10.0]);
+        assert_eq!(split_one(100.0, 0.0, 0.0, 2, 0.1), 50.0);
+        assert_eq!(split_one(100.0, 10.0, 10.0, 2, 0.2), 90.0);
+        assert_eq!(split_one(100.0, 0.0, 10.0, 2, 0.2), 10.0);
     }
 }

@@ -1,15 +1,14 @@
 //! The controller's side of the `policies` crate: builds policies by name and feeds them
-//! job snapshots. Job ids (strings from the batch system) are interned to the numeric
-//! ids the policies key their state by, stable for the controller's lifetime.
+//! job snapshots. Jobs come as the global controller's interned keys (stable for its
+//! lifetime), which the policies key their state by.
 
 use padll_wire::channel::MAX_RATE;
-use std::collections::HashMap;
 
 /// What the planner tells a policy about one job.
 #[derive(Clone, Debug, PartialEq)]
-pub struct JobInput<'a> {
-    /// Job id as the stages report it.
-    pub id: &'a str,
+pub struct JobInput {
+    /// The job's interned key.
+    pub id: crate::plan::JobKey,
     /// Owner's uid (as the kernel reported it for the job's first stage).
     pub uid: u32,
     /// Group id.
@@ -26,10 +25,9 @@ pub struct JobInput<'a> {
     pub wanted: f64,
 }
 
-/// One resource's policy, with its state and the job-id interning table.
+/// One resource's policy, with its state and buffers reused across cycles.
 pub struct PolicyRunner {
     policy: Box<dyn policies::Policy>,
-    ids: HashMap<String, u64>,
     snapshots: Vec<policies::JobSnapshot>,
     rates: Vec<f64>,
 }
@@ -40,7 +38,6 @@ impl PolicyRunner {
         let policy = policies::build(name).map_err(|e| e.to_string())?;
         Ok(PolicyRunner {
             policy,
-            ids: HashMap::new(),
             snapshots: Vec::new(),
             rates: Vec::new(),
         })
@@ -53,18 +50,10 @@ impl PolicyRunner {
 
     /// One rate per job, in order, each within `0..=MAX_RATE` (the baseline's
     /// "unlimited" becomes the largest representable rate).
-    pub fn allocate(&mut self, max_rate: f64, jobs: &[JobInput]) -> Vec<f64> {
+    pub fn allocate(&mut self, max_rate: f64, jobs: &[JobInput]) -> &[f64] {
         self.snapshots.clear();
         for job in jobs {
-            let id = match self.ids.get(job.id) {
-                Some(id) => *id,
-                None => {
-                    let id = self.ids.len() as u64 + 1;
-                    self.ids.insert(job.id.to_string(), id);
-                    id
-                }
-            };
-            let mut snapshot = policies::JobSnapshot::new(id, job.demand, job.usage);
+            let mut snapshot = policies::JobSnapshot::new(job.id.into(), job.demand, job.usage);
             snapshot.user = job.uid;
             snapshot.group = job.gid;
             snapshot.size = job.size.max(1);
@@ -74,16 +63,14 @@ impl PolicyRunner {
         }
         self.policy
             .allocate_into(max_rate, &self.snapshots, &mut self.rates);
-        self.rates
-            .iter()
-            .map(|r| {
-                if r.is_finite() {
-                    r.clamp(0.0, MAX_RATE as f64)
-                } else {
-                    MAX_RATE as f64
-                }
-            })
-            .collect()
+        for rate in &mut self.rates {
+            *rate = if rate.is_finite() {
+                rate.clamp(0.0, MAX_RATE as f64)
+            } else {
+                MAX_RATE as f64
+            };
+        }
+        &self.rates
     }
 }
 

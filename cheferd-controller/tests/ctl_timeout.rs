@@ -23,7 +23,13 @@ fn a_controller_that_never_answers_is_reported_unavailable() {
     let elapsed = started.elapsed();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(69), "{stderr}");
-    assert!(stderr.contains("did not answer") && stderr.contains("admin.sock"), "{stderr}");
-    assert!(elapsed < Duration::from_secs(60), "gave up only after {elapsed:?}");
+    assert!(
+        stderr.contains("did not answer") && stderr.contains("admin.sock"),
+        "{stderr}"
+    );
+    assert!(
+        elapsed < Duration::from_secs(60),
+        "gave up only after {elapsed:?}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
