@@ -8,6 +8,9 @@
 //! than the burst is admitted when the bucket is full, then paid for by those after it
 //! (no starvation).
 //!
+//! A reservation may also *lease* tokens for later (see `channels`): GCRA charges tokens
+//! when they are reserved, so tokens reserved ahead are already paid for.
+//!
 //! Time is kept in units of 2⁻¹⁰ ns since the process' clock origin (range ≈ 208 days),
 //! and the time per token as a 48.16 fixed-point number of those units, so rates from
 //! 1/s up to 2⁴⁸/s (256 TiB/s) are represented: `governor`'s u32 cells per period can't
@@ -47,6 +50,8 @@ pub struct Limit {
 pub struct Reservation {
     /// Absolute time (ns, [`now_ns`] clock) at which the request may proceed.
     pub start_ns: u64,
+    /// Tokens reserved beyond the cost (the lease asked for, or 0).
+    pub leased: u64,
 }
 
 /// The bucket state: lock-free, shared by every thread using the channel.
@@ -86,17 +91,32 @@ impl TokenBucket {
 
     /// Reserves `cost` tokens at time `now_ns` and says when the request may start.
     /// A zero cost is admitted at once and reserves nothing.
-    pub fn reserve(&self, cost: u64, now_ns: u64) -> Reservation {
+    ///
+    /// With `lease` > 0, reserves `cost + lease` instead if the bucket holds that many
+    /// tokens now (the larger reservation still ends within τ of now, so it starts at
+    /// once and puts no one in debt); otherwise exactly `cost`, so a limiting bucket
+    /// stays FIFO and exact.
+    pub fn reserve(&self, cost: u64, lease: u64, now_ns: u64) -> Reservation {
         if cost == 0 {
-            return Reservation { start_ns: now_ns };
+            return Reservation {
+                start_ns: now_ns,
+                leased: 0,
+            };
         }
         let now = now_ns << UNIT_SHIFT;
         let interval = self.interval.load(Ordering::Relaxed) as u128;
-        let price = ((cost as u128 * interval) >> FRACTION_SHIFT).min(u64::MAX as u128 / 4) as u64;
+        let cost_price = price(cost, interval);
+        let leased_price = price(cost.saturating_add(lease), interval);
         let tolerance = self.tolerance.load(Ordering::Relaxed);
         let mut tat = self.tat.load(Ordering::Acquire);
         loop {
-            let new_tat = tat.max(now).saturating_add(price);
+            let base = tat.max(now);
+            let with_lease = base.saturating_add(leased_price);
+            let (new_tat, leased) = if lease != 0 && with_lease <= now.saturating_add(tolerance) {
+                (with_lease, lease)
+            } else {
+                (base.saturating_add(cost_price), 0)
+            };
             match self
                 .tat
                 .compare_exchange_weak(tat, new_tat, Ordering::AcqRel, Ordering::Acquire)
@@ -105,6 +125,7 @@ impl TokenBucket {
                     let start = tat.saturating_sub(tolerance).max(now);
                     return Reservation {
                         start_ns: start >> UNIT_SHIFT,
+                        leased,
                     };
                 }
                 Err(current) => tat = current,
@@ -116,14 +137,19 @@ impl TokenBucket {
     /// never crediting beyond a full bucket.
     pub fn refund(&self, cost: u64, now_ns: u64) {
         let now = now_ns << UNIT_SHIFT;
-        let interval = self.interval.load(Ordering::Relaxed) as u128;
-        let price = ((cost as u128 * interval) >> FRACTION_SHIFT).min(u64::MAX as u128 / 4) as u64;
+        let price = price(cost, self.interval.load(Ordering::Relaxed) as u128);
         let _ = self
             .tat
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
                 (tat > now).then(|| tat.saturating_sub(price).max(now))
             });
     }
+}
+
+/// The time `cost` tokens take at `interval` (48.16 fixed point), in units.
+#[inline]
+fn price(cost: u64, interval: u128) -> u64 {
+    ((cost as u128 * interval) >> FRACTION_SHIFT).min(u64::MAX as u128 / 4) as u64
 }
 
 impl Default for TokenBucket {
@@ -141,7 +167,7 @@ mod tests {
     fn start_of_last(bucket: &TokenBucket, n: u64, cost: u64, t0: u64) -> u64 {
         let mut now = t0;
         for _ in 0..n {
-            now = now.max(bucket.reserve(cost, now).start_ns);
+            now = now.max(bucket.reserve(cost, 0, now).start_ns);
         }
         now
     }
@@ -179,10 +205,10 @@ mod tests {
         let t0 = now_ns();
         // The first 10 requests (the burst) and one more start immediately.
         for _ in 0..11 {
-            assert_eq!(bucket.reserve(1, t0).start_ns, t0);
+            assert_eq!(bucket.reserve(1, 0, t0).start_ns, t0);
         }
         // The next one waits one interval (10 ms).
-        let start = bucket.reserve(1, t0).start_ns;
+        let start = bucket.reserve(1, 0, t0).start_ns;
         assert!((start - t0).abs_diff(10_000_000) < 1000, "{}", start - t0);
     }
 
@@ -194,13 +220,47 @@ mod tests {
             burst: 10,
         });
         let t0 = now_ns();
-        assert_eq!(bucket.reserve(5000, t0).start_ns, t0);
-        let next = bucket.reserve(1, t0).start_ns;
+        assert_eq!(bucket.reserve(5000, 0, t0).start_ns, t0);
+        let next = bucket.reserve(1, 0, t0).start_ns;
         // 5 s of debt minus the 10-token tolerance.
         assert!(
             (next - t0).abs_diff(4_990_000_000) < 10_000,
             "{}",
             next - t0
+        );
+    }
+
+    #[test]
+    fn leases_are_taken_only_from_tokens_the_bucket_holds() {
+        let bucket = TokenBucket::new();
+        bucket.configure(Limit {
+            rate: 1000,
+            burst: 100,
+        });
+        let t0 = now_ns();
+        // Nine leases of 1 + 10 tokens fit in the 100-token burst and start at once.
+        for _ in 0..9 {
+            assert_eq!(
+                bucket.reserve(1, 10, t0),
+                Reservation {
+                    start_ns: t0,
+                    leased: 10
+                }
+            );
+        }
+        // One token is left: no lease, the cost alone is reserved, as without leases
+        // (this GCRA admits burst + 1 at once).
+        for _ in 0..2 {
+            assert_eq!(bucket.reserve(1, 10, t0).leased, 0);
+        }
+        // The leased tokens were charged: the bucket is now limiting, so no lease, and
+        // the next request waits one interval.
+        let next = bucket.reserve(1, 10, t0);
+        assert_eq!(next.leased, 0);
+        assert!(
+            (next.start_ns - t0).abs_diff(1_000_000) < 1000,
+            "{}",
+            next.start_ns - t0
         );
     }
 
@@ -212,9 +272,9 @@ mod tests {
             burst: 1,
         });
         let t0 = now_ns();
-        bucket.reserve(1000, t0);
+        bucket.reserve(1000, 0, t0);
         bucket.refund(1000, t0);
-        assert_eq!(bucket.reserve(1, t0).start_ns, t0);
+        assert_eq!(bucket.reserve(1, 0, t0).start_ns, t0);
     }
 
     #[test]
@@ -222,13 +282,13 @@ mod tests {
         let bucket = TokenBucket::new();
         bucket.configure(Limit { rate: 1, burst: 1 });
         let t0 = now_ns();
-        bucket.reserve(100, t0);
+        bucket.reserve(100, 0, t0);
         bucket.configure(Limit {
             rate: 1_000_000,
             burst: 1,
         });
         let now = now_ns();
-        assert!(bucket.reserve(1, now).start_ns <= now + 1000);
+        assert!(bucket.reserve(1, 0, now).start_ns <= now + 1000);
     }
 
     #[test]
@@ -236,8 +296,8 @@ mod tests {
         let bucket = TokenBucket::new();
         bucket.configure(Limit { rate: 1, burst: 1 });
         let t0 = now_ns();
-        bucket.reserve(10, t0);
-        assert_eq!(bucket.reserve(0, t0).start_ns, t0);
+        bucket.reserve(10, 0, t0);
+        assert_eq!(bucket.reserve(0, 0, t0).start_ns, t0);
     }
 
     #[test]
@@ -251,7 +311,7 @@ mod tests {
         let threads: Vec<_> = (0..4)
             .map(|_| {
                 std::thread::spawn(move || {
-                    (0..10_000).map(|_| bucket.reserve(1, t0).start_ns).max()
+                    (0..10_000).map(|_| bucket.reserve(1, 0, t0).start_ns).max()
                 })
             })
             .collect();

@@ -8,6 +8,20 @@
 //! start-up, later the control plane) rewrites those atomics under a control-path mutex;
 //! the next request on every thread sees the change. A request already waiting notices
 //! through the slot's generation and re-reserves at the new rate.
+//!
+//! **Leases.** A bucket's CAS is the one write every thread shares, so when a bucket
+//! holds plenty of tokens a thread reserves its cost plus a *lease* of
+//! [`Slot::lease`] tokens (≤ burst/16) in that CAS and spends the lease from credit in
+//! its own statistics shard, with no shared write. This keeps the limit because GCRA
+//! charges tokens when they are reserved: leased tokens advanced the TAT like any
+//! request, so they only move consumption later in time. To bound that, credit expires
+//! τ/4 after it was leased (τ = burst/rate): tokens consumed in any window W were then
+//! charged in W or up to τ/4 before it, so consumption ≤ rate·(W + τ/4) + burst + one
+//! request, i.e. at most a quarter burst more than GCRA alone. A bucket that could not
+//! give the whole lease at once (it is limiting, or nearly) reserves exactly the cost,
+//! so waiters stay FIFO and exact. Credit is tagged with the slot's generation, so a
+//! re-rate or removal voids it; expired, stale or insufficient credit is dropped (never
+//! counted as admitted: counters count tokens when spent).
 
 use crate::bucket::{self, Limit, TokenBucket};
 use crate::stats;
@@ -25,6 +39,14 @@ pub const MAX_CHANNELS_PER_REQUEST: usize = 4;
 pub const MAX_MOUNTS: usize = 64;
 /// Longest single sleep while waiting for tokens, so a waiter notices rate changes.
 const WAIT_SLICE_NS: u64 = 20_000_000;
+/// Largest lease of a request channel: 256 requests per shared CAS is enough to make
+/// the CAS cheap next to the call.
+const MAX_LEASE_REQUESTS: u64 = 256;
+/// Largest lease of a byte channel: 256 reads of 4 KiB.
+const MAX_LEASE_BYTES: u64 = 1 << 20;
+/// Smaller leases (burst < 128 tokens: low rates, where accuracy matters most and the
+/// CAS is no bottleneck) are not taken.
+const MIN_LEASE: u64 = 8;
 
 /// One channel. Its counters are kept per thread in [`stats`] (a shared counter would
 /// be one more contended cache line per request); `counted_before` holds the totals
@@ -40,6 +62,10 @@ struct Slot {
     /// `copy_file_range` with `SSIZE_MAX`): charged whole, they would block the
     /// channel for ever, and a copy's second charge (its read) would never start.
     byte_charge_cap: AtomicU64,
+    /// Tokens a thread leases beyond its cost when the bucket holds them (0 = none).
+    lease: AtomicU64,
+    /// How long leased credit stays spendable (τ/4, ns).
+    lease_ttl_ns: AtomicU64,
     bucket: TokenBucket,
     counted_before: [AtomicU64; 2],
 }
@@ -50,6 +76,8 @@ static SLOTS: [Slot; MAX_CHANNELS] = [const {
         in_use: AtomicBool::new(false),
         counts_bytes: AtomicBool::new(false),
         byte_charge_cap: AtomicU64::new(u64::MAX),
+        lease: AtomicU64::new(0),
+        lease_ttl_ns: AtomicU64::new(0),
         bucket: TokenBucket::new(),
         counted_before: [const { AtomicU64::new(0) }; 2],
     }
@@ -129,11 +157,7 @@ pub fn add(spec: ChannelSpec) -> Result<ChannelId, String> {
     let slot = &SLOTS[free];
     slot.counts_bytes
         .store(spec.unit == Unit::Bytes, Ordering::Relaxed);
-    slot.byte_charge_cap.store(spec.burst, Ordering::Relaxed);
-    slot.bucket.configure(Limit {
-        rate: spec.rate,
-        burst: spec.burst,
-    });
+    slot.configure(spec.rate, spec.burst);
     let (admitted, tokens) = stats::channel_totals(free);
     slot.counted_before[0].store(admitted, Ordering::Relaxed);
     slot.counted_before[1].store(tokens, Ordering::Relaxed);
@@ -172,8 +196,7 @@ pub fn set_limit(id: ChannelId, rate: u64, burst: u64) -> Result<(), String> {
     updated.burst = burst;
     validate(&updated)?;
     *spec = updated;
-    SLOTS[index].bucket.configure(Limit { rate, burst });
-    SLOTS[index].byte_charge_cap.store(burst, Ordering::Relaxed);
+    SLOTS[index].configure(rate, burst);
     SLOTS[index].generation.fetch_add(1, Ordering::AcqRel);
     Ok(())
 }
@@ -286,9 +309,10 @@ fn route(mount: u16, op: Op) -> u32 {
 }
 
 /// Passes a request through every channel that serves it, sleeping until each admits
-/// it. `bytes` is the request's size for byte-counting channels. Returns the time
-/// spent waiting, in nanoseconds. The clock is read once unless the request waits.
-pub fn admit(mount: u16, op: Op, bytes: u64) -> u64 {
+/// it. `bytes` is the request's size for byte-counting channels; `counters` are the
+/// calling thread's. Returns the time spent waiting, in nanoseconds. The clock is read
+/// once unless the request waits.
+pub fn admit(counters: stats::Counters, mount: u16, op: Op, bytes: u64) -> u64 {
     let mut packed = route(mount, op);
     if packed == 0 {
         return 0;
@@ -297,7 +321,7 @@ pub fn admit(mount: u16, op: Op, bytes: u64) -> u64 {
     let mut waited = 0;
     while packed != 0 {
         let slot = (packed & 0xff) as usize - 1;
-        let wait = pass(slot, bytes, now);
+        let wait = pass(counters, slot, bytes, now);
         if wait != 0 {
             waited += wait;
             now = bucket::now_ns();
@@ -309,22 +333,39 @@ pub fn admit(mount: u16, op: Op, bytes: u64) -> u64 {
 
 /// Passes one channel at time `now`; returns the time spent waiting.
 #[inline]
-fn pass(index: usize, bytes: u64, now: u64) -> u64 {
+fn pass(counters: stats::Counters, index: usize, bytes: u64, now: u64) -> u64 {
     let slot = &SLOTS[index];
     if !slot.in_use.load(Ordering::Acquire) {
         return 0;
     }
     let generation = slot.generation.load(Ordering::Acquire);
     let cost = slot.cost(bytes);
-    let start = slot.bucket.reserve(cost, now).start_ns;
+    let start = slot.take(counters, index, generation, cost, now);
     if start <= now {
-        stats::local().admitted(index, cost);
+        counters.admitted(index, cost);
         return 0;
     }
-    wait(index, bytes, generation, start, now)
+    wait(counters, index, bytes, generation, start, now)
 }
 
 impl Slot {
+    /// Sets the rate and burst, and the lease size and lifetime that follow from them.
+    fn configure(&self, rate: u64, burst: u64) {
+        let cap = if self.counts_bytes.load(Ordering::Relaxed) {
+            MAX_LEASE_BYTES
+        } else {
+            MAX_LEASE_REQUESTS
+        };
+        let lease = (burst / 16).min(cap);
+        let tau_ns = burst as u128 * 1_000_000_000 / rate.max(1) as u128;
+        self.lease
+            .store(if lease < MIN_LEASE { 0 } else { lease }, Ordering::Relaxed);
+        self.lease_ttl_ns
+            .store((tau_ns / 4).min(u64::MAX as u128) as u64, Ordering::Relaxed);
+        self.byte_charge_cap.store(burst, Ordering::Relaxed);
+        self.bucket.configure(Limit { rate, burst });
+    }
+
     /// Tokens a request of `bytes` bytes is charged in this channel before the call.
     #[inline]
     fn cost(&self, bytes: u64) -> u64 {
@@ -334,16 +375,52 @@ impl Slot {
             1
         }
     }
+
+    /// Takes `cost` tokens at `now` for the calling thread — from its credit if it has
+    /// enough, else from the bucket, leasing more if the bucket can spare them — and
+    /// says when the request may start. `generation` was read before the bucket, so
+    /// credit leased across a re-rate carries the old one and is void.
+    #[inline]
+    fn take(
+        &self,
+        counters: stats::Counters,
+        index: usize,
+        generation: u64,
+        cost: u64,
+        now: u64,
+    ) -> u64 {
+        if counters.spend(index, generation, cost, now) {
+            return now;
+        }
+        let lease = if counters.holds_credit() {
+            self.lease.load(Ordering::Relaxed)
+        } else {
+            0
+        };
+        let reservation = self.bucket.reserve(cost, lease, now);
+        if reservation.leased != 0 {
+            let expires = now.saturating_add(self.lease_ttl_ns.load(Ordering::Relaxed));
+            counters.lease(index, generation, reservation.leased, expires);
+        }
+        reservation.start_ns
+    }
 }
 
 /// Sleeps until admitted; re-reserves if the channel changes meanwhile.
 #[cold]
-fn wait(index: usize, bytes: u64, mut generation: u64, mut start: u64, entered: u64) -> u64 {
+fn wait(
+    counters: stats::Counters,
+    index: usize,
+    bytes: u64,
+    mut generation: u64,
+    mut start: u64,
+    entered: u64,
+) -> u64 {
     let slot = &SLOTS[index];
     loop {
         let now = bucket::now_ns();
         if now >= start {
-            stats::local().admitted(index, slot.cost(bytes));
+            counters.admitted(index, slot.cost(bytes));
             return now.saturating_sub(entered);
         }
         sleep_until(start.min(now + WAIT_SLICE_NS));
@@ -356,7 +433,7 @@ fn wait(index: usize, bytes: u64, mut generation: u64, mut start: u64, entered: 
             generation = current;
             start = slot
                 .bucket
-                .reserve(slot.cost(bytes), bucket::now_ns())
+                .reserve(slot.cost(bytes), 0, bucket::now_ns())
                 .start_ns;
         }
     }
@@ -364,9 +441,10 @@ fn wait(index: usize, bytes: u64, mut generation: u64, mut start: u64, entered: 
 
 /// Settles a data request of `requested` bytes once its real size is known: returns
 /// unused bytes to byte-counting channels, or takes (and waits for) the extra —
-/// including what was above a channel's charge cap.
+/// including what was above a channel's charge cap. Whether the charge came from the
+/// bucket or from credit, it was charged to the bucket, so a refund goes there.
 #[inline]
-pub fn settle(mount: u16, op: Op, requested: u64, moved: u64) -> u64 {
+pub fn settle(counters: stats::Counters, mount: u16, op: Op, requested: u64, moved: u64) -> u64 {
     let mut packed = route(mount, op);
     let mut waited = 0;
     while packed != 0 {
@@ -377,9 +455,11 @@ pub fn settle(mount: u16, op: Op, requested: u64, moved: u64) -> u64 {
             match moved.cmp(&charged) {
                 std::cmp::Ordering::Less => {
                     slot.bucket.refund(charged - moved, bucket::now_ns());
-                    stats::local().adjust_tokens(index, -((charged - moved) as i64));
+                    counters.adjust_tokens(index, -((charged - moved) as i64));
                 }
-                std::cmp::Ordering::Greater => waited += pass_bytes_only(index, moved - charged),
+                std::cmp::Ordering::Greater => {
+                    waited += pass_bytes_only(counters, index, moved - charged)
+                }
                 std::cmp::Ordering::Equal => {}
             }
         }
@@ -388,10 +468,12 @@ pub fn settle(mount: u16, op: Op, requested: u64, moved: u64) -> u64 {
     waited
 }
 
-fn pass_bytes_only(index: usize, bytes: u64) -> u64 {
+fn pass_bytes_only(counters: stats::Counters, index: usize, bytes: u64) -> u64 {
+    let slot = &SLOTS[index];
     let entered = bucket::now_ns();
-    let start = SLOTS[index].bucket.reserve(bytes, entered).start_ns;
-    stats::local().adjust_tokens(index, bytes as i64);
+    let generation = slot.generation.load(Ordering::Acquire);
+    let start = slot.take(counters, index, generation, bytes, entered);
+    counters.adjust_tokens(index, bytes as i64);
     while bucket::now_ns() < start {
         sleep_until(start.min(bucket::now_ns() + WAIT_SLICE_NS));
     }
@@ -422,9 +504,17 @@ mod tests {
     use padll_wire::channel::Scope;
     use padll_wire::ops::Class;
 
-    // Channel tables are process-wide: one test drives them all, in order.
+    /// Channel tables are process-wide: tests take turns.
+    fn tables() -> MutexGuard<'static, ()> {
+        static TABLES: Mutex<()> = Mutex::new(());
+        TABLES
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     #[test]
     fn channel_lifecycle() {
+        let _tables = tables();
         set_mounts(&["/scratch".into(), "/data".into()]).unwrap();
         let spec = |mount: Option<&str>, scope, rate| ChannelSpec {
             mount: mount.map(str::to_string),
@@ -451,7 +541,7 @@ mod tests {
             "open passes two channels"
         );
 
-        admit(0, Op::Open, 0);
+        admit(stats::local(), 0, Op::Open, 0);
         let infos = list();
         assert_eq!(infos.len(), 2);
         assert!(infos.iter().all(|c| c.admitted == 1));
@@ -465,8 +555,8 @@ mod tests {
 
         // A slow channel delays; raising its rate releases a waiter promptly.
         set_limit(meta, 1, 1).unwrap();
-        admit(0, Op::Getattr, 0); // uses the burst
-        let waiter = std::thread::spawn(|| admit(0, Op::Getattr, 0));
+        admit(stats::local(), 0, Op::Getattr, 0); // uses the burst
+        let waiter = std::thread::spawn(|| admit(stats::local(), 0, Op::Getattr, 0));
         std::thread::sleep(std::time::Duration::from_millis(50));
         set_limit(meta, 1_000_000, 1).unwrap();
         let waited = waiter.join().unwrap();
@@ -488,5 +578,125 @@ mod tests {
         clear();
         assert!(list().is_empty());
         assert!(!has_route(0, Op::Open));
+    }
+
+    fn getattr_channel(rate: u64, burst: u64) -> ChannelId {
+        set_mounts(&["/scratch".into()]).unwrap();
+        add(ChannelSpec {
+            mount: None,
+            scope: Scope::Op(Op::Getattr),
+            rate,
+            unit: Unit::Requests,
+            burst,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn leases_are_spent_expire_and_die_with_a_rerate() {
+        let _tables = tables();
+        let id = getattr_channel(1_000_000, 10_000);
+        let index = id.0 as usize;
+        let credit = || stats::local().credit(index);
+        let stat = || admit(stats::local(), 0, Op::Getattr, 0);
+
+        // A full bucket leases 256 more tokens with the first request; the next one is
+        // paid from credit.
+        stat();
+        assert_eq!(credit(), 256);
+        stat();
+        assert_eq!(credit(), 255);
+
+        // Credit expires τ/4 = 2.5 ms after its lease: dropped, and a new lease taken.
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        stat();
+        assert_eq!(credit(), 256);
+
+        // A re-rate voids credit: at 1000/s with a burst of 1 the third request waits
+        // ~1 ms instead of spending the old credit (and no lease is taken: too small).
+        set_limit(id, 1000, 1).unwrap();
+        let waited: u64 = (0..3).map(|_| stat()).sum();
+        assert!(
+            waited > 500_000,
+            "stale credit was spent: waited {waited} ns"
+        );
+        assert_eq!(credit(), 256);
+
+        // A limiting bucket reserves exactly the cost: the request waits and no lease
+        // (62 tokens at this burst) is taken.
+        set_limit(id, 100_000, 1_000).unwrap();
+        SLOTS[index].bucket.reserve(2_000, 0, bucket::now_ns());
+        assert!(stat() > 5_000_000);
+        assert_eq!(credit(), 256);
+
+        // Only the requests are counted, not the tokens leased for them.
+        let info = list().into_iter().find(|c| c.id == id).unwrap();
+        assert_eq!((info.admitted, info.tokens), (7, 7));
+        clear();
+    }
+
+    #[test]
+    fn many_threads_with_leases_stay_within_the_limit() {
+        let _tables = tables();
+        let (rate, burst, threads) = (50_000u64, 500u64, 4);
+        let t0 = bucket::now_ns();
+        let id = getattr_channel(rate, burst);
+        assert_eq!(SLOTS[id.0 as usize].lease.load(Ordering::Relaxed), 31);
+        let deadline = t0 + 500_000_000;
+        let counts: Vec<_> = (0..threads)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    let mut admitted = 0u64;
+                    loop {
+                        admit(stats::local(), 0, Op::Getattr, 0);
+                        if bucket::now_ns() > deadline {
+                            return admitted;
+                        }
+                        admitted += 1;
+                    }
+                })
+            })
+            .collect();
+        let admitted: u64 = counts.into_iter().map(|t| t.join().unwrap()).sum();
+        // GCRA: rate·window + burst + one request per thread; leases add ≤ rate·τ/4.
+        let window = (deadline - t0) as f64 / 1e9;
+        let bound = rate as f64 * window + burst as f64 * 1.25 + threads as f64;
+        assert!(
+            (admitted as f64) <= bound,
+            "{admitted} admitted, bound {bound}"
+        );
+        assert!(
+            admitted as f64 >= 0.5 * rate as f64 * window,
+            "{admitted} admitted"
+        );
+        clear();
+    }
+
+    #[test]
+    fn byte_channels_settle_with_leased_credit() {
+        let _tables = tables();
+        set_mounts(&["/scratch".into()]).unwrap();
+        let id = add(ChannelSpec {
+            mount: None,
+            scope: Scope::Op(Op::Read),
+            rate: 1 << 30,
+            unit: Unit::Bytes,
+            burst: 10 << 20,
+        })
+        .unwrap();
+        let index = id.0 as usize;
+        let counters = stats::local();
+        // A 4 KiB read leases 640 KiB (burst/16) more; it returns 100 bytes, and the
+        // rest goes back to the bucket.
+        admit(counters, 0, Op::Read, 4096);
+        assert_eq!(counters.credit(index), 640 << 10);
+        settle(counters, 0, Op::Read, 4096, 100);
+        // A read of unknown size that moved 5000 bytes pays them from credit.
+        admit(counters, 0, Op::Read, 0);
+        settle(counters, 0, Op::Read, 0, 5000);
+        assert_eq!(counters.credit(index), (640 << 10) - 5000);
+        let info = list().into_iter().find(|c| c.id == id).unwrap();
+        assert_eq!((info.admitted, info.tokens), (2, 5100));
+        clear();
     }
 }

@@ -264,8 +264,12 @@ fn tracked<R: Returned>(
     let saved = unsafe { *errno };
     let waited = guarded(|| {
         let waited = [
-            main.map_or(0, |mount| channels::admit(mount, main_op, requested)),
-            source.map_or(0, |mount| channels::admit(mount, source_op, requested)),
+            main.map_or(0, |mount| {
+                channels::admit(counters, mount, main_op, requested)
+            }),
+            source.map_or(0, |mount| {
+                channels::admit(counters, mount, source_op, requested)
+            }),
         ];
         before(effect);
         waited
@@ -289,7 +293,7 @@ fn tracked<R: Returned>(
         {
             let Some(mount) = mount else { continue };
             if requested != 0 || outcome.bytes != 0 {
-                waited += channels::settle(mount, op, requested, outcome.bytes);
+                waited += channels::settle(counters, mount, op, requested, outcome.bytes);
             }
             counters.managed(op, outcome.failed, outcome.bytes, waited);
         }
@@ -314,7 +318,7 @@ pub unsafe fn admit_only(op: Op, target: Target, bytes: u64) {
     let saved = errno::get();
     guarded(|| {
         if let Place::Managed(mount) = resolve(target).main {
-            let waited = channels::admit(mount, op, bytes);
+            let waited = channels::admit(counters, mount, op, bytes);
             counters.managed(op, false, bytes, waited);
         }
     });

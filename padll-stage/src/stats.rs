@@ -14,7 +14,12 @@
 //! between that thread's load and store, loses its increment.
 //!
 //! An owned shard also holds its thread's "doing the stage's own I/O" flag, which the
-//! managed path reads with the counters instead of through a thread-local.
+//! managed path reads with the counters instead of through a thread-local, and its
+//! *credit* per channel: tokens leased from the channel's bucket and not yet spent (see
+//! `channels`). Only the owner writes credit, so it is spent with plain stores too; the
+//! overflow shard never holds any. A signal handler that spends credit on the thread it
+//! interrupted, between that thread's load and store, spends the same tokens twice (at
+//! most its own requests' cost).
 
 use crate::channels::MAX_CHANNELS;
 use padll_wire::ops::Op;
@@ -39,6 +44,11 @@ struct OpCounters {
 struct ChannelCounters {
     admitted: AtomicU64,
     tokens: AtomicU64,
+    /// Leased tokens not yet spent, valid while the channel's generation is
+    /// `credit_generation` and before `credit_expires` (ns).
+    credit: AtomicU64,
+    credit_generation: AtomicU64,
+    credit_expires: AtomicU64,
 }
 
 #[repr(C, align(128))]
@@ -68,6 +78,9 @@ const fn empty_shard() -> Shard {
             ChannelCounters {
                 admitted: AtomicU64::new(0),
                 tokens: AtomicU64::new(0),
+                credit: AtomicU64::new(0),
+                credit_generation: AtomicU64::new(0),
+                credit_expires: AtomicU64::new(0),
             }
         }; MAX_CHANNELS],
     }
@@ -132,6 +145,47 @@ impl Counters {
     #[inline]
     pub fn adjust_tokens(self, slot: usize, delta: i64) {
         self.add(&self.shard.channels[slot].tokens, delta as u64);
+    }
+
+    /// The calling thread can hold credit (it owns its shard).
+    #[inline]
+    pub fn holds_credit(self) -> bool {
+        self.owned
+    }
+
+    /// Spends `cost` tokens of the thread's credit in channel `slot` if it has that
+    /// many, leased under `generation` and unexpired at `now` (ns). Overflow threads
+    /// have none (their shard's credit is never written, so it has expired).
+    #[inline]
+    pub fn spend(self, slot: usize, generation: u64, cost: u64, now: u64) -> bool {
+        let row = &self.shard.channels[slot];
+        let credit = row.credit.load(Ordering::Relaxed);
+        if credit < cost
+            || row.credit_expires.load(Ordering::Relaxed) <= now
+            || row.credit_generation.load(Ordering::Relaxed) != generation
+        {
+            return false;
+        }
+        row.credit.store(credit - cost, Ordering::Relaxed);
+        true
+    }
+
+    /// Replaces the thread's credit in channel `slot` (what is left of the old one is
+    /// dropped: too little, expired or stale). Only for threads that
+    /// [hold credit](Self::holds_credit). Stored amount first: a signal handler that
+    /// sees a torn lease sees an older generation or an earlier expiry, never more.
+    #[inline]
+    pub fn lease(self, slot: usize, generation: u64, tokens: u64, expires: u64) {
+        let row = &self.shard.channels[slot];
+        row.credit.store(tokens, Ordering::Relaxed);
+        row.credit_generation.store(generation, Ordering::Relaxed);
+        row.credit_expires.store(expires, Ordering::Relaxed);
+    }
+
+    /// The thread's unspent credit in channel `slot`, whatever its validity.
+    #[cfg(test)]
+    pub fn credit(self, slot: usize) -> u64 {
+        self.shard.channels[slot].credit.load(Ordering::Relaxed)
     }
 
     /// The calling thread's stage-I/O flag, if it owns its shard.
@@ -236,9 +290,10 @@ fn all_shards() -> impl Iterator<Item = &'static Shard> {
     OWNED.iter().chain(std::iter::once(&OVERFLOW))
 }
 
-/// Zeroes every counter and frees every shard: the child of a `fork` starts its own
-/// account, and of the parent's threads only the forking one exists in it. Untouched
-/// counters are not written, so that their pages stay unallocated.
+/// Zeroes every counter and credit and frees every shard: the child of a `fork` starts
+/// its own account, and of the parent's threads only the forking one exists in it (its
+/// credit is dropped, not carried over). Untouched counters are not written, so that
+/// their pages stay unallocated.
 pub fn reset() {
     let zero = |counter: &AtomicU64| {
         if counter.load(Ordering::Relaxed) != 0 {
@@ -256,8 +311,15 @@ pub fn reset() {
             }
         }
         for c in &shard.channels {
-            zero(&c.admitted);
-            zero(&c.tokens);
+            for counter in [
+                &c.admitted,
+                &c.tokens,
+                &c.credit,
+                &c.credit_generation,
+                &c.credit_expires,
+            ] {
+                zero(counter);
+            }
         }
     }
 }
