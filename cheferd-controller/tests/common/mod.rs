@@ -184,6 +184,8 @@ pub struct Cluster {
     pub scratch: PathBuf,
     /// The global controller's gRPC port (kept across its restarts).
     pub port: u16,
+    /// Its Prometheus metrics port.
+    pub metrics_port: u16,
     /// The admin socket.
     pub admin: PathBuf,
     global: Option<Daemon>,
@@ -205,14 +207,18 @@ impl Cluster {
         std::fs::create_dir(&scratch).expect("scratch dir");
         let config = config.replace("{scratch}", &scratch.display().to_string());
         std::fs::write(dir.path().join("global.toml"), config).expect("config written");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free loopback port")
-            .port();
+        let free_port = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free loopback port")
+                .port()
+        };
+        let (port, metrics_port) = (free_port(), free_port());
         Cluster {
             admin: dir.path().join("admin.sock"),
             scratch,
             port,
+            metrics_port,
             dir,
             global: None,
             locals: BTreeMap::new(),
@@ -246,6 +252,7 @@ impl Cluster {
             .arg("--config")
             .arg(self.dir.path().join("global.toml"))
             .args(["--listen", &format!("127.0.0.1:{}", self.port)])
+            .args(["--metrics", &format!("127.0.0.1:{}", self.metrics_port)])
             .arg("--admin-socket")
             .arg(&self.admin)
             .env("RUST_LOG", "info")
