@@ -4,6 +4,8 @@
 //! cluster kills and reaps every process it started (also when a test fails, when it
 //! prints the tail of every log first).
 
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
 use cheferd_controller::global::Snapshot;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
