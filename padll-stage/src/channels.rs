@@ -10,9 +10,9 @@
 //! through the slot's generation and re-reserves at the new rate.
 //!
 //! **Leases.** A bucket's CAS is the one write every thread shares, so when a bucket
-//! holds plenty of tokens a thread reserves its cost plus a *lease* of
-//! [`Slot::lease`] tokens (≤ burst/16) in that CAS and spends the lease from credit in
-//! its own statistics shard, with no shared write. This keeps the limit because GCRA
+//! holds plenty of tokens a thread reserves its cost plus a *lease* (burst/16 tokens, at
+//! most 256 requests or 1 MiB) in that CAS and spends the lease from credit in its own
+//! statistics shard, with no shared write. This keeps the limit because GCRA
 //! charges tokens when they are reserved: leased tokens advanced the TAT like any
 //! request, so they only move consumption later in time. To bound that, credit expires
 //! τ/4 after it was leased (τ = burst/rate): tokens consumed in any window W were then
