@@ -47,7 +47,7 @@ ls -lR --time-style=+%Y a copy | sed 's/ [0-9]* [a-z]* [a-z]* / /'
 find . -name 'f*' | sort
 du -ab a | sort -k2
 stat -c '%n %s %a %F' a/b/c/f2.txt copy/link
-tar cf archive.tar a
+tar --mtime=@0 --sort=name -cf archive.tar a
 mkdir extracted && tar xf archive.tar -C extracted
 diff -r a extracted/a && echo same
 rm -r copy

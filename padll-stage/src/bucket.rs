@@ -11,7 +11,8 @@
 //! A reservation may also *lease* tokens for later (see `channels`): GCRA charges tokens
 //! when they are reserved, so tokens reserved ahead are already paid for.
 //!
-//! Time is kept in units of 2⁻¹⁰ ns since the process' clock origin (range ≈ 208 days),
+//! Time is kept in units of 2⁻¹⁰ ns since the bucket's first configuration (range ≈ 208
+//! days; `CLOCK_MONOTONIC` itself counts from boot, and compute nodes stay up longer),
 //! and the time per token as a 48.16 fixed-point number of those units, so rates from
 //! 1/s up to 2⁴⁸/s (256 TiB/s) are represented: `governor`'s u32 cells per period can't
 //! express tens of GB/s counted in bytes.
@@ -62,6 +63,9 @@ pub struct TokenBucket {
     interval: AtomicU64,
     /// Burst tolerance τ in units.
     tolerance: AtomicU64,
+    /// The [`now_ns`] time that unit 0 stands for: set by the first configuration and
+    /// never changed, so a TAT written under one origin is never read under another.
+    origin: AtomicU64,
 }
 
 impl TokenBucket {
@@ -71,12 +75,21 @@ impl TokenBucket {
             tat: AtomicU64::new(0),
             interval: AtomicU64::new(0),
             tolerance: AtomicU64::new(0),
+            origin: AtomicU64::new(0),
         }
     }
 
     /// Sets the rate and burst and refills the bucket (debt of the old rate is
     /// forgiven, so a raised rate applies at once).
     pub fn configure(&self, limit: Limit) {
+        self.configure_at(limit, now_ns());
+    }
+
+    /// [`TokenBucket::configure`] at time `now_ns`.
+    fn configure_at(&self, limit: Limit, now_ns: u64) {
+        let _ = self
+            .origin
+            .compare_exchange(0, now_ns, Ordering::AcqRel, Ordering::Acquire);
         let rate = limit.rate.clamp(1, MAX_RATE) as u128;
         let unit_per_sec = 1_000_000_000u128 << UNIT_SHIFT;
         let interval = (unit_per_sec << FRACTION_SHIFT) / rate;
@@ -86,7 +99,13 @@ impl TokenBucket {
             tolerance.min(u64::MAX as u128 / 4) as u64,
             Ordering::Relaxed,
         );
-        self.tat.store(now_ns() << UNIT_SHIFT, Ordering::Release);
+        self.tat.store(self.units(now_ns), Ordering::Release);
+    }
+
+    /// A [`now_ns`] time in bucket units.
+    #[inline]
+    fn units(&self, now_ns: u64) -> u64 {
+        now_ns.saturating_sub(self.origin.load(Ordering::Relaxed)) << UNIT_SHIFT
     }
 
     /// Reserves `cost` tokens at time `now_ns` and says when the request may start.
@@ -103,7 +122,7 @@ impl TokenBucket {
                 leased: 0,
             };
         }
-        let now = now_ns << UNIT_SHIFT;
+        let now = self.units(now_ns);
         let interval = self.interval.load(Ordering::Relaxed) as u128;
         let cost_price = price(cost, interval);
         let leased_price = price(cost.saturating_add(lease), interval);
@@ -124,7 +143,7 @@ impl TokenBucket {
                 Ok(_) => {
                     let start = tat.saturating_sub(tolerance).max(now);
                     return Reservation {
-                        start_ns: start >> UNIT_SHIFT,
+                        start_ns: (start >> UNIT_SHIFT) + self.origin.load(Ordering::Relaxed),
                         leased,
                     };
                 }
@@ -136,7 +155,7 @@ impl TokenBucket {
     /// Returns `cost` unused tokens (e.g. a read that returned fewer bytes than asked),
     /// never crediting beyond a full bucket.
     pub fn refund(&self, cost: u64, now_ns: u64) {
-        let now = now_ns << UNIT_SHIFT;
+        let now = self.units(now_ns);
         let price = price(cost, self.interval.load(Ordering::Relaxed) as u128);
         let _ = self
             .tat
@@ -289,6 +308,24 @@ mod tests {
         });
         let now = now_ns();
         assert!(bucket.reserve(1, 0, now).start_ns <= now + 1000);
+    }
+
+    #[test]
+    fn throttles_on_a_node_up_for_years() {
+        // CLOCK_MONOTONIC counts from boot: 3 years of uptime is 2^56.7 ns, beyond the
+        // 2^54 ns that 2^-10 ns units hold; the bucket counts from its own origin.
+        let boot_plus_3_years = 3 * 365 * 86_400 * 1_000_000_000u64;
+        let bucket = TokenBucket::new();
+        bucket.configure_at(Limit { rate: 10, burst: 1 }, boot_plus_3_years);
+        let t0 = boot_plus_3_years + 5_000;
+        assert_eq!(bucket.reserve(1, 0, t0).start_ns, t0);
+        // One more fits in the burst tolerance; after it, one per 100 ms.
+        let last = start_of_last(&bucket, 10, 1, t0);
+        assert!(
+            (last - t0).abs_diff(900_000_000) < 1_000_000,
+            "last of 10 more started {} ms after the first",
+            (last - t0) / 1_000_000
+        );
     }
 
     #[test]
