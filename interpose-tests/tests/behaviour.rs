@@ -389,3 +389,34 @@ fn copies_are_paced_by_the_bytes_they_move() {
         let _ = std::fs::remove_file(dir.join("copy"));
     }
 }
+
+#[test]
+fn the_stages_own_io_is_never_throttled() {
+    // Statistics written at exit into the managed mountpoint, whose every operation is
+    // limited to 1/s and exhausted by the loop: were the stage's own open, write and
+    // close managed, the exit would wait about 3 s for them.
+    let dir = mountpoint("own-io");
+    let stats = dir.join("stats.json");
+    let started = std::time::Instant::now();
+    let out = probe_run(
+        "stat-loop",
+        dir.path(),
+        &["1"],
+        &stage_env(dir.path(), "all=1/s", Some(&stats)),
+    );
+    let exit_overhead = started.elapsed().as_secs_f64() - out["seconds"];
+    assert!(
+        exit_overhead < 2.0,
+        "exit took {exit_overhead:.2} s more than the loop"
+    );
+    let reports = reports(&stats);
+    assert!(
+        op(&reports, "getattr").wait_ns > 0,
+        "the loop was not throttled"
+    );
+    assert_eq!(
+        op(&reports, "open").calls,
+        0,
+        "the stage counted its own open"
+    );
+}

@@ -201,6 +201,29 @@ fn stage_follows_the_controller_and_survives_its_loss() {
         "metadata rate {rate:.0}/s under a 300/s rule"
     );
 
+    // The stage's own socket I/O is not counted as the application's: the only data
+    // call in the usage reports is the loop's one 5-byte file write.
+    loop {
+        if let (_, StageMessage::Usage { ops, .. }) = peer.receive() {
+            let counted = |name: &str| {
+                ops.iter()
+                    .find(|o| o.op == name)
+                    .map_or((0, 0), |o| (o.managed, o.bytes))
+            };
+            assert_eq!(
+                counted("write"),
+                (1, 5),
+                "the stage managed its own writes: {ops:?}"
+            );
+            assert_eq!(
+                counted("read"),
+                (0, 0),
+                "the stage managed its own reads: {ops:?}"
+            );
+            break;
+        }
+    }
+
     // The controller disappears: the stage keeps its rules and reconnects.
     drop(peer);
     let mut peer = Peer::accept(&listener);
