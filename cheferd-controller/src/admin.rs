@@ -273,14 +273,15 @@ pub fn jobs_table(snapshot: &Snapshot) -> String {
 /// Renders the nodes table.
 pub fn nodes_table(snapshot: &Snapshot) -> String {
     let mut out = format!(
-        "{:<24} {:<9} {:>7} {:>14} {:>14}\n",
-        "node", "state", "stages", "bytes in", "bytes out"
+        "{:<24} {:<9} {:>7} {:>14} {:>14} {:>13}\n",
+        "node", "state", "stages", "bytes in", "bytes out", "unacked cycle"
     );
     for n in &snapshot.nodes {
         let state = if n.attached { "attached" } else { "detached" };
+        let unacked = n.unacked_cycle.map_or("-".to_string(), |c| c.to_string());
         out.push_str(&format!(
-            "{:<24} {:<9} {:>7} {:>14} {:>14}\n",
-            n.node, state, n.stages, n.bytes_in, n.bytes_out
+            "{:<24} {:<9} {:>7} {:>14} {:>14} {:>13}\n",
+            n.node, state, n.stages, n.bytes_in, n.bytes_out, unacked
         ));
     }
     out

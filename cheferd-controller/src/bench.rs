@@ -1,13 +1,16 @@
-//! `cheferd bench`: control-cycle latency (collect + compute + enforce) with many local
-//! controllers on loopback, and the global controller's own CPU time per cycle.
+//! `cheferd bench`: control-cycle latency with many local controllers on loopback — from
+//! the tick until the last `Enforce` is queued on its stream (collect + compute +
+//! enforce), and until every `Applied` arrived — and the global controller's own CPU
+//! time per control interval.
 //!
-//! The global controller runs in this process; the simulated local controllers run in a
-//! child process (`cheferd bench-locals`), as they would on other machines, so this
-//! process's CPU time is the global controller's alone (the two still share the cores).
-//! Each simulated local controller is a real gRPC client on its own stream; it announces
-//! `stages` stages of distinct jobs, answers every `Collect` with a usage report for all
-//! of them and every `Enforce` with `Applied` — what a real local controller does,
-//! without the stages.
+//! The global controller runs in this process, ticking every [`INTERVAL`] as its control
+//! loop does; the simulated local controllers run in a child process (`cheferd
+//! bench-locals`), as they would on other machines, so this process's CPU time is the
+//! global controller's alone (the two still share the cores). Each simulated local
+//! controller is a real gRPC client on its own stream; it announces `stages` stages of
+//! distinct jobs, pushes a usage report for all of them on the global controller's
+//! `Schedule` and answers every `Enforce` with `Applied` — what a real local controller
+//! does, without the stages.
 //!
 //! Each row is measured twice on the same attachments: with steady usage (the plan does
 //! not change, so no rules are sent) and with `Max_R` changed before every cycle (every
@@ -15,6 +18,7 @@
 
 use crate::config::{GlobalConfig, ResourceConfig};
 use crate::global::{self, Change, Controller};
+use crate::local::ReportClock;
 use crate::proto::{
     self, global_client::GlobalClient, global_message, local_message, LocalMessage,
 };
@@ -23,6 +27,13 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
+
+/// The control interval: short, for many cycles in little time, yet long enough for
+/// 1 000 local controllers' reports to be received between two cycles.
+pub const INTERVAL: Duration = Duration::from_millis(200);
+/// Cycles run before measuring (after attaching, and after switching modes), so the
+/// local controllers' report slots have settled.
+const WARM_UP: usize = 5;
 
 /// Result for one number of local controllers, in one mode.
 #[derive(Clone, Debug)]
@@ -35,21 +46,24 @@ pub struct BenchRow {
     pub changing: bool,
     /// Cycles measured.
     pub cycles: usize,
-    /// Median cycle latency (until every `Applied`), ms.
+    /// Median cycle latency (until the last `Enforce` is queued), ms.
     pub p50_ms: f64,
     /// 99th percentile, ms.
     pub p99_ms: f64,
-    /// Median duration of each phase, ms.
+    /// Median wait for reports due and not yet arrived, ms.
     pub collect_p50_ms: f64,
-    /// Compute step (planning, encoding and queueing the rules).
+    /// Median compute step (planning, encoding and queueing the rules), ms.
     pub compute_p50_ms: f64,
-    /// Enforce (until every `Applied`).
-    pub enforce_p50_ms: f64,
-    /// The global controller's CPU time (user + system) per cycle, ms.
+    /// Median time from the tick until every `Applied`, ms, over the cycles that sent
+    /// rules (infinite for one whose acks were not all in by the next tick); `None` if
+    /// none did.
+    pub acked_p50_ms: Option<f64>,
+    /// The global controller's CPU time (user + system) per control interval, ms:
+    /// receiving the reports, the cycle, sending the rules and receiving the acks.
     pub global_cpu_ms: f64,
     /// Mean local controllers sent rules per cycle.
     pub enforced: f64,
-    /// Mean protocol bytes per local controller per cycle (both directions).
+    /// Mean protocol bytes per local controller per interval (both directions).
     pub bytes_per_local: f64,
 }
 
@@ -63,7 +77,7 @@ pub async fn run(
     raise_descriptor_limit(locals + 256)?;
     let resource = Resource::parse("/scratch:metadata")?;
     let config = GlobalConfig {
-        interval_ms: 1000,
+        interval_ms: INTERVAL.as_millis() as u64,
         resources: vec![ResourceConfig {
             resource: resource.clone(),
             max_rate: 1e6,
@@ -106,42 +120,49 @@ pub async fn run(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let mut rows = Vec::new();
+    // One tick sequence throughout, as the control loop's, so the report slots the
+    // local controllers were given stay valid.
+    let mut tick = tokio::time::Instant::now();
     for changing in [false, true] {
-        // Warm-up cycles (they also send the rules of the new stages), then measured
-        // ones.
         let mut max_rate = 1e6;
-        let mut next_cycle = || {
+        let mut run_cycle = async |tick: &mut tokio::time::Instant| {
+            tokio::time::sleep_until(*tick).await;
+            *tick += INTERVAL;
             if changing {
                 max_rate = if max_rate == 1e6 { 0.9e6 } else { 1e6 };
-                controller
-                    .change(Change::MaxRate {
-                        resource: resource.to_string(),
-                        rate: max_rate.to_string(),
-                    })
-                    .map(|_| ())
-            } else {
-                Ok(())
+                controller.change(Change::MaxRate {
+                    resource: resource.to_string(),
+                    rate: max_rate.to_string(),
+                })?;
             }
+            controller.cycle().await;
+            Ok::<_, String>(())
         };
-        for _ in 0..3 {
-            next_cycle()?;
-            controller.cycle(Duration::from_secs(10)).await;
+        // The warm-up also sends the rules of the new stages.
+        for _ in 0..WARM_UP {
+            run_cycle(&mut tick).await?;
         }
+        tokio::time::sleep_until(tick).await;
         let bytes_before = protocol_bytes(&controller);
         let cpu_before = cpu_time();
-        let mut latencies = Vec::with_capacity(cycles);
-        let mut phases = Vec::with_capacity(cycles);
         for _ in 0..cycles {
-            next_cycle()?;
-            latencies.push(ms(controller.cycle(Duration::from_secs(10)).await));
-            phases.push(controller.last_phases());
+            run_cycle(&mut tick).await?;
         }
+        // Whole intervals: the last cycle's acks and the next reports are received.
+        tokio::time::sleep_until(tick).await;
         let cpu = cpu_time() - cpu_before;
         let bytes = protocol_bytes(&controller) - bytes_before;
-        let median = |f: &dyn Fn(&global::Phases) -> Duration| {
-            let mut values: Vec<f64> = phases.iter().map(|p| ms(f(p))).collect();
+        let phases = controller.phases(cycles);
+        let median = |f: &dyn Fn(&global::Phases) -> f64| {
+            let mut values: Vec<f64> = phases.iter().map(f).collect();
             percentile(&mut values, 0.5)
         };
+        let mut latencies: Vec<f64> = phases.iter().map(|p| ms(p.latency)).collect();
+        let mut acked: Vec<f64> = phases
+            .iter()
+            .filter(|p| p.enforced > 0)
+            .map(|p| p.acked.map_or(f64::INFINITY, ms))
+            .collect();
         rows.push(BenchRow {
             locals,
             stages,
@@ -149,9 +170,9 @@ pub async fn run(
             cycles,
             p50_ms: percentile(&mut latencies, 0.5),
             p99_ms: percentile(&mut latencies, 0.99),
-            collect_p50_ms: median(&|p| p.collect),
-            compute_p50_ms: median(&|p| p.compute),
-            enforce_p50_ms: median(&|p| p.enforce),
+            collect_p50_ms: median(&|p| ms(p.collect)),
+            compute_p50_ms: median(&|p| ms(p.compute)),
+            acked_p50_ms: (!acked.is_empty()).then(|| percentile(&mut acked, 0.5)),
             global_cpu_ms: ms(cpu) / cycles as f64,
             enforced: phases.iter().map(|p| p.enforced).sum::<usize>() as f64 / cycles as f64,
             bytes_per_local: bytes as f64 / (cycles * locals) as f64,
@@ -237,7 +258,7 @@ async fn attach_once(url: &str, node: &str, stages: usize) -> bool {
     };
     send(local_message::Body::Register(proto::Register {
         node: node.to_string(),
-        version: padll_wire::control::PROTOCOL_VERSION,
+        version: proto::VERSION,
     }));
     for stage_id in 1..=stages as u64 {
         send(local_message::Body::StageJoined(proto::StageJoined {
@@ -254,35 +275,37 @@ async fn attach_once(url: &str, node: &str, stages: usize) -> bool {
         return false;
     };
     let mut inbound = response.into_inner();
-    while let Ok(Some(message)) = inbound.message().await {
-        match message.body {
-            Some(global_message::Body::Collect(proto::Collect { cycle })) => {
-                send(local_message::Body::Usage(proto::Usage {
+    let mut clock = ReportClock::default();
+    loop {
+        tokio::select! {
+            message = inbound.message() => match message.ok().flatten().and_then(|m| m.body) {
+                Some(global_message::Body::Schedule(schedule)) => clock.schedule(&schedule),
+                Some(global_message::Body::Enforce(proto::Enforce {
                     cycle,
-                    stages: (1..=stages as u64)
-                        .map(|stage_id| proto::StageUsage {
-                            stage_id,
-                            resources: vec![proto::ResourceUsage {
-                                mount: "/scratch".into(),
-                                class: "metadata".into(),
-                                rate: 1000.0 + stage_id as f64,
-                                limit: 2000,
-                            }],
-                        })
-                        .collect(),
-                }))
-            }
-            Some(global_message::Body::Enforce(proto::Enforce {
+                    stages: plans,
+                })) => send(local_message::Body::Applied(proto::Applied {
+                    cycle,
+                    stages: plans.len() as u32,
+                })),
+                Some(global_message::Body::Registered(_)) => {}
+                None => return true,
+            },
+            cycle = clock.next() => send(local_message::Body::Usage(proto::Usage {
                 cycle,
-                stages: plans,
-            })) => send(local_message::Body::Applied(proto::Applied {
-                cycle,
-                stages: plans.len() as u32,
+                stages: (1..=stages as u64)
+                    .map(|stage_id| proto::StageUsage {
+                        stage_id,
+                        resources: vec![proto::ResourceUsage {
+                            mount: "/scratch".into(),
+                            class: "metadata".into(),
+                            rate: 1000.0 + stage_id as f64,
+                            limit: 2000,
+                        }],
+                    })
+                    .collect(),
             })),
-            _ => {}
         }
     }
-    true
 }
 
 /// One descriptor per local controller in each process: raise the soft limit towards
@@ -314,11 +337,11 @@ fn raise_descriptor_limit(needed: usize) -> Result<(), String> {
 /// The benchmark table in Markdown.
 pub fn table(rows: &[BenchRow]) -> String {
     let mut out = String::from(
-        "| local controllers | stages each | rules change | cycles | p50 cycle (ms) | p99 (ms) | p50 collect (ms) | p50 compute (ms) | p50 enforce (ms) | global CPU per cycle (ms) | locals sent rules | bytes per local per cycle |\n|---:|---:|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| local controllers | stages each | rules change | cycles | p50 cycle (ms) | p99 (ms) | p50 collect wait (ms) | p50 compute + send (ms) | p50 until all acks (ms) | global CPU per interval (ms) | locals sent rules | bytes per local per interval |\n|---:|---:|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.0} | {:.0} |\n",
+            "| {} | {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {:.3} | {:.0} | {:.0} |\n",
             r.locals,
             r.stages,
             if r.changing { "every cycle" } else { "never" },
@@ -327,7 +350,8 @@ pub fn table(rows: &[BenchRow]) -> String {
             r.p99_ms,
             r.collect_p50_ms,
             r.compute_p50_ms,
-            r.enforce_p50_ms,
+            r.acked_p50_ms
+                .map_or("-".to_string(), |a| format!("{a:.3}")),
             r.global_cpu_ms,
             r.enforced,
             r.bytes_per_local

@@ -1,16 +1,26 @@
 //! `cheferd global`: the global controller (PADLL paper §III-B).
 //!
-//! Local controllers attach over gRPC (one bidirectional stream each). Every
-//! `interval_ms` the control loop runs one cycle:
+//! Local controllers attach over gRPC (one bidirectional stream each). Each pushes the
+//! usage of its stages once per interval, in a slot [`report_lead`] before the global
+//! tick (the global controller tells it when in a `Schedule`), so a cycle finds usage
+//! already there instead of paying a Collect → Usage round trip per local controller.
+//! Every `interval_ms` the control loop runs one cycle:
 //!
-//! 1. **collect** — send `Collect` to every local controller, wait (bounded) for their
-//!    `Usage` replies;
+//! 1. **collect** — wait (bounded) only for local controllers whose report for this
+//!    cycle is due and has not arrived (none, in steady state); re-schedule those whose
+//!    reports arrive outside their slot;
 //! 2. **compute** — [`crate::plan::compute`]: a policy per resource over the jobs (stages
 //!    with the same job id are one job, whatever their node);
-//! 3. **enforce** — send each local controller the rules of those of its stages whose
-//!    rules changed (rules are declarative and stages keep them, so unchanged ones are
-//!    not re-sent), wait (bounded) for `Applied`;
+//! 3. **enforce** — queue for each local controller the full rules of those of its
+//!    stages whose rules changed (rules are declarative and stages keep them, so
+//!    unchanged ones are not re-sent). `Applied` is not waited for: acks are tracked as
+//!    they come, and a local controller that has not acknowledged by the next cycle is
+//!    logged, shown in the snapshot, and sent all its stages' rules again;
 //! 4. **sleep** until the next tick.
+//!
+//! The cycle latency is from the tick until the last `Enforce` is queued on its stream
+//! (tonic encodes and writes it right after); the time until every `Applied` arrived is
+//! recorded apart ([`Phases::acked`]).
 //!
 //! A stage that joins between cycles gets a provisional rule at once (1 % of `Max_R`
 //! for a new job, its job's current share otherwise), so no one runs unthrottled until
@@ -39,8 +49,10 @@ use tracing::{debug, info, warn};
 
 /// Share of `Max_R` a stage of a brand-new job gets until the next cycle.
 const PROVISIONAL_SHARE: f64 = 0.01;
-/// Cycle latencies kept for statistics.
+/// Cycles kept for statistics.
 const LATENCY_HISTORY: usize = 1000;
+/// The latest a usage report is scheduled to arrive before the tick it is for.
+const MAX_REPORT_LEAD: Duration = Duration::from_millis(100);
 /// How long the stages of a detached local controller keep their place in the plan. A
 /// restarted local controller re-attaches at once and its stages reconnect within their
 /// 5 s backoff; a stage missing for longer is presumed gone with its node.
@@ -54,12 +66,20 @@ struct Node {
     stages: BTreeMap<u64, StageRecord>,
     /// Its stream ended.
     detached: bool,
+    /// The first cycle whose usage report is due under its current schedule (later
+    /// cycles' reports follow one per interval).
+    due: u64,
+    /// The cycle its latest report was for, and when that arrived.
+    reported: u64,
+    reported_at: Option<Instant>,
+    /// The cycle of the latest `Enforce` it has not acknowledged.
+    unacked: Option<u64>,
     /// Stages of an ended stream of this node, by pid, that have not re-registered: they
     /// run on their last rules, so they keep their share (no rules can reach them).
     orphans: BTreeMap<u32, StageRecord>,
     /// When the stream that left the orphans ended.
     orphaned_at: Option<Instant>,
-    /// Owes a reply to the running phase of the cycle.
+    /// The running collect waits for its report.
     pending: bool,
     bytes_in: u64,
     bytes_out: u64,
@@ -78,18 +98,24 @@ struct StageRecord {
     sent: Vec<u64>,
 }
 
-/// Durations of the phases of the last cycle, and how many local controllers were sent
+/// Durations of the phases of one cycle, and how many local controllers were sent
 /// rules in it.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Phases {
-    /// From the tick until every `Usage` (or the deadline).
+    /// The cycle.
+    pub cycle: u64,
+    /// From the tick until every report due for this cycle arrived (or the deadline).
     pub collect: Duration,
     /// Planning, and encoding and queueing the rules.
     pub compute: Duration,
-    /// From then until every `Applied` (or the deadline).
-    pub enforce: Duration,
+    /// The cycle latency: from the tick until the last `Enforce` was queued on its
+    /// stream (collect + compute).
+    pub latency: Duration,
     /// Local controllers sent an `Enforce`.
     pub enforced: usize,
+    /// From the tick until every local controller sent an `Enforce` acknowledged it (or
+    /// detached); `None` while some have not, and for cycles that sent none.
+    pub acked: Option<Duration>,
 }
 
 struct State {
@@ -103,11 +129,17 @@ struct State {
     next_session: u64,
     cycle: u64,
     shares: Vec<Share>,
-    latencies: VecDeque<Duration>,
-    /// What the running cycle is waiting for, and from how many nodes still.
-    phase: Phase,
+    /// The last cycles, oldest first.
+    history: VecDeque<Phases>,
+    /// The last cycle's tick, and the next one expected.
+    tick: Option<Instant>,
+    next_tick: Option<Instant>,
+    /// The cycle whose reports the running collect waits for, and from how many nodes
+    /// still.
+    collecting: Option<u64>,
     awaiting: usize,
-    last_phases: Phases,
+    /// Nodes sent the last cycle's `Enforce` that have not acknowledged it.
+    unacked: usize,
 }
 
 impl State {
@@ -120,14 +152,6 @@ impl State {
         self.job_keys.insert(job.to_string(), key);
         key
     }
-}
-
-/// The reply a cycle is waiting for.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    Idle,
-    Collect(u64),
-    Enforce(u64),
 }
 
 /// The global controller: registry, policies and the control loop.
@@ -158,10 +182,12 @@ impl Controller {
                 next_session: 1,
                 cycle: 0,
                 shares: Vec::new(),
-                latencies: VecDeque::new(),
-                phase: Phase::Idle,
+                history: VecDeque::new(),
+                tick: None,
+                next_tick: None,
+                collecting: None,
                 awaiting: 0,
-                last_phases: Phases::default(),
+                unacked: 0,
             }),
             replies: Notify::new(),
             started: Instant::now(),
@@ -177,16 +203,16 @@ impl Controller {
         loop {
             let interval = Duration::from_millis(self.lock().config.interval_ms);
             let next = tokio::time::Instant::now() + interval;
-            self.cycle(interval).await;
+            self.cycle().await;
             tokio::time::sleep_until(next).await;
         }
     }
 
-    /// One collect → compute → enforce cycle; returns its latency.
-    pub async fn cycle(&self, interval: Duration) -> Duration {
+    /// One collect → compute → enforce cycle, ticking now (the next tick is expected one
+    /// interval later: reports are scheduled for it); returns its latency.
+    pub async fn cycle(&self) -> Duration {
         let started = Instant::now();
-        let deadline = tokio::time::Instant::now() + (interval / 2).min(Duration::from_millis(500));
-        let cycle = {
+        let (cycle, interval) = {
             let mut state = self.lock();
             state.nodes.retain(|name, node| {
                 if node.orphaned_at.is_some_and(|at| at.elapsed() >= ORPHAN_GRACE) {
@@ -202,64 +228,60 @@ impl Controller {
                 }
                 !(node.detached && node.orphans.is_empty())
             });
+            let interval = Duration::from_millis(state.config.interval_ms);
             state.cycle += 1;
+            state.tick = Some(started);
+            state.next_tick = Some(started + interval);
             let cycle = state.cycle;
-            let collect = GlobalMessage {
-                body: Some(global_message::Body::Collect(proto::Collect { cycle })),
-            };
+            let mut awaiting = 0;
             for node in state.nodes.values_mut().filter(|n| !n.detached) {
-                node.bytes_out += collect.encoded_len() as u64;
-                node.pending = node.outbox.send(Ok(collect.clone())).is_ok();
+                node.pending = node.due <= cycle && node.reported < cycle;
+                awaiting += node.pending as usize;
             }
-            state.phase = Phase::Collect(cycle);
-            state.awaiting = state.nodes.values().filter(|n| n.pending).count();
-            cycle
+            state.collecting = Some(cycle);
+            state.awaiting = awaiting;
+            (cycle, interval)
         };
+        let deadline = tokio::time::Instant::now() + (interval / 2).min(Duration::from_millis(500));
         self.wait_for_replies(deadline).await;
 
         let collected = Instant::now();
-        {
-            let mut state = self.lock();
-            let elapsed = self.started.elapsed().as_secs_f64();
-            let State {
-                config,
-                policies,
-                nodes,
-                job_keys,
-                ..
-            } = &mut *state;
-            let terms = JobTerms {
-                settings: job_settings(config, job_keys),
-                limits: static_limits(config, job_keys, elapsed),
-            };
-            let plan = plan::compute(config, &terms, policies, &stage_views(nodes));
-            let sent = enforce(config, nodes, &plan, cycle);
-            state.shares = plan.shares;
-            state.phase = Phase::Enforce(cycle);
-            state.awaiting = sent;
-            state.last_phases = Phases {
-                collect: collected - started,
-                compute: collected.elapsed(),
-                enforce: Duration::ZERO,
-                enforced: sent,
-            };
-        }
-        self.wait_for_replies(deadline).await;
-
-        let latency = started.elapsed();
         let mut state = self.lock();
-        state.last_phases.enforce =
-            latency.saturating_sub(state.last_phases.collect + state.last_phases.compute);
-        if state.latencies.len() == LATENCY_HISTORY {
-            state.latencies.pop_front();
+        state.collecting = None;
+        reschedule_off_slot(&mut state, cycle, started, interval);
+        let elapsed = self.started.elapsed().as_secs_f64();
+        let State {
+            config,
+            policies,
+            nodes,
+            job_keys,
+            ..
+        } = &mut *state;
+        let terms = JobTerms {
+            settings: job_settings(config, job_keys),
+            limits: static_limits(config, job_keys, elapsed),
+        };
+        let plan = plan::compute(config, &terms, policies, &stage_views(nodes));
+        let sent = enforce(config, nodes, &plan, cycle);
+        state.shares = plan.shares;
+        state.unacked = sent;
+        let latency = started.elapsed();
+        if state.history.len() == LATENCY_HISTORY {
+            state.history.pop_front();
         }
-        state.latencies.push_back(latency);
-        state.phase = Phase::Idle;
+        state.history.push_back(Phases {
+            cycle,
+            collect: collected - started,
+            compute: latency - (collected - started),
+            latency,
+            enforced: sent,
+            acked: None,
+        });
         debug!(cycle, latency_us = latency.as_micros() as u64, "cycle done");
         latency
     }
 
-    /// Waits until every node answered the current phase, or the deadline.
+    /// Waits until every awaited report arrived, or the deadline.
     async fn wait_for_replies(&self, deadline: tokio::time::Instant) {
         loop {
             let notified = self.replies.notified();
@@ -274,11 +296,25 @@ impl Controller {
         }
     }
 
-    /// Counts a node's reply to the current phase (once per node and phase).
+    /// Counts an awaited report (once per node and cycle).
     fn answered(state: &mut State, replies: &Notify) {
         state.awaiting = state.awaiting.saturating_sub(1);
         if state.awaiting == 0 {
             replies.notify_waiters();
+        }
+    }
+
+    /// Counts an acknowledgement of the last cycle's `Enforce` (once per node); the last
+    /// one dates the cycle's [`Phases::acked`].
+    fn acked(state: &mut State) {
+        state.unacked = state.unacked.saturating_sub(1);
+        if state.unacked > 0 {
+            return;
+        }
+        let since_tick = state.tick.map(|tick| tick.elapsed());
+        let cycle = state.cycle;
+        if let Some(last) = state.history.back_mut().filter(|p| p.cycle == cycle) {
+            last.acked = since_tick;
         }
     }
 
@@ -289,7 +325,7 @@ impl Controller {
         let interval_ms = state.config.interval_ms;
         let registered = GlobalMessage {
             body: Some(global_message::Body::Registered(proto::Registered {
-                version: padll_wire::control::PROTOCOL_VERSION,
+                version: proto::VERSION,
                 interval_ms,
             })),
         };
@@ -299,6 +335,10 @@ impl Controller {
             outbox,
             stages: BTreeMap::new(),
             detached: false,
+            due: 0,
+            reported: 0,
+            reported_at: None,
+            unacked: None,
             orphans: BTreeMap::new(),
             orphaned_at: None,
             pending: false,
@@ -318,6 +358,8 @@ impl Controller {
             node.orphans = previous.orphans;
             node.orphaned_at = previous.orphaned_at;
         }
+        let (cycle, report_in) = next_slot(&state, Instant::now());
+        schedule(&mut node, cycle, report_in, interval_ms);
         state.nodes.insert(name.to_string(), node);
         info!(node = name, "local controller attached");
         session
@@ -344,8 +386,10 @@ impl Controller {
         }
         let config = &state.config;
         let provisional = provisional.map(|rates| (rules(config, &rates), rates));
-        let phase = state.phase;
+        let collecting = state.collecting;
+        let last_cycle = state.cycle;
         let mut replied = false;
+        let mut acked = false;
         let Some(node) = state.nodes.get_mut(name).filter(|n| n.session == session) else {
             return;
         };
@@ -389,15 +433,18 @@ impl Controller {
                         record_usage(&mut record.usage, &stage.resources);
                     }
                 }
-                if node.pending && phase == Phase::Collect(usage.cycle) {
+                node.reported = usage.cycle;
+                node.reported_at = Some(Instant::now());
+                if node.pending && collecting.is_some_and(|cycle| usage.cycle >= cycle) {
                     node.pending = false;
                     replied = true;
                 }
             }
             Some(local_message::Body::Applied(applied)) => {
-                if node.pending && phase == Phase::Enforce(applied.cycle) {
-                    node.pending = false;
-                    replied = true;
+                // Only the latest Enforce counts: each carries the full rules of its
+                // stages, and one not acknowledged in time is superseded by a re-send.
+                if node.unacked.is_some_and(|cycle| applied.cycle >= cycle) {
+                    acked = node.unacked.take() == Some(last_cycle);
                 }
             }
             Some(local_message::Body::Register(_)) => {
@@ -410,15 +457,20 @@ impl Controller {
         if replied {
             Self::answered(&mut state, &self.replies);
         }
+        if acked {
+            Self::acked(&mut state);
+        }
     }
 
     fn detach_node(&self, name: &str, session: u64) {
         let mut state = self.lock();
+        let last_cycle = state.cycle;
         let Some(node) = state.nodes.get_mut(name).filter(|n| n.session == session) else {
             return;
         };
         node.detached = true;
         let owed = std::mem::take(&mut node.pending);
+        let owed_ack = node.unacked.take().is_some_and(|cycle| cycle == last_cycle);
         warn!(
             node = name,
             stages = node.stages.len(),
@@ -428,6 +480,9 @@ impl Controller {
         if owed {
             Self::answered(&mut state, &self.replies);
         }
+        if owed_ack {
+            Self::acked(&mut state);
+        }
     }
 
     /// A consistent view of the registry and the last cycle, for the admin CLI and
@@ -435,9 +490,9 @@ impl Controller {
     pub fn snapshot(&self) -> Snapshot {
         let state = self.lock();
         let mut latencies: Vec<f64> = state
-            .latencies
+            .history
             .iter()
-            .map(|d| d.as_secs_f64() * 1e3)
+            .map(|p| p.latency.as_secs_f64() * 1e3)
             .collect();
         latencies.sort_by(f64::total_cmp);
         Snapshot {
@@ -465,6 +520,7 @@ impl Controller {
                     attached: !node.detached,
                     stages: node.stages.len(),
                     orphans: node.orphans.len(),
+                    unacked_cycle: node.unacked,
                     bytes_in: node.bytes_in,
                     bytes_out: node.bytes_out,
                 })
@@ -496,15 +552,17 @@ impl Controller {
             latency_ms_p50: percentile(&latencies, 0.5),
             latency_ms_p99: percentile(&latencies, 0.99),
             latency_ms_last: state
-                .latencies
+                .history
                 .back()
-                .map_or(0.0, |d| d.as_secs_f64() * 1e3),
+                .map_or(0.0, |p| p.latency.as_secs_f64() * 1e3),
         }
     }
 
-    /// The phases of the last cycle.
-    pub fn last_phases(&self) -> Phases {
-        self.lock().last_phases
+    /// The phases of the last `cycles` cycles (at most the last 1000), oldest first.
+    pub fn phases(&self, cycles: usize) -> Vec<Phases> {
+        let state = self.lock();
+        let skip = state.history.len().saturating_sub(cycles);
+        state.history.iter().skip(skip).copied().collect()
     }
 
     /// The configuration in force (for `ctl dump`).
@@ -742,7 +800,8 @@ fn stage_views(nodes: &BTreeMap<String, Node>) -> Vec<StageView<'_>> {
 }
 
 /// Sends each attached node the rules of those of its live stages whose rates changed
-/// since they were last sent; returns how many nodes were sent an `Enforce`.
+/// since they were last sent — of all its live stages if it did not acknowledge the
+/// last ones; returns how many nodes were sent an `Enforce`.
 fn enforce(
     config: &GlobalConfig,
     nodes: &mut BTreeMap<String, Node>,
@@ -752,7 +811,19 @@ fn enforce(
     let resources = config.resources.len();
     let mut index = 0;
     let mut sent = 0;
-    for node in nodes.values_mut() {
+    for (name, node) in nodes.iter_mut() {
+        if let Some(unacked) = node.unacked.take() {
+            // Rules may have been lost with it (a stalled stream): the declarative
+            // full set again costs little and cannot do harm.
+            warn!(
+                node = %name,
+                cycle = unacked,
+                "no acknowledgement of its rules within a cycle; sending them all again"
+            );
+            for record in node.stages.values_mut() {
+                record.sent.clear();
+            }
+        }
         let mut changed = Vec::new();
         for record in node.stages.values_mut() {
             let rates = plan.stage_rates(index, resources);
@@ -777,10 +848,75 @@ fn enforce(
             })),
         };
         node.bytes_out += enforce.encoded_len() as u64;
-        node.pending = node.outbox.send(Ok(enforce)).is_ok();
-        sent += node.pending as usize;
+        if node.outbox.send(Ok(enforce)).is_ok() {
+            node.unacked = Some(cycle);
+            sent += 1;
+        }
     }
     sent
+}
+
+/// How long before a tick the usage reports for it are scheduled to arrive: time for
+/// them to be received, and no older than needed.
+fn report_lead(interval: Duration) -> Duration {
+    (interval / 4).min(MAX_REPORT_LEAD)
+}
+
+/// The first report slot (a lead before a tick) that a node told now can still make:
+/// the cycle of that tick and the time until the slot.
+fn next_slot(state: &State, now: Instant) -> (u64, Duration) {
+    let interval = Duration::from_millis(state.config.interval_ms);
+    let lead = report_lead(interval);
+    let Some(mut tick) = state.next_tick else {
+        // No cycle has run: the first one is about to, unscheduled; report for the
+        // one after it (re-scheduled onto its slot after the first cycles if early).
+        return (state.cycle + 2, interval - lead);
+    };
+    let mut cycle = state.cycle + 1;
+    // Half a lead for the schedule to reach the node and the report to come back.
+    while tick < now + lead + lead / 2 {
+        tick += interval;
+        cycle += 1;
+    }
+    (cycle, tick - lead - now)
+}
+
+/// Tells a node when to report, starting with `cycle`'s report in `report_in`.
+fn schedule(node: &mut Node, cycle: u64, report_in: Duration, interval_ms: u64) {
+    node.due = cycle;
+    let schedule = GlobalMessage {
+        body: Some(global_message::Body::Schedule(proto::Schedule {
+            cycle,
+            report_in_ms: report_in.as_millis() as u64,
+            interval_ms,
+        })),
+    };
+    node.bytes_out += schedule.encoded_len() as u64;
+    let _ = node.outbox.send(Ok(schedule));
+}
+
+/// Re-schedules the nodes whose report for `cycle` missed its slot: it came after the
+/// tick (the cycle waited for it), not at all, or more than half an interval early
+/// (its usage would be stale). Clocks of different machines drift, and a node's
+/// first slot may be a guess.
+fn reschedule_off_slot(state: &mut State, cycle: u64, tick: Instant, interval: Duration) {
+    let now = Instant::now();
+    let (next, report_in) = next_slot(state, now);
+    let interval_ms = state.config.interval_ms;
+    for (name, node) in state.nodes.iter_mut() {
+        if node.detached || node.due > cycle {
+            continue;
+        }
+        let in_slot = node.reported >= cycle
+            && node
+                .reported_at
+                .is_some_and(|at| at <= tick && tick - at <= interval / 2);
+        if !in_slot {
+            debug!(node = %name, cycle, "usage report off its slot; re-scheduled");
+            schedule(node, next, report_in, interval_ms);
+        }
+        node.pending = false;
+    }
 }
 
 /// Updates a stage's usage from a report. Reports name the same resources in the same
@@ -931,6 +1067,10 @@ pub struct NodeSnapshot {
     /// Stages of its previous stream that have not re-registered (they keep their last
     /// rules and their share).
     pub orphans: usize,
+    /// The cycle of the rules it was sent and has not acknowledged (it is sent them all
+    /// again next cycle).
+    #[serde(default)]
+    pub unacked_cycle: Option<u64>,
     /// Protocol bytes received from it since it attached.
     pub bytes_in: u64,
     /// Protocol bytes sent to it since it attached.
@@ -976,14 +1116,14 @@ impl proto::global_server::Global for Service {
             .map_err(|_| Status::deadline_exceeded("no register message within 10 s"))??;
         let name = match first.and_then(|m| m.body) {
             Some(local_message::Body::Register(proto::Register { node, version }))
-                if version == padll_wire::control::PROTOCOL_VERSION && !node.is_empty() =>
+                if version == proto::VERSION && !node.is_empty() =>
             {
                 node
             }
             Some(local_message::Body::Register(proto::Register { version, .. })) => {
                 return Err(Status::invalid_argument(format!(
                     "protocol version {version} (or empty node name) not supported; expected {}",
-                    padll_wire::control::PROTOCOL_VERSION
+                    proto::VERSION
                 )))
             }
             _ => {
@@ -1025,4 +1165,31 @@ pub async fn serve(
         .serve_with_incoming(incoming)
         .await
         .map_err(|e| format!("gRPC server failed: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_are_scheduled_a_lead_before_a_tick_they_can_make() {
+        let config = GlobalConfig {
+            interval_ms: 1000,
+            ..GlobalConfig::default()
+        };
+        let controller = Controller::new(config).unwrap();
+        let mut state = controller.lock();
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        // No cycle yet: the report for the one after the first, an interval less a lead
+        // from now.
+        assert_eq!(next_slot(&state, now), (2, ms(900)));
+        state.cycle = 7;
+        state.next_tick = Some(now + ms(500));
+        assert_eq!(next_slot(&state, now), (8, ms(400)));
+        // The next tick's slot is too close to make: the following tick's.
+        state.next_tick = Some(now + ms(120));
+        assert_eq!(next_slot(&state, now), (9, ms(1020)));
+        assert_eq!(report_lead(ms(200)), ms(50));
+    }
 }

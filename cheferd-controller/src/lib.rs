@@ -19,4 +19,8 @@ pub mod usage;
 pub mod proto {
     #![allow(missing_docs, clippy::all)]
     tonic::include_proto!("cheferd.v1");
+
+    /// The version of this protocol, exchanged in `Register` / `Registered`. 2: usage
+    /// is pushed on a `Schedule` (1 answered `Collect` requests).
+    pub const VERSION: u32 = 2;
 }

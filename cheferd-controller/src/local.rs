@@ -3,7 +3,9 @@
 //! It serves the stages of its node on a Unix socket (JSON lines, see
 //! `padll_wire::control`), records each peer's uid/gid/pid as the kernel reports them
 //! (`SO_PEERCRED`), keeps the usage rates of every stage, and relays between its
-//! stages and the global controller, to which it keeps one gRPC stream. When that
+//! stages and the global controller, to which it keeps one gRPC stream: it pushes the
+//! usage of its stages once per control interval, on the global controller's
+//! [`proto::Schedule`], and hands the rules of every `Enforce` to the stages. When that
 //! stream breaks it retries with backoff and, once reconnected, re-registers and
 //! re-announces every stage; the stages keep their last rules meanwhile.
 
@@ -264,7 +266,7 @@ async fn upstream_loop(local: Arc<Local>) {
                 let _ = sender.send(LocalMessage {
                     body: Some(local_message::Body::Register(proto::Register {
                         node: local.options.node.clone(),
-                        version: PROTOCOL_VERSION,
+                        version: proto::VERSION,
                     })),
                 });
                 {
@@ -287,14 +289,20 @@ async fn upstream_loop(local: Arc<Local>) {
                         backoff = Duration::from_millis(100);
                         reported_unreachable = false;
                         let mut inbound = response.into_inner();
+                        let mut clock = ReportClock::default();
                         loop {
-                            match inbound.message().await {
-                                Ok(Some(message)) => handle_global(&local, &sender, message),
-                                Ok(None) => break,
-                                Err(status) => {
-                                    debug!("global stream error: {status}");
-                                    break;
-                                }
+                            tokio::select! {
+                                message = inbound.message() => match message {
+                                    Ok(Some(message)) => {
+                                        handle_global(&local, &sender, &mut clock, message)
+                                    }
+                                    Ok(None) => break,
+                                    Err(status) => {
+                                        debug!("global stream error: {status}");
+                                        break;
+                                    }
+                                },
+                                cycle = clock.next() => report_usage(&local, &sender, cycle),
                             }
                         }
                         warn!("lost the global controller; stages keep their last rules");
@@ -318,39 +326,82 @@ async fn upstream_loop(local: Arc<Local>) {
     }
 }
 
+/// When to push the next usage report, as the global controller scheduled it.
+#[derive(Default)]
+pub struct ReportClock {
+    /// The next report: when, and for which cycle; `None` until scheduled.
+    next: Option<(tokio::time::Instant, u64)>,
+    interval: Duration,
+}
+
+impl ReportClock {
+    /// Follows a (new) schedule from the global controller.
+    pub fn schedule(&mut self, schedule: &proto::Schedule) {
+        // A zero interval would report in a busy loop.
+        self.interval = Duration::from_millis(schedule.interval_ms.max(1));
+        self.next = Some((
+            tokio::time::Instant::now() + Duration::from_millis(schedule.report_in_ms),
+            schedule.cycle,
+        ));
+    }
+
+    /// Waits for the next report's time (forever if none is scheduled); returns the
+    /// cycle it is for and schedules the following one an interval later. The slots
+    /// stay on the global controller's ticks even if this task runs late; slots it
+    /// missed altogether are skipped (their reports would carry no new usage).
+    pub async fn next(&mut self) -> u64 {
+        let Some((at, cycle)) = self.next else {
+            return std::future::pending().await;
+        };
+        tokio::time::sleep_until(at).await;
+        let (mut next, mut next_cycle) = (at + self.interval, cycle + 1);
+        let now = tokio::time::Instant::now();
+        while next <= now {
+            next += self.interval;
+            next_cycle += 1;
+        }
+        self.next = Some((next, next_cycle));
+        cycle
+    }
+}
+
+/// Pushes the usage of every stage over the control interval that ends now.
+fn report_usage(local: &Local, upstream: &mpsc::UnboundedSender<LocalMessage>, cycle: u64) {
+    let mut stages = local.lock_stages();
+    let usage = proto::Usage {
+        cycle,
+        stages: stages
+            .values_mut()
+            .map(|entry| {
+                let rates = entry.usage.collect().clone();
+                proto::StageUsage {
+                    stage_id: entry.info.stage_id,
+                    resources: rates
+                        .iter()
+                        .map(|(resource, rate)| proto::ResourceUsage {
+                            mount: resource.mount.clone(),
+                            class: resource.class.name().to_string(),
+                            rate: *rate,
+                            limit: entry.usage.limit(resource).unwrap_or(0),
+                        })
+                        .collect(),
+                }
+            })
+            .collect(),
+    };
+    let _ = upstream.send(LocalMessage {
+        body: Some(local_message::Body::Usage(usage)),
+    });
+}
+
 fn handle_global(
     local: &Local,
     upstream: &mpsc::UnboundedSender<LocalMessage>,
+    clock: &mut ReportClock,
     message: GlobalMessage,
 ) {
     match message.body {
-        Some(global_message::Body::Collect(proto::Collect { cycle })) => {
-            let mut stages = local.lock_stages();
-            let usage = proto::Usage {
-                cycle,
-                stages: stages
-                    .values_mut()
-                    .map(|entry| proto::StageUsage {
-                        stage_id: entry.info.stage_id,
-                        resources: entry
-                            .usage
-                            .collect()
-                            .clone()
-                            .iter()
-                            .map(|(resource, rate)| proto::ResourceUsage {
-                                mount: resource.mount.clone(),
-                                class: resource.class.name().to_string(),
-                                rate: *rate,
-                                limit: entry.usage.limit(resource).unwrap_or(0),
-                            })
-                            .collect(),
-                    })
-                    .collect(),
-            };
-            let _ = upstream.send(LocalMessage {
-                body: Some(local_message::Body::Usage(usage)),
-            });
-        }
+        Some(global_message::Body::Schedule(schedule)) => clock.schedule(&schedule),
         Some(global_message::Body::Enforce(proto::Enforce {
             cycle,
             stages: plans,

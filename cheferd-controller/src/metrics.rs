@@ -70,7 +70,7 @@ pub fn render(s: &Snapshot) -> String {
     );
     gauge(
         "cheferd_cycle_latency_ms",
-        "Control cycle latency (collect+compute+enforce), ms.",
+        "Control cycle latency (from the tick until the last Enforce is queued: collect + compute + enforce), ms.",
         vec![
             ("{quantile=\"0.5\"}".into(), s.latency_ms_p50),
             ("{quantile=\"0.99\"}".into(), s.latency_ms_p99),

@@ -546,7 +546,9 @@ fn garble_global_port(cluster: &Cluster) {
     };
     for (first, needle) in [
         (register("intruder", 99), "protocol version 99"),
-        (register("", PROTOCOL_VERSION), "empty node name"),
+        // Version 1 local controllers wait for Collect requests that never come.
+        (register("old", proto::VERSION - 1), "protocol version 1"),
+        (register("", proto::VERSION), "empty node name"),
         (
             local_message::Body::StageLeft(proto::StageLeft { stage_id: 1 }),
             "the first message must be register",
@@ -567,7 +569,7 @@ fn garble_global_port(cluster: &Cluster) {
     // must not be left attached but ignored; it re-attaches and its stages come back.
     runtime
         .block_on(async {
-            tokio::time::timeout(REPLY_TIMEOUT, attach(register("n1", PROTOCOL_VERSION))).await
+            tokio::time::timeout(REPLY_TIMEOUT, attach(register("n1", proto::VERSION))).await
         })
         .expect("the global controller answers an Attach in time")
         .expect("a well-formed Attach is accepted");
