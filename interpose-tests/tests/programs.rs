@@ -9,6 +9,7 @@ mod common;
 
 use common::*;
 use std::path::Path;
+use std::process::Output;
 
 /// (name, programs it needs, script). Scripts use relative paths only, and avoid
 /// output that legitimately differs between runs (times, inode numbers).
@@ -111,6 +112,32 @@ fn fixture(dir: &Path) {
     std::fs::write(dir.join("seed.txt"), "seed\n").unwrap();
 }
 
+/// The native run succeeded, and the staged one exited, printed and complained alike.
+fn assert_same_outcome(name: &str, native: &Output, staged: &Output) {
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    assert!(
+        native.status.success(),
+        "{name} failed natively: {}",
+        text(&native.stderr)
+    );
+    assert_eq!(
+        native.status.code(),
+        staged.status.code(),
+        "{name}: exit codes differ; stderr: {}",
+        text(&staged.stderr)
+    );
+    assert_eq!(
+        text(&native.stdout),
+        text(&staged.stdout),
+        "{name}: stdout differs"
+    );
+    assert_eq!(
+        text(&native.stderr),
+        text(&staged.stderr),
+        "{name}: stderr differs"
+    );
+}
+
 fn compare(name: &str, script: &str, rules: &str) {
     let slug = name.replace(' ', "-");
     let native = Scratch::new(&format!("native-{slug}"));
@@ -128,20 +155,7 @@ fn compare(name: &str, script: &str, rules: &str) {
         &stage_env(staged.path(), rules, Some(&stats)),
     );
 
-    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
-    assert!(
-        a.status.success(),
-        "{name} failed natively: {}",
-        text(&a.stderr)
-    );
-    assert_eq!(
-        a.status.code(),
-        b.status.code(),
-        "{name}: exit codes differ; stderr: {}",
-        text(&b.stderr)
-    );
-    assert_eq!(text(&a.stdout), text(&b.stdout), "{name}: stdout differs");
-    assert_eq!(text(&a.stderr), text(&b.stderr), "{name}: stderr differs");
+    assert_same_outcome(name, &a, &b);
     assert_eq!(
         tree(native.path()),
         tree(staged.path()),
@@ -314,28 +328,7 @@ fn same_with_preload(
     env[0].1 = preload.join(":");
     env.extend_from_slice(extra_env);
     let staged = run("bash", &["-c", script], dir.path(), &env);
-    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
-    assert!(
-        native.status.success(),
-        "{name} failed natively: {}",
-        text(&native.stderr)
-    );
-    assert_eq!(
-        native.status.code(),
-        staged.status.code(),
-        "{name}: {}",
-        text(&staged.stderr)
-    );
-    assert_eq!(
-        text(&native.stdout),
-        text(&staged.stdout),
-        "{name}: stdout differs"
-    );
-    assert_eq!(
-        text(&native.stderr),
-        text(&staged.stderr),
-        "{name}: stderr differs"
-    );
+    assert_same_outcome(name, &native, &staged);
 }
 
 #[test]
