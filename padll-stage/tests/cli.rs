@@ -234,3 +234,16 @@ fn run_throttles_and_stats_prints_the_table() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn the_stage_demo_shows_the_limit_taking_effect() {
+    let out = padll(&["demo", "--seconds", "1"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let limited: f64 = text
+        .lines()
+        .find(|l| l.starts_with("metadata=1000/s"))
+        .and_then(|l| l.split_whitespace().rev().nth(1)?.parse().ok())
+        .unwrap_or_else(|| panic!("no metadata=1000/s row in:\n{text}"));
+    assert!(limited <= 1050.0 && limited > 500.0, "{text}");
+}
