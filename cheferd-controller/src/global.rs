@@ -786,17 +786,22 @@ fn records(nodes: &BTreeMap<String, Node>) -> impl Iterator<Item = (usize, &Stag
 
 /// The planner's view of every stage (see [`records`]).
 fn stage_views(nodes: &BTreeMap<String, Node>) -> Vec<StageView<'_>> {
-    records(nodes)
-        .map(|(node, record)| StageView {
-            node,
-            job: record.job,
-            uid: record.stage.uid,
-            gid: record.stage.gid,
-            job_size: record.stage.job_size,
-            mountpoints: &record.stage.mountpoints,
-            usage: &record.usage,
-        })
-        .collect()
+    // Sized up front: thousands of views, which growing would copy over and over.
+    let count = nodes
+        .values()
+        .map(|n| n.stages.len() + n.orphans.len())
+        .sum();
+    let mut views = Vec::with_capacity(count);
+    views.extend(records(nodes).map(|(node, record)| StageView {
+        node,
+        job: record.job,
+        uid: record.stage.uid,
+        gid: record.stage.gid,
+        job_size: record.stage.job_size,
+        mountpoints: &record.stage.mountpoints,
+        usage: &record.usage,
+    }));
+    views
 }
 
 /// Sends each attached node the rules of those of its live stages whose rates changed
@@ -810,7 +815,10 @@ fn enforce(
 ) -> usize {
     let resources = config.resources.len();
     let mut index = 0;
-    let mut sent = 0;
+    // Every message is built before any is queued: a queued message wakes the task
+    // that encodes and writes it, whose work on the other core slowed the building of
+    // the rest down.
+    let mut messages = Vec::with_capacity(nodes.len());
     for (name, node) in nodes.iter_mut() {
         if let Some(unacked) = node.unacked.take() {
             // Rules may have been lost with it (a stalled stream): the declarative
@@ -824,7 +832,7 @@ fn enforce(
                 record.sent.clear();
             }
         }
-        let mut changed = Vec::new();
+        let mut changed = Vec::with_capacity(node.stages.len());
         for record in node.stages.values_mut() {
             let rates = plan.stage_rates(index, resources);
             index += 1;
@@ -848,6 +856,10 @@ fn enforce(
             })),
         };
         node.bytes_out += enforce.encoded_len() as u64;
+        messages.push((node, enforce));
+    }
+    let mut sent = 0;
+    for (node, enforce) in messages {
         if node.outbox.send(Ok(enforce)).is_ok() {
             node.unacked = Some(cycle);
             sent += 1;

@@ -145,17 +145,19 @@ pub fn compute(
     stages: &[StageView],
 ) -> Plan {
     let resources = config.resources.len();
+    let (order, by_job) = group_by_job(stages);
+    // Sized up front: growing these by doubling copied them over and over.
     let mut plan = Plan {
-        shares: Vec::new(),
+        shares: Vec::with_capacity(by_job.len() * resources),
         rates: vec![0; stages.len() * resources],
     };
-    let (order, by_job) = group_by_job(stages);
-    // Reused for every resource: the members of each job using it, flat, and per job
-    // (its key and its range in `members`).
-    let mut members: Vec<usize> = Vec::with_capacity(stages.len());
-    let mut jobs: Vec<(JobKey, Range<usize>)> = Vec::new();
-    let mut inputs: Vec<JobInput> = Vec::new();
-    let mut dynamic: Vec<usize> = Vec::new();
+    // Reused for every resource: the members of each job using it with their usage of
+    // it (looked up once: the lookup compares mountpoints), flat, and per job (its key
+    // and its range in `members`).
+    let mut members: Vec<(usize, StageUsage)> = Vec::with_capacity(stages.len());
+    let mut jobs: Vec<(JobKey, Range<usize>)> = Vec::with_capacity(by_job.len());
+    let mut inputs: Vec<JobInput> = Vec::with_capacity(by_job.len());
+    let mut dynamic: Vec<usize> = Vec::with_capacity(by_job.len());
     let mut nodes: Vec<usize> = Vec::new();
     for (ri, resource_config) in config.resources.iter().enumerate() {
         let resource = &resource_config.resource;
@@ -167,8 +169,8 @@ pub fn compute(
             members.extend(
                 order[group.clone()]
                     .iter()
-                    .copied()
-                    .filter(|&i| stages[i].mountpoints.contains(&resource.mount)),
+                    .filter(|&&i| stages[i].mountpoints.contains(&resource.mount))
+                    .map(|&i| (i, stages[i].usage_of(resource))),
             );
             if members.len() > start {
                 jobs.push((*job, start..members.len()));
@@ -187,12 +189,12 @@ pub fn compute(
                 1
             } else {
                 nodes.clear();
-                nodes.extend(group.iter().map(|&i| stages[i].node));
+                nodes.extend(group.iter().map(|&(i, _)| stages[i].node));
                 nodes.sort_unstable();
                 nodes.dedup();
                 nodes.len()
             };
-            let usage = group.iter().map(|&i| stages[i].usage_of(resource));
+            let usage = group.iter().map(|&(_, u)| u);
             let share = Share {
                 job: *job,
                 resource: ri,
@@ -208,7 +210,7 @@ pub fn compute(
                 nodes: node_count,
             };
             if share.static_limit.is_none() {
-                let first = &stages[group[0]];
+                let first = &stages[group[0].0];
                 dynamic.push(plan.shares.len());
                 inputs.push(JobInput {
                     id: *job,
@@ -216,7 +218,7 @@ pub fn compute(
                     gid: first.gid,
                     size: group
                         .iter()
-                        .map(|&i| stages[i].job_size)
+                        .map(|&(i, _)| stages[i].job_size)
                         .max()
                         .unwrap_or(1)
                         .max(share.nodes as u32),
@@ -257,12 +259,11 @@ pub fn compute(
 
         for (share, (_, range)) in shares.iter().zip(&jobs) {
             let group = &members[range.clone()];
-            let usage = |i: usize| stages[i].usage_of(resource).rate;
-            let total: f64 = group.iter().map(|&i| usage(i).max(0.0)).sum();
-            for &i in group {
+            let total: f64 = group.iter().map(|(_, u)| u.rate.max(0.0)).sum();
+            for &(i, usage) in group {
                 let rate = split_one(
                     share.assigned,
-                    usage(i),
+                    usage.rate,
                     total,
                     group.len(),
                     config.stage_floor,
@@ -296,10 +297,12 @@ fn group_by_job(stages: &[StageView]) -> (Vec<usize>, Vec<(JobKey, Range<usize>)
         order[*slot] = i;
         *slot += 1;
     }
-    let jobs = (0..keys)
-        .filter(|&k| bounds[k + 1] > bounds[k])
-        .map(|k| (k as JobKey, bounds[k]..bounds[k + 1]))
-        .collect();
+    let mut jobs = Vec::with_capacity(keys);
+    jobs.extend(
+        (0..keys)
+            .filter(|&k| bounds[k + 1] > bounds[k])
+            .map(|k| (k as JobKey, bounds[k]..bounds[k + 1])),
+    );
     (order, jobs)
 }
 
