@@ -20,7 +20,9 @@ pub mod proto {
     #![allow(missing_docs, clippy::all)]
     tonic::include_proto!("cheferd.v1");
 
-    /// The version of this protocol, exchanged in `Register` / `Registered`. 2: usage
-    /// is pushed on a `Schedule` (1 answered `Collect` requests).
-    pub const VERSION: u32 = 2;
+    /// The version of this protocol, exchanged in `Register` / `Registered`. 3: rules
+    /// name their resource by index into `Registered.resources` (2 sent its mount and
+    /// class in every rule); since 2, usage is pushed on a `Schedule` (1 answered
+    /// `Collect` requests).
+    pub const VERSION: u32 = 3;
 }

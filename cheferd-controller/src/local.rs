@@ -290,12 +290,18 @@ async fn upstream_loop(local: Arc<Local>) {
                         reported_unreachable = false;
                         let mut inbound = response.into_inner();
                         let mut clock = ReportClock::default();
+                        // The resource table of this stream's `Registered`.
+                        let mut resources = Vec::new();
                         loop {
                             tokio::select! {
                                 message = inbound.message() => match message {
-                                    Ok(Some(message)) => {
-                                        handle_global(&local, &sender, &mut clock, message)
-                                    }
+                                    Ok(Some(message)) => handle_global(
+                                        &local,
+                                        &sender,
+                                        &mut clock,
+                                        &mut resources,
+                                        message,
+                                    ),
                                     Ok(None) => break,
                                     Err(status) => {
                                         debug!("global stream error: {status}");
@@ -394,10 +400,14 @@ fn report_usage(local: &Local, upstream: &mpsc::UnboundedSender<LocalMessage>, c
     });
 }
 
+/// Handles a message from the global controller. `resources` is the resource table of
+/// the stream's `Registered` (its first message), which the rules of every `Enforce`
+/// index; a resource this controller does not know (`None`) gets no channel.
 fn handle_global(
     local: &Local,
     upstream: &mpsc::UnboundedSender<LocalMessage>,
     clock: &mut ReportClock,
+    resources: &mut Vec<Option<Resource>>,
     message: GlobalMessage,
 ) {
     match message.body {
@@ -412,7 +422,11 @@ fn handle_global(
                 let Some(entry) = stages.get(&plan.stage_id) else {
                     continue;
                 };
-                let rules = plan.rules.iter().filter_map(rule_to_spec).collect();
+                let rules = plan
+                    .rules
+                    .iter()
+                    .filter_map(|rule| rule_to_spec(rule, resources))
+                    .collect();
                 if entry
                     .to_stage
                     .send(ControlMessage::SetRules { seq: cycle, rules })
@@ -431,19 +445,31 @@ fn handle_global(
         Some(global_message::Body::Registered(registered)) => {
             debug!(
                 interval_ms = registered.interval_ms,
+                resources = registered.resources.len(),
                 "registered with the global controller"
-            )
+            );
+            *resources = registered
+                .resources
+                .into_iter()
+                .map(|r| {
+                    Some(Resource {
+                        class: Class::from_name(&r.class)?,
+                        mount: r.mount,
+                    })
+                })
+                .collect();
         }
         None => warn!("empty message from the global controller"),
     }
 }
 
-/// A rule from the global controller as a stage channel.
-pub fn rule_to_spec(rule: &proto::Rule) -> Option<ChannelSpec> {
-    let class = Class::from_name(&rule.class)?;
+/// A rule from the global controller as a stage channel, its resource looked up in the
+/// table from `Registered` (the stage protocol names mount and class).
+pub fn rule_to_spec(rule: &proto::Rule, resources: &[Option<Resource>]) -> Option<ChannelSpec> {
+    let resource = resources.get(rule.resource as usize)?.as_ref()?;
     Some(ChannelSpec {
-        mount: Some(rule.mount.clone()),
-        scope: Scope::Class(class),
+        mount: Some(resource.mount.clone()),
+        scope: Scope::Class(resource.class),
         rate: rule.rate.max(1),
         unit: if rule.bytes {
             Unit::Bytes
@@ -451,13 +477,5 @@ pub fn rule_to_spec(rule: &proto::Rule) -> Option<ChannelSpec> {
             Unit::Requests
         },
         burst: rule.burst.max(1),
-    })
-}
-
-/// The resource a rule controls.
-pub fn rule_resource(rule: &proto::Rule) -> Option<Resource> {
-    Some(Resource {
-        mount: rule.mount.clone(),
-        class: Class::from_name(&rule.class)?,
     })
 }

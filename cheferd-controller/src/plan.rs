@@ -35,9 +35,10 @@ pub struct StageUsage {
     pub limit: u64,
 }
 
-/// What the planner knows of one stage (borrowed from the registry: no copies).
+/// What the planner knows of one stage. The global controller keeps these between
+/// cycles (see `global`), so they are owned.
 #[derive(Clone, Debug)]
-pub struct StageView<'a> {
+pub struct StageView {
     /// Index of its node (equal for stages of the same node).
     pub node: usize,
     /// Its job.
@@ -49,12 +50,12 @@ pub struct StageView<'a> {
     /// Nodes of the job, as the stage reports it.
     pub job_size: u32,
     /// Its mountpoints.
-    pub mountpoints: &'a [String],
+    pub mountpoints: Vec<String>,
     /// Its usage per resource over the last interval.
-    pub usage: &'a [(Resource, StageUsage)],
+    pub usage: Vec<(Resource, StageUsage)>,
 }
 
-impl StageView<'_> {
+impl StageView {
     fn usage_of(&self, resource: &Resource) -> StageUsage {
         // A handful of entries: a scan beats hashing the mountpoint.
         self.usage
@@ -344,7 +345,7 @@ mod tests {
         }
     }
 
-    fn views(owned: &[Owned]) -> Vec<StageView<'_>> {
+    fn views(owned: &[Owned]) -> Vec<StageView> {
         owned
             .iter()
             .map(|o| StageView {
@@ -353,8 +354,8 @@ mod tests {
                 uid: 1000,
                 gid: 1000,
                 job_size: 1,
-                mountpoints: &o.mounts,
-                usage: &o.usage,
+                mountpoints: o.mounts.clone(),
+                usage: o.usage.clone(),
             })
             .collect()
     }

@@ -546,8 +546,8 @@ fn garble_global_port(cluster: &Cluster) {
     };
     for (first, needle) in [
         (register("intruder", 99), "protocol version 99"),
-        // Version 1 local controllers wait for Collect requests that never come.
-        (register("old", proto::VERSION - 1), "protocol version 1"),
+        // Version 2 local controllers expect mount and class strings in every rule.
+        (register("old", proto::VERSION - 1), "protocol version 2"),
         (register("", proto::VERSION), "empty node name"),
         (
             local_message::Body::StageLeft(proto::StageLeft { stage_id: 1 }),
