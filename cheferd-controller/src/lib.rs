@@ -10,6 +10,7 @@ pub mod global;
 pub mod lines;
 pub mod local;
 pub mod metrics;
+mod outbox;
 pub mod plan;
 pub mod policy;
 pub mod replay;

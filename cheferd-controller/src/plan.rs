@@ -55,13 +55,60 @@ pub struct StageView {
     pub usage: Vec<(Resource, StageUsage)>,
 }
 
-impl StageView {
-    fn usage_of(&self, resource: &Resource) -> StageUsage {
-        // A handful of entries: a scan beats hashing the mountpoint.
-        self.usage
-            .iter()
-            .find(|(r, _)| r == resource)
-            .map_or_else(StageUsage::default, |(_, u)| *u)
+/// Where each stage's usage of each configured resource is, resolved once for a set of
+/// stage views (mountpoints and the resources a stage reports do not change while its
+/// view is kept): comparing mountpoint strings for every stage and resource was a good
+/// part of every cycle.
+#[derive(Clone, Debug, Default)]
+pub struct Layout {
+    resources: usize,
+    stages: usize,
+    /// `slots[stage * resources + resource]`: [`NOT_USED`], [`NO_USAGE`] or the index of
+    /// the resource in the stage's `usage`.
+    slots: Vec<u32>,
+}
+
+/// The stage does not use the resource's mountpoint.
+const NOT_USED: u32 = u32::MAX;
+/// The stage uses the mountpoint but reported no usage of the resource.
+const NO_USAGE: u32 = u32::MAX - 1;
+
+impl Layout {
+    /// Resolves the resources of `config` for `stages`.
+    pub fn new(config: &GlobalConfig, stages: &[StageView]) -> Layout {
+        let resources = config.resources.len();
+        let mut slots = Vec::with_capacity(stages.len() * resources);
+        for stage in stages {
+            slots.extend(config.resources.iter().map(|r| {
+                if !stage.mountpoints.contains(&r.resource.mount) {
+                    return NOT_USED;
+                }
+                stage
+                    .usage
+                    .iter()
+                    .position(|(u, _)| *u == r.resource)
+                    .map_or(NO_USAGE, |i| i as u32)
+            }));
+        }
+        Layout {
+            resources,
+            stages: stages.len(),
+            slots,
+        }
+    }
+
+    /// Whether it was resolved for as many stages and resources.
+    pub fn fits(&self, config: &GlobalConfig, stages: &[StageView]) -> bool {
+        self.resources == config.resources.len() && self.stages == stages.len()
+    }
+
+    /// Stage `i`'s usage of resource `ri`, if it uses its mountpoint.
+    fn usage(&self, stages: &[StageView], i: usize, ri: usize) -> Option<StageUsage> {
+        match self.slots[i * self.resources + ri] {
+            NOT_USED => None,
+            NO_USAGE => Some(StageUsage::default()),
+            slot => Some(stages[i].usage[slot as usize].1),
+        }
     }
 }
 
@@ -145,6 +192,31 @@ pub fn compute(
     policies: &mut HashMap<Resource, PolicyRunner>,
     stages: &[StageView],
 ) -> Plan {
+    compute_with(
+        config,
+        terms,
+        policies,
+        stages,
+        &Layout::new(config, stages),
+    )
+}
+
+/// [`compute`] with the stages' [`Layout`] resolved beforehand (resolved again here if it
+/// does not fit them).
+pub fn compute_with(
+    config: &GlobalConfig,
+    terms: &JobTerms,
+    policies: &mut HashMap<Resource, PolicyRunner>,
+    stages: &[StageView],
+    layout: &Layout,
+) -> Plan {
+    let fresh;
+    let layout = if layout.fits(config, stages) {
+        layout
+    } else {
+        fresh = Layout::new(config, stages);
+        &fresh
+    };
     let resources = config.resources.len();
     let (order, by_job) = group_by_job(stages);
     // Sized up front: growing these by doubling copied them over and over.
@@ -170,8 +242,7 @@ pub fn compute(
             members.extend(
                 order[group.clone()]
                     .iter()
-                    .filter(|&&i| stages[i].mountpoints.contains(&resource.mount))
-                    .map(|&i| (i, stages[i].usage_of(resource))),
+                    .filter_map(|&i| Some((i, layout.usage(stages, i, ri)?))),
             );
             if members.len() > start {
                 jobs.push((*job, start..members.len()));
