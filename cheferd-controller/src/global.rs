@@ -1117,17 +1117,7 @@ fn job_shares(state: &State) -> Vec<JobShare> {
     shares.sort_by(|a, b| (a.0.resource, a.1).cmp(&(b.0.resource, b.1)));
     shares
         .into_iter()
-        .map(|(s, job)| JobShare {
-            job: job.to_string(),
-            resource: state.config.resources[s.resource].resource.clone(),
-            usage: s.usage,
-            demand: s.demand,
-            priority: s.priority,
-            static_limit: s.static_limit,
-            assigned: s.assigned,
-            stages: s.stages,
-            nodes: s.nodes,
-        })
+        .map(|(s, job)| s.named(job, &state.config.resources[s.resource].resource))
         .collect()
 }
 

@@ -121,13 +121,14 @@ pub struct JobTerms<'a> {
     pub limits: HashMap<(JobKey, usize), f64>,
 }
 
-/// One job's share of one resource in this cycle.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Share {
+/// One job's share of one resource in this cycle: keyed by [`JobKey`] and resource
+/// index in the planner, by name ([`JobShare`]) for the admin CLI and metrics.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Share<J = JobKey, R = usize> {
     /// The job.
-    pub job: JobKey,
-    /// Index of the resource in the configuration.
-    pub resource: usize,
+    pub job: J,
+    /// The resource.
+    pub resource: R,
     /// Usage over the last interval (sum of its stages).
     pub usage: f64,
     /// Its demand (the capacity when not configured).
@@ -145,26 +146,23 @@ pub struct Share {
 }
 
 /// A [`Share`] with names, as the admin CLI and metrics show it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct JobShare {
-    /// Job id.
-    pub job: String,
-    /// The resource.
-    pub resource: Resource,
-    /// Usage over the last interval (sum of its stages).
-    pub usage: f64,
-    /// Its demand (the capacity when not configured).
-    pub demand: f64,
-    /// Its priority.
-    pub priority: f64,
-    /// A static limit in force, if any.
-    pub static_limit: Option<f64>,
-    /// The rate assigned this cycle.
-    pub assigned: f64,
-    /// Stages of the job using this resource's mountpoint.
-    pub stages: usize,
-    /// Distinct nodes those stages run on.
-    pub nodes: usize,
+pub type JobShare = Share<String, Resource>;
+
+impl Share {
+    /// This share under the job's id and the resource's name.
+    pub fn named(&self, job: &str, resource: &Resource) -> JobShare {
+        Share {
+            job: job.to_string(),
+            resource: resource.clone(),
+            usage: self.usage,
+            demand: self.demand,
+            priority: self.priority,
+            static_limit: self.static_limit,
+            assigned: self.assigned,
+            stages: self.stages,
+            nodes: self.nodes,
+        }
+    }
 }
 
 /// The outcome of one compute step.
