@@ -55,7 +55,10 @@ pub struct Reservation {
     pub leased: u64,
 }
 
-/// The bucket state: lock-free, shared by every thread using the channel.
+/// The bucket state: lock-free, shared by every thread using the channel — or, placed
+/// in shared memory (`shared`), by every process of a job on the node. Plain atomics
+/// with a fixed layout, so any bit pattern is a value and any process may change it.
+#[repr(C)]
 pub struct TokenBucket {
     /// Theoretical arrival time, in units.
     tat: AtomicU64,
@@ -83,6 +86,14 @@ impl TokenBucket {
     /// forgiven, so a raised rate applies at once).
     pub fn configure(&self, limit: Limit) {
         self.configure_at(limit, now_ns());
+    }
+
+    /// Forgets the rate and the clock origin: the bucket admits nothing until it is
+    /// configured again (a shared bucket being reset for a new job).
+    pub fn clear(&self) {
+        for word in [&self.tat, &self.interval, &self.tolerance, &self.origin] {
+            word.store(0, Ordering::Relaxed);
+        }
     }
 
     /// [`TokenBucket::configure`] at time `now_ns`.

@@ -25,10 +25,10 @@
 
 use crate::bucket::{self, Limit, TokenBucket};
 use crate::stats;
-use padll_wire::channel::{ChannelId, ChannelInfo, ChannelSpec, Unit};
+use padll_wire::channel::{ChannelId, ChannelInfo, ChannelSpec, LimitScope, Unit};
 use padll_wire::ops::Op;
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// Most channels a stage can hold.
@@ -66,7 +66,10 @@ struct Slot {
     lease: AtomicU64,
     /// How long leased credit stays spendable (τ/4, ns).
     lease_ttl_ns: AtomicU64,
-    bucket: TokenBucket,
+    /// This process' own bucket, used while `shared` is null.
+    own_bucket: TokenBucket,
+    /// The job's bucket in the node's shared segment (`shared.rs`), or null.
+    shared: AtomicPtr<TokenBucket>,
     counted_before: [AtomicU64; 2],
 }
 
@@ -78,7 +81,8 @@ static SLOTS: [Slot; MAX_CHANNELS] = [const {
         byte_charge_cap: AtomicU64::new(u64::MAX),
         lease: AtomicU64::new(0),
         lease_ttl_ns: AtomicU64::new(0),
-        bucket: TokenBucket::new(),
+        own_bucket: TokenBucket::new(),
+        shared: AtomicPtr::new(std::ptr::null_mut()),
         counted_before: [const { AtomicU64::new(0) }; 2],
     }
 }; MAX_CHANNELS];
@@ -134,8 +138,19 @@ pub fn set_mounts(mounts: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// Adds a channel and routes matching requests through it from the next request on.
+/// Adds a channel with a bucket of this process' own and routes matching requests
+/// through it from the next request on.
 pub fn add(spec: ChannelSpec) -> Result<ChannelId, String> {
+    add_with(spec, None)
+}
+
+/// Adds a channel whose bucket is `bucket`, shared with the job's other processes on
+/// this node (already configured: joining it must not refill it).
+pub fn add_shared(spec: ChannelSpec, bucket: &'static TokenBucket) -> Result<ChannelId, String> {
+    add_with(spec, Some(bucket))
+}
+
+fn add_with(spec: ChannelSpec, shared: Option<&'static TokenBucket>) -> Result<ChannelId, String> {
     let mut reg = registry();
     if let Some(mount) = &spec.mount {
         if !reg.mounts.contains(mount) {
@@ -157,7 +172,7 @@ pub fn add(spec: ChannelSpec) -> Result<ChannelId, String> {
     let slot = &SLOTS[free];
     slot.counts_bytes
         .store(spec.unit == Unit::Bytes, Ordering::Relaxed);
-    slot.configure(spec.rate, spec.burst);
+    slot.configure(spec.rate, spec.burst, shared);
     let (admitted, tokens) = stats::channel_totals(free);
     slot.counted_before[0].store(admitted, Ordering::Relaxed);
     slot.counted_before[1].store(tokens, Ordering::Relaxed);
@@ -179,12 +194,17 @@ pub fn remove(id: ChannelId) -> bool {
     let _ = rebuild_routes(&reg);
     publish_routes(&reg);
     SLOTS[index].in_use.store(false, Ordering::Release);
+    SLOTS[index]
+        .shared
+        .store(std::ptr::null_mut(), Ordering::Release);
     SLOTS[index].generation.fetch_add(1, Ordering::AcqRel);
     true
 }
 
 /// Changes a channel's rate and burst; effective for the next request on every thread
-/// and for requests already waiting.
+/// and for requests already waiting. A channel sharing the job's bucket leaves it for
+/// a bucket of its own: a rate given to one process (by the control plane) is that
+/// process' rate.
 pub fn set_limit(id: ChannelId, rate: u64, burst: u64) -> Result<(), String> {
     let mut reg = registry();
     let index = id.0 as usize;
@@ -196,7 +216,7 @@ pub fn set_limit(id: ChannelId, rate: u64, burst: u64) -> Result<(), String> {
     updated.burst = burst;
     validate(&updated)?;
     *spec = updated;
-    SLOTS[index].configure(rate, burst);
+    SLOTS[index].configure(rate, burst, None);
     SLOTS[index].generation.fetch_add(1, Ordering::AcqRel);
     Ok(())
 }
@@ -224,6 +244,11 @@ pub fn list() -> Vec<ChannelInfo> {
                 spec,
                 admitted: admitted.wrapping_sub(before[0].load(Ordering::Relaxed)),
                 tokens: tokens.wrapping_sub(before[1].load(Ordering::Relaxed)),
+                binds: if SLOTS[i].shared.load(Ordering::Relaxed).is_null() {
+                    LimitScope::Process
+                } else {
+                    LimitScope::Job
+                },
             })
         })
         .collect()
@@ -349,8 +374,21 @@ fn pass(counters: stats::Counters, index: usize, bytes: u64, now: u64) -> u64 {
 }
 
 impl Slot {
-    /// Sets the rate and burst, and the lease size and lifetime that follow from them.
-    fn configure(&self, rate: u64, burst: u64) {
+    /// The bucket requests wait in: the job's shared one, else this process' own.
+    #[inline(always)]
+    fn bucket(&self) -> &TokenBucket {
+        let shared = self.shared.load(Ordering::Acquire);
+        if shared.is_null() {
+            &self.own_bucket
+        } else {
+            // SAFETY: shared buckets live in a mapping that is never unmapped.
+            unsafe { &*shared }
+        }
+    }
+
+    /// Sets the rate and burst, and the lease size and lifetime that follow from them;
+    /// requests then wait in `shared` (as it is) or in this process' own bucket (refilled).
+    fn configure(&self, rate: u64, burst: u64, shared: Option<&'static TokenBucket>) {
         let cap = if self.counts_bytes.load(Ordering::Relaxed) {
             MAX_LEASE_BYTES
         } else {
@@ -363,7 +401,15 @@ impl Slot {
         self.lease_ttl_ns
             .store((tau_ns / 4).min(u64::MAX as u128) as u64, Ordering::Relaxed);
         self.byte_charge_cap.store(burst, Ordering::Relaxed);
-        self.bucket.configure(Limit { rate, burst });
+        match shared {
+            Some(bucket) => self
+                .shared
+                .store(bucket as *const TokenBucket as *mut _, Ordering::Release),
+            None => {
+                self.own_bucket.configure(Limit { rate, burst });
+                self.shared.store(std::ptr::null_mut(), Ordering::Release);
+            }
+        }
     }
 
     /// Tokens a request of `bytes` bytes is charged in this channel before the call.
@@ -397,7 +443,7 @@ impl Slot {
         } else {
             0
         };
-        let reservation = self.bucket.reserve(cost, lease, now);
+        let reservation = self.bucket().reserve(cost, lease, now);
         if reservation.leased != 0 {
             let expires = now.saturating_add(self.lease_ttl_ns.load(Ordering::Relaxed));
             counters.lease(index, generation, reservation.leased, expires);
@@ -432,7 +478,7 @@ fn wait(
             }
             generation = current;
             start = slot
-                .bucket
+                .bucket()
                 .reserve(slot.cost(bytes), 0, bucket::now_ns())
                 .start_ns;
         }
@@ -454,7 +500,7 @@ pub fn settle(counters: stats::Counters, mount: u16, op: Op, requested: u64, mov
             let charged = slot.cost(requested);
             match moved.cmp(&charged) {
                 std::cmp::Ordering::Less => {
-                    slot.bucket.refund(charged - moved, bucket::now_ns());
+                    slot.bucket().refund(charged - moved, bucket::now_ns());
                     counters.adjust_tokens(index, -((charged - moved) as i64));
                 }
                 std::cmp::Ordering::Greater => {
@@ -625,7 +671,7 @@ mod tests {
         // A limiting bucket reserves exactly the cost: the request waits and no lease
         // (62 tokens at this burst) is taken.
         set_limit(id, 100_000, 1_000).unwrap();
-        SLOTS[index].bucket.reserve(2_000, 0, bucket::now_ns());
+        SLOTS[index].bucket().reserve(2_000, 0, bucket::now_ns());
         assert!(stat() > 5_000_000);
         assert_eq!(credit(), 256);
 

@@ -22,11 +22,12 @@ pub mod intercept;
 pub mod paths;
 mod real;
 pub mod report;
+mod shared;
 pub mod stats;
 
 pub use channels::{add as add_channel, list as channel_list, remove as remove_channel, set_limit};
 pub use padll_wire::channel::{ChannelId, ChannelInfo, ChannelSpec, Scope, Unit};
-pub use padll_wire::config::{self, Config, Identity, LogLevel};
+pub use padll_wire::config::{self, Config, Identity, LimitScope, LogLevel};
 pub use padll_wire::ops::{self, Class, Op};
 pub use stats::snapshot as stats_snapshot;
 
@@ -115,8 +116,25 @@ extern "C" fn on_load() {
 fn start(config: &Config) -> Result<(), String> {
     let table = MountTable::new(&config.mounts)?;
     channels::set_mounts(table.names())?;
-    for spec in &config.limits {
-        channels::add(spec.clone())?;
+    let job_buckets = if config.limit_scope == LimitScope::Job && !table.is_empty() {
+        // SAFETY: trivial getter; the segment belongs to the effective uid that makes it.
+        let uid = unsafe { libc::geteuid() };
+        shared::attach(uid, &config.identity.job_id, &config.limits)
+            .map_err(|e| {
+                log(
+                    LogLevel::Error,
+                    &format!("job-wide limits unavailable ({e}); this process keeps its own"),
+                )
+            })
+            .ok()
+    } else {
+        None
+    };
+    for (i, spec) in config.limits.iter().enumerate() {
+        match &job_buckets {
+            Some(buckets) => channels::add_shared(spec.clone(), buckets[i])?,
+            None => channels::add(spec.clone())?,
+        };
     }
     let _ = SETTINGS.set(Settings {
         identity: config.identity.clone(),
@@ -151,10 +169,15 @@ fn start(config: &Config) -> Result<(), String> {
     log(
         LogLevel::Info,
         &format!(
-            "managing {} with {} channel(s), job {}",
+            "managing {} with {} channel(s), job {}, limits per {}",
             config.mounts.join(":"),
             config.limits.len(),
-            config.identity.job_id
+            config.identity.job_id,
+            if job_buckets.is_some() {
+                "job"
+            } else {
+                "process"
+            }
         ),
     );
     Ok(())
@@ -204,19 +227,21 @@ extern "C" fn after_fork_in_child() {
     channels::release_registry_after_fork();
     stats::reset();
     channels::reset_counters();
+    shared::after_fork_in_child();
     control::after_fork_in_child();
 }
 
-/// The library destructor: write statistics if asked.
+/// The library destructor: write statistics if asked, and leave the job's segment.
 extern "C" fn on_unload() {
     let _ = std::panic::catch_unwind(|| {
+        let _io = StageIo::enter();
+        shared::leave();
         let Some(settings) = SETTINGS.get() else {
             return;
         };
         let Some(path) = &settings.stats_path else {
             return;
         };
-        let _io = StageIo::enter();
         if let Err(e) = report::append(path, &settings.identity) {
             log(
                 LogLevel::Error,

@@ -115,6 +115,37 @@ impl fmt::Display for ChannelSpec {
     }
 }
 
+/// Whom a configured limit binds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LimitScope {
+    /// All the processes of the job on this node together (ranks, children, later
+    /// processes of the batch script): their buckets are shared through the node's
+    /// memory.
+    Job,
+    /// Each process on its own.
+    Process,
+}
+
+impl LimitScope {
+    /// Parses `job` or `process`.
+    pub fn parse(text: &str) -> Result<LimitScope, String> {
+        match text.trim() {
+            "job" => Ok(LimitScope::Job),
+            "process" => Ok(LimitScope::Process),
+            other => Err(format!("bad limit scope '{other}' (use job or process)")),
+        }
+    }
+
+    /// The name used in settings and statistics.
+    pub fn name(self) -> &'static str {
+        match self {
+            LimitScope::Job => "job",
+            LimitScope::Process => "process",
+        }
+    }
+}
+
 /// A channel's identity within this stage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ChannelId(pub u8);
@@ -130,4 +161,12 @@ pub struct ChannelInfo {
     pub admitted: u64,
     /// Tokens consumed so far (requests or bytes, per `spec.unit`).
     pub tokens: u64,
+    /// Whom its limit binds: `job` when its bucket is shared by the job's processes
+    /// on this node, `process` when this process has its own.
+    #[serde(default = "per_process")]
+    pub binds: LimitScope,
+}
+
+fn per_process() -> LimitScope {
+    LimitScope::Process
 }

@@ -6,12 +6,14 @@
 //! | `PADLL_MOUNTS` | `:`-separated mountpoints to manage |
 //! | `PADLL_RULES` | `,`-separated `SELECTOR=RATE` limits (see [`parse_rule`]) |
 //! | `PADLL_BURST_MS` | bucket depth, as milliseconds of the rate (default 10) |
+//! | `PADLL_LIMIT_SCOPE` | `job`: a limit binds all the job's processes on this node together (default when a job id is known); `process`: each process on its own (default without a job id) |
 //! | `PADLL_JOB_ID`, `PADLL_JOB_SIZE`, `PADLL_USER`, `PADLL_ACCOUNT` | identity (else taken from Slurm, PBS, LSF or Flux; `padll run` without any sets `run-<its pid>` so a whole run is one job) |
 //! | `PADLL_STATS` | write statistics at exit: a table, or JSON lines if the name ends in `.json`; `%p` → pid |
 //! | `PADLL_CONTROLLER` | Unix socket of the node's local controller (`cheferd local`): rules then come from the control plane |
 //! | `PADLL_LOG` | `error` (default), `warn`, `info`, `debug`, or `off` |
 //! | `PADLL_CONFIG` | a TOML file with the same settings (variables override it) |
 
+pub use crate::channel::LimitScope;
 use crate::channel::{ChannelSpec, Scope, Unit};
 use serde::{Deserialize, Serialize};
 
@@ -184,6 +186,9 @@ pub struct Config {
     pub mounts: Vec<String>,
     /// Limits to install at start.
     pub limits: Vec<ChannelSpec>,
+    /// Whom those limits bind: the job's processes on this node together, or each
+    /// process.
+    pub limit_scope: LimitScope,
     /// Who we are.
     pub identity: Identity,
     /// Where to write statistics at exit.
@@ -207,6 +212,7 @@ struct FileConfig {
     log: Option<String>,
     controller: Option<String>,
     burst_ms: Option<u64>,
+    limit_scope: Option<String>,
     #[serde(default)]
     limit: Vec<FileLimit>,
 }
@@ -324,13 +330,19 @@ pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, String> {
             libc::getppid() as u32,
         )
     };
-    let job_id = var("PADLL_JOB_ID")
+    let named_job = var("PADLL_JOB_ID")
         .or_else(|| var("SLURM_JOB_ID"))
         .or_else(|| var("PBS_JOBID"))
         .or_else(|| var("LSB_JOBID"))
         .or_else(|| var("FLUX_JOB_ID"))
-        .or(file.job_id)
-        .unwrap_or_else(|| format!("pid-{pid}"));
+        .or(file.job_id);
+    // Without a job id there is no job to share limits with.
+    let limit_scope = match var("PADLL_LIMIT_SCOPE").or(file.limit_scope) {
+        Some(text) => LimitScope::parse(&text).map_err(|e| format!("PADLL_LIMIT_SCOPE: {e}"))?,
+        None if named_job.is_some() => LimitScope::Job,
+        None => LimitScope::Process,
+    };
+    let job_id = named_job.unwrap_or_else(|| format!("pid-{pid}"));
     let user = var("PADLL_USER")
         .or_else(|| var("SLURM_JOB_USER"))
         .or(file.user)
@@ -346,6 +358,7 @@ pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, String> {
     Ok(Config {
         mounts,
         limits,
+        limit_scope,
         identity: Identity {
             job_id,
             job_size,
@@ -476,9 +489,14 @@ mod tests {
         assert_eq!(config.identity.job_id, "4242");
         assert_eq!(config.identity.job_size, 8);
         assert_eq!(config.stats_path.as_deref(), Some("/tmp/s.json"));
+        assert_eq!(config.limit_scope, LimitScope::Job);
         // Explicit settings beat the batch system's.
         let config = load_from(&[("PADLL_JOB_ID", "mine"), ("SLURM_JOB_ID", "4242")]).unwrap();
         assert_eq!(config.identity.job_id, "mine");
+        // Limits bind the job unless asked otherwise; without a job, each process.
+        let config = load_from(&[("PADLL_JOB_ID", "j"), ("PADLL_LIMIT_SCOPE", "process")]).unwrap();
+        assert_eq!(config.limit_scope, LimitScope::Process);
+        assert_eq!(load_from(&[]).unwrap().limit_scope, LimitScope::Process);
     }
 
     #[test]
@@ -493,6 +511,7 @@ mod tests {
             (vec![("PADLL_LOG", "loud")], "'loud'"),
             (vec![("PADLL_BURST_MS", "0")], "'0'"),
             (vec![("PADLL_JOB_SIZE", "x")], "'x'"),
+            (vec![("PADLL_LIMIT_SCOPE", "node")], "'node'"),
             (
                 vec![("PADLL_CONFIG", "/nonexistent/padll.toml")],
                 "/nonexistent/padll.toml",

@@ -1,0 +1,435 @@
+//! Job-wide limits on a node: the buckets of the configured limits live in a segment of
+//! shared memory that every process of the job on this node maps, so a limit binds the
+//! job's processes together — MPI ranks, children, processes the batch script starts
+//! later — instead of each process alone.
+//!
+//! **The segment** is the file `/dev/shm/padll-<uid>-<job>`, created `0600` and checked
+//! on every attach: a regular file owned by this uid, private, of the expected size, with
+//! the expected magic and layout version. Its blocks are reserved with `posix_fallocate`
+//! when it is made, so a full `/dev/shm` fails the attach instead of a later store through
+//! the mapping (`SIGBUS`). Each entry is a GCRA [`TokenBucket`] keyed by its limit
+//! (mountpoint, selector, unit, rate, burst): processes configured with the same limit
+//! share a bucket, a process given a different limit gets a bucket of its own. A bucket's
+//! whole state is atomics in the segment, its clock origin included (`CLOCK_MONOTONIC`
+//! is one clock for every process of the node), and GCRA moves it with one CAS, so a
+//! process that dies in the middle of a call leaves nothing half-written.
+//!
+//! **Who is attached** is kept by the kernel, with open-file-description (OFD) locks:
+//! attaching holds an exclusive lock on byte 0 (so attaches are serialised); every
+//! attached process holds a shared lock on byte 1 through its descriptor (close-on-exec;
+//! a forked child takes its own, see [`after_fork_in_child`]). A process that can take
+//! byte 1 exclusively is alone: the segment is left over from a finished job (or from a
+//! reused job id), so its buckets are reset — a stale debt never delays a new job. The
+//! last process to leave removes the file ([`leave`]); a job whose last process was
+//! killed leaves it for the next job with the same id to reset.
+//!
+//! Anything unexpected (another owner, a group- or world-accessible mode, a wrong size or
+//! magic while other processes use it, no `/dev/shm`) makes [`attach`] fail with a
+//! message; the caller then keeps per-process buckets and says so in one line.
+
+use crate::bucket::{Limit, TokenBucket};
+use padll_wire::channel::ChannelSpec;
+use std::ffi::CString;
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+/// Where segments are made.
+const DIRECTORY: &str = "/dev/shm";
+/// "PADLLJOB", little-endian.
+const MAGIC: u64 = u64::from_le_bytes(*b"PADLLJOB");
+/// Bumped whenever [`Segment`]'s layout changes.
+const LAYOUT_VERSION: u64 = 1;
+/// Distinct limits one job can hold on a node.
+const ENTRIES: usize = 256;
+/// Longest job id kept readable in the file name.
+const MAX_NAME_JOB: usize = 64;
+/// How long an attach waits for another process' attach to finish.
+const ATTACH_PATIENCE_MS: u32 = 2_000;
+
+/// The segment's layout. Plain atomics only: any process may read or write any field
+/// at any time.
+#[repr(C)]
+struct Segment {
+    magic: AtomicU64,
+    version: AtomicU64,
+    entries: AtomicU64,
+    _pad: [u64; 13],
+    entry: [Entry; ENTRIES],
+}
+
+/// One shared bucket: `key` is its limit's hash (never 0); 0 = free.
+#[repr(C, align(128))]
+struct Entry {
+    key: AtomicU64,
+    bucket: TokenBucket,
+}
+
+const SEGMENT_BYTES: usize = std::mem::size_of::<Segment>();
+
+/// The attached segment: its descriptor (holding our byte-1 lock) and mapping.
+struct Attached {
+    path: CString,
+    segment: &'static Segment,
+}
+
+static ATTACHED: OnceLock<Attached> = OnceLock::new();
+/// The descriptor holding this process' lock (-1 when none); replaced in a forked child.
+static LOCK_FD: AtomicI32 = AtomicI32::new(-1);
+
+/// Maps this job's segment on the node (creating or resetting it as needed) and returns
+/// the shared bucket of each limit in `specs`, in order. Buckets new to the segment are
+/// configured (full); existing ones are joined as they are.
+pub fn attach(
+    uid: u32,
+    job: &str,
+    specs: &[ChannelSpec],
+) -> Result<Vec<&'static TokenBucket>, String> {
+    if specs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let path = segment_path(uid, job);
+    let shown = path.to_string_lossy().into_owned();
+    let attached = open_segment(&path, uid).map_err(|e| format!("{shown}: {e}"))?;
+    let buckets = specs
+        .iter()
+        .map(|spec| attached.segment.bucket_for(spec))
+        .collect::<Result<Vec<_>, String>>()
+        .map_err(|e| format!("{shown}: {e}"));
+    unlock(LOCK_FD.load(Ordering::Relaxed), 0);
+    let buckets = buckets?;
+    let _ = ATTACHED.set(attached);
+    Ok(buckets)
+}
+
+/// `/dev/shm/padll-<uid>-<job>`: the job id as is when it is short and plain, else its
+/// plain characters followed by a hash of the whole id (ids never collide by spelling).
+fn segment_path(uid: u32, job: &str) -> CString {
+    let plain: String = job
+        .chars()
+        .take(MAX_NAME_JOB)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let name = if plain == job && !job.is_empty() && !job.starts_with('.') {
+        format!("padll-{uid}-{job}")
+    } else {
+        format!("padll-{uid}-{plain}-{:016x}", fnv(job.as_bytes()))
+    };
+    CString::new(format!("{DIRECTORY}/{name}")).expect("no NUL in a sanitised name")
+}
+
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ *b as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// Opens, checks, locks and maps the segment. On success byte 0 is still locked
+/// (exclusive, released by the caller once its buckets are claimed) and byte 1 is held
+/// shared for the life of the descriptor.
+fn open_segment(path: &CString, uid: u32) -> Result<Attached, String> {
+    // A file removed by its last user between our open and our lock is not the
+    // segment any more: start again (twice at most; a third race is no accident).
+    for _ in 0..3 {
+        // SAFETY: NUL-terminated path; O_NONBLOCK so a FIFO planted here cannot hang us.
+        let fd = unsafe {
+            libc::open(
+                path.as_ptr(),
+                libc::O_RDWR
+                    | libc::O_CREAT
+                    | libc::O_NOFOLLOW
+                    | libc::O_CLOEXEC
+                    | libc::O_NONBLOCK,
+                0o600,
+            )
+        };
+        if fd < 0 {
+            return Err(format!("cannot open: {}", std::io::Error::last_os_error()));
+        }
+        match lock_and_map(fd, path, uid) {
+            Ok(Some(segment)) => {
+                LOCK_FD.store(fd, Ordering::Relaxed);
+                return Ok(Attached {
+                    path: path.clone(),
+                    segment,
+                });
+            }
+            Ok(None) => close(fd),
+            Err(e) => {
+                close(fd);
+                return Err(e);
+            }
+        }
+    }
+    Err("it keeps being removed and recreated while attaching".into())
+}
+
+/// `Ok(None)`: the file at `path` is no longer `fd`'s (removed meanwhile); retry.
+fn lock_and_map(fd: i32, path: &CString, uid: u32) -> Result<Option<&'static Segment>, String> {
+    let meta = fstat(fd)?;
+    if meta.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err("not a regular file".into());
+    }
+    if meta.st_uid != uid {
+        return Err(format!(
+            "owned by uid {}, not by this job's uid {uid}; not shared",
+            meta.st_uid
+        ));
+    }
+    if meta.st_mode & 0o077 != 0 {
+        return Err(format!(
+            "mode {:o} lets others in (expected 600); not shared",
+            meta.st_mode & 0o777
+        ));
+    }
+    wait_for_lock(fd, 0)?;
+    // SAFETY: NUL-terminated path, valid out-pointer.
+    let current = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        (libc::stat(path.as_ptr(), &mut st) == 0).then_some(st)
+    };
+    if !current.is_some_and(|st| st.st_dev == meta.st_dev && st.st_ino == meta.st_ino) {
+        unlock(fd, 0);
+        return Ok(None);
+    }
+    let result = map_locked(fd);
+    if result.is_err() {
+        unlock(fd, 0);
+    }
+    result.map(Some)
+}
+
+/// With byte 0 held: join the segment, or (re)make it when no one else is attached.
+fn map_locked(fd: i32) -> Result<&'static Segment, String> {
+    let alone = lock(fd, 1, libc::F_WRLCK);
+    let size = fstat(fd)?.st_size as usize;
+    if alone {
+        if size != SEGMENT_BYTES {
+            // New, or left truncated or resized: make it afresh.
+            // SAFETY: our descriptor; sizes are the segment's.
+            let made = unsafe {
+                libc::ftruncate(fd, 0) == 0
+                    && libc::posix_fallocate(fd, 0, SEGMENT_BYTES as libc::off_t) == 0
+            };
+            if !made {
+                return Err(format!(
+                    "cannot reserve {SEGMENT_BYTES} bytes (is {DIRECTORY} full?)"
+                ));
+            }
+        }
+        let segment = map(fd)?;
+        segment.reset();
+        // Downgrade to shared: atomic for OFD locks, and byte 0 keeps attaches out.
+        lock(fd, 1, libc::F_RDLCK);
+        return Ok(segment);
+    }
+    if size != SEGMENT_BYTES {
+        return Err(format!(
+            "in use with {size} bytes, expected {SEGMENT_BYTES} (truncated or another version)"
+        ));
+    }
+    let segment = map(fd)?;
+    if !segment.is_valid() {
+        return Err("in use but its header is not PADLL's (corrupt or another version)".into());
+    }
+    if !lock(fd, 1, libc::F_RDLCK) {
+        return Err("cannot hold it shared".into());
+    }
+    Ok(segment)
+}
+
+fn map(fd: i32) -> Result<&'static Segment, String> {
+    // SAFETY: a shared mapping of our descriptor, never unmapped (it lives as long as
+    // the process, and its buckets are referenced from the channel table).
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            SEGMENT_BYTES,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(format!("cannot map: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: page-aligned, SEGMENT_BYTES long, and Segment is atomics only (any bit
+    // pattern is a valid value).
+    Ok(unsafe { &*base.cast::<Segment>() })
+}
+
+impl Segment {
+    fn is_valid(&self) -> bool {
+        self.magic.load(Ordering::Acquire) == MAGIC
+            && self.version.load(Ordering::Relaxed) == LAYOUT_VERSION
+            && self.entries.load(Ordering::Relaxed) == ENTRIES as u64
+    }
+
+    /// Empties every entry and writes the header (magic last). Only while alone.
+    fn reset(&self) {
+        self.magic.store(0, Ordering::Release);
+        for entry in &self.entry {
+            entry.key.store(0, Ordering::Relaxed);
+            entry.bucket.clear();
+        }
+        self.version.store(LAYOUT_VERSION, Ordering::Relaxed);
+        self.entries.store(ENTRIES as u64, Ordering::Relaxed);
+        self.magic.store(MAGIC, Ordering::Release);
+    }
+
+    /// The entry for `spec`, claimed and configured if new. Byte 0 is held, so no one
+    /// else claims meanwhile. Open addressing from the key's hash: after a reset the
+    /// same limit lands on the same entry.
+    fn bucket_for(&'static self, spec: &ChannelSpec) -> Result<&'static TokenBucket, String> {
+        let key = limit_key(spec);
+        let home = key as usize % ENTRIES;
+        for probe in 0..ENTRIES {
+            let entry = &self.entry[(home + probe) % ENTRIES];
+            match entry.key.load(Ordering::Acquire) {
+                k if k == key => return Ok(&entry.bucket),
+                0 => {
+                    entry.bucket.configure(Limit {
+                        rate: spec.rate,
+                        burst: spec.burst,
+                    });
+                    entry.key.store(key, Ordering::Release);
+                    return Ok(&entry.bucket);
+                }
+                _ => {}
+            }
+        }
+        Err(format!("holds {ENTRIES} limits already"))
+    }
+}
+
+/// A limit's identity in the segment (never 0).
+fn limit_key(spec: &ChannelSpec) -> u64 {
+    let text = format!(
+        "{}|{}|{:?}|{}|{}",
+        spec.mount.as_deref().unwrap_or(""),
+        spec.scope.name(),
+        spec.unit,
+        spec.rate,
+        spec.burst
+    );
+    fnv(text.as_bytes()) | 1
+}
+
+/// In a forked child: take a lock of our own (a new open file description of the same
+/// file), so the parent leaving first never sees the segment unused while the child
+/// still uses it. Raw system calls only: this runs in the `fork` handler.
+pub fn after_fork_in_child() {
+    let inherited = LOCK_FD.load(Ordering::Relaxed);
+    if inherited < 0 {
+        return;
+    }
+    let link = proc_self_fd(inherited);
+    // SAFETY: NUL-terminated name; raw syscalls are async-signal-safe and bypass hooks.
+    let own = unsafe {
+        libc::syscall(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            link.as_ptr(),
+            libc::O_RDWR | libc::O_CLOEXEC,
+        )
+    } as i32;
+    if own >= 0 && lock(own, 1, libc::F_RDLCK) {
+        LOCK_FD.store(own, Ordering::Relaxed);
+        // Our copy of the parent's descriptor: closing it leaves the parent's lock.
+        // SAFETY: raw close of an inherited descriptor of ours.
+        unsafe { libc::syscall(libc::SYS_close, inherited) };
+    } else if own >= 0 {
+        // SAFETY: as above.
+        unsafe { libc::syscall(libc::SYS_close, own) };
+    }
+}
+
+/// At exit: the last process attached removes the segment (while holding byte 0, so no
+/// attach is half-way). Never waits.
+pub fn leave() {
+    let (Some(attached), fd) = (ATTACHED.get(), LOCK_FD.load(Ordering::Relaxed)) else {
+        return;
+    };
+    if fd < 0 || !lock(fd, 0, libc::F_WRLCK) {
+        return;
+    }
+    if lock(fd, 1, libc::F_WRLCK) {
+        // SAFETY: NUL-terminated path.
+        unsafe { libc::unlink(attached.path.as_ptr()) };
+        lock(fd, 1, libc::F_RDLCK);
+    }
+    unlock(fd, 0);
+}
+
+/// `/proc/self/fd/<fd>` as a NUL-terminated name, built without allocating.
+fn proc_self_fd(fd: i32) -> [u8; 26] {
+    let mut link = *b"/proc/self/fd/\0\0\0\0\0\0\0\0\0\0\0\0";
+    let mut digits = [0u8; 10];
+    let (mut n, mut count) = (fd.max(0) as u32, 0);
+    loop {
+        digits[count] = b'0' + (n % 10) as u8;
+        count += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..count {
+        link[14 + i] = digits[count - 1 - i];
+    }
+    link
+}
+
+/// Tries an OFD lock of `kind` on byte `byte`; true if held.
+fn lock(fd: i32, byte: i64, kind: i32) -> bool {
+    // SAFETY: flock is plain data; all-zero is a valid value.
+    let mut request: libc::flock = unsafe { std::mem::zeroed() };
+    request.l_type = kind as i16;
+    request.l_whence = libc::SEEK_SET as i16;
+    request.l_start = byte;
+    request.l_len = 1;
+    // SAFETY: a valid flock for F_OFD_SETLK (l_pid must be 0); raw syscall, no hook.
+    unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_OFD_SETLK, &request) == 0 }
+}
+
+fn unlock(fd: i32, byte: i64) {
+    if fd >= 0 {
+        lock(fd, byte, libc::F_UNLCK);
+    }
+}
+
+/// Takes byte `byte` exclusively, waiting (in 1 ms steps) for another attach to end.
+fn wait_for_lock(fd: i32, byte: i64) -> Result<(), String> {
+    for _ in 0..ATTACH_PATIENCE_MS {
+        if lock(fd, byte, libc::F_WRLCK) {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    Err(format!(
+        "another process has held its attach lock for {ATTACH_PATIENCE_MS} ms"
+    ))
+}
+
+fn fstat(fd: i32) -> Result<libc::stat, String> {
+    // SAFETY: valid out-pointer.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd, &mut st) == 0 {
+            Ok(st)
+        } else {
+            Err(format!("cannot stat: {}", std::io::Error::last_os_error()))
+        }
+    }
+}
+
+fn close(fd: i32) {
+    // SAFETY: a descriptor we opened.
+    unsafe { libc::close(fd) };
+}
