@@ -122,11 +122,19 @@ impl TokenBucket {
     /// Reserves `cost` tokens at time `now_ns` and says when the request may start.
     /// A zero cost is admitted at once and reserves nothing.
     ///
-    /// With `lease` > 0, reserves `cost + lease` instead if the bucket holds that many
-    /// tokens now (the larger reservation still ends within τ of now, so it starts at
-    /// once and puts no one in debt); otherwise exactly `cost`, so a limiting bucket
-    /// stays FIFO and exact.
-    pub fn reserve(&self, cost: u64, lease: u64, now_ns: u64) -> Reservation {
+    /// Extra tokens for the caller's next requests (credit, see `channels`) come in two
+    /// ways, both charged here:
+    /// - a *lease* of `lease` tokens, only if the bucket holds `cost + lease` now (the
+    ///   larger reservation still ends within τ of now, so it starts at once and puts no
+    ///   one in debt);
+    /// - a *batch* of `batch` tokens, only if the request must wait anyway, behind no
+    ///   more than one batch's worth of other requests: it then waits until the last of
+    ///   them conforms, so one sleep admits `cost + batch` tokens and none is spent
+    ///   before GCRA would have admitted it. (Behind a long queue — many waiting threads —
+    ///   a batch would hold its early tokens idle while its thread sleeps for the last.)
+    ///
+    /// Otherwise exactly `cost` is reserved, so a limiting bucket stays FIFO and exact.
+    pub fn reserve(&self, cost: u64, lease: u64, batch: u64, now_ns: u64) -> Reservation {
         if cost == 0 {
             return Reservation {
                 start_ns: now_ns,
@@ -136,23 +144,35 @@ impl TokenBucket {
         let now = self.units(now_ns);
         let interval = self.interval.load(Ordering::Relaxed) as u128;
         let cost_price = price(cost, interval);
-        let leased_price = price(cost.saturating_add(lease), interval);
         let tolerance = self.tolerance.load(Ordering::Relaxed);
         let mut tat = self.tat.load(Ordering::Acquire);
         loop {
             let base = tat.max(now);
-            let with_lease = base.saturating_add(leased_price);
-            let (new_tat, leased) = if lease != 0 && with_lease <= now.saturating_add(tolerance) {
-                (with_lease, lease)
-            } else {
-                (base.saturating_add(cost_price), 0)
-            };
+            // How far the queue ahead reaches beyond the tolerance (0: no wait).
+            let queued = base.saturating_sub(now.saturating_add(tolerance));
+            let leased_tat = base.saturating_add(price(cost.saturating_add(lease), interval));
+            let batch_price = price(batch, interval);
+            let (new_tat, leased, start) =
+                if lease != 0 && leased_tat <= now.saturating_add(tolerance) {
+                    (leased_tat, lease, now)
+                } else if batch != 0 && queued != 0 && queued <= batch_price {
+                    (
+                        base.saturating_add(price(cost.saturating_add(batch), interval)),
+                        batch,
+                        base.saturating_add(batch_price) - tolerance,
+                    )
+                } else {
+                    (
+                        base.saturating_add(cost_price),
+                        0,
+                        base.saturating_sub(tolerance).max(now),
+                    )
+                };
             match self
                 .tat
                 .compare_exchange_weak(tat, new_tat, Ordering::AcqRel, Ordering::Acquire)
             {
                 Ok(_) => {
-                    let start = tat.saturating_sub(tolerance).max(now);
                     return Reservation {
                         start_ns: (start >> UNIT_SHIFT) + self.origin.load(Ordering::Relaxed),
                         leased,
@@ -197,7 +217,7 @@ mod tests {
     fn start_of_last(bucket: &TokenBucket, n: u64, cost: u64, t0: u64) -> u64 {
         let mut now = t0;
         for _ in 0..n {
-            now = now.max(bucket.reserve(cost, 0, now).start_ns);
+            now = now.max(bucket.reserve(cost, 0, 0, now).start_ns);
         }
         now
     }
@@ -235,10 +255,10 @@ mod tests {
         let t0 = now_ns();
         // The first 10 requests (the burst) and one more start immediately.
         for _ in 0..11 {
-            assert_eq!(bucket.reserve(1, 0, t0).start_ns, t0);
+            assert_eq!(bucket.reserve(1, 0, 0, t0).start_ns, t0);
         }
         // The next one waits one interval (10 ms).
-        let start = bucket.reserve(1, 0, t0).start_ns;
+        let start = bucket.reserve(1, 0, 0, t0).start_ns;
         assert!((start - t0).abs_diff(10_000_000) < 1000, "{}", start - t0);
     }
 
@@ -250,8 +270,8 @@ mod tests {
             burst: 10,
         });
         let t0 = now_ns();
-        assert_eq!(bucket.reserve(5000, 0, t0).start_ns, t0);
-        let next = bucket.reserve(1, 0, t0).start_ns;
+        assert_eq!(bucket.reserve(5000, 0, 0, t0).start_ns, t0);
+        let next = bucket.reserve(1, 0, 0, t0).start_ns;
         // 5 s of debt minus the 10-token tolerance.
         assert!(
             (next - t0).abs_diff(4_990_000_000) < 10_000,
@@ -271,7 +291,7 @@ mod tests {
         // Nine leases of 1 + 10 tokens fit in the 100-token burst and start at once.
         for _ in 0..9 {
             assert_eq!(
-                bucket.reserve(1, 10, t0),
+                bucket.reserve(1, 10, 0, t0),
                 Reservation {
                     start_ns: t0,
                     leased: 10
@@ -281,17 +301,45 @@ mod tests {
         // One token is left: no lease, the cost alone is reserved, as without leases
         // (this GCRA admits burst + 1 at once).
         for _ in 0..2 {
-            assert_eq!(bucket.reserve(1, 10, t0).leased, 0);
+            assert_eq!(bucket.reserve(1, 10, 0, t0).leased, 0);
         }
         // The leased tokens were charged: the bucket is now limiting, so no lease, and
         // the next request waits one interval.
-        let next = bucket.reserve(1, 10, t0);
+        let next = bucket.reserve(1, 10, 0, t0);
         assert_eq!(next.leased, 0);
         assert!(
             (next.start_ns - t0).abs_diff(1_000_000) < 1000,
             "{}",
             next.start_ns - t0
         );
+    }
+
+    #[test]
+    fn a_batch_waits_until_its_last_token_conforms() {
+        let bucket = TokenBucket::new();
+        bucket.configure(Limit {
+            rate: 1000,
+            burst: 1,
+        });
+        let t0 = now_ns();
+        // Not waiting: a batch is not taken (the bucket holds tokens now).
+        assert_eq!(bucket.reserve(1, 0, 9, t0).leased, 0);
+        assert_eq!(bucket.reserve(1, 0, 9, t0).leased, 0);
+        // Waiting: 1 + 9 tokens reserved; the request starts when the ninth extra one
+        // conforms (one interval after the last, 9 more intervals: 10 ms).
+        let batch = bucket.reserve(1, 0, 9, t0);
+        let queued = bucket.reserve(1, 0, 9, t0);
+        assert_eq!(queued.leased, 0, "behind a whole batch: no batch");
+        bucket.refund(1, t0);
+        assert_eq!(batch.leased, 9);
+        assert!(
+            (batch.start_ns - t0).abs_diff(10_000_000) < 1000,
+            "{}",
+            batch.start_ns - t0
+        );
+        // They were charged: the next request waits behind all of them.
+        let next = bucket.reserve(1, 0, 0, t0).start_ns;
+        assert!((next - t0).abs_diff(11_000_000) < 1000, "{}", next - t0);
     }
 
     #[test]
@@ -302,9 +350,9 @@ mod tests {
             burst: 1,
         });
         let t0 = now_ns();
-        bucket.reserve(1000, 0, t0);
+        bucket.reserve(1000, 0, 0, t0);
         bucket.refund(1000, t0);
-        assert_eq!(bucket.reserve(1, 0, t0).start_ns, t0);
+        assert_eq!(bucket.reserve(1, 0, 0, t0).start_ns, t0);
     }
 
     #[test]
@@ -312,13 +360,13 @@ mod tests {
         let bucket = TokenBucket::new();
         bucket.configure(Limit { rate: 1, burst: 1 });
         let t0 = now_ns();
-        bucket.reserve(100, 0, t0);
+        bucket.reserve(100, 0, 0, t0);
         bucket.configure(Limit {
             rate: 1_000_000,
             burst: 1,
         });
         let now = now_ns();
-        assert!(bucket.reserve(1, 0, now).start_ns <= now + 1000);
+        assert!(bucket.reserve(1, 0, 0, now).start_ns <= now + 1000);
     }
 
     #[test]
@@ -329,7 +377,7 @@ mod tests {
         let bucket = TokenBucket::new();
         bucket.configure_at(Limit { rate: 10, burst: 1 }, boot_plus_3_years);
         let t0 = boot_plus_3_years + 5_000;
-        assert_eq!(bucket.reserve(1, 0, t0).start_ns, t0);
+        assert_eq!(bucket.reserve(1, 0, 0, t0).start_ns, t0);
         // One more fits in the burst tolerance; after it, one per 100 ms.
         let last = start_of_last(&bucket, 10, 1, t0);
         assert!(
@@ -344,8 +392,8 @@ mod tests {
         let bucket = TokenBucket::new();
         bucket.configure(Limit { rate: 1, burst: 1 });
         let t0 = now_ns();
-        bucket.reserve(10, 0, t0);
-        assert_eq!(bucket.reserve(0, 0, t0).start_ns, t0);
+        bucket.reserve(10, 0, 0, t0);
+        assert_eq!(bucket.reserve(0, 0, 0, t0).start_ns, t0);
     }
 
     #[test]
@@ -359,7 +407,9 @@ mod tests {
         let threads: Vec<_> = (0..4)
             .map(|_| {
                 std::thread::spawn(move || {
-                    (0..10_000).map(|_| bucket.reserve(1, 0, t0).start_ns).max()
+                    (0..10_000)
+                        .map(|_| bucket.reserve(1, 0, 0, t0).start_ns)
+                        .max()
                 })
             })
             .collect();

@@ -83,6 +83,27 @@ pub fn log(level: LogLevel, message: &str) {
     unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
 }
 
+/// Threads holding credit (`channels`) carry a non-null value under this key, so their
+/// credit is returned when they end (glibc runs key destructors at thread exit).
+static CREDIT_KEY: std::sync::OnceLock<libc::pthread_key_t> = std::sync::OnceLock::new();
+
+extern "C" fn thread_ending(_: *mut libc::c_void) {
+    let _ = std::panic::catch_unwind(|| channels::return_credit(stats::local()));
+}
+
+/// Makes the calling thread return its unspent credit when it ends (once per thread:
+/// a TCB lookup on later calls).
+pub(crate) fn return_credit_at_thread_exit() {
+    if let Some(&key) = CREDIT_KEY.get() {
+        // SAFETY: a key created by us; the value is only a marker.
+        unsafe {
+            if libc::pthread_getspecific(key).is_null() {
+                libc::pthread_setspecific(key, std::ptr::NonNull::<u8>::dangling().as_ptr().cast());
+            }
+        }
+    }
+}
+
 /// The library constructor: resolve every real function first, then read the
 /// configuration. A bad configuration is reported in one line and the program runs
 /// unthrottled.
@@ -148,6 +169,11 @@ fn start(config: &Config) -> Result<(), String> {
         return Ok(());
     }
     let _ = MOUNTS.set(table);
+    let mut key: libc::pthread_key_t = 0;
+    // SAFETY: valid out-pointer and a destructor that never unwinds.
+    if unsafe { libc::pthread_key_create(&mut key, Some(thread_ending)) } == 0 {
+        let _ = CREDIT_KEY.set(key);
+    }
     intercept::refresh_current_dir();
     adopt_inherited_descriptors();
     // SAFETY: registering plain functions as fork handlers.
@@ -235,6 +261,11 @@ extern "C" fn after_fork_in_child() {
 extern "C" fn on_unload() {
     let _ = std::panic::catch_unwind(|| {
         let _io = StageIo::enter();
+        // Credit still held by this process' threads goes back to the buckets (the
+        // job's other processes go on using them).
+        for counters in stats::every_thread() {
+            channels::return_credit(counters);
+        }
         shared::leave();
         let Some(settings) = SETTINGS.get() else {
             return;

@@ -49,6 +49,10 @@ struct ChannelCounters {
     credit: AtomicU64,
     credit_generation: AtomicU64,
     credit_expires: AtomicU64,
+    /// Tokens of the last lease or batch (what `credit` started from).
+    granted: AtomicU64,
+    /// The thread's time per request in this channel (moving average, ns; 0 = unknown).
+    call_ns: AtomicU64,
 }
 
 #[repr(C, align(128))]
@@ -81,6 +85,8 @@ const fn empty_shard() -> Shard {
                 credit: AtomicU64::new(0),
                 credit_generation: AtomicU64::new(0),
                 credit_expires: AtomicU64::new(0),
+                granted: AtomicU64::new(0),
+                call_ns: AtomicU64::new(0),
             }
         }; MAX_CHANNELS],
     }
@@ -171,15 +177,62 @@ impl Counters {
     }
 
     /// Replaces the thread's credit in channel `slot` (what is left of the old one is
-    /// dropped: too little, expired or stale). Only for threads that
+    /// dropped: too little, expired or stale); `tokens` may be 0: the grant's time is
+    /// still what [`Self::next_batch`] measures the thread's pace from. Only for threads that
     /// [hold credit](Self::holds_credit). Stored amount first: a signal handler that
     /// sees a torn lease sees an older generation or an earlier expiry, never more.
     #[inline]
     pub fn lease(self, slot: usize, generation: u64, tokens: u64, expires: u64) {
         let row = &self.shard.channels[slot];
         row.credit.store(tokens, Ordering::Relaxed);
+        row.granted.store(tokens, Ordering::Relaxed);
         row.credit_generation.store(generation, Ordering::Relaxed);
         row.credit_expires.store(expires, Ordering::Relaxed);
+    }
+
+    /// How many tokens the thread should reserve ahead in channel `slot` if its request
+    /// of `cost` must wait: as many as it is expected to spend within half the credit's
+    /// lifetime `ttl`, at most `max`. Called at `now`, when its credit could not pay: the
+    /// requests it made since its last grant and the time they took update its average
+    /// time per request (so a thread whose calls are slow — a loaded file system — gets
+    /// no batch and wastes no tokens, and a fast one gets a full batch). Only for threads
+    /// that [hold credit](Self::holds_credit).
+    #[inline]
+    pub fn next_batch(self, slot: usize, cost: u64, now: u64, ttl: u64, max: u64) -> u64 {
+        let row = &self.shard.channels[slot];
+        let expires = row.credit_expires.load(Ordering::Relaxed);
+        let mut call_ns = row.call_ns.load(Ordering::Relaxed);
+        if expires != 0 {
+            let granted = row.granted.load(Ordering::Relaxed);
+            let spent = granted.saturating_sub(row.credit.load(Ordering::Relaxed));
+            let calls = spent / cost.max(1) + 1;
+            let sample = now.saturating_sub(expires.saturating_sub(ttl)) / calls;
+            call_ns = if call_ns == 0 {
+                sample.max(1)
+            } else {
+                (call_ns - call_ns / 8 + sample / 8).max(1)
+            };
+            row.call_ns.store(call_ns, Ordering::Relaxed);
+        }
+        if call_ns == 0 {
+            return 0;
+        }
+        (ttl / 2 / call_ns).saturating_mul(cost).min(max)
+    }
+
+    /// Takes back the thread's credit in channel `slot` if it is still spendable at `now`
+    /// under `generation`, and returns it (0 if none).
+    pub fn take_back_credit(self, slot: usize, generation: u64, now: u64) -> u64 {
+        let row = &self.shard.channels[slot];
+        let credit = row.credit.load(Ordering::Relaxed);
+        if credit == 0
+            || row.credit_expires.load(Ordering::Relaxed) <= now
+            || row.credit_generation.load(Ordering::Relaxed) != generation
+        {
+            return 0;
+        }
+        row.credit.store(0, Ordering::Relaxed);
+        credit
     }
 
     /// The thread's unspent credit in channel `slot`, whatever its validity.
@@ -286,6 +339,15 @@ pub fn channel_totals(slot: usize) -> (u64, u64) {
     })
 }
 
+/// The counters of every thread that ever counted (at process exit, to return the
+/// credit of threads still alive).
+pub fn every_thread() -> impl Iterator<Item = Counters> {
+    OWNED
+        .iter()
+        .filter(|shard| shard.owner.load(Ordering::Relaxed) != 0)
+        .map(|shard| Counters { shard, owned: true })
+}
+
 fn all_shards() -> impl Iterator<Item = &'static Shard> {
     OWNED.iter().chain(std::iter::once(&OVERFLOW))
 }
@@ -322,6 +384,8 @@ pub fn reset() {
                 &c.credit,
                 &c.credit_generation,
                 &c.credit_expires,
+                &c.granted,
+                &c.call_ns,
             ] {
                 zero(counter);
             }

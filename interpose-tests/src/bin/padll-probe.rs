@@ -28,6 +28,17 @@ fn stat(path: &CString) -> i32 {
     unsafe { libc::stat(path.as_ptr(), st.as_mut_ptr()) }
 }
 
+/// `CLOCK_MONOTONIC` in nanoseconds: one clock for every process of the node.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Runs `op` until `seconds` pass; returns (operations, elapsed seconds).
 fn timed(seconds: f64, ops_per_call: u64, mut op: impl FnMut()) -> (u64, f64) {
     let start = Instant::now();
@@ -226,6 +237,37 @@ fn main() {
                 libc::close(fd);
                 check(errno() == 54321, "errno untouched by open+close");
                 println!("ok=1");
+            }
+            "load" => {
+                // THREADS threads each repeating KIND (stat, or mixed: stat + open +
+                // close, mdtest-like) for SECONDS; the window is printed on the
+                // node-wide monotonic clock so several processes' runs can be summed.
+                let seconds: f64 = arg(3, "2").parse().unwrap();
+                let threads: usize = arg(4, "1").parse().unwrap();
+                let mixed = arg(5, "stat") == "mixed";
+                let start_ns = monotonic_ns();
+                let handles: Vec<_> = (0..threads)
+                    .map(|_| {
+                        let file = file.clone();
+                        std::thread::spawn(move || {
+                            timed(seconds, if mixed { 3 } else { 1 }, || {
+                                check(stat(&file) == 0, "stat");
+                                if mixed {
+                                    let fd = libc::open(file.as_ptr(), libc::O_RDONLY);
+                                    check(fd >= 0, "open");
+                                    libc::close(fd);
+                                }
+                            })
+                            .0
+                        })
+                    })
+                    .collect();
+                let ops: u64 = handles.into_iter().map(|h| h.join().expect("thread")).sum();
+                let end_ns = monotonic_ns();
+                println!(
+                    "ops={ops} seconds={:.3} start_ns={start_ns} end_ns={end_ns}",
+                    (end_ns - start_ns) as f64 / 1e9
+                );
             }
             "threads" => {
                 let threads: usize = arg(3, "256").parse().unwrap();

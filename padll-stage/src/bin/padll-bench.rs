@@ -23,9 +23,10 @@ fn main() {
     match args.get(1).map(String::as_str) {
         Some("worker") => worker(&args[2..]),
         Some("count") => count(&args[2..]),
+        Some("throttled") => throttled(),
         None => driver(),
         Some(other) => {
-            eprintln!("padll-bench: unknown mode '{other}' (use no argument, 'worker' or 'count')");
+            eprintln!("padll-bench: unknown mode '{other}' (use no argument, 'worker', 'count' or 'throttled')");
             std::process::exit(2);
         }
     }
@@ -58,15 +59,20 @@ fn setups(
     ]
 }
 
-fn driver() {
-    let exe = std::env::current_exe().expect("current exe");
-    let Some(library) = padll_wire::locate_stage_library(exe.parent().expect("exe dir")) else {
+/// The stage library beside this binary (exits if there is none).
+fn stage_library(exe: &Path) -> PathBuf {
+    padll_wire::locate_stage_library(exe.parent().expect("exe dir")).unwrap_or_else(|| {
         eprintln!(
             "padll-bench: {} not found beside this binary; build with `cargo build --release -p padll-stage`",
             padll_wire::STAGE_LIBRARY
         );
         std::process::exit(2);
-    };
+    })
+}
+
+fn driver() {
+    let exe = std::env::current_exe().expect("current exe");
+    let library = stage_library(&exe);
     let base = std::env::temp_dir().join(format!("padll-bench-{}", std::process::id()));
     let dir = base.join("data");
     std::fs::create_dir_all(&dir).expect("bench dir");
@@ -231,5 +237,105 @@ fn count(args: &[String]) {
     let mut one = make_call(call, Path::new(dir));
     for _ in 0..n.parse::<u64>().expect("N") {
         one();
+    }
+}
+
+/// `throttled`: the CPU a throttled call costs. Processes make `stat` calls on a managed
+/// file as fast as they can under `getattr=RATE/s` (one process, or two processes of one
+/// job sharing the limit); the same number of calls is made natively; user + system time
+/// comes from `getrusage(RUSAGE_CHILDREN)`. Prints a Markdown table.
+fn throttled() {
+    let exe = std::env::current_exe().expect("current exe");
+    let library = stage_library(&exe);
+    let base = std::env::temp_dir().join(format!("padll-bench-throttled-{}", std::process::id()));
+    let dir = base.join("data");
+    std::fs::create_dir_all(&dir).expect("bench dir");
+    std::fs::write(dir.join("file"), b"x").expect("bench file");
+    let seconds: u64 = std::env::var("PADLL_BENCH_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    println!("| limit (stat/s) | processes | calls | achieved /s | native CPU µs/call | throttled CPU µs/call | extra CPU µs/call | sleeps per 100 calls |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for rate in [1_000u64, 20_000, 100_000] {
+        for processes in [1u64, 2] {
+            let calls = rate * seconds;
+            let stage = [
+                ("LD_PRELOAD".to_string(), library.display().to_string()),
+                ("PADLL_MOUNTS".into(), dir.display().to_string()),
+                ("PADLL_RULES".into(), format!("getattr={rate}/s")),
+                (
+                    "PADLL_JOB_ID".into(),
+                    format!("bench-{}-{rate}-{processes}", std::process::id()),
+                ),
+            ];
+            let native = run_counting(&exe, &dir, calls, processes, &[]);
+            let throttled = run_counting(&exe, &dir, calls, processes, &stage);
+            let per_call = |cpu: f64| cpu / calls as f64 * 1e6;
+            println!(
+                "| {rate} | {processes} | {calls} | {:.0} | {:.2} | {:.2} | {:+.2} | {:.1} |",
+                calls as f64 / throttled.wall,
+                per_call(native.cpu),
+                per_call(throttled.cpu),
+                per_call(throttled.cpu - native.cpu),
+                (throttled.sleeps - native.sleeps) as f64 * 100.0 / calls as f64
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// What children cost: CPU seconds (user + system), voluntary context switches (each
+/// one a sleep), and wall-clock seconds until the last one ended.
+struct Cost {
+    cpu: f64,
+    sleeps: i64,
+    wall: f64,
+}
+
+/// Runs `processes` children making `calls` stat calls between them.
+fn run_counting(
+    exe: &Path,
+    dir: &Path,
+    calls: u64,
+    processes: u64,
+    env: &[(String, String)],
+) -> Cost {
+    let before = children_usage();
+    let start = Instant::now();
+    let children: Vec<_> = (0..processes)
+        .map(|_| {
+            Command::new(exe)
+                .args(["count", "stat", &(calls / processes).to_string()])
+                .arg(dir)
+                .envs(env.iter().cloned())
+                .spawn()
+                .expect("count")
+        })
+        .collect();
+    for mut child in children {
+        assert!(child.wait().expect("count").success(), "count failed");
+    }
+    let wall = start.elapsed().as_secs_f64();
+    let after = children_usage();
+    Cost {
+        cpu: after.cpu - before.cpu,
+        sleeps: after.sleeps - before.sleeps,
+        wall,
+    }
+}
+
+/// CPU seconds and voluntary context switches of every waited-for child so far.
+fn children_usage() -> Cost {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: valid out-pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, usage.as_mut_ptr()) };
+    // SAFETY: zero-initialised and filled by getrusage.
+    let usage = unsafe { usage.assume_init() };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    Cost {
+        cpu: seconds(usage.ru_utime) + seconds(usage.ru_stime),
+        sleeps: usage.ru_nvcsw,
+        wall: 0.0,
     }
 }
