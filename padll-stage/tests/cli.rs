@@ -398,3 +398,37 @@ fn the_stage_demo_shows_the_limit_taking_effect() {
         .unwrap_or_else(|| panic!("no metadata=1000/s row in:\n{text}"));
     assert!(limited <= 1050.0 && limited > 500.0, "{text}");
 }
+
+/// bash calls `fflush` after every builtin, mostly with nothing buffered: only the
+/// flushes that write are counted as writes.
+#[test]
+fn a_shell_echo_loop_counts_one_write_per_echo() {
+    let dir = scratch("echo");
+    let stats = dir.join("echo.json");
+    let script = format!(
+        "for i in $(seq 200); do echo $i; done > {}/out.txt",
+        dir.display()
+    );
+    let out = padll(
+        &[
+            "run",
+            "--mount",
+            dir.to_str().unwrap(),
+            "--stats",
+            stats.to_str().unwrap(),
+            "--",
+            "bash",
+            "-c",
+            &script,
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let totals = report::total(&reports(&stats));
+    let write = totals.iter().find(|o| o.op == "write").expect("writes");
+    assert!(
+        (200..=205).contains(&write.managed) && write.calls <= 210,
+        "200 echoes counted as {write:?}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
