@@ -402,6 +402,7 @@ fn the_stage_demo_shows_the_limit_taking_effect() {
 /// bash calls `fflush` after every builtin, mostly with nothing buffered: only the
 /// flushes that write are counted as writes.
 #[test]
+#[cfg_attr(not(has_bash), ignore = "bash not installed")]
 fn a_shell_echo_loop_counts_one_write_per_echo() {
     let dir = scratch("echo");
     let stats = dir.join("echo.json");
