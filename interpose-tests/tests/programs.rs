@@ -94,8 +94,10 @@ rsync -a src/ dst/ && ls dst/d && cat dst/d/3
     ),
     (
         "fio with verification",
-        r#"fio --name=verify --directory=. --size=2M --bs=4k --rw=randwrite --verify=crc32c \
-    --ioengine=psync --numjobs=1 --minimal >/dev/null && echo fio-ok
+        r#"set -e
+fio --name=verify --directory=. --size=2M --bs=4k --rw=randwrite --verify=crc32c \
+    --ioengine=psync --numjobs=1 --minimal >/dev/null
+echo fio-ok
 rm -f verify.*
 "#,
     ),
