@@ -1,6 +1,12 @@
 //! Compiles the gRPC protocol with protox (a pure-Rust protobuf compiler): no system
-//! `protoc` is needed.
+//! `protoc` is needed. Also probes what tests need (`has_root`: the permission check
+//! runs `ctl` as another uid), see `build-support/tools.rs`.
+
+#[path = "../build-support/tools.rs"]
+mod tools;
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tools::probe(&[tools::Need::Root]);
     println!("cargo:rerun-if-changed=proto/cheferd.proto");
     let descriptors = protox::compile(["proto/cheferd.proto"], ["proto"])?;
     tonic_prost_build::configure().compile_fds(descriptors)?;

@@ -241,6 +241,7 @@ fn a_forked_child_keeps_working_and_reports_on_its_own() {
 }
 
 #[test]
+#[cfg_attr(not(has_bash), ignore = "bash not installed")]
 fn children_of_a_batch_script_are_throttled_too() {
     let dir = mountpoint("exec");
     let stats = dir.path().with_extension("json");
@@ -359,6 +360,7 @@ fn the_stage_is_silent_and_leaves_no_files() {
 }
 
 #[test]
+#[cfg_attr(not(has_bash), ignore = "bash not installed")]
 fn copies_are_paced_by_the_bytes_they_move() {
     // cp and cat ask copy_file_range for up to SSIZE_MAX bytes at a time: the stage
     // must charge what is moved (4 MiB read + 4 MiB written at 8 MiB/s ≈ 1 s), not

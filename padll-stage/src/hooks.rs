@@ -184,8 +184,8 @@ hooks! {
     fn getline(line: *mut MutStr, n: *mut size_t, stream: Stream) -> ssize_t => O::Read, T::Stream(stream), E::None, 0, transfer;
     fn getdelim(line: *mut MutStr, n: *mut size_t, delim: c_int, stream: Stream) -> ssize_t => O::Read, T::Stream(stream), E::None, 0, transfer;
     fn __getdelim(line: *mut MutStr, n: *mut size_t, delim: c_int, stream: Stream) -> ssize_t => O::Read, T::Stream(stream), E::None, 0, transfer;
-    fn fflush(stream: Stream) -> c_int => O::Write, T::Stream(stream), E::None, 0, status;
-    fn fflush_unlocked(stream: Stream) -> c_int => O::Write, T::Stream(stream), E::None, 0, status;
+    fn fflush(stream: Stream) -> c_int => flush_op(stream), T::Stream(stream), E::None, 0, status;
+    fn fflush_unlocked(stream: Stream) -> c_int => flush_op(stream), T::Stream(stream), E::None, 0, status;
 
     // ---- metadata ------------------------------------------------------------------------
     fn stat(path: Str, buf: *mut libc::stat) -> c_int => O::Getattr, T::Path(path), E::None, 0, status;
@@ -312,6 +312,19 @@ fn fcntl_op(cmd: c_int) -> Option<Op> {
             | libc::F_OFD_SETLKW
     )
     .then_some(Op::Lock)
+}
+
+extern "C" {
+    /// glibc: bytes in a stream's output buffer (reads two pointers; no lock).
+    fn __fpending(stream: Stream) -> size_t;
+}
+
+/// `fflush` is a write only when the stream has output waiting: shells call it after
+/// every builtin with nothing buffered. Its bytes were counted by the `fputs`/`fwrite`
+/// that buffered them (bytes `printf` buffered are not seen). `fflush(NULL)` flushes
+/// every stream and is not attributed to any.
+unsafe fn flush_op(stream: Stream) -> Option<Op> {
+    (!stream.is_null() && __fpending(stream) > 0).then_some(Op::Write)
 }
 
 fn unlinkat_op(flags: c_int) -> Op {

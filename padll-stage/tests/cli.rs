@@ -60,6 +60,9 @@ fn bad_flags_are_named_and_nothing_starts() {
             &["--mount", &mount, "--config", "/nonexistent/padll.toml"],
             "/nonexistent/padll.toml",
         ),
+        // A limit or a controller without any mountpoint would do nothing.
+        (&["--limit", "open=5/s"], "open=5/s"),
+        (&["--controller", "/run/x.sock"], "/run/x.sock"),
     ];
     for (flags, named) in cases {
         let mut args = vec!["run"];
@@ -73,8 +76,122 @@ fn bad_flags_are_named_and_nothing_starts() {
             stderr(&out)
         );
         assert!(!marker.exists(), "{flags:?}: the program was started");
+        assert_eq!(
+            stderr(&out).lines().count(),
+            1,
+            "one line: {}",
+            stderr(&out)
+        );
     }
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_limit_without_a_mount_flag_is_refused_unless_a_mount_comes_from_elsewhere() {
+    let dir = scratch("nomount");
+    let mount = dir.display().to_string();
+    // From the environment: accepted.
+    let out = padll(
+        &["run", "--limit", "open=5/s", "--", "true"],
+        &[("PADLL_MOUNTS", &mount)],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    // From a configuration file: accepted.
+    let config = dir.join("padll.toml");
+    std::fs::write(&config, format!("mounts = [\"{mount}\"]\n")).unwrap();
+    let out = padll(
+        &[
+            "run",
+            "--config",
+            config.to_str().unwrap(),
+            "--limit",
+            "open=5/s",
+            "--",
+            "true",
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    // A limit from PADLL_RULES alone is refused too.
+    let out = padll(&["run", "--", "true"], &[("PADLL_RULES", "open=5/s")]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("open=5/s"), "{}", stderr(&out));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_missing_mount_is_warned_about_once_and_the_program_still_runs() {
+    let dir = scratch("missing-mount");
+    let missing = dir.join("not-there");
+    let marker = dir.join("started");
+    let out = padll(
+        &[
+            "run",
+            "--mount",
+            missing.to_str().unwrap(),
+            "--",
+            "touch",
+            marker.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(marker.exists());
+    let text = stderr(&out);
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(
+        text.contains("warning") && text.contains(missing.to_str().unwrap()),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_program_not_after_the_separator_gets_a_hint() {
+    for args in [
+        &["run", "--mount", "/tmp", "ls", "-l"][..],
+        &["run", "ls"],
+        &["run", "--mount", "/tmp"],
+    ] {
+        let out = padll(args, &[]);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let text = stderr(&out);
+        assert_eq!(text.lines().count(), 1, "{args:?}: {text}");
+        assert!(text.contains("must follow '--'"), "{args:?}: {text}");
+    }
+    let out = padll(&["run", "--mount", "/tmp", "ls"], &[]);
+    assert!(stderr(&out).contains("-- ls"), "{}", stderr(&out));
+}
+
+#[test]
+fn run_help_lists_selectors_defaults_and_variables() {
+    let out = padll(&["run", "--help"], &[]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for op in padll_wire::ops::Op::ALL {
+        assert!(text.contains(op.name()), "no '{}' in:\n{text}", op.name());
+    }
+    for class in padll_wire::ops::Class::ALL {
+        assert!(text.contains(class.name()), "no '{class}' in:\n{text}");
+    }
+    let burst = format!("--burst-ms {}", padll_wire::config::DEFAULT_BURST_MS);
+    for expected in [
+        burst.as_str(),
+        "--log error",
+        "PADLL_MOUNTS",
+        "PADLL_RULES",
+        "PADLL_BURST_MS",
+        "PADLL_JOB_ID",
+        "PADLL_JOB_SIZE",
+        "PADLL_USER",
+        "PADLL_ACCOUNT",
+        "PADLL_STATS",
+        "PADLL_CONTROLLER",
+        "PADLL_LOG",
+        "PADLL_CONFIG",
+    ] {
+        assert!(text.contains(expected), "no '{expected}' in:\n{text}");
+    }
 }
 
 #[test]
@@ -225,6 +342,40 @@ fn run_throttles_and_stats_prints_the_table() {
         text.contains(&scoped.replace("=400/s", "")) && text.contains("400"),
         "no channel in:\n{text}"
     );
+    // The job total shows the channels too, summed over processes.
+    let text = String::from_utf8_lossy(&padll(&["stats", stats.to_str().unwrap()], &[]).stdout)
+        .into_owned();
+    assert!(
+        text.contains(&scoped.replace("=400/s", "")) && text.contains("per process"),
+        "no channel in the job total:\n{text}"
+    );
+    // Machine-readable totals.
+    let json = padll(&["stats", "--json", stats.to_str().unwrap()], &[]);
+    assert!(json.status.success(), "{}", stderr(&json));
+    let value: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    assert_eq!(value["processes"], 1, "{value}");
+    let getattr = value["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["op"] == "getattr")
+        .unwrap_or_else(|| panic!("no getattr in {value}"));
+    assert!(getattr["managed"].as_u64().unwrap() > 0, "{value}");
+    assert_eq!(value["channels"][0]["spec"]["rate"], 400, "{value}");
+    assert!(
+        value["channels"][0]["admitted"].as_u64().unwrap() > 0,
+        "{value}"
+    );
+    // A table-format file is named as such.
+    let table_file = dir.join("job.txt");
+    std::fs::write(&table_file, report::table(&reports(&stats))).unwrap();
+    let out = padll(&["stats", table_file.to_str().unwrap()], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("table format") && stderr(&out).contains(".json"),
+        "{}",
+        stderr(&out)
+    );
     let missing = padll(&["stats", "/nonexistent/stats.json"], &[]);
     assert_ne!(missing.status.code(), Some(0));
     assert!(
@@ -246,4 +397,39 @@ fn the_stage_demo_shows_the_limit_taking_effect() {
         .and_then(|l| l.split_whitespace().rev().nth(1)?.parse().ok())
         .unwrap_or_else(|| panic!("no metadata=1000/s row in:\n{text}"));
     assert!(limited <= 1050.0 && limited > 500.0, "{text}");
+}
+
+/// bash calls `fflush` after every builtin, mostly with nothing buffered: only the
+/// flushes that write are counted as writes.
+#[test]
+#[cfg_attr(not(has_bash), ignore = "bash not installed")]
+fn a_shell_echo_loop_counts_one_write_per_echo() {
+    let dir = scratch("echo");
+    let stats = dir.join("echo.json");
+    let script = format!(
+        "for i in $(seq 200); do echo $i; done > {}/out.txt",
+        dir.display()
+    );
+    let out = padll(
+        &[
+            "run",
+            "--mount",
+            dir.to_str().unwrap(),
+            "--stats",
+            stats.to_str().unwrap(),
+            "--",
+            "bash",
+            "-c",
+            &script,
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let totals = report::total(&reports(&stats));
+    let write = totals.iter().find(|o| o.op == "write").expect("writes");
+    assert!(
+        (200..=205).contains(&write.managed) && write.calls <= 210,
+        "200 echoes counted as {write:?}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -1,7 +1,7 @@
 //! Statistics records: what a stage reports per operation and per channel, the
 //! JSON-lines file it writes at exit, and the table `padll stats` prints from it.
 
-use crate::channel::ChannelInfo;
+use crate::channel::{ChannelInfo, ChannelSpec};
 use crate::config::Identity;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -46,7 +46,7 @@ pub fn table(reports: &[Report]) -> String {
         let id = &report.identity;
         let _ = writeln!(
             out,
-            "padll statistics: {} (pid {}, job {}, user {}, host {})",
+            "{TABLE_HEADING} {} (pid {}, job {}, user {}, host {})",
             report.program, id.pid, id.job_id, id.user, id.hostname
         );
         write_ops(&mut out, &report.ops);
@@ -73,6 +73,64 @@ pub fn total(reports: &[Report]) -> Vec<OpStats> {
         }
     }
     totals
+}
+
+/// One channel summed over the processes of a job that had it. Every process has its
+/// own bucket, so `spec`'s rate applies to each process, not to the job.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChannelTotal {
+    /// The channel's selector and limit (channels are summed by equal spec).
+    pub spec: ChannelSpec,
+    /// Processes that reported this channel.
+    pub processes: u64,
+    /// Requests admitted, summed.
+    pub admitted: u64,
+    /// Tokens consumed (requests or bytes), summed.
+    pub tokens: u64,
+}
+
+/// Sums the channels of several reports, one row per distinct channel spec, in order
+/// of first appearance.
+pub fn channel_totals(reports: &[Report]) -> Vec<ChannelTotal> {
+    let mut totals: Vec<ChannelTotal> = Vec::new();
+    for channel in reports.iter().flat_map(|r| &r.channels) {
+        match totals.iter_mut().find(|t| t.spec == channel.spec) {
+            Some(t) => {
+                t.processes += 1;
+                t.admitted += channel.admitted;
+                t.tokens += channel.tokens;
+            }
+            None => totals.push(ChannelTotal {
+                spec: channel.spec.clone(),
+                processes: 1,
+                admitted: channel.admitted,
+                tokens: channel.tokens,
+            }),
+        }
+    }
+    totals
+}
+
+/// Writes the job-total channel table (nothing when there are no channels).
+pub fn write_channel_totals(out: &mut String, channels: &[ChannelTotal]) {
+    if channels.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "  {:<40} {:>9} {:>12} {:>16}",
+        "channel (limit per process)", "processes", "admitted", "tokens"
+    );
+    for channel in channels {
+        let _ = writeln!(
+            out,
+            "  {:<40} {:>9} {:>12} {:>16}",
+            channel.spec.to_string(),
+            channel.processes,
+            channel.admitted,
+            channel.tokens
+        );
+    }
 }
 
 /// Writes the per-operation table.
@@ -117,12 +175,26 @@ fn write_channels(out: &mut String, channels: &[ChannelInfo]) {
     }
 }
 
-/// Parses a JSON-lines statistics file; errors name the line.
+/// First line of every table block [`table`] writes.
+const TABLE_HEADING: &str = "padll statistics:";
+
+/// Parses a JSON-lines statistics file; errors name the line, or say that the text is
+/// the table format (what a statistics file whose name does not end in `.json` gets).
 pub fn parse(text: &str) -> Result<Vec<Report>, String> {
     text.lines()
         .enumerate()
         .filter(|(_, line)| !line.trim().is_empty())
-        .map(|(i, line)| serde_json::from_str(line).map_err(|e| format!("line {}: {e}", i + 1)))
+        .map(|(i, line)| {
+            if line.starts_with(TABLE_HEADING) {
+                return Err(format!(
+                    "holds statistics in the table format (line {}), not JSON lines: \
+                     only a statistics file whose name ends in .json is written as JSON \
+                     (e.g. --stats job.json)",
+                    i + 1
+                ));
+            }
+            serde_json::from_str(line).map_err(|e| format!("line {}: {e}", i + 1))
+        })
         .collect()
 }
 
@@ -155,5 +227,51 @@ mod tests {
         let text = table(&parsed);
         assert!(text.contains("job 7") && text.contains("open"), "{text}");
         assert!(parse("{bad").unwrap_err().contains("line 1"));
+        let err = parse(&text).unwrap_err();
+        assert!(
+            err.contains("table format") && err.contains(".json"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn channels_are_summed_per_spec() {
+        use crate::channel::{ChannelId, Scope, Unit};
+        let spec = |rate| ChannelSpec {
+            mount: Some("/scratch".into()),
+            scope: Scope::All,
+            rate,
+            unit: Unit::Requests,
+            burst: 1,
+        };
+        let channel = |rate, admitted| ChannelInfo {
+            id: ChannelId(0),
+            spec: spec(rate),
+            admitted,
+            tokens: admitted,
+        };
+        let process = |channels| Report {
+            program: "p".into(),
+            identity: Identity::default(),
+            ops: vec![],
+            channels,
+        };
+        let reports = [
+            process(vec![channel(100, 5)]),
+            process(vec![channel(100, 7), channel(200, 1)]),
+        ];
+        let totals = channel_totals(&reports);
+        assert_eq!(totals.len(), 2);
+        assert_eq!(
+            (totals[0].processes, totals[0].admitted, totals[0].tokens),
+            (2, 12, 12)
+        );
+        assert_eq!((totals[1].spec.rate, totals[1].processes), (200, 1));
+        let mut out = String::new();
+        write_channel_totals(&mut out, &totals);
+        assert!(
+            out.contains("/scratch:all=100/s") && out.contains("per process"),
+            "{out}"
+        );
     }
 }

@@ -140,18 +140,6 @@ pub fn op(reports: &[Report], name: &str) -> OpStats {
         .unwrap_or_default()
 }
 
-/// Whether a program is installed (tests needing it skip otherwise, saying why).
-pub fn have(program: &str) -> bool {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        eprintln!("skipped: {program} not installed");
-    }
-    found
-}
-
 /// A directory tree as (relative path → kind, size, mode, content hash), for comparing
 /// a native run with a run under the stage.
 pub fn tree(root: &Path) -> BTreeMap<String, String> {

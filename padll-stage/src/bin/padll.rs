@@ -4,10 +4,12 @@
 //!   validates everything, appends `libpadll.so` (found beside this binary) to
 //!   `LD_PRELOAD`, sets the stage's environment and execs the program. Its children
 //!   inherit both, so a whole batch script is controlled.
-//! * `padll stats FILE.json` prints the table of a JSON statistics file.
+//! * `padll stats FILE.json` prints the table of a JSON statistics file (or, with
+//!   `--json`, its totals as one JSON object).
 //! * `padll demo` shows a metadata loop with and without limits.
 
-use clap::{Args, Parser, Subcommand};
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use padll_wire::{config, report};
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -38,6 +40,10 @@ enum Commands {
         /// Print one block per process instead of the job total.
         #[arg(long)]
         per_process: bool,
+        /// Print JSON instead of a table: the job's totals as one object
+        /// ({file, processes, ops, channels}), or with --per-process every report.
+        #[arg(long)]
+        json: bool,
     },
     /// Demonstrate throttling: a metadata loop with and without limits.
     Demo {
@@ -58,7 +64,7 @@ struct RunArgs {
     /// Limit, as SELECTOR=RATE: open=5000/s, metadata=2k, /scratch:data=100MiB/s (repeatable).
     #[arg(long = "limit", value_name = "SELECTOR=RATE")]
     limits: Vec<String>,
-    /// Bucket depth as milliseconds of the rate.
+    /// Bucket depth as milliseconds of the rate (default 10).
     #[arg(long, value_name = "MS")]
     burst_ms: Option<u64>,
     /// Job id (default: from Slurm, PBS, LSF or Flux).
@@ -82,7 +88,7 @@ struct RunArgs {
     /// Unix socket of the node's local controller (`cheferd local`).
     #[arg(long, value_name = "SOCKET")]
     controller: Option<String>,
-    /// Stage log level: off, error, warn, info, debug.
+    /// Stage log level: off, error (default), warn, info, debug.
     #[arg(long)]
     log: Option<String>,
     /// The program and its arguments.
@@ -91,10 +97,22 @@ struct RunArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let command = Cli::command().mut_subcommand("run", |run| run.after_help(run_help()));
+    let cli = match command
+        .try_get_matches_from(&args)
+        .and_then(|matches| Cli::from_arg_matches(&matches))
+    {
+        Ok(cli) => cli,
+        Err(error) => return parse_failure(&error, &args),
+    };
     let result = match cli.command {
         Commands::Run(args) => run(&args),
-        Commands::Stats { file, per_process } => stats(&file, per_process),
+        Commands::Stats {
+            file,
+            per_process,
+            json,
+        } => stats(&file, per_process, json),
         Commands::Demo { seconds } => demo(seconds),
         Commands::Mdloop { dir, seconds } => mdloop(&dir, seconds),
     };
@@ -105,6 +123,116 @@ fn main() -> ExitCode {
             ExitCode::from(code)
         }
     }
+}
+
+/// A command line clap refused: help and version are printed as clap renders them;
+/// errors become one line naming the problem (exit 2), with a hint when the program
+/// was not put after `--`.
+fn parse_failure(error: &clap::Error, args: &[OsString]) -> ExitCode {
+    if matches!(
+        error.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = error.print();
+        return ExitCode::from(if error.use_stderr() { 2 } else { 0 });
+    }
+    eprintln!("padll: {}", error_line(error, args));
+    ExitCode::from(2)
+}
+
+/// clap's error as one line.
+fn error_line(error: &clap::Error, args: &[OsString]) -> String {
+    let in_run = args.get(1).is_some_and(|a| a == "run");
+    let has_separator = args.iter().any(|a| a == "--");
+    let invalid = match error.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(value)) => Some(value.clone()),
+        Some(ContextValue::Strings(values)) => values.first().cloned(),
+        _ => None,
+    };
+    match (error.kind(), invalid) {
+        (ErrorKind::UnknownArgument, Some(arg))
+            if in_run && !has_separator && !arg.starts_with('-') =>
+        {
+            format!(
+                "unexpected argument '{arg}': the program must follow '--', as in \
+                 'padll run --mount DIR -- {arg} ARGS…'"
+            )
+        }
+        (ErrorKind::MissingRequiredArgument, Some(arg)) if in_run && arg.contains("PROGRAM") => {
+            "no program given: the program must follow '--', as in \
+             'padll run --mount DIR -- PROGRAM ARGS…'"
+                .to_string()
+        }
+        _ => {
+            let rendered = error.render().to_string();
+            let first = rendered
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("bad command line")
+                .trim_start_matches("error: ")
+                .to_string();
+            let tip = rendered
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("tip: "))
+                .filter(|t| !t.contains("use '--"))
+                .map(|t| format!(" ({t})"))
+                .unwrap_or_default();
+            let sub = if in_run { " run" } else { "" };
+            format!("{first}{tip}; see 'padll{sub} --help'")
+        }
+    }
+}
+
+/// The end of `padll run --help`: the selector vocabulary, the defaults and the
+/// variables the stage reads.
+fn run_help() -> String {
+    use padll_wire::ops::{Class, Op};
+    let ops: Vec<&str> = Op::ALL.iter().map(|o| o.name()).collect();
+    let classes: Vec<String> = Class::ALL
+        .iter()
+        .map(|c| {
+            let members: Vec<&str> = Op::ALL
+                .iter()
+                .filter(|o| o.class() == *c)
+                .map(|o| o.name())
+                .collect();
+            format!("    {:<10} {}", c.name(), members.join(" "))
+        })
+        .collect();
+    format!(
+        "\
+Selectors (--limit SELECTOR=RATE):
+  all          every operation
+  a class (the operations it covers):
+{classes}
+  an operation:
+    {ops}
+  scoped to one mountpoint: /scratch:metadata=5k, /scratch:write=100MiB/s
+Rates: 5000/s, 2k, 1.5M count requests; a unit with B counts bytes: 100MiB/s, 10GB/s.
+Up to four channels may apply to one request; it waits in each.
+
+Defaults: --burst-ms {burst} (bucket depth: {burst} ms of the rate), --log error,
+--job run-<pid of padll run> unless a batch system (Slurm, PBS, LSF, Flux) names one.
+
+Variables (set by the flags above; read by the stage in every process; flags win):
+  PADLL_MOUNTS      :-separated mountpoints                    (--mount)
+  PADLL_RULES       ,-separated SELECTOR=RATE limits           (--limit)
+  PADLL_BURST_MS    bucket depth in ms of the rate             (--burst-ms)
+  PADLL_JOB_ID      job id (else SLURM_JOB_ID, PBS_JOBID, LSB_JOBID, FLUX_JOB_ID)  (--job)
+  PADLL_JOB_SIZE    nodes of the job (else SLURM_JOB_NUM_NODES) (--job-size)
+  PADLL_USER        user (else SLURM_JOB_USER, USER)           (--user)
+  PADLL_ACCOUNT     account (else SLURM_JOB_ACCOUNT, …)        (--account)
+  PADLL_STATS       statistics file; .json → JSON lines; %p %j %h  (--stats)
+  PADLL_CONTROLLER  local controller's Unix socket             (--controller)
+  PADLL_LOG         off, error, warn, info, debug              (--log)
+  PADLL_CONFIG      TOML file with the same settings           (--config)
+",
+        classes = classes.join("\n"),
+        ops = ops.join(" "),
+        burst = config::DEFAULT_BURST_MS,
+    )
 }
 
 struct Failure {
@@ -158,14 +286,47 @@ fn stage_environment(args: &RunArgs) -> Result<Vec<(&'static str, String)>, Fail
     env.extend(optional.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))));
 
     let overrides: HashMap<&str, &String> = env.iter().map(|(k, v)| (*k, v)).collect();
-    config::load(&|name| {
+    let loaded = config::load(&|name| {
         overrides
             .get(name)
             .map(|v| v.to_string())
             .or_else(|| std::env::var(name).ok())
     })
     .map_err(|e| usage(cli_wording(&e)))?;
+    if loaded.mounts.is_empty() {
+        // The stage manages nothing without a mountpoint: a limit or a controller
+        // would silently do nothing.
+        let what = match (args.limits.first(), &args.controller) {
+            (Some(limit), _) => Some(format!("--limit '{limit}'")),
+            (None, _) if !loaded.limits.is_empty() => Some(format!(
+                "the limit '{}' (PADLL_RULES or --config)",
+                loaded.limits[0]
+            )),
+            (None, Some(socket)) => Some(format!("--controller '{socket}'")),
+            (None, None) => None,
+        };
+        if let Some(what) = what {
+            return Err(usage(format!(
+                "{what} would throttle nothing: no mountpoint is managed \
+                 (give --mount DIR, or PADLL_MOUNTS, or mounts in --config)"
+            )));
+        }
+    }
     Ok(env)
+}
+
+/// Mountpoints that do not exist (yet): a likely typo, but legal (calls under one are
+/// managed once it is created).
+fn missing_mounts(args: &RunArgs) -> Vec<String> {
+    args.mounts
+        .iter()
+        .filter(|m| !Path::new(m).exists())
+        .map(|m| {
+            format!(
+                "warning: --mount '{m}' does not exist; calls under it are managed once it does"
+            )
+        })
+        .collect()
 }
 
 /// Without a batch system's job id, every process of one `padll run` shares
@@ -224,6 +385,9 @@ fn preload_value(library: &Path) -> String {
 fn run(args: &RunArgs) -> Result<(), Failure> {
     let env = stage_environment(args)?;
     let library = stage_library()?;
+    for warning in missing_mounts(args) {
+        eprintln!("padll: {warning}");
+    }
     let (program, rest) = args
         .program
         .split_first()
@@ -243,20 +407,59 @@ fn run(args: &RunArgs) -> Result<(), Failure> {
     })
 }
 
-fn stats(file: &Path, per_process: bool) -> Result<(), Failure> {
+fn encode<T: serde::Serialize>(value: &T) -> Result<String, Failure> {
+    serde_json::to_string_pretty(value)
+        .map(|mut text| {
+            text.push('\n');
+            text
+        })
+        .map_err(|e| usage(format!("cannot encode: {e}")))
+}
+
+/// Prints to stdout; a reader that went away (`padll stats … | head`) is not an error.
+fn emit(text: &str) {
+    use std::io::Write as _;
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
+/// `padll stats --json`: the job's totals.
+#[derive(serde::Serialize)]
+struct JobTotals<'a> {
+    file: String,
+    processes: usize,
+    ops: &'a [report::OpStats],
+    channels: &'a [report::ChannelTotal],
+}
+
+fn stats(file: &Path, per_process: bool, json: bool) -> Result<(), Failure> {
     let text = std::fs::read_to_string(file)
         .map_err(|e| usage(format!("cannot read '{}': {e}", file.display())))?;
     let reports = report::parse(&text).map_err(|e| usage(format!("'{}' {e}", file.display())))?;
-    if per_process {
-        print!("{}", report::table(&reports));
-    } else {
-        let mut out = format!(
-            "padll statistics: {} process(es) in {}\n",
-            reports.len(),
-            file.display()
-        );
-        report::write_ops(&mut out, &report::total(&reports));
-        print!("{out}");
+    match (per_process, json) {
+        (true, false) => emit(&report::table(&reports)),
+        (true, true) => emit(&encode(&reports)?),
+        (false, json) => {
+            let ops = report::total(&reports);
+            let channels = report::channel_totals(&reports);
+            if json {
+                let totals = JobTotals {
+                    file: file.display().to_string(),
+                    processes: reports.len(),
+                    ops: &ops,
+                    channels: &channels,
+                };
+                emit(&encode(&totals)?);
+            } else {
+                let mut out = format!(
+                    "padll statistics: {} process(es) in {} (job total)\n",
+                    reports.len(),
+                    file.display()
+                );
+                report::write_ops(&mut out, &ops);
+                report::write_channel_totals(&mut out, &channels);
+                emit(&out);
+            }
+        }
     }
     Ok(())
 }

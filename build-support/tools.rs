@@ -1,0 +1,119 @@
+//! What the tests of a crate need from the machine, probed by its build script
+//! (`#[path = "../build-support/tools.rs"] mod tools;` in `build.rs`).
+//!
+//! For every tool found, [`probe`] emits `cfg(has_<name>)` (`-` becomes `_`: `has_stress_ng`),
+//! and a test states what it needs in one line:
+//!
+//! ```ignore
+//! #[cfg_attr(not(has_fio), ignore = "fio not installed")]
+//! ```
+//!
+//! so without the tool `cargo test` prints `test … ignored, fio not installed` and
+//! counts it under "N ignored" instead of passing it. With `CI=true` (or `CI=1`) every
+//! cfg is emitted: each test runs, and one whose tool is missing fails. The probe is
+//! redone when `PATH` or `CI` change, and when a directory on `PATH` (or a probed
+//! file's directory) changes, e.g. when a package is installed.
+
+#![allow(dead_code)] // each build script uses what its tests need
+
+use std::path::{Path, PathBuf};
+
+/// Something a test needs.
+pub enum Need {
+    /// An executable found on `PATH`.
+    Program(&'static str),
+    /// A file, e.g. a shared library: `File("libjemalloc", "/usr/lib/…/libjemalloc.so.2")`.
+    File(&'static str, &'static str),
+    /// Running as root (`has_root`).
+    Root,
+}
+
+impl Need {
+    fn name(&self) -> &'static str {
+        match self {
+            Need::Program(name) | Need::File(name, _) => name,
+            Need::Root => "root",
+        }
+    }
+
+    fn missing(&self) -> String {
+        match self {
+            Need::Program(name) => format!("{name} not installed (not on PATH)"),
+            Need::File(name, file) => format!("{name} not installed (no {file})"),
+            Need::Root => "not running as root".to_string(),
+        }
+    }
+
+    fn found(&self, path: &[PathBuf]) -> bool {
+        match self {
+            Need::Program(name) => path.iter().any(|dir| is_executable(&dir.join(name))),
+            Need::File(_, file) => Path::new(file).is_file(),
+            Need::Root => effective_uid() == Some(0),
+        }
+    }
+}
+
+/// True when the build runs under CI (`CI=true` or `CI=1`, as CI services set it).
+pub fn is_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+}
+
+/// Emits `cfg(has_<name>)` for every need that is met (every one under CI), declares
+/// them all to rustc's cfg checker, and tells cargo when to probe again.
+pub fn probe(needs: &[Need]) {
+    let ci = is_ci();
+    println!("cargo::rerun-if-env-changed=CI");
+    println!("cargo::rerun-if-changed=build.rs");
+    println!("cargo::rerun-if-changed=../build-support/tools.rs");
+    let path: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    let mut watched: Vec<PathBuf> = Vec::new();
+    let mut watch = |dir: &Path| {
+        // `/bin` is often `/usr/bin`: watch each directory once.
+        if let Ok(dir) = dir.canonicalize() {
+            if dir.is_dir() && !watched.contains(&dir) {
+                println!("cargo::rerun-if-changed={}", dir.display());
+                watched.push(dir);
+            }
+        }
+    };
+    if needs.iter().any(|n| matches!(n, Need::Program(_))) {
+        println!("cargo::rerun-if-env-changed=PATH");
+        path.iter().for_each(|dir| watch(dir));
+    }
+    for need in needs {
+        if let Need::File(_, file) = need {
+            if let Some(dir) = Path::new(file).parent() {
+                watch(dir);
+            }
+        }
+        let cfg = format!("has_{}", need.name().replace(['-', '.'], "_"));
+        println!("cargo::rustc-check-cfg=cfg({cfg})");
+        let found = need.found(&path);
+        if found || ci {
+            println!("cargo::rustc-cfg={cfg}");
+        }
+        if !found {
+            let consequence = if ci {
+                "CI is set, so the tests that need it run and fail"
+            } else {
+                "the tests that need it are ignored"
+            };
+            println!("cargo::warning={}: {consequence}", need.missing());
+        }
+    }
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.metadata()
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// The build's effective uid, from `/proc/self/status` (no libc in build scripts).
+fn effective_uid() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(2)?.parse().ok()
+}

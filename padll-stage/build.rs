@@ -1,0 +1,11 @@
+//! Probes the tools some integration tests drive (`nm`, `python3`, `bash`): a test whose
+//! tool is missing is reported as ignored, naming it (see `build-support/tools.rs`).
+
+#[path = "../build-support/tools.rs"]
+mod tools;
+
+use tools::Need::Program;
+
+fn main() {
+    tools::probe(&[Program("nm"), Program("python3"), Program("bash")]);
+}
