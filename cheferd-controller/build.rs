@@ -1,8 +1,8 @@
 //! Compiles the gRPC protocol with protox (a pure-Rust protobuf compiler): no system
 //! `protoc` is needed. Also probes what tests need (`has_root`: the permission check
-//! runs `ctl` as another uid), see `build-support/tools.rs`.
+//! runs `ctl` as another uid), see `scripts/test-tools.rs`.
 
-#[path = "../build-support/tools.rs"]
+#[path = "../scripts/test-tools.rs"]
 mod tools;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

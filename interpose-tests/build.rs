@@ -1,11 +1,11 @@
 //! Probes the real programs the tests run under the stage: a test whose tool is missing
 //! is reported as ignored, naming it; under `CI=true` it runs (and fails). See
-//! `build-support/tools.rs`.
+//! `scripts/test-tools.rs`.
 
-#[path = "../build-support/tools.rs"]
+#[path = "../scripts/test-tools.rs"]
 mod tools;
 
-use tools::Need::{File, Program};
+use tools::Need::{File, Program, Root};
 
 fn main() {
     tools::probe(&[
@@ -19,6 +19,8 @@ fn main() {
         Program("dbench"),
         Program("cc"),
         Program("rustc"),
+        Program("setpriv"),
+        Root,
         File("libjemalloc", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"),
     ]);
 }

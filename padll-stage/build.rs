@@ -1,7 +1,7 @@
 //! Probes the tools some integration tests drive (`nm`, `python3`, `bash`): a test whose
-//! tool is missing is reported as ignored, naming it (see `build-support/tools.rs`).
+//! tool is missing is reported as ignored, naming it (see `scripts/test-tools.rs`).
 
-#[path = "../build-support/tools.rs"]
+#[path = "../scripts/test-tools.rs"]
 mod tools;
 
 use tools::Need::Program;

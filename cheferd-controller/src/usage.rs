@@ -194,6 +194,7 @@ mod tests {
             },
             admitted: tokens,
             tokens,
+            binds: padll_wire::channel::LimitScope::Process,
         }
     }
 

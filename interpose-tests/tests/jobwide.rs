@@ -235,6 +235,7 @@ fn two_jobs_on_a_node_each_get_their_own_limit() {
 }
 
 #[test]
+#[cfg_attr(not(has_bash), ignore = "bash not installed")]
 fn six_hundred_short_lived_processes_hold_the_job_limit() {
     let _serial = serial();
     let dir = mountpoint("jw-short");
@@ -284,10 +285,11 @@ fn six_hundred_short_lived_processes_hold_the_job_limit() {
 }
 
 #[test]
+#[cfg_attr(
+    not(has_cc),
+    ignore = "cc not installed (it builds the slow file system)"
+)]
 fn slow_calls_do_not_loosen_the_job_limit() {
-    if !have("cc") {
-        return;
-    }
     let _serial = serial();
     let dir = mountpoint("jw-slow");
     // A "file system" whose stat calls take a random 0–20 ms, preloaded after the stage
@@ -443,12 +445,11 @@ fn a_segment_left_by_a_killed_job_is_reset_for_the_next() {
 }
 
 #[test]
+#[cfg_attr(
+    not(all(has_root, has_setpriv)),
+    ignore = "needs root and setpriv to run a probe as another uid"
+)]
 fn another_user_can_neither_join_nor_squat_a_job() {
-    // SAFETY: trivial getter.
-    if unsafe { libc::geteuid() } != 0 || !have("setpriv") {
-        eprintln!("skipped: needs root and setpriv to run a probe as another uid");
-        return;
-    }
     let _serial = serial();
     let dir = mountpoint("jw-uid");
     let job = job("uid");

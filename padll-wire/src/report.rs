@@ -1,7 +1,7 @@
 //! Statistics records: what a stage reports per operation and per channel, the
 //! JSON-lines file it writes at exit, and the table `padll stats` prints from it.
 
-use crate::channel::{ChannelInfo, ChannelSpec};
+use crate::channel::{ChannelInfo, ChannelSpec, LimitScope};
 use crate::config::Identity;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -75,12 +75,15 @@ pub fn total(reports: &[Report]) -> Vec<OpStats> {
     totals
 }
 
-/// One channel summed over the processes of a job that had it. Every process has its
-/// own bucket, so `spec`'s rate applies to each process, not to the job.
+/// One channel summed over the processes of a job that had it. `binds` says whom its
+/// rate held: the job's processes on the node together (`job`: they shared one bucket)
+/// or each process (`process`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ChannelTotal {
-    /// The channel's selector and limit (channels are summed by equal spec).
+    /// The channel's selector and limit (channels are summed by equal spec and scope).
     pub spec: ChannelSpec,
+    /// Whom the limit bound.
+    pub binds: LimitScope,
     /// Processes that reported this channel.
     pub processes: u64,
     /// Requests admitted, summed.
@@ -94,7 +97,10 @@ pub struct ChannelTotal {
 pub fn channel_totals(reports: &[Report]) -> Vec<ChannelTotal> {
     let mut totals: Vec<ChannelTotal> = Vec::new();
     for channel in reports.iter().flat_map(|r| &r.channels) {
-        match totals.iter_mut().find(|t| t.spec == channel.spec) {
+        match totals
+            .iter_mut()
+            .find(|t| t.spec == channel.spec && t.binds == channel.binds)
+        {
             Some(t) => {
                 t.processes += 1;
                 t.admitted += channel.admitted;
@@ -102,6 +108,7 @@ pub fn channel_totals(reports: &[Report]) -> Vec<ChannelTotal> {
             }
             None => totals.push(ChannelTotal {
                 spec: channel.spec.clone(),
+                binds: channel.binds,
                 processes: 1,
                 admitted: channel.admitted,
                 tokens: channel.tokens,
@@ -118,14 +125,15 @@ pub fn write_channel_totals(out: &mut String, channels: &[ChannelTotal]) {
     }
     let _ = writeln!(
         out,
-        "  {:<40} {:>9} {:>12} {:>16}",
-        "channel (limit per process)", "processes", "admitted", "tokens"
+        "  {:<40} {:>8} {:>9} {:>12} {:>16}",
+        "channel", "limit of", "processes", "admitted", "tokens"
     );
     for channel in channels {
         let _ = writeln!(
             out,
-            "  {:<40} {:>9} {:>12} {:>16}",
+            "  {:<40} {:>8} {:>9} {:>12} {:>16}",
             channel.spec.to_string(),
+            channel.binds.name(),
             channel.processes,
             channel.admitted,
             channel.tokens
@@ -161,14 +169,15 @@ fn write_channels(out: &mut String, channels: &[ChannelInfo]) {
     }
     let _ = writeln!(
         out,
-        "  {:<40} {:>12} {:>16}",
-        "channel", "admitted", "tokens"
+        "  {:<40} {:>8} {:>12} {:>16}",
+        "channel", "limit of", "admitted", "tokens"
     );
     for channel in channels {
         let _ = writeln!(
             out,
-            "  {:<40} {:>12} {:>16}",
+            "  {:<40} {:>8} {:>12} {:>16}",
             channel.spec.to_string(),
+            channel.binds.name(),
             channel.admitted,
             channel.tokens
         );
@@ -249,6 +258,7 @@ mod tests {
             spec: spec(rate),
             admitted,
             tokens: admitted,
+            binds: LimitScope::Job,
         };
         let process = |channels| Report {
             program: "p".into(),
@@ -256,22 +266,37 @@ mod tests {
             ops: vec![],
             channels,
         };
+        let own = ChannelInfo {
+            binds: LimitScope::Process,
+            ..channel(100, 3)
+        };
         let reports = [
             process(vec![channel(100, 5)]),
             process(vec![channel(100, 7), channel(200, 1)]),
+            process(vec![own]),
         ];
         let totals = channel_totals(&reports);
-        assert_eq!(totals.len(), 2);
+        assert_eq!(
+            totals.len(),
+            3,
+            "summed by spec and by whom the limit bound"
+        );
         assert_eq!(
             (totals[0].processes, totals[0].admitted, totals[0].tokens),
             (2, 12, 12)
         );
         assert_eq!((totals[1].spec.rate, totals[1].processes), (200, 1));
+        assert_eq!(
+            (totals[2].binds, totals[2].admitted),
+            (LimitScope::Process, 3)
+        );
         let mut out = String::new();
         write_channel_totals(&mut out, &totals);
+        let row = out.lines().nth(1).unwrap();
         assert!(
-            out.contains("/scratch:all=100/s") && out.contains("per process"),
+            row.contains("/scratch:all=100/s") && row.contains(" job "),
             "{out}"
         );
+        assert!(out.lines().nth(3).unwrap().contains(" process "), "{out}");
     }
 }

@@ -10,6 +10,7 @@
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use padll_wire::config::LimitScope;
 use padll_wire::{config, report};
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -91,6 +92,10 @@ struct RunArgs {
     /// Stage log level: off, error (default), warn, info, debug.
     #[arg(long)]
     log: Option<String>,
+    /// Give each process its own limits (by default a limit binds all the job's
+    /// processes on this node together).
+    #[arg(long)]
+    per_process: bool,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "PROGRAM")]
     program: Vec<OsString>,
@@ -213,6 +218,10 @@ Selectors (--limit SELECTOR=RATE):
 Rates: 5000/s, 2k, 1.5M count requests; a unit with B counts bytes: 100MiB/s, 10GB/s.
 Up to four channels may apply to one request; it waits in each.
 
+Limits bind the job: all its processes on this node (ranks, children, later steps of
+a batch script) share each limit, through /dev/shm/padll-<uid>-<job>. --per-process
+gives every process its own.
+
 Defaults: --burst-ms {burst} (bucket depth: {burst} ms of the rate), --log error,
 --job run-<pid of padll run> unless a batch system (Slurm, PBS, LSF, Flux) names one.
 
@@ -220,6 +229,8 @@ Variables (set by the flags above; read by the stage in every process; flags win
   PADLL_MOUNTS      :-separated mountpoints                    (--mount)
   PADLL_RULES       ,-separated SELECTOR=RATE limits           (--limit)
   PADLL_BURST_MS    bucket depth in ms of the rate             (--burst-ms)
+  PADLL_LIMIT_SCOPE job: a limit binds the job's processes on this node together
+                    (default with a job id); process: each its own  (--per-process)
   PADLL_JOB_ID      job id (else SLURM_JOB_ID, PBS_JOBID, LSB_JOBID, FLUX_JOB_ID)  (--job)
   PADLL_JOB_SIZE    nodes of the job (else SLURM_JOB_NUM_NODES) (--job-size)
   PADLL_USER        user (else SLURM_JOB_USER, USER)           (--user)
@@ -282,6 +293,11 @@ fn stage_environment(args: &RunArgs) -> Result<Vec<(&'static str, String)>, Fail
         ),
         ("PADLL_LOG", args.log.clone()),
         ("PADLL_CONTROLLER", args.controller.clone()),
+        (
+            "PADLL_LIMIT_SCOPE",
+            args.per_process
+                .then(|| LimitScope::Process.name().to_string()),
+        ),
     ];
     env.extend(optional.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))));
 

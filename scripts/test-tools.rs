@@ -1,5 +1,5 @@
 //! What the tests of a crate need from the machine, probed by its build script
-//! (`#[path = "../build-support/tools.rs"] mod tools;` in `build.rs`).
+//! (`#[path = "../scripts/test-tools.rs"] mod tools;` in `build.rs`).
 //!
 //! For every tool found, [`probe`] emits `cfg(has_<name>)` (`-` becomes `_`: `has_stress_ng`),
 //! and a test states what it needs in one line:
@@ -64,7 +64,7 @@ pub fn probe(needs: &[Need]) {
     let ci = is_ci();
     println!("cargo::rerun-if-env-changed=CI");
     println!("cargo::rerun-if-changed=build.rs");
-    println!("cargo::rerun-if-changed=../build-support/tools.rs");
+    println!("cargo::rerun-if-changed=../scripts/test-tools.rs");
     let path: Vec<PathBuf> = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect())
         .unwrap_or_default();
