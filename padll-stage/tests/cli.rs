@@ -346,8 +346,8 @@ fn run_throttles_and_stats_prints_the_table() {
     let text = String::from_utf8_lossy(&padll(&["stats", stats.to_str().unwrap()], &[]).stdout)
         .into_owned();
     assert!(
-        text.contains(&scoped.replace("=400/s", "")) && text.contains("per process"),
-        "no channel in the job total:\n{text}"
+        text.contains(&scoped.replace("=400/s", "")) && text.contains(" job "),
+        "no channel (a limit of the job) in the job total:\n{text}"
     );
     // Machine-readable totals.
     let json = padll(&["stats", "--json", stats.to_str().unwrap()], &[]);
