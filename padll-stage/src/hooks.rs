@@ -99,7 +99,7 @@ macro_rules! hooks {
                     $target,
                     $effect,
                     move || $name::call($($arg),*),
-                    move |found| slow($($arg,)* Resolved::encode(found)),
+                    move |found| slow($($arg,)* found),
                 )
             }
         )*

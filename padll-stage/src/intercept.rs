@@ -188,17 +188,12 @@ const UNRELATED: Resolved = Resolved {
 };
 
 impl Resolved {
-    /// Packs an optional resolution in a word, for passing in a register:
-    /// `u32::MAX` = not resolved yet (no place encodes as `u16::MAX`).
-    #[inline(always)]
-    pub fn encode(found: Option<Resolved>) -> u32 {
-        match found {
-            Some(r) => r.main.encode() as u32 | (r.source.encode() as u32) << 16,
-            None => u32::MAX,
-        }
-    }
+    /// [`Resolved::decode`]'s word for "not resolved yet" (no place encodes as
+    /// `u16::MAX`: mountpoint indices stay below `u16::MAX - 2`).
+    pub const UNKNOWN: u32 = u32::MAX;
 
-    /// Inverse of [`Resolved::encode`].
+    /// A resolution from a word: the main place's [`Place::encode`] in the low half,
+    /// the source's in the high half; `None` for [`Resolved::UNKNOWN`].
     #[inline(always)]
     pub fn decode(word: u32) -> Option<Resolved> {
         (word != u32::MAX).then(|| Resolved {
@@ -233,25 +228,22 @@ pub unsafe fn dispatch<R: Returned>(
     target: Target,
     effect: Effect,
     real: impl FnOnce() -> R,
-    slow: impl FnOnce(Option<Resolved>) -> R,
+    slow: impl FnOnce(u32) -> R,
 ) -> R {
     let Some(mounts) = crate::active_mounts() else {
         return real();
     };
-    let resolved = match op {
-        None => UNRELATED,
-        Some(_) => match quick_resolve(mounts, target) {
-            Some(resolved) => resolved,
-            None => return slow(None),
-        },
-    };
-    if !resolved.is_unrelated() {
-        return slow(Some(resolved));
-    }
     if let Some(op) = op {
+        let code = match quick_resolve(mounts, target) {
+            Some(code) => code,
+            None => return slow(Resolved::UNKNOWN),
+        };
+        if code != 0 {
+            return slow(code);
+        }
         match stats::cached() {
             Some(counters) => counters.passthrough(op),
-            None => return slow(Some(resolved)),
+            None => return slow(0),
         }
     }
     match (effect, target) {
@@ -320,33 +312,29 @@ pub unsafe fn intercept_resolved<R: Returned>(
     }
 }
 
-/// Where `target` lies, when that is cheap to find (see [`fast`]); `None` otherwise.
+/// Where `target` lies, when that is cheap to find (see [`dispatch`]), as
+/// [`Resolved::encode`]s it (0 = unrelated); `None` otherwise. Descriptor places are
+/// passed on as the fd table stores them, never decoded here.
 #[inline(always)]
-unsafe fn quick_resolve(mounts: &MountTable, target: Target) -> Option<Resolved> {
-    let single = |main| Resolved {
-        main,
-        source: Place::Unrelated,
+unsafe fn quick_resolve(mounts: &MountTable, target: Target) -> Option<u32> {
+    let path = |dirfd, path| Some(quick_path(mounts, dirfd, path)?.encode() as u32);
+    let either = |dir_a, a, dir_b, b| match quick_path(mounts, dir_a, a)? {
+        first @ Place::Managed(_) => Some(first.encode() as u32),
+        _ => path(dir_b, b),
     };
-    Some(match target {
-        Target::None => UNRELATED,
-        Target::Path(path) => single(quick_path(mounts, libc::AT_FDCWD, path)?),
-        Target::At(dirfd, path) => single(quick_path(mounts, dirfd, path)?),
-        Target::Fd(fd) => single(fdtable::place(fd)),
-        Target::Stream(stream) => single(fdtable::place(stream_fd(stream))),
-        Target::Dir(dir) => single(fdtable::place(dir_fd(dir))),
-        Target::Paths(a, b) => single(match quick_path(mounts, libc::AT_FDCWD, a)? {
-            first @ Place::Managed(_) => first,
-            _ => quick_path(mounts, libc::AT_FDCWD, b)?,
-        }),
-        Target::AtPaths(dir_a, a, dir_b, b) => single(match quick_path(mounts, dir_a, a)? {
-            first @ Place::Managed(_) => first,
-            _ => quick_path(mounts, dir_b, b)?,
-        }),
-        Target::Copy { from, to } => Resolved {
-            main: fdtable::place(to),
-            source: fdtable::place(from),
-        },
-    })
+    match target {
+        Target::None => Some(0),
+        Target::Path(p) => path(libc::AT_FDCWD, p),
+        Target::At(dirfd, p) => path(dirfd, p),
+        Target::Fd(fd) => Some(fdtable::place_code(fd) as u32),
+        Target::Stream(stream) => Some(fdtable::place_code(stream_fd(stream)) as u32),
+        Target::Dir(dir) => Some(fdtable::place_code(dir_fd(dir)) as u32),
+        Target::Paths(a, b) => either(libc::AT_FDCWD, a, libc::AT_FDCWD, b),
+        Target::AtPaths(dir_a, a, dir_b, b) => either(dir_a, a, dir_b, b),
+        Target::Copy { from, to } => {
+            Some(fdtable::place_code(to) as u32 | (fdtable::place_code(from) as u32) << 16)
+        }
+    }
 }
 
 /// [`place_of_path`] for the cheap cases: a clean path, absolute and unrelated on its
@@ -357,12 +345,12 @@ unsafe fn quick_path(mounts: &MountTable, dirfd: c_int, path: *const c_char) -> 
     if path.is_null() {
         return None;
     }
-    let len = paths::scan(path.cast())?;
-    if len == 0 {
-        return None;
-    }
     if *path == b'/' as c_char {
+        let len = paths::scan_absolute(path.cast())?;
         return mounts.quick_absolute(path.cast(), len);
+    }
+    if paths::scan(path.cast())? == 0 {
+        return None;
     }
     match base_place(dirfd) {
         Place::Unrelated => Some(Place::Unrelated),

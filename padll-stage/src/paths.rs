@@ -339,6 +339,18 @@ fn prefix_word(bytes: &[u8]) -> u64 {
 /// `path` must be non-null and point to a NUL-terminated string.
 #[inline(always)]
 pub unsafe fn scan(path: *const u8) -> Option<usize> {
+    if *path == b'.' {
+        return None;
+    }
+    scan_absolute(path)
+}
+
+/// [`scan`] for a path known to start with `/` (so without the leading-`.` check).
+///
+/// # Safety
+/// As for [`scan`].
+#[inline(always)]
+pub unsafe fn scan_absolute(path: *const u8) -> Option<usize> {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
         scan_sse2(path)
@@ -385,7 +397,7 @@ unsafe fn scan_sse2(path: *const u8) -> Option<usize> {
     }
     // Only what lies before the NUL counts.
     let before_nul = (nul & nul.wrapping_neg()).wrapping_sub(1);
-    if dirty & before_nul != 0 || nul == 0 || *path == b'.' {
+    if dirty & before_nul != 0 || nul == 0 {
         return None;
     }
     Some(block + nul.trailing_zeros() as usize - start)
@@ -666,6 +678,46 @@ mod tests {
     fn root_mountpoint_manages_everything() {
         let table = MountTable::new(&["/".into()]).unwrap();
         assert_eq!(table.place_of(b"/etc/passwd"), Place::Managed(0));
+    }
+
+    #[test]
+    fn scans_stop_at_the_page_end() {
+        // A path ending on the last byte of a page whose next page is inaccessible:
+        // the aligned reads of `scan` and the page check of `head16` must not fault.
+        // SAFETY: plain anonymous mapping, unmapped at the end.
+        unsafe {
+            let page = 4096;
+            let map = libc::mmap(
+                std::ptr::null_mut(),
+                2 * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(map, libc::MAP_FAILED);
+            let base = map.cast::<u8>();
+            assert_eq!(
+                libc::mprotect(base.add(page).cast(), page, libc::PROT_NONE),
+                0
+            );
+            let table = MountTable::new(&["/tmp/x-m".into()]).unwrap();
+            for len in 0..40usize {
+                let start = base.add(page - 1 - len);
+                for i in 0..len {
+                    *start.add(i) = if i == 0 { b'/' } else { b'a' + (i % 26) as u8 };
+                }
+                *start.add(len) = 0;
+                let scanned = scan(start);
+                assert_eq!(scanned, Some(len), "length {len}");
+                if len > 0 {
+                    let quick = table.quick_absolute(start, len);
+                    // Within the page's last 15 bytes the 16-byte read is refused.
+                    assert_eq!(quick.is_none(), len < 15, "length {len}");
+                }
+            }
+            libc::munmap(map, 2 * page);
+        }
     }
 
     #[test]

@@ -364,9 +364,11 @@ fn instructions(filter: &[String]) {
         ("PADLL_MOUNTS", mount.display().to_string()),
         ("PADLL_RULES", "all=100G/s".to_string()),
     ];
-    let slope = |call: &str, dir: &Path, env: &[(&str, String)]| -> f64 {
+    // Instructions of the extra calls between the two runs (exact integers).
+    let span = (COUNTS[1] - COUNTS[0]) as i64;
+    let delta = |call: &str, dir: &Path, env: &[(&str, String)]| -> i64 {
         let [a, b] = COUNTS.map(|n| callgrind(&exe, call, n, dir, env));
-        (b as f64 - a as f64) / (COUNTS[1] - COUNTS[0]) as f64
+        b as i64 - a as i64
     };
 
     println!(
@@ -392,18 +394,30 @@ fn instructions(filter: &[String]) {
             Where::Sibling => &sibling,
             Where::Managed => &mount,
         };
-        let native = slope(case.call, dir, &[]);
-        let staged = slope(case.call, dir, &preload);
+        let native = delta(case.call, dir, &[]);
+        let staged = delta(case.call, dir, &preload);
         let added = staged - native;
+        if std::env::var_os("PADLL_BENCH_RAW").is_some() {
+            eprintln!(
+                "{} {place}: native {native}, preloaded {staged} instructions over {span} calls",
+                case.call
+            );
+        }
         let (target, met) = match case.target {
             Some(t) => (
                 format!("≤ +{t}"),
-                if added <= t as f64 { "yes" } else { "**no**" },
+                // Judged on the slope rounded to 0.1 instruction: the two runs differ
+                // by a few dozen instructions besides the calls (start-up, exit).
+                if (added as f64 / span as f64 * 10.0).round() <= t as f64 * 10.0 {
+                    "yes"
+                } else {
+                    "**no**"
+                },
             ),
             None => ("–".to_string(), ""),
         };
         println!(
-            "| {} | {} | {} | {native:.0} | {staged:.0} | {added:+.0} | {target} | {met} |",
+            "| {} | {} | {} | {:.1} | {:.1} | {:+.1} | {target} | {met} |",
             case.call,
             match case.place {
                 Where::Far => "`/dev/shm/…`",
@@ -411,6 +425,9 @@ fn instructions(filter: &[String]) {
                 Where::Managed => "`/tmp/x-m…` (mount)",
             },
             case.what,
+            native as f64 / span as f64,
+            staged as f64 / span as f64,
+            added as f64 / span as f64,
         );
     }
     for dir in [&mount, &sibling, &far] {
