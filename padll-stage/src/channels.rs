@@ -343,27 +343,51 @@ fn route(mount: u16, op: Op) -> u32 {
     }
 }
 
+/// What [`admit`] did, for [`settle`]: the time spent waiting, and which byte-counting
+/// channels charged the request before the call.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Admission {
+    /// Nanoseconds spent waiting.
+    pub waited: u64,
+    /// The byte-counting channels passed (slot number + 1 per byte, as in `ROUTES`).
+    byte_route: u32,
+    /// Every one of them charged all the bytes requested (none was capped at its
+    /// burst), so a call that moved exactly that many needs no settling.
+    uncapped: bool,
+}
+
 /// Passes a request through every channel that serves it, sleeping until each admits
 /// it. `bytes` is the request's size for byte-counting channels; `counters` are the
-/// calling thread's. Returns the time spent waiting, in nanoseconds. The clock is read
-/// once unless the request waits.
-pub fn admit(counters: stats::Counters, mount: u16, op: Op, bytes: u64) -> u64 {
+/// calling thread's. The clock is read once unless the request waits.
+#[inline]
+pub fn admit(counters: stats::Counters, mount: u16, op: Op, bytes: u64) -> Admission {
     let mut packed = route(mount, op);
+    let mut admission = Admission {
+        waited: 0,
+        byte_route: 0,
+        uncapped: true,
+    };
     if packed == 0 {
-        return 0;
+        return admission;
     }
     let mut now = bucket::now_ns();
-    let mut waited = 0;
+    let mut shift = 0;
     while packed != 0 {
-        let slot = (packed & 0xff) as usize - 1;
-        let wait = pass(counters, slot, bytes, now);
+        let index = (packed & 0xff) as usize - 1;
+        let slot = &SLOTS[index];
+        if slot.counts_bytes.load(Ordering::Relaxed) {
+            admission.byte_route |= (packed & 0xff) << shift;
+            shift += 8;
+            admission.uncapped &= bytes <= slot.byte_charge_cap.load(Ordering::Relaxed);
+        }
+        let wait = pass(counters, index, bytes, now);
         if wait != 0 {
-            waited += wait;
+            admission.waited += wait;
             now = bucket::now_ns();
         }
         packed >>= 8;
     }
-    waited
+    admission
 }
 
 /// Passes one channel at time `now`; returns the time spent waiting.
@@ -542,12 +566,22 @@ fn wait(
 }
 
 /// Settles a data request of `requested` bytes once its real size is known: returns
-/// unused bytes to byte-counting channels, or takes (and waits for) the extra —
-/// including what was above a channel's charge cap. Whether the charge came from the
-/// bucket or from credit, it was charged to the bucket, so a refund goes there.
+/// unused bytes to the byte-counting channels that charged it, or takes (and waits for)
+/// the extra — including what was above a channel's charge cap. Whether the charge came
+/// from the bucket or from credit, it was charged to the bucket, so a refund goes
+/// there. Nothing to do (no byte channel, or every one charged exactly what moved)
+/// costs two compares.
 #[inline]
-pub fn settle(counters: stats::Counters, mount: u16, op: Op, requested: u64, moved: u64) -> u64 {
-    let mut packed = route(mount, op);
+pub fn settle(counters: stats::Counters, admission: &Admission, requested: u64, moved: u64) -> u64 {
+    if admission.byte_route == 0 || (admission.uncapped && moved == requested) {
+        return 0;
+    }
+    settle_bytes(counters, admission.byte_route, requested, moved)
+}
+
+#[cold]
+#[inline(never)]
+fn settle_bytes(counters: stats::Counters, mut packed: u32, requested: u64, moved: u64) -> u64 {
     let mut waited = 0;
     while packed != 0 {
         let index = (packed & 0xff) as usize - 1;
@@ -674,7 +708,7 @@ mod tests {
         let waiter = std::thread::spawn(|| admit(stats::local(), 0, Op::Getattr, 0));
         std::thread::sleep(std::time::Duration::from_millis(50));
         set_limit(meta, 1_000_000, 1).unwrap();
-        let waited = waiter.join().unwrap();
+        let waited = waiter.join().unwrap().waited;
         assert!(waited < 900_000_000, "waiter was not released: {waited} ns");
 
         // Five channels on one request are refused.
@@ -713,7 +747,7 @@ mod tests {
         let id = getattr_channel(1_000_000, 10_000);
         let index = id.0 as usize;
         let credit = || stats::local().credit(index);
-        let stat = || admit(stats::local(), 0, Op::Getattr, 0);
+        let stat = || admit(stats::local(), 0, Op::Getattr, 0).waited;
 
         // A full bucket leases 256 more tokens with the first request; the next one is
         // paid from credit.
@@ -807,12 +841,12 @@ mod tests {
         let counters = stats::local();
         // A 4 KiB read leases 640 KiB (burst/16) more; it returns 100 bytes, and the
         // rest goes back to the bucket.
-        admit(counters, 0, Op::Read, 4096);
+        let admission = admit(counters, 0, Op::Read, 4096);
         assert_eq!(counters.credit(index), 640 << 10);
-        settle(counters, 0, Op::Read, 4096, 100);
+        settle(counters, &admission, 4096, 100);
         // A read of unknown size that moved 5000 bytes pays them from credit.
-        admit(counters, 0, Op::Read, 0);
-        settle(counters, 0, Op::Read, 0, 5000);
+        let admission = admit(counters, 0, Op::Read, 0);
+        settle(counters, &admission, 0, 5000);
         assert_eq!(counters.credit(index), (640 << 10) - 5000);
         let info = list().into_iter().find(|c| c.id == id).unwrap();
         assert_eq!((info.admitted, info.tokens), (2, 5100));

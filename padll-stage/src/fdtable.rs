@@ -2,16 +2,17 @@
 //! `fstat`, `*at` with a dirfd, …) can be classified (PADLL paper §III-A, "handling
 //! FD-based operations").
 //!
-//! Lock-free and allocation-free to read: a static array of lazily allocated chunks of
-//! atomics. A chunk is allocated only when a managed descriptor (or a directory above a
-//! mountpoint) lands in it; descriptors never seen read as [`Place::Unrelated`].
-//! Directories also keep their path (in a [`PathSlot`]) so that `openat(dirfd, "../x")`
-//! can be resolved.
+//! Lock-free and allocation-free to read. Places are one flat static array of atomics,
+//! one `u16` per descriptor (2 MiB of zero-filled `.bss`: only the pages of descriptors
+//! in use are ever touched), so classifying a descriptor is one bounds check and one
+//! load. Directories also keep their path (in a [`PathSlot`], in lazily allocated chunks)
+//! so that `openat(dirfd, "../x")` can be resolved; descriptors never seen read as
+//! [`Place::Unrelated`].
 
 use crate::paths::Place;
 use std::ffi::{c_char, CStr, CString};
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, AtomicU16, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU16, AtomicUsize, Ordering};
 
 const CHUNK_BITS: usize = 10;
 const CHUNK_SIZE: usize = 1 << CHUNK_BITS;
@@ -19,22 +20,33 @@ const CHUNKS: usize = 1024;
 /// Descriptors at or above this number are not tracked (they pass through unmanaged).
 pub const MAX_TRACKED_FD: usize = CHUNK_SIZE * CHUNKS;
 
+/// `Place::encode` of every descriptor (0 = unrelated or unknown).
+static PLACES: [AtomicU16; MAX_TRACKED_FD] = [const { AtomicU16::new(0) }; MAX_TRACKED_FD];
+/// One more than the highest descriptor ever recorded: `close_range(3, ~0U)` scans no
+/// further (and touches no page of `PLACES` beyond it).
+static HIGH_WATER: AtomicUsize = AtomicUsize::new(0);
+
 struct Chunk {
-    places: [AtomicU16; CHUNK_SIZE],
     paths: [PathSlot; CHUNK_SIZE],
 }
 
-static TABLE: [AtomicPtr<Chunk>; CHUNKS] = [const { AtomicPtr::new(ptr::null_mut()) }; CHUNKS];
+static PATHS: [AtomicPtr<Chunk>; CHUNKS] = [const { AtomicPtr::new(ptr::null_mut()) }; CHUNKS];
 
-fn split(fd: i32) -> Option<(usize, usize)> {
-    let fd = usize::try_from(fd).ok().filter(|fd| *fd < MAX_TRACKED_FD)?;
-    Some((fd >> CHUNK_BITS, fd & (CHUNK_SIZE - 1)))
+#[inline(always)]
+fn index(fd: i32) -> Option<usize> {
+    // One unsigned compare: negative descriptors wrap far above the limit.
+    let fd = fd as u32 as usize;
+    (fd < MAX_TRACKED_FD).then_some(fd)
+}
+
+fn split(fd: usize) -> (usize, usize) {
+    (fd >> CHUNK_BITS, fd & (CHUNK_SIZE - 1))
 }
 
 #[inline]
 fn chunk(index: usize) -> Option<&'static Chunk> {
     // SAFETY: chunks are never freed once published.
-    unsafe { TABLE[index].load(Ordering::Acquire).as_ref() }
+    unsafe { PATHS[index].load(Ordering::Acquire).as_ref() }
 }
 
 fn chunk_or_create(index: usize) -> &'static Chunk {
@@ -42,10 +54,9 @@ fn chunk_or_create(index: usize) -> &'static Chunk {
         return chunk;
     }
     let fresh = Box::into_raw(Box::new(Chunk {
-        places: [const { AtomicU16::new(0) }; CHUNK_SIZE],
         paths: [const { PathSlot::empty() }; CHUNK_SIZE],
     }));
-    match TABLE[index].compare_exchange(ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire)
+    match PATHS[index].compare_exchange(ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire)
     {
         // SAFETY: just published; never freed.
         Ok(_) => unsafe { &*fresh },
@@ -58,61 +69,74 @@ fn chunk_or_create(index: usize) -> &'static Chunk {
     }
 }
 
-/// Where descriptor `fd` points (unknown descriptors are [`Place::Unrelated`]).
-#[inline]
-pub fn place(fd: i32) -> Place {
-    match split(fd) {
-        Some((c, i)) => match chunk(c) {
-            Some(chunk) => Place::decode(chunk.places[i].load(Ordering::Relaxed)),
-            None => Place::Unrelated,
-        },
-        None => Place::Unrelated,
+/// The encoded place of descriptor `fd` (0 for unknown descriptors): one compare and
+/// one load.
+#[inline(always)]
+pub fn place_code(fd: i32) -> u16 {
+    match index(fd) {
+        Some(i) => PLACES[i].load(Ordering::Relaxed),
+        None => 0,
     }
+}
+
+/// Where descriptor `fd` points (unknown descriptors are [`Place::Unrelated`]).
+#[inline(always)]
+pub fn place(fd: i32) -> Place {
+    Place::decode(place_code(fd))
 }
 
 /// Records a new descriptor. `path` (normalised, absolute) is kept for directories so
 /// that they can serve as the base of `*at` calls. Unrelated descriptors only clear a
 /// stale entry, allocating nothing.
 pub fn record(fd: i32, place: Place, path: Option<&[u8]>) {
-    let Some((c, i)) = split(fd) else { return };
-    let chunk = if place == Place::Unrelated {
-        match chunk(c) {
-            Some(chunk) => chunk,
-            None => return,
+    let Some(i) = index(fd) else { return };
+    if place == Place::Unrelated {
+        forget(fd);
+        return;
+    }
+    HIGH_WATER.fetch_max(i + 1, Ordering::Relaxed);
+    let (c, slot) = split(i);
+    match path {
+        Some(_) => chunk_or_create(c).paths[slot].set(path.and_then(|p| CString::new(p).ok())),
+        None => {
+            if let Some(chunk) = chunk(c) {
+                chunk.paths[slot].set(None);
+            }
         }
-    } else {
-        chunk_or_create(c)
-    };
-    chunk.paths[i].set(path.and_then(|p| CString::new(p).ok()));
-    chunk.places[i].store(place.encode(), Ordering::Relaxed);
+    }
+    PLACES[i].store(place.encode(), Ordering::Relaxed);
 }
 
 /// Forgets a descriptor (before it is closed, so a concurrent open that reuses the
 /// number is not clobbered afterwards).
 #[inline]
 pub fn forget(fd: i32) {
-    let Some((c, i)) = split(fd) else { return };
+    let Some(i) = index(fd) else { return };
+    if PLACES[i].load(Ordering::Relaxed) != 0 {
+        forget_known(i);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn forget_known(i: usize) {
+    PLACES[i].store(0, Ordering::Relaxed);
+    let (c, slot) = split(i);
     if let Some(chunk) = chunk(c) {
-        if chunk.places[i].load(Ordering::Relaxed) != 0 {
-            chunk.places[i].store(0, Ordering::Relaxed);
-            chunk.paths[i].set(None);
-        }
+        chunk.paths[slot].set(None);
     }
 }
 
 /// Forgets every descriptor in `first..=last` (for `close_range`).
 pub fn forget_range(first: u32, last: u32) {
-    let last = last.min(MAX_TRACKED_FD as u32 - 1);
-    let mut fd = first;
-    while fd <= last {
-        let c = fd as usize >> CHUNK_BITS;
-        if chunk(c).is_none() {
-            // Skip the whole unallocated chunk.
-            fd = ((c + 1) << CHUNK_BITS) as u32;
-            continue;
+    let end = (last as usize)
+        .saturating_add(1)
+        .min(HIGH_WATER.load(Ordering::Relaxed));
+    let first = (first as usize).min(end);
+    for (i, place) in PLACES[first..end].iter().enumerate() {
+        if place.load(Ordering::Relaxed) != 0 {
+            forget_known(first + i);
         }
-        forget(fd as i32);
-        fd += 1;
     }
 }
 
@@ -129,7 +153,7 @@ pub fn duplicate(old: i32, new: i32) {
 
 /// Runs `f` on the path recorded for `fd`, if any and if not being read concurrently.
 pub fn with_path<R>(fd: i32, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
-    let (c, i) = split(fd)?;
+    let (c, i) = split(index(fd)?);
     chunk(c)?.paths[i].with(f)
 }
 

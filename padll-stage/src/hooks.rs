@@ -15,7 +15,9 @@
 #![allow(clippy::missing_safety_doc, non_snake_case)]
 
 use crate::intercept::account::*;
-use crate::intercept::{admit_only, intercept, Account, Effect, Target};
+use crate::intercept::{
+    admit_only, dispatch, intercept, intercept_resolved, Account, Effect, Resolved, Target,
+};
 use crate::real::{Real, Unavailable};
 use libc::{
     c_char, c_int, c_uint, c_void, dev_t, gid_t, iovec, mode_t, off64_t, off_t, size_t, ssize_t,
@@ -50,21 +52,54 @@ macro_rules! hooks {
                     },
                 );
                 pub(crate) type Signature = unsafe extern "C" fn($($ty),*) -> $ret;
+
+                /// Calls the real function.
+                #[inline(always)]
+                pub(crate) unsafe fn call($($arg: $ty),*) -> $ret {
+                    match REAL.resolved() {
+                        // SAFETY: the address is libc's definition of this very symbol.
+                        Some(address) => std::mem::transmute::<*mut c_void, Signature>(address)($($arg),*),
+                        None => unresolved($($arg),*),
+                    }
+                }
+
+                /// Resolves the real function first (a call before the constructor ran).
+                /// (`extern "C"` like the hook, so the hook can jump to it.)
+                #[cold]
+                #[inline(never)]
+                unsafe extern "C" fn unresolved($($arg: $ty),*) -> $ret {
+                    match REAL.address() {
+                        // SAFETY: the address is libc's definition of this very symbol.
+                        Some(address) => std::mem::transmute::<*mut c_void, Signature>(address)($($arg),*),
+                        None => <$ret as Unavailable>::unavailable(),
+                    }
+                }
             }
 
             #[no_mangle]
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-                intercept(
+                /// Everything but the fast path, out of line: the hook's own body then
+                /// keeps its arguments in registers and ends in a tail call.
+                /// (`extern "C"` like the hook, so the hook can jump to it.)
+                #[cold]
+                #[inline(never)]
+                unsafe extern "C" fn slow($($arg: $ty,)* found: u32) -> $ret {
+                    intercept_resolved(
+                        Resolved::decode(found),
+                        Option::<Op>::from($op),
+                        $target,
+                        $effect,
+                        $requested as u64,
+                        $account,
+                        move || $name::call($($arg),*),
+                    )
+                }
+                dispatch(
                     Option::<Op>::from($op),
                     $target,
                     $effect,
-                    $requested as u64,
-                    $account,
-                    move || match $name::REAL.address() {
-                        // SAFETY: the address is libc's definition of this very symbol.
-                        Some(address) => std::mem::transmute::<*mut c_void, $name::Signature>(address)($($arg),*),
-                        None => <$ret as Unavailable>::unavailable(),
-                    },
+                    move || $name::call($($arg),*),
+                    move |found| slow($($arg,)* found),
                 )
             }
         )*

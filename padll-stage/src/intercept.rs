@@ -13,7 +13,7 @@
 //! take no lock and allocate nothing except to remember a directory above a mountpoint.
 
 use crate::fdtable::{self, PathSlot};
-use crate::paths::{self, PathBuffer, Place, PATH_CAPACITY};
+use crate::paths::{self, MountTable, PathBuffer, Place, PATH_CAPACITY};
 use crate::{channels, errno, stats};
 use libc::{c_char, c_int, c_uint, c_void, DIR, FILE};
 use padll_wire::ops::Op;
@@ -177,7 +177,7 @@ fn guarded<T>(f: impl FnOnce() -> T) -> Option<T> {
 
 /// Where a call's target lies: the main place, and the source of a copy.
 #[derive(Clone, Copy)]
-struct Resolved {
+pub struct Resolved {
     main: Place,
     source: Place,
 }
@@ -188,17 +188,77 @@ const UNRELATED: Resolved = Resolved {
 };
 
 impl Resolved {
+    /// [`Resolved::decode`]'s word for "not resolved yet" (no place encodes as
+    /// `u16::MAX`: mountpoint indices stay below `u16::MAX - 2`).
+    pub const UNKNOWN: u32 = u32::MAX;
+
+    /// A resolution from a word: the main place's [`Place::encode`] in the low half,
+    /// the source's in the high half; `None` for [`Resolved::UNKNOWN`].
+    #[inline(always)]
+    pub fn decode(word: u32) -> Option<Resolved> {
+        (word != u32::MAX).then(|| Resolved {
+            main: Place::decode(word as u16),
+            source: Place::decode((word >> 16) as u16),
+        })
+    }
+
     #[inline(always)]
     fn is_unrelated(&self) -> bool {
         self.main == Place::Unrelated && self.source == Place::Unrelated
     }
 }
 
-/// The hook body: see the module documentation.
+/// The fast path of every hook, inlined into it and specialised for its target and
+/// effect: classifies the target where that is cheap (descriptors: one load; clean
+/// paths: one fused read of the path and a compare of its first 16 bytes with each
+/// mountpoint's) and, when it is unrelated, counts the call in the thread's cached
+/// shard and calls `real`. Calls nothing that is not inlined but `real` and `slow`
+/// (on x86-64 an fd hook needs no stack frame before its tail call to libc), cannot
+/// panic, takes no lock, allocates nothing. Everything else — managed targets, unclean
+/// paths, relative paths from a directory above a mountpoint, a thread's first call —
+/// goes to `slow` (out of line: [`intercept_resolved`]), with the target's place when
+/// it is already known.
 ///
-/// The unmanaged path (steps 1–3) is inlined into every hook and specialised for its
-/// target and effect; it only does what cannot panic (table lookups, prefix compares),
-/// so the catch-unwind guards sit on the slower paths.
+/// # Safety
+/// `target` and `effect` must hold the pointers the application passed, and `real`
+/// must call the real function with the application's arguments.
+#[inline(always)]
+pub unsafe fn dispatch<R: Returned>(
+    op: Option<Op>,
+    target: Target,
+    effect: Effect,
+    real: impl FnOnce() -> R,
+    slow: impl FnOnce(u32) -> R,
+) -> R {
+    let Some(mounts) = crate::active_mounts() else {
+        return real();
+    };
+    if let Some(op) = op {
+        let code = match quick_resolve(mounts, target) {
+            Some(code) => code,
+            None => return slow(Resolved::UNKNOWN),
+        };
+        if code != 0 {
+            return slow(code);
+        }
+        match stats::cached() {
+            Some(counters) => counters.passthrough(op),
+            None => return slow(0),
+        }
+    }
+    match (effect, target) {
+        // The descriptor was just read as unrelated: nothing to forget.
+        (Effect::Close(fd), Target::Fd(target_fd)) if fd == target_fd && op.is_some() => {}
+        (Effect::CloseStream(a), Target::Stream(b)) if a == b && op.is_some() => {}
+        (Effect::CloseDirStream(a), Target::Dir(b)) if a == b && op.is_some() => {}
+        _ => before(effect),
+    }
+    let result = real();
+    after_unrelated(effect, &result);
+    result
+}
+
+/// The hook body: see the module documentation.
 ///
 /// # Safety
 /// `target` and `effect` must hold the pointers the application passed, and `real`
@@ -212,11 +272,28 @@ pub unsafe fn intercept<R: Returned>(
     account: impl FnOnce(&R) -> Account,
     real: impl FnOnce() -> R,
 ) -> R {
+    intercept_resolved(None, op, target, effect, requested, account, real)
+}
+
+/// [`intercept`] when the fast path already found where the target lies (`found`).
+///
+/// # Safety
+/// As for [`intercept`].
+#[inline(always)]
+pub unsafe fn intercept_resolved<R: Returned>(
+    found: Option<Resolved>,
+    op: Option<Op>,
+    target: Target,
+    effect: Effect,
+    requested: u64,
+    account: impl FnOnce(&R) -> Account,
+    real: impl FnOnce() -> R,
+) -> R {
     if !crate::is_active() {
         return real();
     }
     let resolved = match op {
-        Some(_) => resolve(target),
+        Some(_) => found.unwrap_or_else(|| resolve(target)),
         None => UNRELATED,
     };
     match op {
@@ -232,6 +309,53 @@ pub unsafe fn intercept<R: Returned>(
             after_unrelated(effect, &result);
             result
         }
+    }
+}
+
+/// Where `target` lies, when that is cheap to find (see [`dispatch`]), as
+/// [`Resolved::encode`]s it (0 = unrelated); `None` otherwise. Descriptor places are
+/// passed on as the fd table stores them, never decoded here.
+#[inline(always)]
+unsafe fn quick_resolve(mounts: &MountTable, target: Target) -> Option<u32> {
+    let path = |dirfd, path| Some(quick_path(mounts, dirfd, path)?.encode() as u32);
+    let either = |dir_a, a, dir_b, b| match quick_path(mounts, dir_a, a)? {
+        first @ Place::Managed(_) => Some(first.encode() as u32),
+        _ => path(dir_b, b),
+    };
+    match target {
+        Target::None => Some(0),
+        Target::Path(p) => path(libc::AT_FDCWD, p),
+        Target::At(dirfd, p) => path(dirfd, p),
+        Target::Fd(fd) => Some(fdtable::place_code(fd) as u32),
+        Target::Stream(stream) => Some(fdtable::place_code(stream_fd(stream)) as u32),
+        Target::Dir(dir) => Some(fdtable::place_code(dir_fd(dir)) as u32),
+        Target::Paths(a, b) => either(libc::AT_FDCWD, a, libc::AT_FDCWD, b),
+        Target::AtPaths(dir_a, a, dir_b, b) => either(dir_a, a, dir_b, b),
+        Target::Copy { from, to } => {
+            Some(fdtable::place_code(to) as u32 | (fdtable::place_code(from) as u32) << 16)
+        }
+    }
+}
+
+/// [`place_of_path`] for the cheap cases: a clean path, absolute and unrelated on its
+/// first bytes, or relative to an unrelated (or, without nested mountpoints, managed)
+/// directory.
+#[inline(always)]
+unsafe fn quick_path(mounts: &MountTable, dirfd: c_int, path: *const c_char) -> Option<Place> {
+    if path.is_null() {
+        return None;
+    }
+    if *path == b'/' as c_char {
+        let len = paths::scan_absolute(path.cast())?;
+        return mounts.quick_absolute(path.cast(), len);
+    }
+    if paths::scan(path.cast())? == 0 {
+        return None;
+    }
+    match base_place(dirfd) {
+        Place::Unrelated => Some(Place::Unrelated),
+        Place::Managed(m) if !mounts.has_nested() => Some(Place::Managed(m)),
+        _ => None,
     }
 }
 
@@ -262,17 +386,13 @@ fn tracked<R: Returned>(
     let errno = errno::location();
     // SAFETY (every access): the calling thread's errno slot.
     let saved = unsafe { *errno };
-    let waited = guarded(|| {
-        let waited = [
-            main.map_or(0, |mount| {
-                channels::admit(counters, mount, main_op, requested)
-            }),
-            source.map_or(0, |mount| {
-                channels::admit(counters, mount, source_op, requested)
-            }),
+    let admitted = guarded(|| {
+        let admitted = [
+            main.map(|mount| channels::admit(counters, mount, main_op, requested)),
+            source.map(|mount| channels::admit(counters, mount, source_op, requested)),
         ];
         before(effect);
-        waited
+        admitted
     });
     unsafe { *errno = saved };
 
@@ -282,20 +402,21 @@ fn tracked<R: Returned>(
     guarded(|| {
         if main.is_none() && source.is_none() {
             counters.passthrough(op);
-        }
-        let waited = waited.unwrap_or_default();
-        let outcome = if main.is_some() || source.is_some() {
-            account(&result)
         } else {
-            Account::default()
-        };
-        for (mount, op, mut waited) in [(main, main_op, waited[0]), (source, source_op, waited[1])]
-        {
-            let Some(mount) = mount else { continue };
-            if requested != 0 || outcome.bytes != 0 {
-                waited += channels::settle(counters, mount, op, requested, outcome.bytes);
+            let admitted = admitted.unwrap_or_default();
+            let outcome = account(&result);
+            for (mount, op, admission) in [
+                (main, main_op, admitted[0]),
+                (source, source_op, admitted[1]),
+            ] {
+                if mount.is_none() {
+                    continue;
+                }
+                let admission = admission.unwrap_or_default();
+                let waited = admission.waited
+                    + channels::settle(counters, &admission, requested, outcome.bytes);
+                counters.managed(op, outcome.failed, outcome.bytes, waited);
             }
-            counters.managed(op, outcome.failed, outcome.bytes, waited);
         }
         if !matches!(effect, Effect::None) {
             after(effect, target, resolved.main, &result);
@@ -318,7 +439,7 @@ pub unsafe fn admit_only(op: Op, target: Target, bytes: u64) {
     let saved = errno::get();
     guarded(|| {
         if let Place::Managed(mount) = resolve(target).main {
-            let waited = channels::admit(counters, mount, op, bytes);
+            let waited = channels::admit(counters, mount, op, bytes).waited;
             counters.managed(op, false, bytes, waited);
         }
     });
@@ -385,11 +506,17 @@ unsafe fn place_of_path(dirfd: c_int, path: *const c_char) -> Place {
     if path.is_null() {
         return base_place(dirfd);
     }
+    let mounts = crate::mounts();
+    if let Some(len) = paths::scan(path.cast()) {
+        if len != 0 && *path == b'/' as c_char {
+            let bytes = std::slice::from_raw_parts(path.cast::<u8>(), len);
+            return mounts.place_of(bytes);
+        }
+    }
     let bytes = CStr::from_ptr(path).to_bytes();
     let Some(&first) = bytes.first() else {
         return base_place(dirfd);
     };
-    let mounts = crate::mounts();
     if paths::is_clean(bytes) {
         if first == b'/' {
             return mounts.place_of(bytes);
@@ -521,7 +648,7 @@ fn before(effect: Effect) {
 /// [`after`] for a call whose target is unrelated to every mountpoint: new descriptors
 /// only clear stale entries (no allocation, `errno` untouched).
 #[inline(always)]
-fn after_unrelated<R: Returned>(effect: Effect, result: &R) {
+pub fn after_unrelated<R: Returned>(effect: Effect, result: &R) {
     match effect {
         Effect::NewFd { .. } | Effect::NewStream | Effect::NewDirStream | Effect::Reopen(_) => {
             if let Some(fd) = result.descriptor() {

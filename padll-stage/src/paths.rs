@@ -65,6 +65,67 @@ pub struct MountTable {
     /// Which second-and-third-byte pairs a path under or above a mountpoint can start
     /// with (hashed, see [`pair_bit`]); `None` when `/` itself is a mountpoint.
     pairs: Option<[u64; PAIR_WORDS]>,
+    /// The first bytes of every mountpoint, for [`MountTable::quick_absolute`].
+    prefixes: Prefixes,
+}
+
+/// Most mountpoint spellings [`Prefixes`] holds one by one; beyond that one entry
+/// matching every path sends them all to the full comparison.
+const PREFIXES: usize = 8;
+
+/// The first (up to) 16 bytes of each mountpoint spelling, compared with a path's first
+/// 16 bytes in one vector compare each: a path lies under or above a mountpoint only if
+/// the two agree on their first min(len, 16) bytes.
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(16))]
+struct Prefixes {
+    bytes: [[u8; 16]; PREFIXES],
+    /// Bit i set: byte i of the prefix must match (bits below min(len, 16)).
+    need: [u32; PREFIXES],
+    /// The spelling's length if it is at most 16 bytes (the prefix is all of it), else 0.
+    short_len: [usize; PREFIXES],
+    /// Its mountpoint index.
+    index: [u16; PREFIXES],
+    count: usize,
+}
+
+impl Default for Prefixes {
+    fn default() -> Self {
+        Prefixes::EMPTY
+    }
+}
+
+impl Prefixes {
+    const EMPTY: Prefixes = Prefixes {
+        bytes: [[0; 16]; PREFIXES],
+        need: [0; PREFIXES],
+        short_len: [0; PREFIXES],
+        index: [0; PREFIXES],
+        count: 0,
+    };
+
+    fn new(mounts: &[(Vec<u8>, u16)]) -> Prefixes {
+        let mut prefixes = Prefixes::EMPTY;
+        if mounts.len() > PREFIXES {
+            // need = 0: every path is a candidate.
+            prefixes.count = 1;
+            return prefixes;
+        }
+        for (i, (mount, index)) in mounts.iter().enumerate() {
+            let n = mount.len().min(16);
+            prefixes.bytes[i][..n].copy_from_slice(&mount[..n]);
+            prefixes.need[i] = (1u32 << n) - 1;
+            // "/" (length 1) is left to the full comparison.
+            prefixes.short_len[i] = if (2..=16).contains(&mount.len()) {
+                mount.len()
+            } else {
+                0
+            };
+            prefixes.index[i] = *index;
+        }
+        prefixes.count = mounts.len();
+        prefixes
+    }
 }
 
 /// Words of the [`MountTable`] pair filter (1024 bits).
@@ -84,6 +145,7 @@ impl MountTable {
         names: Vec::new(),
         nested: false,
         pairs: None,
+        prefixes: Prefixes::EMPTY,
     };
 
     /// Builds the table from configured mountpoints. Each must be absolute; its
@@ -122,6 +184,7 @@ impl MountTable {
                 .any(|(outer, j)| i != j && is_within(inner, outer))
         });
         table.pairs = table.pair_filter();
+        table.prefixes = Prefixes::new(&table.entries);
         Ok(table)
     }
 
@@ -175,6 +238,42 @@ impl MountTable {
         self.compare(path)
     }
 
+    /// Classifies a clean absolute path (as [`scan`] found it, `len` ≥ 1 bytes) when
+    /// that is cheap, in the order of [`MountTable::compare`] (longest spelling first):
+    /// a path that agrees with no mountpoint on its first bytes is [`Place::Unrelated`];
+    /// one that starts with a whole mountpoint of at most 16 bytes followed by `/` or
+    /// its end is [`Place::Managed`] by it. `None`: anything else (a longer mountpoint's
+    /// first 16 bytes, a possible ancestor, a path in the last 15 bytes of its page, too
+    /// close for the 16-byte read) — the caller compares in full. No call, no panic, no
+    /// lock.
+    ///
+    /// # Safety
+    /// `path` must point to a NUL-terminated string of `len` bytes.
+    #[inline(always)]
+    pub unsafe fn quick_absolute(&self, path: *const u8, len: usize) -> Option<Place> {
+        let head = head16(path)?;
+        let within = if len >= 16 { 0xffff } else { (1u32 << len) - 1 };
+        let prefixes = &self.prefixes;
+        let mut i = 0;
+        while i < prefixes.count.min(PREFIXES) {
+            if mismatches(head, &prefixes.bytes[i]) & prefixes.need[i] & within == 0 {
+                // The first min(len, 16, mount length) bytes agree.
+                let mount_len = prefixes.short_len[i];
+                if mount_len == 0 || mount_len > len {
+                    return None;
+                }
+                // SAFETY: mount_len ≤ len: at most the NUL.
+                if matches!(*path.add(mount_len), b'/' | 0) {
+                    return Some(Place::Managed(prefixes.index[i]));
+                }
+                // A longer name beside the mountpoint (`/scratch2`): neither under nor
+                // above this one.
+            }
+            i += 1;
+        }
+        Some(Place::Unrelated)
+    }
+
     /// [`MountTable::place_of`] by comparison with every mountpoint.
     #[inline(never)]
     fn compare(&self, path: &[u8]) -> Place {
@@ -215,6 +314,164 @@ fn prefix_word(bytes: &[u8]) -> u64 {
             word[..bytes.len()].copy_from_slice(bytes);
             u64::from_le_bytes(word)
         }
+    }
+}
+
+/// Reads the NUL-terminated string at `path` once, in aligned 16-byte blocks, and
+/// returns its length if it is *clean* for certain: no `/` followed by `/` or `.`, and
+/// no leading `.` (a hidden file's name is clean but reported as `None` too: the caller
+/// then checks exactly). Fuses `strlen` with the cleanliness scan of [`is_clean`].
+///
+/// **Reading past the end.** The first block starts at the aligned address at or below
+/// `path` and every block is 16-byte aligned, so no load crosses a 4 KiB page boundary:
+/// each block lies in a page that also holds at least one byte of the string (the first
+/// block holds its first byte, each later one is loaded only if the string did not end
+/// before it), and memory protection works by pages, so the loads cannot fault — the
+/// same argument glibc's `strlen` relies on. Bytes outside the string (before `path`,
+/// after its NUL) are masked off and never influence the result. Such a load is outside
+/// the Rust abstract machine's bounds for the object, so it is done in inline assembly
+/// (`movdqa`), whose semantics are the hardware's; the compiler sees an opaque read.
+/// Memory checkers that track object bounds (ASan, Valgrind's memcheck) would flag it
+/// like they flag glibc's `strlen` without their interceptors; under Miri, and off
+/// x86-64, a byte-by-byte version runs instead.
+///
+/// # Safety
+/// `path` must be non-null and point to a NUL-terminated string.
+#[inline(always)]
+pub unsafe fn scan(path: *const u8) -> Option<usize> {
+    if *path == b'.' {
+        return None;
+    }
+    scan_absolute(path)
+}
+
+/// [`scan`] for a path known to start with `/` (so without the leading-`.` check).
+///
+/// # Safety
+/// As for [`scan`].
+#[inline(always)]
+pub unsafe fn scan_absolute(path: *const u8) -> Option<usize> {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    {
+        scan_sse2(path)
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    {
+        let bytes = std::ffi::CStr::from_ptr(path.cast()).to_bytes();
+        (!maybe_dirty(bytes)).then_some(bytes.len())
+    }
+}
+
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[inline(always)]
+unsafe fn scan_sse2(path: *const u8) -> Option<usize> {
+    use std::arch::x86_64::*;
+    let start = path as usize;
+    let skip = start & 15;
+    let mut block = start - skip;
+    // Bit i of each mask: byte i of the block is NUL / is '/' / is '/' or '.'
+    // ('.' = 0x2e and '/' = 0x2f both become 0x2f when or-ed with 1).
+    let masks = |block: usize| {
+        let v = load_aligned(block as *const u8);
+        let nul = _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_setzero_si128())) as u32;
+        let slash = _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(b'/' as i8))) as u32;
+        let follower = _mm_movemask_epi8(_mm_cmpeq_epi8(
+            _mm_or_si128(v, _mm_set1_epi8(1)),
+            _mm_set1_epi8(b'/' as i8),
+        )) as u32;
+        (nul, slash, follower)
+    };
+    let (nul, slash, follower) = masks(block);
+    // Bytes before the string are not part of it.
+    let mut nul = nul >> skip << skip;
+    let mut slash = slash >> skip << skip;
+    // A '/' at bit i followed by '/' or '.' at bit i + 1.
+    let mut dirty = (slash << 1) & follower;
+    while nul | dirty == 0 {
+        let carry = slash >> 15;
+        block += 16;
+        let (n, s, f) = masks(block);
+        nul = n;
+        slash = s;
+        dirty = ((slash << 1) | carry) & f;
+    }
+    // Only what lies before the NUL counts.
+    let before_nul = (nul & nul.wrapping_neg()).wrapping_sub(1);
+    if dirty & before_nul != 0 || nul == 0 {
+        return None;
+    }
+    Some(block + nul.trailing_zeros() as usize - start)
+}
+
+/// One aligned 16-byte load that may extend past the object it starts in (see
+/// [`scan`]).
+///
+/// # Safety
+/// `block` must be 16-byte aligned and lie in a mapped page.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[inline(always)]
+unsafe fn load_aligned(block: *const u8) -> std::arch::x86_64::__m128i {
+    let v: std::arch::x86_64::__m128i;
+    std::arch::asm!(
+        "movdqa {v}, xmmword ptr [{p}]",
+        p = in(reg) block,
+        v = out(xmm_reg) v,
+        options(nostack, readonly, preserves_flags, pure),
+    );
+    v
+}
+
+/// The 16 bytes at `path`, if they lie in `path`'s page (unaligned; bytes after the
+/// NUL are garbage and must be masked by the caller). `None` in the last 15 bytes of a
+/// page, where the read could reach the next, possibly unmapped, page.
+#[inline(always)]
+unsafe fn head16(path: *const u8) -> Option<Head> {
+    if path as usize & 0xfff > 0xff0 {
+        return None;
+    }
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    {
+        let v: std::arch::x86_64::__m128i;
+        std::arch::asm!(
+            "movdqu {v}, xmmword ptr [{p}]",
+            p = in(reg) path,
+            v = out(xmm_reg) v,
+            options(nostack, readonly, preserves_flags, pure),
+        );
+        Some(v)
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    {
+        // Portable: copy the string's bytes only (the caller masks the rest).
+        let mut head = [0u8; 16];
+        for (i, byte) in head.iter_mut().enumerate() {
+            *byte = *path.add(i);
+            if *byte == 0 {
+                break;
+            }
+        }
+        Some(head)
+    }
+}
+
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+type Head = std::arch::x86_64::__m128i;
+#[cfg(not(all(target_arch = "x86_64", not(miri))))]
+type Head = [u8; 16];
+
+/// Bit i set when byte i of `head` and `prefix` differ.
+#[inline(always)]
+fn mismatches(head: Head, prefix: &[u8; 16]) -> u32 {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    // SAFETY: SSE2 is part of the x86-64 baseline; `prefix` is 16 readable bytes.
+    unsafe {
+        use std::arch::x86_64::*;
+        let p = _mm_loadu_si128(prefix.as_ptr().cast());
+        !(_mm_movemask_epi8(_mm_cmpeq_epi8(head, p)) as u32) & 0xffff
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    {
+        (0..16).fold(0, |m, i| m | (((head[i] != prefix[i]) as u32) << i))
     }
 }
 
@@ -424,6 +681,46 @@ mod tests {
     }
 
     #[test]
+    fn scans_stop_at_the_page_end() {
+        // A path ending on the last byte of a page whose next page is inaccessible:
+        // the aligned reads of `scan` and the page check of `head16` must not fault.
+        // SAFETY: plain anonymous mapping, unmapped at the end.
+        unsafe {
+            let page = 4096;
+            let map = libc::mmap(
+                std::ptr::null_mut(),
+                2 * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(map, libc::MAP_FAILED);
+            let base = map.cast::<u8>();
+            assert_eq!(
+                libc::mprotect(base.add(page).cast(), page, libc::PROT_NONE),
+                0
+            );
+            let table = MountTable::new(&["/tmp/x-m".into()]).unwrap();
+            for len in 0..40usize {
+                let start = base.add(page - 1 - len);
+                for i in 0..len {
+                    *start.add(i) = if i == 0 { b'/' } else { b'a' + (i % 26) as u8 };
+                }
+                *start.add(len) = 0;
+                let scanned = scan(start);
+                assert_eq!(scanned, Some(len), "length {len}");
+                if len > 0 {
+                    let quick = table.quick_absolute(start, len);
+                    // Within the page's last 15 bytes the 16-byte read is refused.
+                    assert_eq!(quick.is_none(), len < 15, "length {len}");
+                }
+            }
+            libc::munmap(map, 2 * page);
+        }
+    }
+
+    #[test]
     fn place_encoding_round_trips() {
         for place in [
             Place::Unrelated,
@@ -457,6 +754,53 @@ mod tests {
             let table = MountTable::new(&["/s".into(), "/sa/x".into(), "/data/x".into()]).unwrap();
             if is_clean(path.as_bytes()) {
                 prop_assert_eq!(table.place_of(path.as_bytes()), table.compare(path.as_bytes()));
+            }
+        }
+
+        // The fused scan agrees with strlen + the exact check, wherever the string
+        // starts relative to a 16-byte boundary and whatever follows its NUL.
+        #[test]
+        fn scan_agrees_with_strlen_and_exact_check(
+            path in "[a./]{0,70}",
+            offset in 0usize..16,
+            garbage in "[a./]{0,20}",
+        ) {
+            let mut storage = vec![b'/'; 256];
+            let base = (16 - storage.as_ptr() as usize % 16) % 16 + offset;
+            storage[base..base + path.len()].copy_from_slice(path.as_bytes());
+            storage[base + path.len()] = 0;
+            let tail = base + path.len() + 1;
+            storage[tail..tail + garbage.len()].copy_from_slice(garbage.as_bytes());
+            // SAFETY: NUL-terminated inside `storage`.
+            let scanned = unsafe { scan(storage[base..].as_ptr()) };
+            let bytes = path.as_bytes();
+            let expected = (is_clean(bytes) && bytes.first() != Some(&b'.')).then_some(bytes.len());
+            match scanned {
+                Some(len) => prop_assert_eq!(Some(len), expected),
+                // Only paths the exact check must look at are refused.
+                None => prop_assert!(expected.is_none() || maybe_dirty(bytes)),
+            }
+        }
+
+        // The quick classification never contradicts the full one.
+        #[test]
+        fn quick_place_agrees_with_place_of(path in "/[tmpxu/-]{0,24}") {
+            let table = MountTable::new(&[
+                "/tmp/x-m".into(),
+                "/tm".into(),
+                "/p/x".into(),
+                "/tmp/x-m/p/-/-/mmmm".into(),
+                "/tmp/x-m/p/-".into(),
+            ])
+            .unwrap();
+            let c = std::ffi::CString::new(path.clone()).unwrap();
+            // SAFETY: NUL-terminated, of the length scanned.
+            let quick = unsafe {
+                scan(c.as_ptr().cast()).and_then(|len| table.quick_absolute(c.as_ptr().cast(), len))
+            };
+            if let Some(place) = quick {
+                prop_assert!(is_clean(path.as_bytes()));
+                prop_assert_eq!(place, table.place_of(path.as_bytes()));
             }
         }
 

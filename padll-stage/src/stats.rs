@@ -1,9 +1,12 @@
 //! Per-operation and per-channel counters, cheap enough for every intercepted call.
 //!
 //! Counters live in a static array of shards. A thread finds its shard from its thread
-//! pointer (one register read: no thread-local lookup, which costs a call to
-//! `__tls_get_addr` in a shared library) and claims it by writing that pointer into the
-//! shard's `owner`. The owner is then the only writer of the shard, so it counts with
+//! pointer and claims it by writing that pointer into the shard's `owner` (one CAS, on
+//! its first call). On x86-64 the claimed shard is then cached in an *initial-exec*
+//! thread-local word (8 bytes of static TLS, allocated with the thread: no
+//! `__tls_get_addr`, no allocation, async-signal-safe), so every later call finds it
+//! with two loads; elsewhere (and before the claim) the shard is found by hashing the
+//! thread pointer and checking the owner. The owner is then the only writer of the shard, so it counts with
 //! plain increments (a relaxed load and store: no locked instruction, no cache line
 //! shared with another thread) and the sums are still exact. A thread whose shard is
 //! taken by another (live or exited) thread counts in a shared overflow shard with
@@ -259,13 +262,123 @@ impl Counters {
 /// The calling thread's counters.
 #[inline(always)]
 pub fn local() -> Counters {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        let cached = cache::get();
+        if !cached.is_null() {
+            // SAFETY: the cache only ever holds a shard of `OWNED` this thread owns.
+            return Counters {
+                shard: unsafe { &*cached },
+                owned: true,
+            };
+        }
+        find()
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    {
+        let tp = thread_pointer();
+        let home = home_shard(tp);
+        let shard = &OWNED[home];
+        if shard.owner.load(Ordering::Relaxed) == tp {
+            Counters { shard, owned: true }
+        } else {
+            claim(tp, home)
+        }
+    }
+}
+
+/// The calling thread's counters if it owns a shard it has found before (x86-64: its
+/// cached shard, two loads; elsewhere: its home shard, if it owns it). Never claims,
+/// never calls: for the hooks' fast path.
+#[inline(always)]
+pub fn cached() -> Option<Counters> {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        let cached = cache::get();
+        // SAFETY: the cache only ever holds a shard of `OWNED` this thread owns.
+        (!cached.is_null()).then(|| Counters {
+            shard: unsafe { &*cached },
+            owned: true,
+        })
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    {
+        let tp = thread_pointer();
+        let shard = &OWNED[home_shard(tp)];
+        (shard.owner.load(Ordering::Relaxed) == tp).then_some(Counters { shard, owned: true })
+    }
+}
+
+/// The calling thread's counters when its shard is not cached yet (first call, or every
+/// call of a thread that counts in the overflow shard).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[cold]
+#[inline(never)]
+fn find() -> Counters {
     let tp = thread_pointer();
-    let home = home_shard(tp);
-    let shard = &OWNED[home];
-    if shard.owner.load(Ordering::Relaxed) == tp {
-        Counters { shard, owned: true }
-    } else {
-        claim(tp, home)
+    let counters = claim(tp, home_shard(tp));
+    if counters.owned {
+        cache::set(counters.shard);
+    }
+    counters
+}
+
+/// The calling thread's claimed shard, in one word of initial-exec TLS.
+///
+/// Rust's `thread_local!` in a shared library uses the general-dynamic model: a call to
+/// `__tls_get_addr`, which may allocate on a thread's first access (so not
+/// async-signal-safe). An initial-exec variable lives in the static TLS block that
+/// glibc allocates with every thread (and, for a library loaded after start-up, in the
+/// block's reserved surplus): reading it is `mov reg, [rip + sym@gottpoff]` and
+/// `mov reg, fs:[reg]`. The variable is defined in assembly (`.tbss`, zero-initialised:
+/// a new thread, or a thread reusing a cached stack, starts with no shard and claims
+/// one; a reused stack has the old thread pointer and finds the old shard). It is
+/// hidden, so it is never exported from `libpadll.so`.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+mod cache {
+    use super::Shard;
+
+    std::arch::global_asm!(
+        ".pushsection .tbss,\"awT\",@nobits",
+        ".p2align 3",
+        ".globl __padll_stage_shard",
+        ".hidden __padll_stage_shard",
+        ".type __padll_stage_shard, @object",
+        ".size __padll_stage_shard, 8",
+        "__padll_stage_shard:",
+        ".zero 8",
+        ".popsection",
+    );
+
+    /// The calling thread's cached shard, or null.
+    #[inline(always)]
+    pub(super) fn get() -> *const Shard {
+        let shard: *const Shard;
+        // SAFETY: reads the calling thread's own TLS word; no side effects.
+        unsafe {
+            std::arch::asm!(
+                "mov {s}, qword ptr [rip + __padll_stage_shard@GOTTPOFF]",
+                "mov {s}, qword ptr fs:[{s}]",
+                s = out(reg) shard,
+                options(nostack, readonly, preserves_flags),
+            )
+        };
+        shard
+    }
+
+    /// Caches `shard` (or clears the cache with null) for the calling thread.
+    #[inline]
+    pub(super) fn set(shard: *const Shard) {
+        // SAFETY: writes the calling thread's own TLS word.
+        unsafe {
+            std::arch::asm!(
+                "mov {t}, qword ptr [rip + __padll_stage_shard@GOTTPOFF]",
+                "mov qword ptr fs:[{t}], {s}",
+                t = out(reg) _,
+                s = in(reg) shard,
+                options(nostack, preserves_flags),
+            )
+        };
     }
 }
 
@@ -354,9 +467,11 @@ fn all_shards() -> impl Iterator<Item = &'static Shard> {
 
 /// Zeroes every counter and credit and frees every shard: the child of a `fork` starts
 /// its own account, and of the parent's threads only the forking one exists in it (its
-/// credit is dropped, not carried over). Untouched counters are not written, so that
-/// their pages stay unallocated.
+/// credit is dropped, not carried over; its cached shard is forgotten, so it claims one
+/// again). Untouched counters are not written, so that their pages stay unallocated.
 pub fn reset() {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    cache::set(std::ptr::null());
     let zero = |counter: &AtomicU64| {
         if counter.load(Ordering::Relaxed) != 0 {
             counter.store(0, Ordering::Relaxed);

@@ -5,8 +5,15 @@
 //!
 //! `padll-bench` (release build) prints a Markdown table. It re-runs itself as a
 //! worker (`padll-bench worker CALL THREADS MILLIS DIR`) with the right environment
-//! for each set-up. For instruction counts, run the worker under callgrind with two
-//! iteration counts (`scripts/bench-stage.sh` does this).
+//! for each set-up.
+//!
+//! `padll-bench instructions` counts, deterministically, the user-space instructions
+//! the stage adds per call: it runs `padll-bench count CALL N DIR` (exactly N calls on
+//! one thread) under `valgrind --tool=callgrind` at N = 2 000 and 12 000, natively and
+//! preloaded, and prints the slopes against the overhead targets, for the cases that
+//! matter: unmanaged path calls far from the mountpoint (`/dev/shm/…`, mount under
+//! `/tmp`) and beside it (`/tmp/x-u…` next to mount `/tmp/x-m…`), unmanaged fd calls,
+//! and managed calls through a channel that never limits.
 
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
@@ -24,9 +31,10 @@ fn main() {
         Some("worker") => worker(&args[2..]),
         Some("count") => count(&args[2..]),
         Some("throttled") => throttled(),
+        Some("instructions") => instructions(&args[2..]),
         None => driver(),
         Some(other) => {
-            eprintln!("padll-bench: unknown mode '{other}' (use no argument, 'worker', 'count' or 'throttled')");
+            eprintln!("padll-bench: unknown mode '{other}' (use no argument, 'worker', 'count', 'instructions' or 'throttled')");
             std::process::exit(2);
         }
     }
@@ -338,4 +346,213 @@ fn children_usage() -> Cost {
         sleeps: usage.ru_nvcsw,
         wall: 0.0,
     }
+}
+
+/// Where a callgrind case's file lies relative to the one mountpoint (`/tmp/x-m…`).
+#[derive(Clone, Copy, PartialEq)]
+enum Where {
+    /// Under `/dev/shm`: no byte in common with the mountpoint after the first `/`.
+    Far,
+    /// `/tmp/x-u…`, beside the mountpoint: shares its first component and more.
+    Sibling,
+    /// Inside the mountpoint, through a channel that never limits (`all=100G/s`).
+    Managed,
+}
+
+/// One row of the instruction table: a call, where its file is, and the most
+/// instructions the stage may add to it (the overhead targets; `None`: no target).
+struct Case {
+    call: &'static str,
+    place: Where,
+    what: &'static str,
+    target: Option<u64>,
+}
+
+const CASES: [Case; 10] = [
+    Case {
+        call: "stat",
+        place: Where::Far,
+        what: "unmanaged path call, far from the mountpoint",
+        target: Some(60),
+    },
+    Case {
+        call: "stat",
+        place: Where::Sibling,
+        what: "unmanaged path call, beside the mountpoint",
+        target: Some(100),
+    },
+    Case {
+        call: "open+close",
+        place: Where::Far,
+        what: "unmanaged path call + fd call, far",
+        target: Some(80),
+    },
+    Case {
+        call: "open+close",
+        place: Where::Sibling,
+        what: "unmanaged path call + fd call, beside",
+        target: Some(120),
+    },
+    Case {
+        call: "pread4k",
+        place: Where::Sibling,
+        what: "unmanaged fd call",
+        target: Some(20),
+    },
+    Case {
+        call: "fstat",
+        place: Where::Sibling,
+        what: "unmanaged fd call",
+        target: Some(20),
+    },
+    Case {
+        call: "stat",
+        place: Where::Managed,
+        what: "managed path call",
+        target: None,
+    },
+    Case {
+        call: "open+close",
+        place: Where::Managed,
+        what: "managed open + close",
+        target: Some(300),
+    },
+    Case {
+        call: "pread4k",
+        place: Where::Managed,
+        what: "managed 4 KiB read (byte-counted)",
+        target: Some(150),
+    },
+    Case {
+        call: "fstat",
+        place: Where::Managed,
+        what: "managed fd call",
+        target: None,
+    },
+];
+
+/// Iteration counts whose difference gives the per-call slope.
+const COUNTS: [u64; 2] = [2_000, 12_000];
+
+/// `instructions [CALL|far|sibling|managed …]`: the callgrind table (all cases, or
+/// those whose call or place is named).
+fn instructions(filter: &[String]) {
+    let exe = std::env::current_exe().expect("current exe");
+    let library = stage_library(&exe);
+    if Command::new("valgrind").arg("--version").output().is_err() {
+        eprintln!("padll-bench: valgrind not installed; no instruction counts");
+        std::process::exit(2);
+    }
+    let pid = std::process::id();
+    let mount = PathBuf::from(format!("/tmp/x-m{pid}"));
+    let sibling = PathBuf::from(format!("/tmp/x-u{pid}"));
+    let shm = Path::new("/dev/shm");
+    let far = if shm.is_dir() {
+        shm.join(format!("padll-bench-{pid}"))
+    } else {
+        eprintln!("padll-bench: no /dev/shm; the far case uses /var/tmp");
+        PathBuf::from(format!("/var/tmp/padll-bench-{pid}"))
+    };
+    for dir in [&mount, &sibling, &far] {
+        std::fs::create_dir_all(dir).expect("bench dir");
+        std::fs::write(dir.join("file"), vec![7u8; 1 << 20]).expect("bench file");
+    }
+    // One configuration for every preloaded run (a job with a channel, most of whose
+    // calls are elsewhere); only where the file lies changes.
+    let preload = [
+        ("LD_PRELOAD", library.display().to_string()),
+        ("PADLL_MOUNTS", mount.display().to_string()),
+        ("PADLL_RULES", "all=100G/s".to_string()),
+    ];
+    // Instructions of the extra calls between the two runs (exact integers).
+    let span = (COUNTS[1] - COUNTS[0]) as i64;
+    let delta = |call: &str, dir: &Path, env: &[(&str, String)]| -> i64 {
+        let [a, b] = COUNTS.map(|n| callgrind(&exe, call, n, dir, env));
+        b as i64 - a as i64
+    };
+
+    println!(
+        "Mountpoint {}; far file {}/file; sibling file {}/file; rules all=100G/s.",
+        mount.display(),
+        far.display(),
+        sibling.display()
+    );
+    println!();
+    println!("| call | target file | case | native | preloaded | added | target | met |");
+    println!("|---|---|---|---:|---:|---:|---:|:---:|");
+    for case in &CASES {
+        let place = match case.place {
+            Where::Far => "far",
+            Where::Sibling => "sibling",
+            Where::Managed => "managed",
+        };
+        if !filter.is_empty() && !filter.iter().any(|f| f == case.call || f == place) {
+            continue;
+        }
+        let dir = match case.place {
+            Where::Far => &far,
+            Where::Sibling => &sibling,
+            Where::Managed => &mount,
+        };
+        let native = delta(case.call, dir, &[]);
+        let staged = delta(case.call, dir, &preload);
+        let added = staged - native;
+        if std::env::var_os("PADLL_BENCH_RAW").is_some() {
+            eprintln!(
+                "{} {place}: native {native}, preloaded {staged} instructions over {span} calls",
+                case.call
+            );
+        }
+        let (target, met) = match case.target {
+            Some(t) => (
+                format!("≤ +{t}"),
+                // Judged on the slope rounded to 0.1 instruction: the two runs differ
+                // by a few dozen instructions besides the calls (start-up, exit).
+                if (added as f64 / span as f64 * 10.0).round() <= t as f64 * 10.0 {
+                    "yes"
+                } else {
+                    "**no**"
+                },
+            ),
+            None => ("–".to_string(), ""),
+        };
+        println!(
+            "| {} | {} | {} | {:.1} | {:.1} | {:+.1} | {target} | {met} |",
+            case.call,
+            match case.place {
+                Where::Far => "`/dev/shm/…`",
+                Where::Sibling => "`/tmp/x-u…`",
+                Where::Managed => "`/tmp/x-m…` (mount)",
+            },
+            case.what,
+            native as f64 / span as f64,
+            staged as f64 / span as f64,
+            added as f64 / span as f64,
+        );
+    }
+    for dir in [&mount, &sibling, &far] {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// Instructions `padll-bench count CALL N DIR` executes under callgrind with `env`.
+fn callgrind(exe: &Path, call: &str, n: u64, dir: &Path, env: &[(&str, String)]) -> u64 {
+    let out = Command::new("valgrind")
+        .args(["--tool=callgrind", "--callgrind-out-file=/dev/null"])
+        .arg(exe)
+        .args(["count", call, &n.to_string()])
+        .arg(dir)
+        .env_remove("LD_PRELOAD")
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .expect("valgrind");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    stderr
+        .lines()
+        .find_map(|line| line.split("Collected : ").nth(1))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| {
+            eprintln!("padll-bench: no instruction count from callgrind:\n{stderr}");
+            std::process::exit(1);
+        })
 }
