@@ -128,7 +128,7 @@ impl TokenBucket {
     ///   larger reservation still ends within τ of now, so it starts at once and puts no
     ///   one in debt);
     /// - a *batch* of `batch` tokens, only if the request must wait anyway, behind no
-    ///   more than one batch's worth of other requests: it then waits until the last of
+    ///   more than two batches' worth of other requests: it then waits until the last of
     ///   them conforms, so one sleep admits `cost + batch` tokens and none is spent
     ///   before GCRA would have admitted it. (Behind a long queue — many waiting threads —
     ///   a batch would hold its early tokens idle while its thread sleeps for the last.)
@@ -155,7 +155,7 @@ impl TokenBucket {
             let (new_tat, leased, start) =
                 if lease != 0 && leased_tat <= now.saturating_add(tolerance) {
                     (leased_tat, lease, now)
-                } else if batch != 0 && queued != 0 && queued <= batch_price {
+                } else if batch != 0 && queued != 0 && queued <= batch_price.saturating_mul(2) {
                     (
                         base.saturating_add(price(cost.saturating_add(batch), interval)),
                         batch,
@@ -328,9 +328,11 @@ mod tests {
         // Waiting: 1 + 9 tokens reserved; the request starts when the ninth extra one
         // conforms (one interval after the last, 9 more intervals: 10 ms).
         let batch = bucket.reserve(1, 0, 9, t0);
-        let queued = bucket.reserve(1, 0, 9, t0);
-        assert_eq!(queued.leased, 0, "behind a whole batch: no batch");
-        bucket.refund(1, t0);
+        let second = bucket.reserve(1, 0, 9, t0);
+        assert_eq!(second.leased, 9, "behind one batch: a batch");
+        let third = bucket.reserve(1, 0, 9, t0);
+        assert_eq!(third.leased, 0, "behind two batches: no batch");
+        bucket.refund(11, t0);
         assert_eq!(batch.leased, 9);
         assert!(
             (batch.start_ns - t0).abs_diff(10_000_000) < 1000,

@@ -46,9 +46,10 @@ const MAX_LEASE_BYTES: u64 = 1 << 20;
 /// CAS is no bottleneck) are not taken.
 const MIN_LEASE: u64 = 8;
 /// Longest stretch of a channel's rate one sleep may admit for a thread (its batch, see
-/// `take`): waking a thread costs ~25 µs of CPU on a VM, so at 1 000 ops/s a thread
-/// should sleep about once per 16 requests to stay under 2 µs per throttled request.
-const BATCH_SPAN_NS: u64 = 16_000_000;
+/// `take`). A sleep and wake-up cost a thread ~40 µs of CPU on the 2-core VM this was
+/// measured on (a C program pacing `stat` calls 32 per 32 ms: +1.3 µs per call over
+/// back-to-back calls), so at 1 000 ops/s a thread sleeps once per 32 requests.
+const BATCH_SPAN_NS: u64 = 32_000_000;
 
 /// One channel. Its counters are kept per thread in [`stats`] (a shared counter would
 /// be one more contended cache line per request); `counted_before` holds the totals

@@ -236,22 +236,46 @@ fn worker(args: &[String]) {
     );
 }
 
-/// `count CALL N DIR`: makes exactly N calls on one thread (for callgrind).
+/// `count CALL N DIR [PER_SECOND GROUP]`: makes exactly N calls on one thread (for
+/// callgrind) — back to back, or paced natively at PER_SECOND calls a second in groups
+/// of GROUP, one sleep per group (what a throttled thread's batches look like, without
+/// the stage: the cost of sleeping alone).
 fn count(args: &[String]) {
-    let [call, n, dir] = args else {
-        eprintln!("usage: padll-bench count CALL N DIR");
-        std::process::exit(2);
+    let (call, n, dir, pace) = match args {
+        [call, n, dir] => (call, n, dir, None),
+        [call, n, dir, per_second, group] => (
+            call,
+            n,
+            dir,
+            Some((
+                per_second.parse::<u64>().expect("PER_SECOND"),
+                group.parse::<u64>().expect("GROUP").max(1),
+            )),
+        ),
+        _ => {
+            eprintln!("usage: padll-bench count CALL N DIR [PER_SECOND GROUP]");
+            std::process::exit(2);
+        }
     };
     let mut one = make_call(call, Path::new(dir));
-    for _ in 0..n.parse::<u64>().expect("N") {
+    let start = Instant::now();
+    for i in 0..n.parse::<u64>().expect("N") {
         one();
+        if let Some((per_second, group)) = pace {
+            if (i + 1) % group == 0 {
+                let due = Duration::from_secs_f64((i + 1) as f64 / per_second as f64);
+                std::thread::sleep(due.saturating_sub(start.elapsed()));
+            }
+        }
     }
 }
 
 /// `throttled`: the CPU a throttled call costs. Processes make `stat` calls on a managed
 /// file as fast as they can under `getattr=RATE/s` (one process, or two processes of one
-/// job sharing the limit); the same number of calls is made natively; user + system time
-/// comes from `getrusage(RUSAGE_CHILDREN)`. Prints a Markdown table.
+/// job sharing the limit); the same number of calls is made natively, back to back and
+/// paced by plain sleeps the way a throttled thread's batches are (what sleeping itself
+/// costs on this machine); user + system time comes from `getrusage(RUSAGE_CHILDREN)`.
+/// Prints a Markdown table.
 fn throttled() {
     let exe = std::env::current_exe().expect("current exe");
     let library = stage_library(&exe);
@@ -263,8 +287,8 @@ fn throttled() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3);
-    println!("| limit (stat/s) | processes | calls | achieved /s | native CPU µs/call | throttled CPU µs/call | extra CPU µs/call | sleeps per 100 calls |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| limit (stat/s) | processes | calls | achieved /s | native CPU µs/call | native paced CPU µs/call | throttled CPU µs/call | extra CPU µs/call | extra over paced | sleeps per 100 calls |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for rate in [1_000u64, 20_000, 100_000] {
         for processes in [1u64, 2] {
             let calls = rate * seconds;
@@ -277,15 +301,22 @@ fn throttled() {
                     format!("bench-{}-{rate}-{processes}", std::process::id()),
                 ),
             ];
-            let native = run_counting(&exe, &dir, calls, processes, &[]);
-            let throttled = run_counting(&exe, &dir, calls, processes, &stage);
+            let native = run_counting(&exe, &dir, calls, processes, &[], None);
+            // The same calls paced by plain sleeps, one per batch a throttled thread
+            // would take (32 ms of its share of the rate, at most 256 calls).
+            let share = rate / processes;
+            let group = (share * 32 / 1000).clamp(1, 256);
+            let paced = run_counting(&exe, &dir, calls, processes, &[], Some((share, group)));
+            let throttled = run_counting(&exe, &dir, calls, processes, &stage, None);
             let per_call = |cpu: f64| cpu / calls as f64 * 1e6;
             println!(
-                "| {rate} | {processes} | {calls} | {:.0} | {:.2} | {:.2} | {:+.2} | {:.1} |",
+                "| {rate} | {processes} | {calls} | {:.0} | {:.2} | {:.2} | {:.2} | {:+.2} | {:+.2} | {:.1} |",
                 calls as f64 / throttled.wall,
                 per_call(native.cpu),
+                per_call(paced.cpu),
                 per_call(throttled.cpu),
                 per_call(throttled.cpu - native.cpu),
+                per_call(throttled.cpu - paced.cpu),
                 (throttled.sleeps - native.sleeps) as f64 * 100.0 / calls as f64
             );
         }
@@ -301,13 +332,15 @@ struct Cost {
     wall: f64,
 }
 
-/// Runs `processes` children making `calls` stat calls between them.
+/// Runs `processes` children making `calls` stat calls between them (each paced at
+/// `pace` = (calls per second, calls per sleep) if given).
 fn run_counting(
     exe: &Path,
     dir: &Path,
     calls: u64,
     processes: u64,
     env: &[(String, String)],
+    pace: Option<(u64, u64)>,
 ) -> Cost {
     let before = children_usage();
     let start = Instant::now();
@@ -316,6 +349,9 @@ fn run_counting(
             Command::new(exe)
                 .args(["count", "stat", &(calls / processes).to_string()])
                 .arg(dir)
+                .args(pace.map_or(vec![], |(rate, group)| {
+                    vec![rate.to_string(), group.to_string()]
+                }))
                 .envs(env.iter().cloned())
                 .spawn()
                 .expect("count")
