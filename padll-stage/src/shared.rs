@@ -45,6 +45,8 @@ const ENTRIES: usize = 256;
 const MAX_NAME_JOB: usize = 64;
 /// How long an attach waits for another process' attach to finish.
 const ATTACH_PATIENCE_MS: u32 = 2_000;
+/// How long a process leaving waits for another's attach or leave to finish.
+const LEAVE_PATIENCE_MS: u32 = 200;
 
 /// The segment's layout. Plain atomics only: any process may read or write any field
 /// at any time.
@@ -187,7 +189,7 @@ fn lock_and_map(fd: i32, path: &CString, uid: u32) -> Result<Option<&'static Seg
             meta.st_mode & 0o777
         ));
     }
-    wait_for_lock(fd, 0)?;
+    wait_for_lock(fd, 0, ATTACH_PATIENCE_MS)?;
     // SAFETY: NUL-terminated path, valid out-pointer.
     let current = unsafe {
         let mut st: libc::stat = std::mem::zeroed();
@@ -351,19 +353,22 @@ pub fn after_fork_in_child() {
 }
 
 /// At exit: the last process attached removes the segment (while holding byte 0, so no
-/// attach is half-way). Never waits.
+/// attach is half-way). Waits at most [`LEAVE_PATIENCE_MS`] for byte 0: processes of a
+/// job often end together, and each must see whether it is the last.
 pub fn leave() {
     let (Some(attached), fd) = (ATTACHED.get(), LOCK_FD.load(Ordering::Relaxed)) else {
         return;
     };
-    if fd < 0 || !lock(fd, 0, libc::F_WRLCK) {
+    if fd < 0 || wait_for_lock(fd, 0, LEAVE_PATIENCE_MS).is_err() {
         return;
     }
     if lock(fd, 1, libc::F_WRLCK) {
         // SAFETY: NUL-terminated path.
         unsafe { libc::unlink(attached.path.as_ptr()) };
-        lock(fd, 1, libc::F_RDLCK);
     }
+    // Not the last: stop counting as attached now, so that whichever process of the
+    // job leaves last sees it is (our descriptor closes only after the destructors).
+    unlock(fd, 1);
     unlock(fd, 0);
 }
 
@@ -404,16 +409,17 @@ fn unlock(fd: i32, byte: i64) {
     }
 }
 
-/// Takes byte `byte` exclusively, waiting (in 1 ms steps) for another attach to end.
-fn wait_for_lock(fd: i32, byte: i64) -> Result<(), String> {
-    for _ in 0..ATTACH_PATIENCE_MS {
+/// Takes byte `byte` exclusively, waiting (in 1 ms steps, at most `patience_ms`) for
+/// another process' attach or leave to end.
+fn wait_for_lock(fd: i32, byte: i64, patience_ms: u32) -> Result<(), String> {
+    for _ in 0..patience_ms {
         if lock(fd, byte, libc::F_WRLCK) {
             return Ok(());
         }
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
     Err(format!(
-        "another process has held its attach lock for {ATTACH_PATIENCE_MS} ms"
+        "another process has held its attach lock for {patience_ms} ms"
     ))
 }
 

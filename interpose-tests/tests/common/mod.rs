@@ -51,7 +51,12 @@ pub struct Scratch(pub PathBuf);
 
 impl Scratch {
     pub fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("padll-it-{name}-{}", std::process::id()));
+        Scratch::under(&std::env::temp_dir(), name)
+    }
+
+    /// A scratch directory under `base` (e.g. `/dev/shm`, a tmpfs).
+    pub fn under(base: &Path, name: &str) -> Scratch {
+        let dir = base.join(format!("padll-it-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("scratch dir");
         Scratch(dir)
