@@ -23,9 +23,11 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// Where to connect and who we are.
+/// Where to connect, whom to trust there, and who we are.
 struct Target {
     socket: String,
+    /// The uid the controller may run as besides root and our own.
+    controller_uid: Option<u32>,
     identity: Identity,
     mountpoints: Vec<String>,
 }
@@ -42,9 +44,15 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 const CHILD_REGISTRATION_DELAY: Duration = Duration::from_millis(250);
 
 /// Starts the control thread (once per process; again in a forked child).
-pub fn start(socket: String, identity: Identity, mountpoints: Vec<String>) {
+pub fn start(
+    socket: String,
+    controller_uid: Option<u32>,
+    identity: Identity,
+    mountpoints: Vec<String>,
+) {
     let _ = TARGET.set(Target {
         socket,
+        controller_uid,
         identity,
         mountpoints,
     });
@@ -122,10 +130,50 @@ enum Lost {
 fn session(target: &Target) -> Result<(), Lost> {
     let stream =
         UnixStream::connect(&target.socket).map_err(|e| Lost::NeverConnected(e.to_string()))?;
+    trust(&stream, target.controller_uid).map_err(Lost::NeverConnected)?;
     CONNECTION_FD.store(stream.as_raw_fd(), Ordering::Release);
     let result = serve(target, stream);
     CONNECTION_FD.store(-1, Ordering::Release);
     result
+}
+
+/// Rules are taken only from a controller running as root, as the configured
+/// controller uid, or as ourselves (who could change our rules anyway): anyone else who
+/// put a socket at that path is not the node's controller.
+fn trust(stream: &UnixStream, controller_uid: Option<u32>) -> Result<(), String> {
+    let mut peer = libc::ucred {
+        pid: 0,
+        uid: u32::MAX,
+        gid: u32::MAX,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: a connected socket of ours and a buffer of the stated size.
+    let got = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut peer as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if got != 0 {
+        return Err(format!(
+            "cannot tell who serves it: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: trivial getter.
+    let own = unsafe { libc::geteuid() };
+    if peer.uid == 0 || peer.uid == own || Some(peer.uid) == controller_uid {
+        return Ok(());
+    }
+    Err(format!(
+        "it is served by uid {} (pid {}), neither root{} nor this process' uid; its rules are refused",
+        peer.uid,
+        peer.pid,
+        controller_uid.map_or(String::new(), |uid| format!(", the controller's uid {uid}"))
+    ))
 }
 
 fn serve(target: &Target, stream: UnixStream) -> Result<(), Lost> {

@@ -202,6 +202,7 @@ fn start(config: &Config) -> Result<(), String> {
     if let Some(socket) = &config.controller {
         control::start(
             socket.clone(),
+            config.controller_uid,
             config.identity.clone(),
             config.mounts.clone(),
         );

@@ -334,3 +334,98 @@ fn a_forked_child_registers_on_its_own_connection() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+#[cfg_attr(not(has_root), ignore = "needs root to serve a socket as another uid")]
+fn a_controller_run_by_another_user_is_not_obeyed() {
+    // Another user (uid 65534) serves a socket at the controller's path and sends
+    // welcome + a 2 ops/s rule. The stage (root) sees from SO_PEERCRED who serves it,
+    // refuses it in one line and keeps its configured 500/s.
+    let dir = scratch("impostor");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let socket = dir.join("controller.sock");
+    let payload = [
+        control::encode(&ControlMessage::Welcome {
+            version: PROTOCOL_VERSION,
+            stage_id: 1,
+            report_interval_ms: 100,
+        }),
+        control::encode(&ControlMessage::SetRules {
+            seq: 1,
+            rules: vec![metadata_rule(&dir, 2)],
+        }),
+    ]
+    .concat();
+    let impostor = serve_as_nobody(&socket, payload.as_bytes());
+    let output = spawn_loop(&dir, &socket, 2).wait_with_output().unwrap();
+    // SAFETY: our own child.
+    unsafe {
+        libc::kill(impostor, libc::SIGKILL);
+        libc::waitpid(impostor, std::ptr::null_mut(), 0);
+    }
+    assert!(output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("uid 65534") && stderr.contains("refused"),
+        "{stderr}"
+    );
+    let achieved: f64 = String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        achieved > 250.0 && achieved < 550.0,
+        "the impostor's rule (2/s) or none was applied instead of the configured 500/s: {achieved:.0} ops/s"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Forks a child that becomes uid 65534, listens on `path` and writes `payload` to
+/// every connection (for 20 s at most). Only raw system calls after the fork.
+fn serve_as_nobody(path: &Path, payload: &[u8]) -> libc::pid_t {
+    // SAFETY: sockaddr_un is plain data.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.as_os_str().as_encoded_bytes();
+    assert!(bytes.len() < addr.sun_path.len());
+    for (slot, byte) in addr.sun_path.iter_mut().zip(bytes) {
+        *slot = *byte as libc::c_char;
+    }
+    // SAFETY: the child makes only async-signal-safe system calls and leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        // SAFETY: as above.
+        unsafe {
+            libc::alarm(20);
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(65534) != 0
+                || libc::setuid(65534) != 0
+            {
+                libc::_exit(1);
+            }
+            let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+            let size = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+            if libc::bind(fd, (&addr as *const libc::sockaddr_un).cast(), size) != 0
+                || libc::listen(fd, 8) != 0
+            {
+                libc::_exit(1);
+            }
+            loop {
+                let connection = libc::accept(fd, std::ptr::null_mut(), std::ptr::null_mut());
+                if connection < 0 {
+                    libc::_exit(0);
+                }
+                libc::write(connection, payload.as_ptr().cast(), payload.len());
+            }
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !path.exists() {
+        assert!(Instant::now() < deadline, "the impostor never listened");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    pid
+}

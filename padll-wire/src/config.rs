@@ -10,6 +10,7 @@
 //! | `PADLL_JOB_ID`, `PADLL_JOB_SIZE`, `PADLL_USER`, `PADLL_ACCOUNT` | identity (else taken from Slurm, PBS, LSF or Flux; `padll run` without any sets `run-<its pid>` so a whole run is one job) |
 //! | `PADLL_STATS` | write statistics at exit: a table, or JSON lines if the name ends in `.json`; `%p` → pid |
 //! | `PADLL_CONTROLLER` | Unix socket of the node's local controller (`cheferd local`): rules then come from the control plane |
+//! | `PADLL_CONTROLLER_UID` | the uid `cheferd local` runs as, if not root: rules are taken only from a controller running as root, this uid or the stage's own uid |
 //! | `PADLL_LOG` | `error` (default), `warn`, `info`, `debug`, or `off` |
 //! | `PADLL_CONFIG` | a TOML file with the same settings (variables override it) |
 
@@ -197,6 +198,9 @@ pub struct Config {
     pub log: LogLevel,
     /// The local controller's Unix socket, if the stage is under dynamic control.
     pub controller: Option<String>,
+    /// The uid the local controller runs as, if not root (rules from a peer of another
+    /// uid are refused).
+    pub controller_uid: Option<u32>,
 }
 
 /// The TOML file's shape (`PADLL_CONFIG`).
@@ -211,6 +215,7 @@ struct FileConfig {
     stats: Option<String>,
     log: Option<String>,
     controller: Option<String>,
+    controller_uid: Option<u32>,
     burst_ms: Option<u64>,
     limit_scope: Option<String>,
     #[serde(default)]
@@ -343,6 +348,12 @@ pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, String> {
         None => LimitScope::Process,
     };
     let job_id = named_job.unwrap_or_else(|| format!("pid-{pid}"));
+    let controller_uid = match var("PADLL_CONTROLLER_UID") {
+        Some(text) => Some(text.trim().parse::<u32>().map_err(|_| {
+            format!("PADLL_CONTROLLER_UID: bad uid '{text}' (a number, as in 980)")
+        })?),
+        None => file.controller_uid,
+    };
     let user = var("PADLL_USER")
         .or_else(|| var("SLURM_JOB_USER"))
         .or(file.user)
@@ -371,6 +382,7 @@ pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, String> {
             ppid,
         },
         stats_path: var("PADLL_STATS").filter(|p| !p.is_empty()).or(file.stats),
+        controller_uid,
         controller: var("PADLL_CONTROLLER")
             .filter(|p| !p.is_empty())
             .or(file.controller),
@@ -512,6 +524,7 @@ mod tests {
             (vec![("PADLL_BURST_MS", "0")], "'0'"),
             (vec![("PADLL_JOB_SIZE", "x")], "'x'"),
             (vec![("PADLL_LIMIT_SCOPE", "node")], "'node'"),
+            (vec![("PADLL_CONTROLLER_UID", "cheferd")], "'cheferd'"),
             (
                 vec![("PADLL_CONFIG", "/nonexistent/padll.toml")],
                 "/nonexistent/padll.toml",

@@ -237,6 +237,8 @@ Variables (set by the flags above; read by the stage in every process; flags win
   PADLL_ACCOUNT     account (else SLURM_JOB_ACCOUNT, …)        (--account)
   PADLL_STATS       statistics file; .json → JSON lines; %p %j %h  (--stats)
   PADLL_CONTROLLER  local controller's Unix socket             (--controller)
+  PADLL_CONTROLLER_UID  uid cheferd local runs as, if not root (rules from any
+                    other uid but the job's own are refused)
   PADLL_LOG         off, error, warn, info, debug              (--log)
   PADLL_CONFIG      TOML file with the same settings           (--config)
 ",
