@@ -83,6 +83,8 @@ struct Node {
     pending: bool,
     bytes_in: u64,
     bytes_out: u64,
+    /// Its stages per job (for `max_jobs_per_node`).
+    jobs: HashMap<JobKey, usize>,
 }
 
 /// A registered stage.
@@ -348,8 +350,19 @@ impl Controller {
         }
     }
 
-    fn attach_node(&self, name: &str, outbox: Outbox) -> u64 {
+    fn attach_node(&self, name: &str, outbox: Outbox) -> Result<u64, Status> {
         let mut state = self.lock();
+        let max_nodes = state.config.limits.max_nodes;
+        if !state.nodes.contains_key(name) && state.nodes.len() >= max_nodes {
+            crate::limited_warn!(
+                GRPC_LOG,
+                node = %padll_wire::control::short(name),
+                "refused a local controller: {max_nodes} nodes are registered (max_nodes)"
+            );
+            return Err(Status::resource_exhausted(format!(
+                "{max_nodes} nodes are registered (max_nodes)"
+            )));
+        }
         let session = state.next_session;
         state.next_session += 1;
         let interval_ms = state.config.interval_ms;
@@ -383,6 +396,7 @@ impl Controller {
             pending: false,
             bytes_in: 0,
             bytes_out: 0,
+            jobs: HashMap::new(),
         };
         if let Some(mut previous) = state.nodes.remove(name) {
             if previous.detached {
@@ -402,7 +416,7 @@ impl Controller {
         state.nodes.insert(name.to_string(), node);
         state.views = None;
         info!(node = name, "local controller attached");
-        session
+        Ok(session)
     }
 
     fn handle(&self, name: &str, session: u64, message: LocalMessage) {
@@ -415,6 +429,15 @@ impl Controller {
         if let Some(local_message::Body::StageJoined(proto::StageJoined { stage: Some(stage) })) =
             &message.body
         {
+            if let Err(why) = admit_stage(&state, name, session, stage) {
+                crate::limited_warn!(
+                    GRPC_LOG,
+                    node = %name,
+                    stage = stage.stage_id,
+                    "ignored a stage: {why}"
+                );
+                return;
+            }
             job = state.intern(&stage.job_id);
             if !state
                 .nodes
@@ -426,6 +449,14 @@ impl Controller {
         }
         let config = &state.config;
         let provisional = provisional.map(|rates| (rules(config, &rates), rates));
+        let resources: Vec<Resource> = match &message.body {
+            Some(local_message::Body::Usage(_)) => config
+                .resources
+                .iter()
+                .map(|r| r.resource.clone())
+                .collect(),
+            _ => Vec::new(),
+        };
         let collecting = state.collecting;
         let last_cycle = state.cycle;
         let mut replied = false;
@@ -464,17 +495,30 @@ impl Controller {
                         record.sent = rates;
                     }
                 }
-                node.stages.insert(stage_id, record);
+                *node.jobs.entry(job).or_insert(0) += 1;
+                if let Some(old) = node.stages.insert(stage_id, record) {
+                    forget_job(&mut node.jobs, old.job);
+                }
                 *views = None;
             }
             Some(local_message::Body::StageLeft(proto::StageLeft { stage_id })) => {
-                node.stages.remove(&stage_id);
+                if let Some(old) = node.stages.remove(&stage_id) {
+                    forget_job(&mut node.jobs, old.job);
+                }
                 *views = None;
             }
             Some(local_message::Body::Usage(usage)) => {
                 for stage in &usage.stages {
                     if let Some(record) = node.stages.get_mut(&stage.stage_id) {
-                        record_usage(record, &stage.resources, views);
+                        if let Err(why) = record_usage(record, &stage.resources, &resources, views)
+                        {
+                            crate::limited_warn!(
+                                GRPC_LOG,
+                                node = %name,
+                                stage = stage.stage_id,
+                                "ignored a usage report: {why}"
+                            );
+                        }
                     }
                 }
                 node.reported = usage.cycle;
@@ -648,7 +692,7 @@ impl Controller {
             }
             Change::MaxRate { resource, rate } => {
                 let resource = find(&state, &resource)?;
-                let value = crate::config::rate("max_rate", &rate)?;
+                let value = crate::config::rate_of("max_rate", &rate, &resource)?;
                 for r in state
                     .config
                     .resources
@@ -690,14 +734,15 @@ impl Controller {
                     if let Some(d) = demand {
                         settings
                             .demand
-                            .insert(r.clone(), crate::config::rate("demand", &d)?);
+                            .insert(r.clone(), crate::config::rate_of("demand", &d, &r)?);
                     }
                     match limit.as_deref() {
                         Some("none") => {
                             settings.limit.remove(&r);
                         }
                         Some(l) => {
-                            settings.limit.insert(r, crate::config::rate("limit", l)?);
+                            let value = crate::config::rate_of("limit", l, &r)?;
+                            settings.limit.insert(r, value);
                         }
                         None => {}
                     }
@@ -811,6 +856,7 @@ fn static_limits(
 
 /// Moves a node's stages to its orphans (its stream ended or was replaced).
 fn orphan_stages(node: &mut Node) {
+    node.jobs.clear();
     for (_, record) in std::mem::take(&mut node.stages) {
         node.orphans.insert(record.stage.pid, record);
     }
@@ -1017,14 +1063,47 @@ fn reschedule_off_slot(state: &mut State, cycle: u64, tick: Instant, interval: D
     }
 }
 
+/// One stage of `job` left a node.
+fn forget_job(jobs: &mut HashMap<JobKey, usize>, job: JobKey) {
+    if let Some(count) = jobs.get_mut(&job) {
+        *count -= 1;
+        if *count == 0 {
+            jobs.remove(&job);
+        }
+    }
+}
+
 /// Updates a stage's usage from a report, and its planner's view if current. Reports
 /// name the same resources in the same order cycle after cycle, so both are updated in
 /// place; anything else is rebuilt (and so are the views, next cycle).
 fn record_usage(
     record: &mut StageRecord,
     reported: &[proto::ResourceUsage],
+    configured: &[Resource],
     views: &mut Option<Vec<StageView>>,
-) {
+) -> Result<(), String> {
+    // Rates are tokens per second: finite, not negative, within what a channel can do.
+    if let Some(bad) = reported
+        .iter()
+        .find(|u| !(u.rate.is_finite() && u.rate >= 0.0 && u.rate <= MAX_REPORTED_RATE))
+    {
+        return Err(format!(
+            "rate {} of {}:{} is not a number of tokens per second (0 to {MAX_REPORTED_RATE})",
+            bad.rate,
+            padll_wire::control::short(&bad.mount),
+            padll_wire::control::short(&bad.class)
+        ));
+    }
+    // Only configured resources are kept (a report cannot make the record grow).
+    let reported: Vec<&proto::ResourceUsage> = reported
+        .iter()
+        .filter(|u| {
+            configured
+                .iter()
+                .any(|r| r.mount == u.mount && r.class.name() == u.class)
+        })
+        .collect();
+    let reported = &reported[..];
     let usage = &mut record.usage;
     let same = usage.len() == reported.len()
         && usage
@@ -1043,7 +1122,7 @@ fn record_usage(
                 *value = *u;
             }
         }
-        return;
+        return Ok(());
     }
     usage.clear();
     usage.extend(reported.iter().filter_map(|r| {
@@ -1059,6 +1138,45 @@ fn record_usage(
         ))
     }));
     *views = None;
+    Ok(())
+}
+
+/// The highest usage rate a report may carry (a channel's maximum rate).
+const MAX_REPORTED_RATE: f64 = padll_wire::channel::MAX_RATE as f64;
+
+/// Warnings caused by what gRPC peers sent: at most 20 lines per 5 s.
+static GRPC_LOG: crate::bounds::LogLimit = crate::bounds::LogLimit::new(20, Duration::from_secs(5));
+
+/// Whether a node may register one more stage: its fields fit, and the node stays
+/// within `max_stages_per_node` and `max_jobs_per_node`.
+fn admit_stage(
+    state: &State,
+    name: &str,
+    session: u64,
+    stage: &proto::Stage,
+) -> Result<(), String> {
+    crate::bounds::check_stage(stage)?;
+    let Some(node) = state.nodes.get(name).filter(|n| n.session == session) else {
+        return Ok(()); // dropped later: the stream was replaced
+    };
+    let limits = &state.config.limits;
+    if node.stages.contains_key(&stage.stage_id) {
+        return Ok(());
+    }
+    // Orphans count: they hold their place until they re-register (which frees it).
+    let held = node.stages.len() + node.orphans.len();
+    if held >= limits.max_stages_per_node && !node.orphans.contains_key(&stage.pid) {
+        return Err(format!("the node has {held} stages (max_stages_per_node)"));
+    }
+    let known = state.job_keys.get(&stage.job_id);
+    let in_node = known.is_some_and(|key| node.jobs.contains_key(key));
+    if !in_node && node.jobs.len() >= limits.max_jobs_per_node {
+        return Err(format!(
+            "the node has stages of {} jobs (max_jobs_per_node)",
+            node.jobs.len()
+        ));
+    }
+    Ok(())
 }
 
 /// A stage's rules from its rates (one per configured resource, 0 = none). A rule names
@@ -1218,13 +1336,15 @@ impl proto::global_server::Global for Service {
             .map_err(|_| Status::deadline_exceeded("no register message within 10 s"))??;
         let name = match first.and_then(|m| m.body) {
             Some(local_message::Body::Register(proto::Register { node, version }))
-                if version == proto::VERSION && !node.is_empty() =>
+                if version == proto::VERSION
+                    && !node.is_empty()
+                    && node.len() <= crate::bounds::MAX_NAME_BYTES =>
             {
                 node
             }
             Some(local_message::Body::Register(proto::Register { version, .. })) => {
                 return Err(Status::invalid_argument(format!(
-                    "protocol version {version} (or empty node name) not supported; expected {}",
+                    "protocol version {version} (or empty or overlong node name) not supported; expected {}",
                     proto::VERSION
                 )))
             }
@@ -1236,7 +1356,7 @@ impl proto::global_server::Global for Service {
         };
         let (outbox, receiver) = outbox::channel();
         let controller = self.0.clone();
-        let session = controller.attach_node(&name, outbox);
+        let session = controller.attach_node(&name, outbox)?;
         tokio::spawn(async move {
             loop {
                 match inbound.message().await {
@@ -1259,7 +1379,7 @@ pub async fn serve(
     controller: Arc<Controller>,
     listener: tokio::net::TcpListener,
 ) -> Result<(), String> {
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let incoming = crate::bounds::Incoming::new(listener);
     tonic::transport::Server::builder()
         .add_service(proto::global_server::GlobalServer::new(Service(controller)))
         .serve_with_incoming(incoming)
