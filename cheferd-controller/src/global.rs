@@ -85,6 +85,8 @@ struct Node {
     bytes_out: u64,
     /// Its stages per job (for `max_jobs_per_node`).
     jobs: HashMap<JobKey, usize>,
+    /// Its report for the last cycle it was due was missing, and none came since.
+    missed: bool,
 }
 
 /// A registered stage.
@@ -259,7 +261,9 @@ impl Controller {
             let cycle = state.cycle;
             let mut awaiting = 0;
             for node in state.nodes.values_mut().filter(|n| !n.detached) {
-                node.pending = node.due <= cycle && node.reported < cycle;
+                // A node that missed its last report (one that never reports, say) is
+                // not waited for again until it reports: it cannot stall every cycle.
+                node.pending = node.due <= cycle && node.reported < cycle && !node.missed;
                 awaiting += node.pending as usize;
             }
             state.collecting = Some(cycle);
@@ -397,6 +401,7 @@ impl Controller {
             bytes_in: 0,
             bytes_out: 0,
             jobs: HashMap::new(),
+            missed: false,
         };
         if let Some(mut previous) = state.nodes.remove(name) {
             if previous.detached {
@@ -436,6 +441,9 @@ impl Controller {
                     stage = stage.stage_id,
                     "ignored a stage: {why}"
                 );
+                if let Some(node) = state.nodes.get_mut(name).filter(|n| n.session == session) {
+                    node.bytes_in += size;
+                }
                 return;
             }
             job = state.intern(&stage.job_id);
@@ -523,6 +531,7 @@ impl Controller {
                 }
                 node.reported = usage.cycle;
                 node.reported_at = Some(Instant::now());
+                node.missed = false;
                 if node.pending && collecting.is_some_and(|cycle| usage.cycle >= cycle) {
                     node.pending = false;
                     replied = true;
@@ -1055,6 +1064,7 @@ fn reschedule_off_slot(state: &mut State, cycle: u64, tick: Instant, interval: D
             && node
                 .reported_at
                 .is_some_and(|at| at <= tick && tick - at <= interval / 2);
+        node.missed = node.reported < cycle;
         if !in_slot {
             debug!(node = %name, cycle, "usage report off its slot; re-scheduled");
             schedule(node, next, report_in, interval_ms);
@@ -1336,15 +1346,22 @@ impl proto::global_server::Global for Service {
             .map_err(|_| Status::deadline_exceeded("no register message within 10 s"))??;
         let name = match first.and_then(|m| m.body) {
             Some(local_message::Body::Register(proto::Register { node, version }))
-                if version == proto::VERSION
-                    && !node.is_empty()
-                    && node.len() <= crate::bounds::MAX_NAME_BYTES =>
+                if version == proto::VERSION && node.len() > crate::bounds::MAX_NAME_BYTES =>
+            {
+                return Err(Status::invalid_argument(format!(
+                    "node name of {} bytes exceeds {}",
+                    node.len(),
+                    crate::bounds::MAX_NAME_BYTES
+                )))
+            }
+            Some(local_message::Body::Register(proto::Register { node, version }))
+                if version == proto::VERSION && !node.is_empty() =>
             {
                 node
             }
             Some(local_message::Body::Register(proto::Register { version, .. })) => {
                 return Err(Status::invalid_argument(format!(
-                    "protocol version {version} (or empty or overlong node name) not supported; expected {}",
+                    "protocol version {version} (or empty node name) not supported; expected {}",
                     proto::VERSION
                 )))
             }

@@ -76,10 +76,11 @@ struct Sample {
 
 /// Rates of one stage over each control interval, from its successive usage reports.
 ///
-/// Reports cannot lie past physics: the tokens a report adds for a resource are clamped
-/// to what the rule the stage was given could have admitted since the previous report
-/// (rate × elapsed + burst, with the higher rate while a rule changed), and before any
-/// rule to [`crate::local::PRE_RULE_OPS`] / [`crate::local::PRE_RULE_BYTES`] per second.
+/// Reports cannot lie past physics: the tokens reports add for a resource are clamped
+/// to what the rule the stage was given could have admitted (a bucket: rate × elapsed +
+/// burst over any span of reports, with the higher rate while a rule changed), and
+/// before any rule to [`crate::local::PRE_RULE_OPS`] / [`crate::local::PRE_RULE_BYTES`]
+/// per second.
 /// Channels whose unit does not fit their class (bytes for metadata, requests for
 /// data) are ignored.
 ///
@@ -94,6 +95,8 @@ pub struct UsageTracker {
     /// The rules the control plane gave the stage: rate and burst per resource, and the
     /// highest rate in force since the last report.
     given: HashMap<Resource, Given>,
+    /// Tokens each resource's bucket of [`UsageTracker::refill`] holds.
+    available: HashMap<Resource, f64>,
     /// Raw counters of the last report (to detect restarts).
     raw: HashMap<Resource, u64>,
     /// Stitched cumulative counters, as of the last report.
@@ -147,8 +150,12 @@ impl UsageTracker {
         self.given = given;
     }
 
-    /// The most tokens of `resource` the stage can have used in `seconds`.
-    fn allowed(&self, resource: &Resource, seconds: f64) -> u64 {
+    /// The most tokens of `resource` the stage can have used in the `seconds` since its
+    /// previous report: a bucket refilled at the rule's rate, as deep as twice its burst
+    /// (a request larger than the burst is admitted whole; leases add a quarter burst)
+    /// plus 100 ms of the rate (reports are not taken at the instant tokens are).
+    /// Returns the bucket's depth and the tokens it could have given (before spending).
+    fn refill(&mut self, resource: &Resource, seconds: f64) -> (f64, f64) {
         let (rate, burst) = match self.given.get(resource) {
             Some(g) => (g.peak_rate, g.peak_burst),
             None => {
@@ -156,9 +163,11 @@ impl UsageTracker {
                 (cap, cap / 10)
             }
         };
-        // A request larger than the burst is admitted whole when the bucket is full,
-        // and leases add a quarter burst: twice the burst covers both.
-        (rate as f64 * seconds + 2.0 * burst as f64 + 1.0).min(u64::MAX as f64) as u64
+        let depth = 2.0 * burst as f64 + 0.1 * rate as f64 + 1.0;
+        let available = self.available.entry(resource.clone()).or_insert(depth);
+        // What was stored (at most `depth`) plus what flowed in meanwhile.
+        *available = available.min(depth) + rate as f64 * seconds;
+        (depth, *available)
     }
 
     /// Records a report received `now`. Returns the resources whose reported tokens
@@ -214,10 +223,14 @@ impl UsageTracker {
             let previous = self.raw.insert(resource.clone(), reading).unwrap_or(0);
             // A counter that went backwards restarted from zero.
             let mut delta = reading.checked_sub(previous).unwrap_or(reading);
-            let allowed = self.allowed(&resource, seconds);
+            let (depth, available) = self.refill(&resource, seconds);
+            let allowed = available.max(0.0) as u64;
             if delta > allowed {
                 clamped.push((resource.clone(), delta, allowed));
                 delta = allowed;
+            }
+            if let Some(left) = self.available.get_mut(&resource) {
+                *left = (*left - delta as f64).min(depth);
             }
             let total = self.latest.tokens.entry(resource).or_insert(0);
             *total = total.saturating_add(delta);
@@ -337,28 +350,41 @@ mod tests {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         let mut tracker = UsageTracker::new(t0);
-        // Before any rule: the pre-rule cap (1 M ops/s) over 250 ms, plus a burst.
+        // Before any rule: the pre-rule cap (1 M ops/s), a bucket 300 000 deep.
         let clamped = tracker.record(at(250), &mounts, &[channel(100_000_000)], &[]);
         assert_eq!(clamped.len(), 1);
-        assert_eq!(clamped[0].2, 250_000 + 200_000 + 1);
-        // Given 100 ops/s with a burst of 1: 1e8 per report counts as 25 + 3.
+        assert_eq!(clamped[0].2, 550_001);
+        // Given 100 ops/s with a burst of 1: the bucket is 13 deep, refilled 100/s, so
+        // 1e8 per report counts as 100/s over time.
         tracker.set_rules([(metadata.clone(), 100, 1)]);
         tracker.record(at(500), &mounts, &[channel(100_000_000)], &[]);
         tracker.collect();
-        tracker.record(at(1500), &mounts, &[channel(200_000_000)], &[]);
-        let clamped = tracker.record(at(2500), &mounts, &[channel(300_000_000)], &[]);
-        assert_eq!(clamped, vec![(metadata.clone(), 100_000_000, 103)]);
-        assert_eq!(tracker.collect()[&metadata], 103.0);
+        for (i, ms) in (750..=10_500).step_by(250).enumerate() {
+            let reported = 100_000_000 * (i as u64 + 2);
+            assert_eq!(
+                tracker
+                    .record(at(ms), &mounts, &[channel(reported)], &[])
+                    .len(),
+                1
+            );
+        }
+        let rate = tracker.collect()[&metadata];
+        assert!((100.0..=102.0).contains(&rate), "{rate}");
         assert_eq!(tracker.limit(&metadata), Some(100));
         // Honest reports are counted as they are.
-        assert!(tracker
-            .record(at(3500), &mounts, &[channel(300_000_090)], &[])
-            .is_empty());
+        let last = 100_000_000 * 41;
+        for (i, ms) in (11_500..=15_500).step_by(1000).enumerate() {
+            let honest = last + 100 * (i as u64 + 1);
+            assert!(tracker
+                .record(at(ms), &mounts, &[channel(honest)], &[])
+                .is_empty());
+        }
+        assert_eq!(tracker.collect()[&metadata], 100.0);
         // A bytes channel cannot stand for a metadata resource.
         let mut bytes = channel(400_000_000);
         bytes.spec.unit = Unit::Bytes;
-        tracker.record(at(4500), &mounts, &[bytes], &[]);
-        assert_eq!(tracker.collect()[&metadata], 45.0);
+        tracker.record(at(16_500), &mounts, &[bytes], &[]);
+        assert_eq!(tracker.collect()[&metadata], 0.0);
     }
 
     #[test]
