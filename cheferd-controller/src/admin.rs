@@ -15,14 +15,33 @@
 use crate::global::{Change, Controller, Snapshot};
 use crate::lines::{self, Line};
 use serde::{Deserialize, Serialize};
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::UnixListener;
-use tracing::{info, warn};
+use tracing::info;
 
 const MAX_REQUEST_BYTES: usize = 64 * 1024;
+/// Admin connections open at once; further ones are closed at once.
+pub const MAX_ADMIN_CONNECTIONS: usize = 256;
+static ADMIN_LOG: crate::bounds::LogLimit =
+    crate::bounds::LogLimit::new(5, std::time::Duration::from_secs(5));
+
+/// One open admin connection, counted until dropped.
+struct Counted(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Counted {
+    fn new(count: Arc<std::sync::atomic::AtomicUsize>) -> Counted {
+        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Counted(count)
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
 
 /// A request on the admin socket.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -55,28 +74,37 @@ pub async fn serve(
     path: &Path,
     admins: Vec<u32>,
 ) -> Result<(), String> {
-    if path.exists() {
-        std::fs::remove_file(path)
-            .map_err(|e| format!("cannot replace {}: {e}", path.display()))?;
-    }
-    let listener = UnixListener::bind(path)
+    let listener = crate::bounds::bind_unix(path, 0o666)?;
+    let listener = UnixListener::from_std(listener)
         .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
-        .map_err(|e| format!("cannot set permissions of {}: {e}", path.display()))?;
     // SAFETY: trivial getter.
     let owner = unsafe { libc::geteuid() };
     info!(socket = %path.display(), "admin socket ready");
+    let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut backoff = crate::bounds::AcceptBackoff::default();
     loop {
         let (stream, _) = match listener.accept().await {
-            Ok(s) => s,
+            Ok(s) => {
+                backoff.succeeded("admin socket");
+                s
+            }
             Err(e) => {
-                warn!("admin accept failed: {e}");
+                tokio::time::sleep(backoff.failed("admin socket", &e)).await;
                 continue;
             }
         };
+        if connections.load(std::sync::atomic::Ordering::Relaxed) >= MAX_ADMIN_CONNECTIONS {
+            crate::limited_warn!(
+                ADMIN_LOG,
+                "refused an admin connection: {MAX_ADMIN_CONNECTIONS} are open"
+            );
+            continue;
+        }
         let controller = controller.clone();
         let admins = admins.clone();
+        let counted = Counted::new(connections.clone());
         tokio::spawn(async move {
+            let _counted = counted;
             let uid = stream.peer_cred().map(|c| c.uid()).ok();
             let (read, mut write) = stream.into_split();
             let mut reader = BufReader::new(read);
@@ -88,12 +116,15 @@ pub async fn serve(
                                 uid.is_some_and(|u| u == 0 || u == owner || admins.contains(&u));
                             answer(&controller, request, may_change, uid)
                         }
-                        Err(e) => AdminReply::Error(format!("malformed request: {e}")),
+                        Err(e) => AdminReply::Error(format!(
+                            "malformed request: {}",
+                            padll_wire::control::short(&e.to_string())
+                        )),
                     },
                     Ok(Line::TooLong(n)) => AdminReply::Error(format!(
                         "request of {n} bytes exceeds {MAX_REQUEST_BYTES}"
                     )),
-                    Ok(Line::End) | Err(_) => return,
+                    Ok(Line::End) | Ok(Line::OverBudget) | Err(_) => return,
                 };
                 let mut text = serde_json::to_string(&reply).unwrap_or_default();
                 text.push('\n');

@@ -6,6 +6,9 @@
 //! burst_ms = 10                     # stage bucket depth, ms of its rate
 //! stage_floor = 0.1                 # part of a job's rate split evenly over its stages
 //! admins = [1000]                   # uids allowed to change settings (root always is)
+//! max_nodes = 4096                  # local controllers registered at once (further refused)
+//! max_stages_per_node = 4096        # stages of one node (further StageJoined ignored)
+//! max_jobs_per_node = 1024          # distinct jobs among one node's stages
 //!
 //! [[resource]]                      # what is shared: one mountpoint x class
 //! name = "/scratch:metadata"
@@ -82,6 +85,32 @@ pub struct GlobalConfig {
     pub jobs: BTreeMap<String, JobConfig>,
     /// Scheduled static rules, in time order.
     pub rules: Vec<ScheduledRule>,
+    /// Caps on what local controllers may register.
+    #[serde(default)]
+    pub limits: GlobalLimits,
+}
+
+/// The global controller's caps against a misbehaving (or hostile) gRPC client; see
+/// ARCHITECTURE.md, Bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GlobalLimits {
+    /// Local controllers (node names) registered at once, detached ones with orphans
+    /// included; a further `Register` is refused.
+    pub max_nodes: usize,
+    /// Stages of one node; a further `StageJoined` is ignored (logged, rate-limited).
+    pub max_stages_per_node: usize,
+    /// Distinct job ids among one node's stages; a stage of a further job is ignored.
+    pub max_jobs_per_node: usize,
+}
+
+impl Default for GlobalLimits {
+    fn default() -> GlobalLimits {
+        GlobalLimits {
+            max_nodes: 4096,
+            max_stages_per_node: 4096,
+            max_jobs_per_node: 1024,
+        }
+    }
 }
 
 impl Default for GlobalConfig {
@@ -94,6 +123,7 @@ impl Default for GlobalConfig {
             resources: Vec::new(),
             jobs: BTreeMap::new(),
             rules: Vec::new(),
+            limits: GlobalLimits::default(),
         }
     }
 }
@@ -106,6 +136,9 @@ struct RawConfig {
     stage_floor: Option<f64>,
     #[serde(default)]
     admins: Vec<u32>,
+    max_nodes: Option<usize>,
+    max_stages_per_node: Option<usize>,
+    max_jobs_per_node: Option<usize>,
     #[serde(default)]
     resource: Vec<RawResource>,
     #[serde(default)]
@@ -149,6 +182,18 @@ pub fn rate(key: &str, text: &str) -> Result<f64, String> {
         .map_err(|e| format!("{key}: {e}"))
 }
 
+/// Parses a rate of `resource`: a bytes rate (`20GiB/s`) cannot configure an ops
+/// resource (metadata, directory, xattr).
+pub fn rate_of(key: &str, text: &str, resource: &Resource) -> Result<f64, String> {
+    let parsed = parse_rate(text).map_err(|e| format!("{key}: {e}"))?;
+    if parsed.unit == padll_wire::channel::Unit::Bytes && !resource.counts_bytes() {
+        return Err(format!(
+            "{key}: '{text}' is a rate of bytes, but {resource} counts operations"
+        ));
+    }
+    Ok(parsed.per_second as f64)
+}
+
 impl GlobalConfig {
     /// Parses and validates a TOML configuration; `policy_exists` says which policy
     /// names are known.
@@ -177,6 +222,25 @@ impl GlobalConfig {
             config.stage_floor = floor;
         }
         config.admins = raw.admins;
+        for (key, value, slot) in [
+            ("max_nodes", raw.max_nodes, &mut config.limits.max_nodes),
+            (
+                "max_stages_per_node",
+                raw.max_stages_per_node,
+                &mut config.limits.max_stages_per_node,
+            ),
+            (
+                "max_jobs_per_node",
+                raw.max_jobs_per_node,
+                &mut config.limits.max_jobs_per_node,
+            ),
+        ] {
+            match value {
+                Some(0) => return Err(format!("{key} = 0: must be at least 1")),
+                Some(n) => *slot = n,
+                None => {}
+            }
+        }
         for (i, r) in raw.resource.iter().enumerate() {
             let resource =
                 Resource::parse(&r.name).map_err(|e| format!("resource[{i}].name: {e}"))?;
@@ -186,7 +250,7 @@ impl GlobalConfig {
                     r.name
                 ));
             }
-            let max_rate = rate(&format!("resource[{i}].max_rate"), &r.max_rate)?;
+            let max_rate = rate_of(&format!("resource[{i}].max_rate"), &r.max_rate, &resource)?;
             policy_exists(&r.policy).map_err(|e| format!("resource[{i}].policy: {e}"))?;
             config.resources.push(ResourceConfig {
                 resource,
@@ -214,13 +278,15 @@ impl GlobalConfig {
             };
             for (name, value) in &j.demand {
                 let key = format!("job[{i}].demand.\"{name}\"");
-                job.demand
-                    .insert(known(&key, name, &config.resources)?, rate(&key, value)?);
+                let resource = known(&key, name, &config.resources)?;
+                let value = rate_of(&key, value, &resource)?;
+                job.demand.insert(resource, value);
             }
             for (name, value) in &j.limit {
                 let key = format!("job[{i}].limit.\"{name}\"");
-                job.limit
-                    .insert(known(&key, name, &config.resources)?, rate(&key, value)?);
+                let resource = known(&key, name, &config.resources)?;
+                let value = rate_of(&key, value, &resource)?;
+                job.limit.insert(resource, value);
             }
             config.jobs.insert(j.id.clone(), job);
         }
@@ -239,7 +305,7 @@ impl GlobalConfig {
             let limit = if r.limit == "none" {
                 None
             } else {
-                Some(rate(&format!("rule[{i}].limit"), &r.limit)?)
+                Some(rate_of(&format!("rule[{i}].limit"), &r.limit, &resource)?)
             };
             config.rules.push(ScheduledRule {
                 at: r.at,

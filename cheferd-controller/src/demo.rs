@@ -113,6 +113,7 @@ async fn run_in(
     tokio::spawn(controller.clone().run_loop());
     let socket = base.join("local.sock");
     tokio::spawn(local::run(LocalOptions {
+        limits: local::LocalLimits::default(),
         node: "demo-node".into(),
         socket: socket.clone(),
         global: url,

@@ -83,6 +83,10 @@ struct Node {
     pending: bool,
     bytes_in: u64,
     bytes_out: u64,
+    /// Its stages per job (for `max_jobs_per_node`).
+    jobs: HashMap<JobKey, usize>,
+    /// Its report for the last cycle it was due was missing, and none came since.
+    missed: bool,
 }
 
 /// A registered stage.
@@ -257,7 +261,9 @@ impl Controller {
             let cycle = state.cycle;
             let mut awaiting = 0;
             for node in state.nodes.values_mut().filter(|n| !n.detached) {
-                node.pending = node.due <= cycle && node.reported < cycle;
+                // A node that missed its last report (one that never reports, say) is
+                // not waited for again until it reports: it cannot stall every cycle.
+                node.pending = node.due <= cycle && node.reported < cycle && !node.missed;
                 awaiting += node.pending as usize;
             }
             state.collecting = Some(cycle);
@@ -348,8 +354,19 @@ impl Controller {
         }
     }
 
-    fn attach_node(&self, name: &str, outbox: Outbox) -> u64 {
+    fn attach_node(&self, name: &str, outbox: Outbox) -> Result<u64, Status> {
         let mut state = self.lock();
+        let max_nodes = state.config.limits.max_nodes;
+        if !state.nodes.contains_key(name) && state.nodes.len() >= max_nodes {
+            crate::limited_warn!(
+                GRPC_LOG,
+                node = %padll_wire::control::short(name),
+                "refused a local controller: {max_nodes} nodes are registered (max_nodes)"
+            );
+            return Err(Status::resource_exhausted(format!(
+                "{max_nodes} nodes are registered (max_nodes)"
+            )));
+        }
         let session = state.next_session;
         state.next_session += 1;
         let interval_ms = state.config.interval_ms;
@@ -383,6 +400,8 @@ impl Controller {
             pending: false,
             bytes_in: 0,
             bytes_out: 0,
+            jobs: HashMap::new(),
+            missed: false,
         };
         if let Some(mut previous) = state.nodes.remove(name) {
             if previous.detached {
@@ -402,7 +421,7 @@ impl Controller {
         state.nodes.insert(name.to_string(), node);
         state.views = None;
         info!(node = name, "local controller attached");
-        session
+        Ok(session)
     }
 
     fn handle(&self, name: &str, session: u64, message: LocalMessage) {
@@ -415,6 +434,18 @@ impl Controller {
         if let Some(local_message::Body::StageJoined(proto::StageJoined { stage: Some(stage) })) =
             &message.body
         {
+            if let Err(why) = admit_stage(&state, name, session, stage) {
+                crate::limited_warn!(
+                    GRPC_LOG,
+                    node = %name,
+                    stage = stage.stage_id,
+                    "ignored a stage: {why}"
+                );
+                if let Some(node) = state.nodes.get_mut(name).filter(|n| n.session == session) {
+                    node.bytes_in += size;
+                }
+                return;
+            }
             job = state.intern(&stage.job_id);
             if !state
                 .nodes
@@ -426,6 +457,14 @@ impl Controller {
         }
         let config = &state.config;
         let provisional = provisional.map(|rates| (rules(config, &rates), rates));
+        let resources: Vec<Resource> = match &message.body {
+            Some(local_message::Body::Usage(_)) => config
+                .resources
+                .iter()
+                .map(|r| r.resource.clone())
+                .collect(),
+            _ => Vec::new(),
+        };
         let collecting = state.collecting;
         let last_cycle = state.cycle;
         let mut replied = false;
@@ -464,21 +503,35 @@ impl Controller {
                         record.sent = rates;
                     }
                 }
-                node.stages.insert(stage_id, record);
+                *node.jobs.entry(job).or_insert(0) += 1;
+                if let Some(old) = node.stages.insert(stage_id, record) {
+                    forget_job(&mut node.jobs, old.job);
+                }
                 *views = None;
             }
             Some(local_message::Body::StageLeft(proto::StageLeft { stage_id })) => {
-                node.stages.remove(&stage_id);
+                if let Some(old) = node.stages.remove(&stage_id) {
+                    forget_job(&mut node.jobs, old.job);
+                }
                 *views = None;
             }
             Some(local_message::Body::Usage(usage)) => {
                 for stage in &usage.stages {
                     if let Some(record) = node.stages.get_mut(&stage.stage_id) {
-                        record_usage(record, &stage.resources, views);
+                        if let Err(why) = record_usage(record, &stage.resources, &resources, views)
+                        {
+                            crate::limited_warn!(
+                                GRPC_LOG,
+                                node = %name,
+                                stage = stage.stage_id,
+                                "ignored a usage report: {why}"
+                            );
+                        }
                     }
                 }
                 node.reported = usage.cycle;
                 node.reported_at = Some(Instant::now());
+                node.missed = false;
                 if node.pending && collecting.is_some_and(|cycle| usage.cycle >= cycle) {
                     node.pending = false;
                     replied = true;
@@ -648,7 +701,7 @@ impl Controller {
             }
             Change::MaxRate { resource, rate } => {
                 let resource = find(&state, &resource)?;
-                let value = crate::config::rate("max_rate", &rate)?;
+                let value = crate::config::rate_of("max_rate", &rate, &resource)?;
                 for r in state
                     .config
                     .resources
@@ -690,14 +743,15 @@ impl Controller {
                     if let Some(d) = demand {
                         settings
                             .demand
-                            .insert(r.clone(), crate::config::rate("demand", &d)?);
+                            .insert(r.clone(), crate::config::rate_of("demand", &d, &r)?);
                     }
                     match limit.as_deref() {
                         Some("none") => {
                             settings.limit.remove(&r);
                         }
                         Some(l) => {
-                            settings.limit.insert(r, crate::config::rate("limit", l)?);
+                            let value = crate::config::rate_of("limit", l, &r)?;
+                            settings.limit.insert(r, value);
                         }
                         None => {}
                     }
@@ -811,6 +865,7 @@ fn static_limits(
 
 /// Moves a node's stages to its orphans (its stream ended or was replaced).
 fn orphan_stages(node: &mut Node) {
+    node.jobs.clear();
     for (_, record) in std::mem::take(&mut node.stages) {
         node.orphans.insert(record.stage.pid, record);
     }
@@ -1009,11 +1064,22 @@ fn reschedule_off_slot(state: &mut State, cycle: u64, tick: Instant, interval: D
             && node
                 .reported_at
                 .is_some_and(|at| at <= tick && tick - at <= interval / 2);
+        node.missed = node.reported < cycle;
         if !in_slot {
             debug!(node = %name, cycle, "usage report off its slot; re-scheduled");
             schedule(node, next, report_in, interval_ms);
         }
         node.pending = false;
+    }
+}
+
+/// One stage of `job` left a node.
+fn forget_job(jobs: &mut HashMap<JobKey, usize>, job: JobKey) {
+    if let Some(count) = jobs.get_mut(&job) {
+        *count -= 1;
+        if *count == 0 {
+            jobs.remove(&job);
+        }
     }
 }
 
@@ -1023,8 +1089,31 @@ fn reschedule_off_slot(state: &mut State, cycle: u64, tick: Instant, interval: D
 fn record_usage(
     record: &mut StageRecord,
     reported: &[proto::ResourceUsage],
+    configured: &[Resource],
     views: &mut Option<Vec<StageView>>,
-) {
+) -> Result<(), String> {
+    // Rates are tokens per second: finite, not negative, within what a channel can do.
+    if let Some(bad) = reported
+        .iter()
+        .find(|u| !(u.rate.is_finite() && u.rate >= 0.0 && u.rate <= MAX_REPORTED_RATE))
+    {
+        return Err(format!(
+            "rate {} of {}:{} is not a number of tokens per second (0 to {MAX_REPORTED_RATE})",
+            bad.rate,
+            padll_wire::control::short(&bad.mount),
+            padll_wire::control::short(&bad.class)
+        ));
+    }
+    // Only configured resources are kept (a report cannot make the record grow).
+    let reported: Vec<&proto::ResourceUsage> = reported
+        .iter()
+        .filter(|u| {
+            configured
+                .iter()
+                .any(|r| r.mount == u.mount && r.class.name() == u.class)
+        })
+        .collect();
+    let reported = &reported[..];
     let usage = &mut record.usage;
     let same = usage.len() == reported.len()
         && usage
@@ -1043,7 +1132,7 @@ fn record_usage(
                 *value = *u;
             }
         }
-        return;
+        return Ok(());
     }
     usage.clear();
     usage.extend(reported.iter().filter_map(|r| {
@@ -1059,6 +1148,45 @@ fn record_usage(
         ))
     }));
     *views = None;
+    Ok(())
+}
+
+/// The highest usage rate a report may carry (a channel's maximum rate).
+const MAX_REPORTED_RATE: f64 = padll_wire::channel::MAX_RATE as f64;
+
+/// Warnings caused by what gRPC peers sent: at most 20 lines per 5 s.
+static GRPC_LOG: crate::bounds::LogLimit = crate::bounds::LogLimit::new(20, Duration::from_secs(5));
+
+/// Whether a node may register one more stage: its fields fit, and the node stays
+/// within `max_stages_per_node` and `max_jobs_per_node`.
+fn admit_stage(
+    state: &State,
+    name: &str,
+    session: u64,
+    stage: &proto::Stage,
+) -> Result<(), String> {
+    crate::bounds::check_stage(stage)?;
+    let Some(node) = state.nodes.get(name).filter(|n| n.session == session) else {
+        return Ok(()); // dropped later: the stream was replaced
+    };
+    let limits = &state.config.limits;
+    if node.stages.contains_key(&stage.stage_id) {
+        return Ok(());
+    }
+    // Orphans count: they hold their place until they re-register (which frees it).
+    let held = node.stages.len() + node.orphans.len();
+    if held >= limits.max_stages_per_node && !node.orphans.contains_key(&stage.pid) {
+        return Err(format!("the node has {held} stages (max_stages_per_node)"));
+    }
+    let known = state.job_keys.get(&stage.job_id);
+    let in_node = known.is_some_and(|key| node.jobs.contains_key(key));
+    if !in_node && node.jobs.len() >= limits.max_jobs_per_node {
+        return Err(format!(
+            "the node has stages of {} jobs (max_jobs_per_node)",
+            node.jobs.len()
+        ));
+    }
+    Ok(())
 }
 
 /// A stage's rules from its rates (one per configured resource, 0 = none). A rule names
@@ -1218,6 +1346,15 @@ impl proto::global_server::Global for Service {
             .map_err(|_| Status::deadline_exceeded("no register message within 10 s"))??;
         let name = match first.and_then(|m| m.body) {
             Some(local_message::Body::Register(proto::Register { node, version }))
+                if version == proto::VERSION && node.len() > crate::bounds::MAX_NAME_BYTES =>
+            {
+                return Err(Status::invalid_argument(format!(
+                    "node name of {} bytes exceeds {}",
+                    node.len(),
+                    crate::bounds::MAX_NAME_BYTES
+                )))
+            }
+            Some(local_message::Body::Register(proto::Register { node, version }))
                 if version == proto::VERSION && !node.is_empty() =>
             {
                 node
@@ -1236,7 +1373,7 @@ impl proto::global_server::Global for Service {
         };
         let (outbox, receiver) = outbox::channel();
         let controller = self.0.clone();
-        let session = controller.attach_node(&name, outbox);
+        let session = controller.attach_node(&name, outbox)?;
         tokio::spawn(async move {
             loop {
                 match inbound.message().await {
@@ -1259,7 +1396,7 @@ pub async fn serve(
     controller: Arc<Controller>,
     listener: tokio::net::TcpListener,
 ) -> Result<(), String> {
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let incoming = crate::bounds::Incoming::new(listener);
     tonic::transport::Server::builder()
         .add_service(proto::global_server::GlobalServer::new(Service(controller)))
         .serve_with_incoming(incoming)

@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod bench;
+pub mod bounds;
 pub mod config;
 pub mod demo;
 pub mod global;

@@ -1,6 +1,7 @@
 //! Bounded JSON-lines reading for the stage socket and the admin socket: a line longer
 //! than the limit is skipped whole (and reported), never buffered without bound.
 
+use crate::bounds::Budget;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
 /// What the next line was.
@@ -12,6 +13,39 @@ pub enum Line {
     TooLong(usize),
     /// The peer closed the connection.
     End,
+    /// Buffering more of this line would exceed a byte budget (too many partial lines
+    /// pending on this node or for this user): the connection should be closed.
+    OverBudget,
+}
+
+/// Bytes reserved in budgets, given back when dropped (also when the read is
+/// cancelled, e.g. by a timeout).
+struct Reserved<'a> {
+    budgets: &'a [&'a Budget],
+    bytes: usize,
+}
+
+impl Reserved<'_> {
+    fn take(&mut self, bytes: usize) -> bool {
+        for (i, budget) in self.budgets.iter().enumerate() {
+            if !budget.take(bytes) {
+                for earlier in &self.budgets[..i] {
+                    earlier.give(bytes);
+                }
+                return false;
+            }
+        }
+        self.bytes += bytes;
+        true
+    }
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        for budget in self.budgets {
+            budget.give(self.bytes);
+        }
+    }
 }
 
 /// Reads one line of at most `limit` bytes.
@@ -19,6 +53,17 @@ pub async fn read_line<R: AsyncBufRead + Unpin>(
     reader: &mut R,
     limit: usize,
 ) -> std::io::Result<Line> {
+    read_line_within(reader, limit, &[]).await
+}
+
+/// Reads one line of at most `limit` bytes, holding what it buffers of the line in
+/// every one of `budgets` until it returns ([`Line::OverBudget`] if one is exhausted).
+pub async fn read_line_within<R: AsyncBufRead + Unpin>(
+    reader: &mut R,
+    limit: usize,
+    budgets: &[&Budget],
+) -> std::io::Result<Line> {
+    let mut reserved = Reserved { budgets, bytes: 0 };
     let mut line = Vec::new();
     let mut total = 0usize;
     loop {
@@ -36,7 +81,11 @@ pub async fn read_line<R: AsyncBufRead + Unpin>(
         };
         total += chunk.len();
         if line.len() <= limit {
-            line.extend_from_slice(&chunk[..chunk.len().min(limit + 1 - line.len())]);
+            let kept = &chunk[..chunk.len().min(limit + 1 - line.len())];
+            if !budgets.is_empty() && !reserved.take(kept.len()) {
+                return Ok(Line::OverBudget);
+            }
+            line.extend_from_slice(kept);
         }
         let consumed = done.unwrap_or(available.len());
         reader.consume(consumed);
@@ -84,5 +133,28 @@ mod tests {
             Line::Text("last".into())
         );
         assert_eq!(read_line(&mut reader, 10).await.unwrap(), Line::End);
+    }
+
+    #[tokio::test]
+    async fn partial_lines_are_held_in_budgets() {
+        let node = Budget::new(100);
+        let user = Budget::new(20);
+        let input = format!("{}\nshort\n", "x".repeat(50));
+        let mut reader = BufReader::with_capacity(8, input.as_bytes());
+        assert_eq!(
+            read_line_within(&mut reader, 1000, &[&node, &user])
+                .await
+                .unwrap(),
+            Line::OverBudget
+        );
+        assert_eq!((node.used(), user.used()), (0, 0));
+        let mut reader = BufReader::with_capacity(8, "short\n".as_bytes());
+        assert_eq!(
+            read_line_within(&mut reader, 1000, &[&node, &user])
+                .await
+                .unwrap(),
+            Line::Text("short".into())
+        );
+        assert_eq!((node.used(), user.used()), (0, 0));
     }
 }

@@ -9,6 +9,8 @@
 //! stream breaks it retries with backoff and, once reconnected, re-registers and
 //! re-announces every stage; the stages keep their last rules meanwhile.
 
+use crate::bounds::{self, AcceptBackoff, Budget, LogLimit};
+use crate::limited_warn;
 use crate::lines::{self, Line};
 use crate::proto::{
     self, global_client::GlobalClient, global_message, local_message, GlobalMessage, LocalMessage,
@@ -20,7 +22,6 @@ use padll_wire::control::{
 };
 use padll_wire::ops::Class;
 use std::collections::HashMap;
-use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -42,7 +43,50 @@ pub struct LocalOptions {
     pub global: String,
     /// How often stages push usage.
     pub report_interval: Duration,
+    /// Caps against hostile local users.
+    pub limits: LocalLimits,
 }
+
+/// The local controller's caps (`cheferd local --max-…`); see ARCHITECTURE.md, Bounds.
+#[derive(Clone, Debug)]
+pub struct LocalLimits {
+    /// Connections on the stage socket (registered stages and connections that have not
+    /// said hello yet), all users together; further ones are closed at once. Also kept
+    /// below the descriptor limit.
+    pub max_connections: usize,
+    /// The same, per uid.
+    pub max_connections_per_uid: usize,
+    /// Distinct job ids among one uid's stages; a stage of a further job is rejected.
+    pub max_jobs_per_uid: usize,
+    /// Bytes of partial (incomplete) lines buffered for all connections; a connection
+    /// whose line would exceed it is closed.
+    pub max_pending_bytes: usize,
+    /// The same, per uid.
+    pub max_pending_bytes_per_uid: usize,
+}
+
+impl Default for LocalLimits {
+    fn default() -> LocalLimits {
+        LocalLimits {
+            max_connections: 4096,
+            max_connections_per_uid: 1024,
+            max_jobs_per_uid: 64,
+            max_pending_bytes: 64 << 20,
+            max_pending_bytes_per_uid: 16 << 20,
+        }
+    }
+}
+
+/// Before the control plane gave a stage a rule for a resource, it cannot have used
+/// more than this per second of it (ops/s; [`PRE_RULE_BYTES`] for data): what it
+/// reports above is clamped.
+pub const PRE_RULE_OPS: u64 = 1_000_000;
+/// The same for data resources, bytes/s (16 GiB/s).
+pub const PRE_RULE_BYTES: u64 = 16 << 30;
+
+/// Warnings caused by what a peer sent (malformed lines, clamped reports, refused
+/// connections): at most 20 lines per 5 s, whatever the peers do.
+static PEER_LOG: LogLimit = LogLimit::new(20, Duration::from_secs(5));
 
 struct StageEntry {
     info: proto::Stage,
@@ -50,9 +94,86 @@ struct StageEntry {
     usage: UsageTracker,
 }
 
+/// Connections and jobs of one uid.
+struct UserState {
+    connections: usize,
+    pending: Arc<Budget>,
+    /// Its stages' job ids, with how many stages each.
+    jobs: HashMap<String, usize>,
+}
+
+/// Who is connected, for the caps.
+#[derive(Default)]
+struct Peers {
+    connections: usize,
+    users: HashMap<u32, UserState>,
+    /// Which uid runs each job on this node (the uid of its first stage).
+    job_owner: HashMap<String, u32>,
+}
+
+/// A connection counted in [`Peers`]; uncounted (and its job released) when dropped.
+struct Admission {
+    local: Arc<Local>,
+    uid: u32,
+    job: Option<String>,
+    pending: Arc<Budget>,
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        let mut peers = self.local.lock_peers();
+        peers.connections = peers.connections.saturating_sub(1);
+        let mut release_job = false;
+        let mut remove_user = false;
+        if let Some(user) = peers.users.get_mut(&self.uid) {
+            user.connections = user.connections.saturating_sub(1);
+            if let Some(job) = &self.job {
+                if let Some(count) = user.jobs.get_mut(job) {
+                    *count -= 1;
+                    if *count == 0 {
+                        user.jobs.remove(job);
+                        release_job = true;
+                    }
+                }
+            }
+            remove_user = user.connections == 0;
+        }
+        if remove_user {
+            peers.users.remove(&self.uid);
+        }
+        if let (true, Some(job)) = (release_job, &self.job) {
+            if peers.job_owner.get(job) == Some(&self.uid) {
+                peers.job_owner.remove(job);
+            }
+        }
+        // Buffers of a connection that held a large line go back to the allocator's
+        // free lists; give them back to the system soon (see `trim_loop`).
+        TRIM_WANTED.store(true, Ordering::Relaxed);
+    }
+}
+
+static TRIM_WANTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Returns freed heap memory to the system at most once a second after connections
+/// left, so a burst of clients holding large partial lines leaves no lasting RSS.
+async fn trim_loop() {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if TRIM_WANTED.swap(false, Ordering::Relaxed) {
+            // SAFETY: malloc_trim only releases free memory.
+            #[cfg(target_env = "gnu")]
+            unsafe {
+                libc::malloc_trim(0);
+            }
+        }
+    }
+}
+
 /// The local controller's state, shared by its tasks.
 pub struct Local {
     options: LocalOptions,
+    peers: Mutex<Peers>,
+    pending: Arc<Budget>,
     next_stage_id: AtomicU64,
     stages: Mutex<HashMap<u64, StageEntry>>,
     upstream: Mutex<Option<mpsc::UnboundedSender<LocalMessage>>>,
@@ -61,6 +182,72 @@ pub struct Local {
 impl Local {
     fn lock_stages(&self) -> std::sync::MutexGuard<'_, HashMap<u64, StageEntry>> {
         self.stages.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_peers(&self) -> std::sync::MutexGuard<'_, Peers> {
+        self.peers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts a new connection of `uid`, or says which cap refuses it.
+    fn admit(self: &Arc<Self>, uid: u32) -> Result<Admission, String> {
+        let limits = &self.options.limits;
+        let mut peers = self.lock_peers();
+        if peers.connections >= limits.max_connections {
+            return Err(format!(
+                "{} connections on this node (the limit)",
+                peers.connections
+            ));
+        }
+        let per_uid = limits.max_pending_bytes_per_uid;
+        let user = peers.users.entry(uid).or_insert_with(|| UserState {
+            connections: 0,
+            pending: Budget::new(per_uid),
+            jobs: HashMap::new(),
+        });
+        if user.connections >= limits.max_connections_per_uid {
+            return Err(format!(
+                "uid {uid} has {} connections (the limit per uid)",
+                user.connections
+            ));
+        }
+        user.connections += 1;
+        let pending = user.pending.clone();
+        peers.connections += 1;
+        Ok(Admission {
+            local: self.clone(),
+            uid,
+            job: None,
+            pending,
+        })
+    }
+
+    /// Records that the connection of `admission` is a stage of `job`, or says why not:
+    /// the job runs under another uid on this node, or its uid has too many jobs.
+    fn join_job(&self, admission: &mut Admission, job: &str) -> Result<(), String> {
+        let max_jobs = self.options.limits.max_jobs_per_uid;
+        let mut peers = self.lock_peers();
+        let uid = admission.uid;
+        if let Some(&owner) = peers.job_owner.get(job) {
+            if owner != uid && uid != 0 {
+                return Err(format!(
+                    "job '{}' runs under uid {owner} on this node, not uid {uid}",
+                    control::short(job)
+                ));
+            }
+        }
+        let Some(user) = peers.users.get_mut(&uid) else {
+            return Err("connection not counted".into());
+        };
+        if !user.jobs.contains_key(job) && user.jobs.len() >= max_jobs {
+            return Err(format!(
+                "uid {uid} already has {} jobs on this node (the limit per uid)",
+                user.jobs.len()
+            ));
+        }
+        *user.jobs.entry(job.to_string()).or_insert(0) += 1;
+        peers.job_owner.entry(job.to_string()).or_insert(uid);
+        admission.job = Some(job.to_string());
+        Ok(())
     }
 
     fn send_upstream(&self, body: local_message::Body) {
@@ -82,60 +269,79 @@ impl Local {
 
 /// Runs a local controller until the process is stopped. Fails at once (with a
 /// message naming the path) if the socket cannot be created.
-pub async fn run(options: LocalOptions) -> Result<(), String> {
-    let listener = bind(&options.socket)?;
+pub async fn run(mut options: LocalOptions) -> Result<(), String> {
+    // Stages of every user must reach the socket, so it is world-writable; who connected
+    // is recorded from `SO_PEERCRED`, and a stage can only ever affect its own channels.
+    let listener = bounds::bind_unix(&options.socket, 0o666)?;
+    let listener = UnixListener::from_std(listener)
+        .map_err(|e| format!("cannot listen on {}: {e}", options.socket.display()))?;
+    // Connections stay well below the descriptor limit (the gRPC stream, logs and the
+    // runtime need some).
+    let descriptors = bounds::raise_nofile() as usize;
+    let fitting = descriptors.saturating_sub(64).max(16);
+    if options.limits.max_connections > fitting {
+        info!(
+            descriptors,
+            "at most {fitting} stage connections (the descriptor limit is {descriptors})"
+        );
+        options.limits.max_connections = fitting;
+    }
     let local = Arc::new(Local {
+        pending: Budget::new(options.limits.max_pending_bytes),
         options,
+        peers: Mutex::new(Peers::default()),
         next_stage_id: AtomicU64::new(1),
         stages: Mutex::new(HashMap::new()),
         upstream: Mutex::new(None),
     });
     info!(node = %local.options.node, socket = %local.options.socket.display(), global = %local.options.global, "local controller started");
     tokio::spawn(upstream_loop(local.clone()));
+    tokio::spawn(trim_loop());
+    let mut backoff = AcceptBackoff::default();
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
+                backoff.succeeded("stage socket");
                 tokio::spawn(serve_stage(local.clone(), stream));
             }
-            Err(e) => warn!("accept on the stage socket failed: {e}"),
+            Err(e) => tokio::time::sleep(backoff.failed("stage socket", &e)).await,
         }
     }
-}
-
-/// Binds the stage socket, replacing a stale one. Stages of every user must reach it,
-/// so it is made world-writable; who connected is recorded from `SO_PEERCRED`, and a
-/// stage can only ever affect its own channels.
-fn bind(path: &PathBuf) -> Result<UnixListener, String> {
-    if path.exists() {
-        std::fs::remove_file(path)
-            .map_err(|e| format!("cannot replace the socket {}: {e}", path.display()))?;
-    }
-    let listener = UnixListener::bind(path)
-        .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
-        .map_err(|e| format!("cannot set permissions of {}: {e}", path.display()))?;
-    Ok(listener)
 }
 
 async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
     let credentials = match stream.peer_cred() {
         Ok(c) => c,
         Err(e) => {
-            warn!("stage connection without peer credentials: {e}");
+            limited_warn!(PEER_LOG, "stage connection without peer credentials: {e}");
+            return;
+        }
+    };
+    let mut admission = match local.admit(credentials.uid()) {
+        Ok(admission) => admission,
+        Err(why) => {
+            limited_warn!(PEER_LOG, pid = ?credentials.pid(), "refused a stage connection: {why}");
+            let reason = format!("refused: {why}");
+            let _ =
+                stream.try_write(control::encode(&ControlMessage::Reject { reason }).as_bytes());
             return;
         }
     };
     let (read, mut write) = stream.into_split();
     let mut reader = BufReader::new(read);
+    let node_pending = local.pending.clone();
+    let user_pending = admission.pending.clone();
+    let budgets = [&*node_pending, &*user_pending];
 
     let hello = match tokio::time::timeout(
         Duration::from_secs(10),
-        lines::read_line(&mut reader, MAX_MESSAGE_BYTES),
+        lines::read_line_within(&mut reader, MAX_MESSAGE_BYTES, &budgets),
     )
     .await
     {
         Ok(Ok(Line::Text(line))) => control::decode::<StageMessage>(&line),
         Ok(Ok(Line::TooLong(n))) => Err(format!("first message of {n} bytes is too long")),
+        Ok(Ok(Line::OverBudget)) => Err(over_budget()),
         Ok(Ok(Line::End)) | Ok(Err(_)) => return,
         Err(_) => Err("no hello within 10 s".to_string()),
     };
@@ -148,18 +354,18 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
         }) => (stage_name, identity, mountpoints),
         Ok(StageMessage::Hello { version, .. }) => {
             let reason = format!("protocol version {version} is not supported (this controller speaks {PROTOCOL_VERSION})");
-            warn!(pid = ?credentials.pid(), "{reason}");
+            limited_warn!(PEER_LOG, pid = ?credentials.pid(), "{reason}");
             let _ = write
                 .write_all(control::encode(&ControlMessage::Reject { reason }).as_bytes())
                 .await;
             return;
         }
-        Ok(other) => {
-            warn!(pid = ?credentials.pid(), "stage spoke before saying hello: {other:?}");
+        Ok(_) => {
+            limited_warn!(PEER_LOG, pid = ?credentials.pid(), "stage spoke before saying hello");
             return;
         }
         Err(e) => {
-            warn!(pid = ?credentials.pid(), "rejected a stage connection: {e}");
+            limited_warn!(PEER_LOG, pid = ?credentials.pid(), "rejected a stage connection: {e}");
             let reason = e.clone();
             let _ = write
                 .write_all(control::encode(&ControlMessage::Reject { reason }).as_bytes())
@@ -168,6 +374,13 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
         }
     };
 
+    if let Err(reason) = local.join_job(&mut admission, &identity.job_id) {
+        limited_warn!(PEER_LOG, pid = ?credentials.pid(), "rejected a stage: {reason}");
+        let _ = write
+            .write_all(control::encode(&ControlMessage::Reject { reason }).as_bytes())
+            .await;
+        return;
+    }
     let stage_id = local.next_stage_id.fetch_add(1, Ordering::Relaxed);
     let info = proto::Stage {
         stage_id,
@@ -184,6 +397,13 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
         stage_name,
         mountpoints,
     };
+    if let Err(reason) = bounds::check_stage(&info) {
+        limited_warn!(PEER_LOG, pid = info.pid, "rejected a stage: {reason}");
+        let _ = write
+            .write_all(control::encode(&ControlMessage::Reject { reason }).as_bytes())
+            .await;
+        return;
+    }
     let (to_stage, mut outbox) = mpsc::unbounded_channel::<ControlMessage>();
     let welcome = ControlMessage::Welcome {
         version: PROTOCOL_VERSION,
@@ -214,7 +434,7 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
         StageEntry {
             info: info.clone(),
             to_stage,
-            usage: UsageTracker::default(),
+            usage: UsageTracker::new(Instant::now()),
         },
     );
     local.send_upstream(local_message::Body::StageJoined(proto::StageJoined {
@@ -222,29 +442,55 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
     }));
 
     loop {
-        match lines::read_line(&mut reader, MAX_MESSAGE_BYTES).await {
+        match lines::read_line_within(&mut reader, MAX_MESSAGE_BYTES, &budgets).await {
             Ok(Line::Text(line)) => match control::decode::<StageMessage>(&line) {
                 Ok(StageMessage::Usage { channels, ops, .. }) => {
                     let mut stages = local.lock_stages();
                     if let Some(entry) = stages.get_mut(&stage_id) {
                         let mounts = entry.info.mountpoints.clone();
-                        entry.usage.record(Instant::now(), &mounts, &channels, &ops);
+                        let clamped = entry.usage.record(Instant::now(), &mounts, &channels, &ops);
+                        for (resource, reported, allowed) in clamped {
+                            limited_warn!(
+                                PEER_LOG,
+                                stage_id,
+                                pid = entry.info.pid,
+                                "stage reported {reported} tokens of {resource}, more than its rules admit; counted {allowed}"
+                            );
+                        }
                     }
                 }
                 Ok(StageMessage::Applied {
                     seq,
                     error: Some(error),
                 }) => {
-                    warn!(stage_id, seq, "stage refused rules: {error}")
+                    limited_warn!(
+                        PEER_LOG,
+                        stage_id,
+                        seq,
+                        "stage refused rules: {}",
+                        control::short(&error)
+                    )
                 }
                 Ok(StageMessage::Applied { .. }) => {}
-                Ok(StageMessage::Hello { .. }) => warn!(stage_id, "ignored a second hello"),
-                Err(e) => warn!(stage_id, "dropped a message from a stage: {e}"),
+                Ok(StageMessage::Hello { .. }) => {
+                    limited_warn!(PEER_LOG, stage_id, "ignored a second hello")
+                }
+                Err(e) => limited_warn!(PEER_LOG, stage_id, "dropped a message from a stage: {e}"),
             },
-            Ok(Line::TooLong(n)) => warn!(
+            Ok(Line::TooLong(n)) => limited_warn!(
+                PEER_LOG,
                 stage_id,
                 "dropped a {n}-byte message from a stage (limit {MAX_MESSAGE_BYTES})"
             ),
+            Ok(Line::OverBudget) => {
+                limited_warn!(
+                    PEER_LOG,
+                    stage_id,
+                    "closed a stage connection: {}",
+                    over_budget()
+                );
+                break;
+            }
             Ok(Line::End) | Err(_) => break,
         }
     }
@@ -253,6 +499,10 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
     local.send_upstream(local_message::Body::StageLeft(proto::StageLeft {
         stage_id,
     }));
+}
+
+fn over_budget() -> String {
+    "too many bytes of partial lines pending (for this uid or this node)".to_string()
 }
 
 /// Keeps one stream to the global controller, re-establishing it with backoff.
@@ -416,17 +666,28 @@ fn handle_global(
             cycle,
             stages: plans,
         })) => {
-            let stages = local.lock_stages();
+            let mut stages = local.lock_stages();
             let mut applied = 0;
             for plan in plans {
-                let Some(entry) = stages.get(&plan.stage_id) else {
+                let Some(entry) = stages.get_mut(&plan.stage_id) else {
                     continue;
                 };
-                let rules = plan
+                let rules: Vec<ChannelSpec> = plan
                     .rules
                     .iter()
                     .filter_map(|rule| rule_to_spec(rule, resources))
                     .collect();
+                // What the stage reports is checked against what it was given.
+                entry.usage.set_rules(rules.iter().filter_map(|spec| {
+                    let (Some(mount), Scope::Class(class)) = (&spec.mount, spec.scope) else {
+                        return None;
+                    };
+                    let resource = Resource {
+                        mount: mount.clone(),
+                        class,
+                    };
+                    Some((resource, spec.rate, spec.burst))
+                }));
                 if entry
                     .to_stage
                     .send(ControlMessage::SetRules { seq: cycle, rules })
@@ -467,6 +728,11 @@ fn handle_global(
 /// table from `Registered` (the stage protocol names mount and class).
 pub fn rule_to_spec(rule: &proto::Rule, resources: &[Option<Resource>]) -> Option<ChannelSpec> {
     let resource = resources.get(rule.resource as usize)?.as_ref()?;
+    // A bytes rate cannot configure an ops resource, nor the reverse.
+    if rule.bytes != resource.counts_bytes() {
+        warn!(%resource, bytes = rule.bytes, "ignored a rule whose unit does not fit its resource");
+        return None;
+    }
     Some(ChannelSpec {
         mount: Some(resource.mount.clone()),
         scope: Scope::Class(resource.class),

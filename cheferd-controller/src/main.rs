@@ -3,7 +3,7 @@
 use cheferd_controller::admin::{self, AdminRequest, CtlError};
 use cheferd_controller::config::GlobalConfig;
 use cheferd_controller::global::{self, Change, Controller};
-use cheferd_controller::local::{self, LocalOptions};
+use cheferd_controller::local::{self, LocalLimits, LocalOptions};
 use cheferd_controller::{metrics, policy};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -52,6 +52,21 @@ enum Command {
         /// How often stages report usage, ms.
         #[arg(long, default_value_t = 250)]
         report_ms: u64,
+        /// Stage connections, all users together (also kept below the descriptor limit).
+        #[arg(long, default_value_t = 4096)]
+        max_connections: usize,
+        /// Stage connections per uid.
+        #[arg(long, default_value_t = 1024)]
+        max_connections_per_uid: usize,
+        /// Distinct jobs among one uid's stages.
+        #[arg(long, default_value_t = 64)]
+        max_jobs_per_uid: usize,
+        /// Bytes of partial lines buffered for all connections.
+        #[arg(long, default_value_t = 64 << 20)]
+        max_pending_bytes: usize,
+        /// Bytes of partial lines buffered for one uid's connections.
+        #[arg(long, default_value_t = 16 << 20)]
+        max_pending_bytes_per_uid: usize,
     },
     /// Demonstrate the whole system: controllers, jobs under the stage, live rates, a plot.
     Demo {
@@ -283,7 +298,21 @@ fn main() -> ExitCode {
                 socket,
                 global,
                 report_ms,
-            } => run_local(node, socket, global, report_ms).await,
+                max_connections,
+                max_connections_per_uid,
+                max_jobs_per_uid,
+                max_pending_bytes,
+                max_pending_bytes_per_uid,
+            } => {
+                let limits = LocalLimits {
+                    max_connections,
+                    max_connections_per_uid,
+                    max_jobs_per_uid,
+                    max_pending_bytes,
+                    max_pending_bytes_per_uid,
+                };
+                run_local(node, socket, global, report_ms, limits).await
+            }
             Command::BenchLocals {
                 url,
                 locals,
@@ -510,7 +539,19 @@ async fn run_local(
     socket: PathBuf,
     global: String,
     report_ms: u64,
+    limits: LocalLimits,
 ) -> Result<(), Failure> {
+    if [
+        limits.max_connections,
+        limits.max_connections_per_uid,
+        limits.max_jobs_per_uid,
+        limits.max_pending_bytes,
+        limits.max_pending_bytes_per_uid,
+    ]
+    .contains(&0)
+    {
+        return Err(usage_error("every --max-… value must be at least 1".into()));
+    }
     if !(global.starts_with("http://") || global.starts_with("https://")) {
         return Err(usage_error(format!(
             "--global '{global}' must be a URL such as http://10.0.0.1:50051"
@@ -532,6 +573,7 @@ async fn run_local(
         socket,
         global,
         report_interval: Duration::from_millis(report_ms),
+        limits,
     })
     .await
     .map_err(usage_error)

@@ -26,13 +26,18 @@ fn lock<T>(shared: &Shared<T>) -> MutexGuard<'_, Queue<T>> {
     shared.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Messages a queue holds at most: a peer that does not read its stream (a hostile
+/// client) cannot make the controller buffer without bound. Rules are declarative, so
+/// a message refused here is superseded by the next cycle's.
+pub const MAX_QUEUED: usize = 8192;
+
 /// The sending side (one per channel). Dropping it ends the stream once it is drained.
 pub struct Sender<T>(Shared<T>);
 
 /// The receiving side, a stream of the messages sent.
 pub struct Receiver<T>(Shared<T>);
 
-/// The receiving end is gone (the message was not queued).
+/// The receiving end is gone, or its queue is full (the message was not queued).
 #[derive(Debug)]
 pub struct Closed;
 
@@ -60,7 +65,7 @@ impl<T> Sender<T> {
     /// returned (if any) once it is done queueing.
     pub fn queue(&self, item: T) -> Result<Option<Waker>, Closed> {
         let mut queue = lock(&self.0);
-        if queue.receiver_gone {
+        if queue.receiver_gone || queue.items.len() >= MAX_QUEUED {
             return Err(Closed);
         }
         queue.items.push_back(item);

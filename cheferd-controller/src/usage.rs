@@ -7,7 +7,7 @@
 //! installed for it, or — before it has one — from the operation counters of a stage
 //! with a single mountpoint.
 
-use padll_wire::channel::{ChannelInfo, Scope};
+use padll_wire::channel::{ChannelInfo, Scope, Unit};
 use padll_wire::ops::{Class, Op};
 use padll_wire::report::OpStats;
 use std::collections::HashMap;
@@ -76,12 +76,27 @@ struct Sample {
 
 /// Rates of one stage over each control interval, from its successive usage reports.
 ///
+/// Reports cannot lie past physics: the tokens reports add for a resource are clamped
+/// to what the rule the stage was given could have admitted (a bucket: rate × elapsed +
+/// burst over any span of reports, with the higher rate while a rule changed), and
+/// before any rule to [`crate::local::PRE_RULE_OPS`] / [`crate::local::PRE_RULE_BYTES`]
+/// per second.
+/// Channels whose unit does not fit their class (bytes for metadata, requests for
+/// data) are ignored.
+///
 /// Reports arrive every few hundred milliseconds and loads are bursty, so a rate is
 /// taken between the reports that bracket two *collections* (one control interval),
 /// not between two reports. Counters that restart (a channel replaced) are stitched so
 /// the cumulative count never goes backwards.
 #[derive(Debug, Default)]
 pub struct UsageTracker {
+    /// When the stage registered (the first report's counters run from about then).
+    since: Option<Instant>,
+    /// The rules the control plane gave the stage: rate and burst per resource, and the
+    /// highest rate in force since the last report.
+    given: HashMap<Resource, Given>,
+    /// Tokens each resource's bucket of [`UsageTracker::refill`] holds.
+    available: HashMap<Resource, f64>,
     /// Raw counters of the last report (to detect restarts).
     raw: HashMap<Resource, u64>,
     /// Stitched cumulative counters, as of the last report.
@@ -92,19 +107,85 @@ pub struct UsageTracker {
     limits: HashMap<Resource, u64>,
 }
 
+/// A rule given to the stage.
+#[derive(Clone, Copy, Debug)]
+struct Given {
+    rate: u64,
+    burst: u64,
+    /// The highest rate in force since the last report (rules may have changed in
+    /// between; tokens admitted at the old rate are genuine).
+    peak_rate: u64,
+    peak_burst: u64,
+}
+
 impl UsageTracker {
-    /// Records a report received `now`.
+    /// A tracker for a stage that registered at `since`.
+    pub fn new(since: Instant) -> UsageTracker {
+        UsageTracker {
+            since: Some(since),
+            ..UsageTracker::default()
+        }
+    }
+
+    /// The rules the stage was just given (rate and burst per resource): the whole set,
+    /// resources not named have no rule any more.
+    pub fn set_rules(&mut self, rules: impl IntoIterator<Item = (Resource, u64, u64)>) {
+        let mut given = HashMap::new();
+        for (resource, rate, burst) in rules {
+            let (peak_rate, peak_burst) = match self.given.get(&resource) {
+                Some(old) => (old.peak_rate.max(rate), old.peak_burst.max(burst)),
+                // A resource without a rule until now ran at the pre-rule cap.
+                None => (pre_rule_cap(&resource), pre_rule_cap(&resource) / 10),
+            };
+            given.insert(
+                resource,
+                Given {
+                    rate,
+                    burst,
+                    peak_rate,
+                    peak_burst,
+                },
+            );
+        }
+        self.given = given;
+    }
+
+    /// The most tokens of `resource` the stage can have used in the `seconds` since its
+    /// previous report: a bucket refilled at the rule's rate, as deep as twice its burst
+    /// (a request larger than the burst is admitted whole; leases add a quarter burst)
+    /// plus 100 ms of the rate (reports are not taken at the instant tokens are).
+    /// Returns the bucket's depth and the tokens it could have given (before spending).
+    fn refill(&mut self, resource: &Resource, seconds: f64) -> (f64, f64) {
+        let (rate, burst) = match self.given.get(resource) {
+            Some(g) => (g.peak_rate, g.peak_burst),
+            None => {
+                let cap = pre_rule_cap(resource);
+                (cap, cap / 10)
+            }
+        };
+        let depth = 2.0 * burst as f64 + 0.1 * rate as f64 + 1.0;
+        let available = self.available.entry(resource.clone()).or_insert(depth);
+        // What was stored (at most `depth`) plus what flowed in meanwhile.
+        *available = available.min(depth) + rate as f64 * seconds;
+        (depth, *available)
+    }
+
+    /// Records a report received `now`. Returns the resources whose reported tokens
+    /// were clamped: (resource, tokens reported, tokens counted).
     pub fn record(
         &mut self,
         now: Instant,
         mountpoints: &[String],
         channels: &[ChannelInfo],
         ops: &[OpStats],
-    ) {
+    ) -> Vec<(Resource, u64, u64)> {
         let mut readings = HashMap::new();
         self.limits.clear();
         for channel in channels {
             if let (Some(mount), Scope::Class(class)) = (&channel.spec.mount, channel.spec.scope) {
+                if (channel.spec.unit == Unit::Bytes) != (class == Class::Data) {
+                    continue;
+                }
                 let resource = Resource {
                     mount: mount.clone(),
                     class,
@@ -135,13 +216,36 @@ impl UsageTracker {
                 });
             }
         }
+        let since = self.latest.at.or(self.since).unwrap_or(now);
+        let seconds = now.saturating_duration_since(since).as_secs_f64();
+        let mut clamped = Vec::new();
         for (resource, reading) in readings {
             let previous = self.raw.insert(resource.clone(), reading).unwrap_or(0);
             // A counter that went backwards restarted from zero.
-            let delta = reading.checked_sub(previous).unwrap_or(reading);
-            *self.latest.tokens.entry(resource).or_insert(0) += delta;
+            let mut delta = reading.checked_sub(previous).unwrap_or(reading);
+            let (depth, available) = self.refill(&resource, seconds);
+            let allowed = available.max(0.0) as u64;
+            if delta > allowed {
+                clamped.push((resource.clone(), delta, allowed));
+                delta = allowed;
+            }
+            if let Some(left) = self.available.get_mut(&resource) {
+                *left = (*left - delta as f64).min(depth);
+            }
+            let total = self.latest.tokens.entry(resource).or_insert(0);
+            *total = total.saturating_add(delta);
         }
         self.latest.at = Some(now);
+        // Rules changed before this report are the only ones in force from now on.
+        for given in self.given.values_mut() {
+            given.peak_rate = given.rate;
+            given.peak_burst = given.burst;
+        }
+        // The limit reported upstream is the one given, not the one the stage claims.
+        for (resource, given) in &self.given {
+            self.limits.insert(resource.clone(), given.rate);
+        }
+        clamped
     }
 
     /// Closes a control interval: the rate of each resource since the previous call (the
@@ -173,6 +277,15 @@ impl UsageTracker {
     /// The stage's current limit for each resource, if it has one.
     pub fn limit(&self, resource: &Resource) -> Option<u64> {
         self.limits.get(resource).copied()
+    }
+}
+
+/// Tokens per second a stage may use of a resource it has no rule for.
+fn pre_rule_cap(resource: &Resource) -> u64 {
+    if resource.counts_bytes() {
+        crate::local::PRE_RULE_BYTES
+    } else {
+        crate::local::PRE_RULE_OPS
     }
 }
 
@@ -228,6 +341,50 @@ mod tests {
         assert_eq!(tracker.limit(&metadata), Some(100));
         // No report since: the last rates stand.
         assert_eq!(tracker.collect()[&metadata], 150.0);
+    }
+
+    #[test]
+    fn reports_cannot_lie_past_physics() {
+        let mounts = vec!["/scratch".to_string()];
+        let metadata = Resource::parse("/scratch:metadata").unwrap();
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut tracker = UsageTracker::new(t0);
+        // Before any rule: the pre-rule cap (1 M ops/s), a bucket 300 000 deep.
+        let clamped = tracker.record(at(250), &mounts, &[channel(100_000_000)], &[]);
+        assert_eq!(clamped.len(), 1);
+        assert_eq!(clamped[0].2, 550_001);
+        // Given 100 ops/s with a burst of 1: the bucket is 13 deep, refilled 100/s, so
+        // 1e8 per report counts as 100/s over time.
+        tracker.set_rules([(metadata.clone(), 100, 1)]);
+        tracker.record(at(500), &mounts, &[channel(100_000_000)], &[]);
+        tracker.collect();
+        for (i, ms) in (750..=10_500).step_by(250).enumerate() {
+            let reported = 100_000_000 * (i as u64 + 2);
+            assert_eq!(
+                tracker
+                    .record(at(ms), &mounts, &[channel(reported)], &[])
+                    .len(),
+                1
+            );
+        }
+        let rate = tracker.collect()[&metadata];
+        assert!((100.0..=102.0).contains(&rate), "{rate}");
+        assert_eq!(tracker.limit(&metadata), Some(100));
+        // Honest reports are counted as they are.
+        let last = 100_000_000 * 41;
+        for (i, ms) in (11_500..=15_500).step_by(1000).enumerate() {
+            let honest = last + 100 * (i as u64 + 1);
+            assert!(tracker
+                .record(at(ms), &mounts, &[channel(honest)], &[])
+                .is_empty());
+        }
+        assert_eq!(tracker.collect()[&metadata], 100.0);
+        // A bytes channel cannot stand for a metadata resource.
+        let mut bytes = channel(400_000_000);
+        bytes.spec.unit = Unit::Bytes;
+        tracker.record(at(16_500), &mounts, &[bytes], &[]);
+        assert_eq!(tracker.collect()[&metadata], 0.0);
     }
 
     #[test]

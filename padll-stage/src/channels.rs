@@ -19,9 +19,18 @@
 //! charged in W or up to τ/4 before it, so consumption ≤ rate·(W + τ/4) + burst + one
 //! request, i.e. at most a quarter burst more than GCRA alone. A bucket that could not
 //! give the whole lease at once (it is limiting, or nearly) reserves exactly the cost,
-//! so waiters stay FIFO and exact. Credit is tagged with the slot's generation, so a
-//! re-rate or removal voids it; expired, stale or insufficient credit is dropped (never
-//! counted as admitted: counters count tokens when spent).
+//! so waiters stay FIFO and exact.
+//!
+//! **Batches.** A thread that must wait anyway reserves tokens for its next requests
+//! too and sleeps until the last of them conforms (one wake-up per batch, see `take`
+//! and ARCHITECTURE.md, "Throttled threads"); a batch's tokens are spent no earlier
+//! than GCRA would admit them, and within τ/4 of that.
+//!
+//! Credit is tagged with the slot's generation, so a re-rate or removal voids it.
+//! Expired or insufficient credit of the current generation goes back to the bucket
+//! when the thread next takes from it, ends, or the process exits (a refund only
+//! cancels debt, never fills a bucket beyond full; without it a thread woken late on a
+//! loaded machine would lose its batch); counters count tokens when spent.
 
 use crate::bucket::{self, Limit, TokenBucket};
 use crate::stats;
@@ -499,6 +508,12 @@ impl Slot {
         let ttl = self.lease_ttl_ns.load(Ordering::Relaxed);
         let max_batch = self.batch_max.load(Ordering::Relaxed);
         let batch = counters.next_batch(index, cost, now, ttl, max_batch);
+        // What is left of the last grant (too little, or expired: a thread woken late
+        // on a loaded machine) goes back to the bucket, so it is not lost to the job.
+        let unspent = counters.take_back_credit(index, generation);
+        if unspent != 0 {
+            self.bucket().refund(unspent, now);
+        }
         let lease = self.lease.load(Ordering::Relaxed);
         let reservation = self.bucket().reserve(cost, lease, batch, now);
         let expires = reservation.start_ns.max(now).saturating_add(ttl);
@@ -524,7 +539,7 @@ pub fn return_credit(counters: stats::Counters) {
             continue;
         }
         let generation = slot.generation.load(Ordering::Acquire);
-        let unspent = counters.take_back_credit(index, generation, now);
+        let unspent = counters.take_back_credit(index, generation);
         if unspent != 0 {
             slot.bucket().refund(unspent, now);
         }

@@ -38,9 +38,26 @@ pub fn append(path: &str, identity: &Identity) -> std::io::Result<()> {
     } else {
         table(std::slice::from_ref(&report))
     };
-    std::fs::OpenOptions::new()
+    open_statistics(&path)?.write_all(text.as_bytes())
+}
+
+/// Opens the statistics file for appending, with care: non-blocking (a FIFO with no
+/// reader fails instead of hanging the program at exit), not through a symbolic link in
+/// its last component, and only if it is a regular file (a FIFO or device is refused).
+pub fn open_statistics(path: &str) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(&path)?
-        .write_all(text.as_bytes())
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => std::io::Error::other("it is a symbolic link"),
+            Some(libc::ENXIO) => std::io::Error::other("it is a FIFO without a reader"),
+            _ => e,
+        })?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    Ok(file)
 }

@@ -223,15 +223,15 @@ impl Counters {
         (ttl / 2 / call_ns).saturating_mul(cost).min(max)
     }
 
-    /// Takes back the thread's credit in channel `slot` if it is still spendable at `now`
-    /// under `generation`, and returns it (0 if none).
-    pub fn take_back_credit(self, slot: usize, generation: u64, now: u64) -> u64 {
+    /// Takes back the thread's unspent credit in channel `slot` if it was charged under
+    /// `generation` (spendable or expired: either way those tokens were charged and will
+    /// not be spent), and returns it (0 if none). Only for threads that
+    /// [hold credit](Self::holds_credit).
+    #[inline]
+    pub fn take_back_credit(self, slot: usize, generation: u64) -> u64 {
         let row = &self.shard.channels[slot];
         let credit = row.credit.load(Ordering::Relaxed);
-        if credit == 0
-            || row.credit_expires.load(Ordering::Relaxed) <= now
-            || row.credit_generation.load(Ordering::Relaxed) != generation
-        {
+        if credit == 0 || row.credit_generation.load(Ordering::Relaxed) != generation {
             return 0;
         }
         row.credit.store(0, Ordering::Relaxed);

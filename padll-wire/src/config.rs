@@ -230,12 +230,48 @@ struct FileLimit {
     burst: Option<u64>,
 }
 
+/// Largest configuration file read (`PADLL_CONFIG`, `padll run --config`).
+pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+
+/// Reads a configuration file with care: opened non-blocking (a FIFO or a device never
+/// hangs the program), it must be a regular file of at most [`MAX_CONFIG_BYTES`]
+/// (`/dev/zero` would otherwise be read until memory runs out). The error says why.
+pub fn read_config_file(path: &str) -> Result<String, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".to_string());
+    }
+    if meta.len() > MAX_CONFIG_BYTES {
+        return Err(format!(
+            "{} bytes exceeds the limit of {MAX_CONFIG_BYTES}",
+            meta.len()
+        ));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(format!(
+            "it grew past the limit of {MAX_CONFIG_BYTES} bytes"
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())
+}
+
 /// Reads the configuration through `var` (the environment, or a map in tests).
 /// Errors name the variable and the bad value.
 pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, String> {
     let file = match var("PADLL_CONFIG").filter(|p| !p.is_empty()) {
         Some(path) => {
-            let text = std::fs::read_to_string(&path)
+            let text = read_config_file(&path)
                 .map_err(|e| format!("PADLL_CONFIG: cannot read '{path}': {e}"))?;
             toml::from_str::<FileConfig>(&text)
                 .map_err(|e| format!("PADLL_CONFIG: '{path}': {}", e.message()))?
@@ -412,6 +448,40 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         load(&|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn config_files_must_be_small_regular_files() {
+        let dir = std::env::temp_dir().join(format!("padll-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo");
+        let _ = std::fs::remove_file(&fifo);
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: valid path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let big = dir.join("big.toml");
+        std::fs::write(&big, vec![b'#'; MAX_CONFIG_BYTES as usize + 1]).unwrap();
+        let fine = dir.join("fine.toml");
+        std::fs::write(&fine, "mounts = [\"/scratch\"]\n").unwrap();
+        for (path, why) in [
+            ("/dev/zero", "not a regular file"),
+            (fifo.to_str().unwrap(), "not a regular file"),
+            ("/", "not a regular file"),
+            (big.to_str().unwrap(), "exceeds the limit"),
+        ] {
+            // A FIFO with no writer must not block: this returns at once.
+            let error = load_from(&[("PADLL_CONFIG", path)]).unwrap_err();
+            assert!(
+                error.starts_with("PADLL_CONFIG: cannot read '")
+                    && error.contains(path)
+                    && error.contains(why),
+                "{path}: {error}"
+            );
+            assert!(!error.contains('\n'));
+        }
+        let config = load_from(&[("PADLL_CONFIG", fine.to_str().unwrap())]).unwrap();
+        assert_eq!(config.mounts, vec!["/scratch".to_string()]);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

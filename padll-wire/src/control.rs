@@ -106,7 +106,26 @@ pub fn decode<'a, T: Deserialize<'a>>(line: &'a str) -> Result<T, String> {
             line.len()
         ));
     }
-    serde_json::from_str(line).map_err(|e| format!("malformed message: {e}"))
+    serde_json::from_str(line).map_err(|e| format!("malformed message: {}", short(&e.to_string())))
+}
+
+/// Longest piece of an error message that may come from a peer's input (serde echoes
+/// unknown tags and field names): hostile input is never echoed at length into a log.
+pub const MAX_ECHO_CHARS: usize = 160;
+
+/// `text` cut to [`MAX_ECHO_CHARS`] characters (marked with `…` and the full length),
+/// control characters replaced, so a peer's bytes cannot flood or forge log lines.
+pub fn short(text: &str) -> String {
+    let count = text.chars().count();
+    let mut out: String = text
+        .chars()
+        .take(MAX_ECHO_CHARS)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    if count > MAX_ECHO_CHARS {
+        out.push_str(&format!("… ({count} characters)"));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -151,6 +170,22 @@ mod tests {
         assert!(decode::<ControlMessage>("{\"type\":\"nuke\"}")
             .unwrap_err()
             .contains("nuke"));
+        // Errors never echo more than a short prefix of the input.
+        let tag = "y".repeat(100_000);
+        let error = decode::<StageMessage>(&format!("{{\"type\":\"{tag}\"}}")).unwrap_err();
+        assert!(error.len() < MAX_ECHO_CHARS + 100, "{} bytes", error.len());
+        // Non-finite, negative or out-of-range numbers are not numbers the protocol has.
+        for bad in [
+            "NaN",
+            "Infinity",
+            "-1",
+            "1e400",
+            "1.5",
+            "18446744073709551616",
+        ] {
+            let line = format!("{{\"type\":\"usage\",\"seq\":{bad},\"channels\":[],\"ops\":[]}}");
+            assert!(decode::<StageMessage>(&line).is_err(), "{bad} accepted");
+        }
         let huge = format!("\"{}\"", "x".repeat(MAX_MESSAGE_BYTES));
         assert!(decode::<ControlMessage>(&huge)
             .unwrap_err()

@@ -248,8 +248,14 @@ impl Cluster {
     /// Starts (or restarts) the global controller on the cluster's port and waits for
     /// its admin socket to answer.
     pub fn start_global(&mut self) {
+        self.start_global_with(None);
+    }
+
+    /// Starts the global controller with its descriptor limit set to `nofile` (soft and
+    /// hard), if given.
+    pub fn start_global_with(&mut self, nofile: Option<u64>) {
         let (log, file) = self.log("global");
-        let child = Command::new(cheferd())
+        let child = limit_nofile(Command::new(cheferd()), nofile)
             .arg("global")
             .arg("--config")
             .arg(self.dir.path().join("global.toml"))
@@ -284,11 +290,18 @@ impl Cluster {
 
     /// Starts (or restarts) a node's local controller and waits for its socket.
     pub fn start_local(&mut self, node: &str) {
+        self.start_local_with(node, &[], None);
+    }
+
+    /// Starts a node's local controller with extra arguments and its descriptor limit
+    /// set to `nofile` (soft and hard), if given.
+    pub fn start_local_with(&mut self, node: &str, extra: &[&str], nofile: Option<u64>) {
         let socket = self.local_socket(node);
         let _ = std::fs::remove_file(&socket);
         let (log, file) = self.log(&format!("local-{node}"));
-        let child = Command::new(cheferd())
+        let child = limit_nofile(Command::new(cheferd()), nofile)
             .args(["local", "--node", node, "--report-ms", "250"])
+            .args(extra)
             .arg("--socket")
             .arg(&socket)
             .args(["--global", &format!("http://127.0.0.1:{}", self.port)])
@@ -302,6 +315,24 @@ impl Cluster {
         wait_for(Duration::from_secs(10), "the local socket", || {
             socket.exists().then_some(())
         });
+    }
+
+    /// The process id of a node's local controller.
+    pub fn local_pid(&self, node: &str) -> u32 {
+        self.locals[node].child.id()
+    }
+
+    /// The process id of the global controller.
+    pub fn global_pid(&self) -> u32 {
+        self.global.as_ref().expect("global started").child.id()
+    }
+
+    /// The global controller's log so far.
+    pub fn global_log(&self) -> String {
+        self.global
+            .as_ref()
+            .and_then(|g| std::fs::read_to_string(&g.log).ok())
+            .unwrap_or_default()
     }
 
     /// SIGKILLs a node's local controller.
@@ -446,6 +477,55 @@ impl Cluster {
             },
         )
     }
+}
+
+/// `command` with its descriptor limit (soft and hard) set to `nofile`, if given.
+fn limit_nofile(mut command: Command, nofile: Option<u64>) -> Command {
+    use std::os::unix::process::CommandExt;
+    if let Some(n) = nofile {
+        // SAFETY: setrlimit is async-signal-safe.
+        unsafe {
+            command.pre_exec(move || {
+                let limit = libc::rlimit {
+                    rlim_cur: n,
+                    rlim_max: n,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    command
+}
+
+/// A process' resident memory now and at its peak, KiB (`/proc/PID/status`).
+pub fn rss_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// CPU time (user + system) a process used so far, in clock ticks.
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let at = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    at(11) + at(12)
 }
 
 /// A job's assigned rate of the resource in a snapshot (0 if it has no share).

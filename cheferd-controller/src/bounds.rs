@@ -1,0 +1,343 @@
+//! What keeps the controllers bounded against hostile local users (issue 8): safe
+//! creation of the Unix sockets, accept loops that back off when descriptors run out,
+//! rate-limited logging of peers' mistakes, and byte budgets for partial lines.
+
+use std::io;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tracing::warn;
+
+/// Creates a listening Unix socket at `path` with `mode`, refusing anything unsafe, in
+/// one line naming the path:
+///
+/// - a stale socket (nobody answers on it) owned by us or root is replaced;
+/// - a live one (a controller answers on it) is never taken over;
+/// - a symbolic link (dangling or not) or a file of another type is refused;
+/// - a parent directory writable by others is refused unless it has the sticky bit
+///   (as `/tmp` has: there nobody else can remove or rename our socket), in which case a
+///   stale socket must be our own to be replaced.
+pub fn bind_unix(path: &Path, mode: u32) -> Result<std::os::unix::net::UnixListener, String> {
+    let shown = path.display();
+    let parent = match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(parent) => parent,
+        None => Path::new("."),
+    };
+    let dir = std::fs::metadata(parent)
+        .map_err(|e| format!("cannot use the socket {shown}: its directory: {e}"))?;
+    let sticky = dir.mode() & 0o1000 != 0;
+    // SAFETY: trivial getter.
+    let me = unsafe { libc::geteuid() };
+    if dir.mode() & 0o022 != 0 && !sticky {
+        return Err(format!(
+            "refusing the socket {shown}: its directory {} is writable by others (mode {:o}) and not sticky",
+            parent.display(),
+            dir.mode() & 0o7777
+        ));
+    }
+    if dir.uid() != me && dir.uid() != 0 && dir.mode() & 0o022 == 0 {
+        // Another user's private directory: they could replace our socket.
+        return Err(format!(
+            "refusing the socket {shown}: its directory {} belongs to uid {}",
+            parent.display(),
+            dir.uid()
+        ));
+    }
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("cannot use the socket {shown}: {e}")),
+        Ok(meta) if meta.file_type().is_symlink() => {
+            return Err(format!(
+                "refusing the socket {shown}: it is a symbolic link (remove it if it is yours)"
+            ))
+        }
+        Ok(meta) if !meta.file_type().is_socket() => {
+            return Err(format!(
+                "refusing the socket {shown}: it exists and is not a socket"
+            ))
+        }
+        Ok(meta) => {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(format!(
+                    "refusing the socket {shown}: a running controller answers on it"
+                ));
+            }
+            if meta.uid() != me && meta.uid() != 0 && (sticky || me != 0) {
+                return Err(format!(
+                    "refusing the socket {shown}: the stale socket there belongs to uid {}",
+                    meta.uid()
+                ));
+            }
+            std::fs::remove_file(path)
+                .map_err(|e| format!("cannot replace the stale socket {shown}: {e}"))?;
+        }
+    }
+    let listener = std::os::unix::net::UnixListener::bind(path)
+        .map_err(|e| format!("cannot listen on {shown}: {e}"))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| format!("cannot set permissions of {shown}: {e}"))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("cannot listen on {shown}: {e}"))?;
+    Ok(listener)
+}
+
+/// Whether an accept error means the process (or system) ran out of something that
+/// only time frees (descriptors, memory): the accept loop must then sleep, not spin.
+pub fn is_exhaustion(error: &io::Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}
+
+/// Backoff of an accept loop: after an error, how long to sleep (doubling from 10 ms
+/// to 1 s while errors go on); logs one line per burst of errors and, when accepting
+/// works again, one line with how many failed.
+#[derive(Default)]
+pub struct AcceptBackoff {
+    failures: u64,
+    delay: Duration,
+}
+
+impl AcceptBackoff {
+    /// An accept failed: logs (first failure of a burst only) and returns how long to
+    /// sleep before trying again.
+    pub fn failed(&mut self, what: &str, error: &io::Error) -> Duration {
+        if self.failures == 0 {
+            warn!("{what}: accept failed ({error}); backing off until it works again");
+        }
+        self.failures += 1;
+        self.delay = if is_exhaustion(error) {
+            (self.delay * 2).clamp(Duration::from_millis(10), Duration::from_secs(1))
+        } else {
+            Duration::from_millis(10)
+        };
+        self.delay
+    }
+
+    /// An accept worked.
+    pub fn succeeded(&mut self, what: &str) {
+        if self.failures > 0 {
+            warn!(
+                "{what}: accepting again after {} failed attempts",
+                self.failures
+            );
+            self.failures = 0;
+            self.delay = Duration::ZERO;
+        }
+    }
+}
+
+/// Raises the soft limit on open descriptors to the hard limit; returns the limit now
+/// in force.
+pub fn raise_nofile() -> u64 {
+    // SAFETY: plain getrlimit/setrlimit on a local struct.
+    unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return 1024;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit = raised;
+            }
+        }
+        limit.rlim_cur as u64
+    }
+}
+
+/// A log rate limit: at most `per_window` lines per `window`; the first line allowed
+/// after some were suppressed says how many.
+pub struct LogLimit {
+    per_window: u64,
+    window: Duration,
+    /// Start of the current window (none yet) and lines logged in it.
+    state: Mutex<(Option<Instant>, u64)>,
+    suppressed: AtomicU64,
+}
+
+impl LogLimit {
+    /// At most `per_window` lines per `window`.
+    pub const fn new(per_window: u64, window: Duration) -> LogLimit {
+        LogLimit {
+            per_window,
+            window,
+            state: Mutex::new((None, 0)),
+            suppressed: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether a line may be logged now: `Some(n)` with the number suppressed since the
+    /// last one logged, `None` to suppress this one.
+    pub fn allow(&self) -> Option<u64> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        if state
+            .0
+            .is_none_or(|start| now.duration_since(start) >= self.window)
+        {
+            *state = (Some(now), 0);
+        }
+        if state.1 < self.per_window {
+            state.1 += 1;
+            Some(self.suppressed.swap(0, Ordering::Relaxed))
+        } else {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+    }
+}
+
+/// Logs a warning about a peer's misbehaviour through `limit` (rate-limited; peers'
+/// text must already be cut with `padll_wire::control::short`).
+#[macro_export]
+macro_rules! limited_warn {
+    ($limit:expr, $($arg:tt)+) => {
+        if let Some(suppressed) = $limit.allow() {
+            if suppressed > 0 {
+                tracing::warn!(suppressed, $($arg)+);
+            } else {
+                tracing::warn!($($arg)+);
+            }
+        }
+    };
+}
+
+/// A byte budget shared by connections (partial lines being read): each connection
+/// reserves what it buffers and gives it back when the line is complete or it leaves.
+#[derive(Debug)]
+pub struct Budget {
+    limit: usize,
+    used: AtomicUsize,
+}
+
+impl Budget {
+    /// A budget of `limit` bytes.
+    pub fn new(limit: usize) -> Arc<Budget> {
+        Arc::new(Budget {
+            limit,
+            used: AtomicUsize::new(0),
+        })
+    }
+
+    /// Takes `bytes` if they fit.
+    pub fn take(&self, bytes: usize) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(bytes).filter(|total| *total <= self.limit)
+            })
+            .is_ok()
+    }
+
+    /// Gives `bytes` back.
+    pub fn give(&self, bytes: usize) {
+        let _ = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                Some(used.saturating_sub(bytes))
+            });
+    }
+
+    /// Bytes in use.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Acquire)
+    }
+}
+
+/// Longest job id, user, account, host or program name a stage may register with.
+pub const MAX_NAME_BYTES: usize = 256;
+/// Most mountpoints a stage may register, and the longest one.
+pub const MAX_MOUNTPOINTS: usize = 64;
+/// Longest mountpoint, bytes.
+pub const MAX_MOUNT_BYTES: usize = 4096;
+
+/// Checks the sizes of what a stage registers (every field is kept for as long as the
+/// stage runs, on the local and the global controller).
+pub fn check_stage(stage: &crate::proto::Stage) -> Result<(), String> {
+    for (what, value) in [
+        ("job id", &stage.job_id),
+        ("user", &stage.user),
+        ("account", &stage.account),
+        ("hostname", &stage.hostname),
+        ("program name", &stage.stage_name),
+    ] {
+        if value.len() > MAX_NAME_BYTES {
+            return Err(format!(
+                "its {what} of {} bytes exceeds {MAX_NAME_BYTES}",
+                value.len()
+            ));
+        }
+    }
+    if stage.mountpoints.len() > MAX_MOUNTPOINTS {
+        return Err(format!(
+            "{} mountpoints exceed {MAX_MOUNTPOINTS}",
+            stage.mountpoints.len()
+        ));
+    }
+    if let Some(long) = stage.mountpoints.iter().find(|m| m.len() > MAX_MOUNT_BYTES) {
+        return Err(format!(
+            "a mountpoint of {} bytes exceeds {MAX_MOUNT_BYTES}",
+            long.len()
+        ));
+    }
+    Ok(())
+}
+
+/// A TCP listener as a stream of connections for tonic whose accept errors never end
+/// the server nor make it spin: it backs off (10 ms doubling to 1 s) while accepting
+/// fails (e.g. `EMFILE`), logging once per burst.
+pub struct Incoming {
+    listener: tokio::net::TcpListener,
+    backoff: AcceptBackoff,
+    sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Incoming {
+    /// Wraps a bound listener.
+    pub fn new(listener: tokio::net::TcpListener) -> Incoming {
+        Incoming {
+            listener,
+            backoff: AcceptBackoff::default(),
+            sleep: None,
+        }
+    }
+}
+
+impl tokio_stream::Stream for Incoming {
+    type Item = io::Result<tokio::net::TcpStream>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::future::Future;
+        use std::task::Poll;
+        loop {
+            if let Some(sleep) = self.sleep.as_mut() {
+                if sleep.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                self.sleep = None;
+            }
+            match self.listener.poll_accept(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok((stream, _))) => {
+                    self.backoff.succeeded("gRPC listener");
+                    let _ = stream.set_nodelay(true);
+                    return Poll::Ready(Some(Ok(stream)));
+                }
+                Poll::Ready(Err(e)) => {
+                    let delay = self.backoff.failed("gRPC listener", &e);
+                    self.sleep = Some(Box::pin(tokio::time::sleep(delay)));
+                }
+            }
+        }
+    }
+}

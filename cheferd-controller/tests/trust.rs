@@ -1,0 +1,601 @@
+//! Issue 8 ("Trust"): the attacks an unprivileged local user ran against the control
+//! plane, each replayed here against real processes, with what must hold instead.
+//! Attacks that must come from another uid run this test binary again as uid 65534
+//! (`setpriv`), in the helper `zz_attacker_helper`.
+
+mod common;
+
+use cheferd_controller::proto::{
+    self, global_client::GlobalClient, global_message, local_message, LocalMessage,
+};
+use common::*;
+use padll_wire::channel::{ChannelId, ChannelInfo, ChannelSpec, LimitScope, Scope, Unit};
+use padll_wire::config::Identity;
+use padll_wire::control::{self, StageMessage, PROTOCOL_VERSION};
+use padll_wire::ops::Class;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const CONFIG: &str = r#"
+interval_ms = 500
+[[resource]]
+name = "{scratch}:metadata"
+max_rate = "2000"
+policy = "psfa"
+"#;
+
+fn hello(job: &str, mount: &Path) -> String {
+    control::encode(&StageMessage::Hello {
+        version: PROTOCOL_VERSION,
+        stage_name: "fake".into(),
+        identity: Identity {
+            job_id: job.into(),
+            ..Identity::default()
+        },
+        mountpoints: vec![mount.display().to_string()],
+    })
+}
+
+/// A raw client of the stage socket that said hello; returns it and the first reply.
+fn raw_stage(socket: &Path, job: &str, mount: &Path) -> (UnixStream, String) {
+    let mut stream = UnixStream::connect(socket).expect("connect to the stage socket");
+    stream.write_all(hello(job, mount).as_bytes()).unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let reply = read_line_with_timeout(&mut reader, Duration::from_secs(10)).unwrap_or_default();
+    (stream, reply)
+}
+
+fn line_count(text: &str, needle: &str) -> usize {
+    text.lines().filter(|l| l.contains(needle)).count()
+}
+
+/// Runs this test binary's `zz_attacker_helper` as uid 65534 with `vars`.
+fn as_nobody(vars: &[(&str, &str)]) -> std::process::Child {
+    let exe = std::env::current_exe().unwrap();
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(exe)
+        .args(["zz_attacker_helper", "--exact", "--ignored", "--nocapture"])
+        .envs(vars.iter().copied())
+        .spawn()
+        .expect("setpriv runs")
+}
+
+/// Makes the cluster's directory reachable by other uids (the socket is 0666 anyway).
+fn open_to_others(cluster: &Cluster) {
+    std::fs::set_permissions(cluster.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Not a test: the attacker side of the attacks run as another uid.
+#[test]
+#[ignore = "helper, run as another uid by the attack tests"]
+fn zz_attacker_helper() {
+    let Ok(attack) = std::env::var("TRUST_ATTACK") else {
+        return;
+    };
+    let socket = PathBuf::from(std::env::var("TRUST_SOCKET").unwrap());
+    match attack.as_str() {
+        "join" => {
+            let mount = PathBuf::from(std::env::var("TRUST_MOUNT").unwrap());
+            let (_, reply) = raw_stage(&socket, &std::env::var("TRUST_JOB").unwrap(), &mount);
+            println!("REPLY {}", reply.trim());
+        }
+        "slow-lines" => {
+            // SAFETY: plain setrlimit on a local struct.
+            unsafe {
+                let mut l: libc::rlimit = std::mem::zeroed();
+                libc::getrlimit(libc::RLIMIT_NOFILE, &mut l);
+                l.rlim_cur = l.rlim_max;
+                libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+            }
+            let mut streams = Vec::new();
+            for _ in 0..2000 {
+                match UnixStream::connect(&socket) {
+                    Ok(s) => streams.push(s),
+                    Err(_) => break,
+                }
+            }
+            // 256 KiB partial lines, 16 KiB at a time, slowly; never a newline.
+            let chunk = vec![b'x'; 16 * 1024];
+            for _ in 0..16 {
+                for s in &mut streams {
+                    let _ = s.set_nonblocking(true);
+                    let _ = s.write(&chunk);
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            println!("HELD {}", streams.len());
+            std::thread::sleep(Duration::from_secs(3));
+        }
+        other => panic!("unknown attack {other}"),
+    }
+}
+
+/// Attack 3: a raw client joins a running job and reports 1e8 tokens per report. Its
+/// reports are clamped to what its rule admits, so the job's real stage keeps its rate;
+/// a client of another uid cannot join the job at all.
+#[test]
+fn attack03_fake_stage_cannot_starve_the_real_one() {
+    let _serial = serialize();
+    let mut cluster = Cluster::new(CONFIG);
+    open_to_others(&cluster);
+    cluster.start_global();
+    cluster.start_local("n1");
+    cluster.start_process("victim", "n1", 800);
+    cluster.wait_for_stages(Duration::from_secs(20), &[("n1", 1)]);
+    std::thread::sleep(Duration::from_secs(3));
+
+    let socket = cluster.local_socket("n1");
+    let (mut fake, reply) = raw_stage(&socket, "victim", &cluster.scratch);
+    assert!(reply.contains("welcome"), "{reply}");
+    let mut drain = BufReader::new(fake.try_clone().unwrap());
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        while drain.read_line(&mut line).unwrap_or(0) > 0 {
+            line.clear();
+        }
+    });
+    let spec = ChannelSpec {
+        mount: Some(cluster.scratch.display().to_string()),
+        scope: Scope::Class(Class::Metadata),
+        rate: 2000,
+        unit: Unit::Requests,
+        burst: 20,
+    };
+    let started = Instant::now();
+    let mut seq = 0;
+    while started.elapsed() < Duration::from_secs(12) {
+        seq += 1;
+        let usage = StageMessage::Usage {
+            seq,
+            channels: vec![ChannelInfo {
+                id: ChannelId(0),
+                spec: spec.clone(),
+                admitted: seq * 100_000_000,
+                tokens: seq * 100_000_000,
+                binds: LimitScope::Process,
+            }],
+            ops: Vec::new(),
+        };
+        fake.write_all(control::encode(&usage).as_bytes()).unwrap();
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let now = Instant::now();
+    let real = cluster.job_rate("victim", now - Duration::from_secs(6), now);
+    eprintln!("the real stage ran at {real:.0} ops/s under the attack");
+    // Before: cut to 50 ops/s. The job has 2000 ops/s; the fake can hold at most its
+    // split of it (about half), so the real stage keeps at least most of its 800.
+    assert!(real >= 500.0, "the real stage ran at {real:.0} ops/s");
+    let log = cluster.local_log("n1");
+    assert!(log.contains("more than its rules admit"), "no clamp logged");
+    // Rate-limited: at most 20 lines per 5 s over the ~15 s of the attack.
+    assert!(line_count(&log, "more than its rules admit") <= 80);
+
+    if cfg!(has_root) {
+        let out = as_nobody(&[
+            ("TRUST_ATTACK", "join"),
+            ("TRUST_SOCKET", socket.to_str().unwrap()),
+            ("TRUST_JOB", "victim"),
+            ("TRUST_MOUNT", cluster.scratch.to_str().unwrap()),
+        ])
+        .wait_with_output()
+        .unwrap();
+        assert!(out.status.success());
+        let _ = out;
+        let log = cluster.local_log("n1");
+        assert!(
+            log.contains("job 'victim' runs under uid 0 on this node, not uid 65534"),
+            "another uid joined the job"
+        );
+    }
+    assert!(cluster.controllers_alive());
+}
+
+/// Attack 7: usage `NaN` / `inf` over gRPC. Refused at the registry: `ctl jobs` works
+/// and the stage still gets its rules.
+#[test]
+fn attack07_non_finite_usage_is_refused() {
+    let _serial = serialize();
+    let mut cluster = Cluster::new(CONFIG);
+    cluster.start_global();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let port = cluster.port;
+    let mount = cluster.scratch.display().to_string();
+    let rules_seen = runtime.block_on(async move {
+        let mut client = GlobalClient::connect(format!("http://127.0.0.1:{port}"))
+            .await
+            .unwrap();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let send = |body| {
+            tx.send(LocalMessage { body: Some(body) }).unwrap();
+        };
+        send(local_message::Body::Register(proto::Register {
+            node: "evil".into(),
+            version: proto::VERSION,
+        }));
+        for (id, job) in [(1, "nan-job"), (2, "inf-job"), (3, "neg-job")] {
+            send(local_message::Body::StageJoined(proto::StageJoined {
+                stage: Some(proto::Stage {
+                    stage_id: id,
+                    job_id: job.into(),
+                    pid: 1000 + id as u32,
+                    mountpoints: vec![mount.clone()],
+                    ..Default::default()
+                }),
+            }));
+        }
+        let mut inbound = client
+            .attach(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
+        let mut rules_seen = std::collections::BTreeMap::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let mut cycle = 0;
+        loop {
+            cycle += 1;
+            let stages = [(1, f64::NAN), (2, f64::INFINITY), (3, -5.0)]
+                .into_iter()
+                .map(|(id, rate)| proto::StageUsage {
+                    stage_id: id,
+                    resources: vec![proto::ResourceUsage {
+                        mount: mount.clone(),
+                        class: "metadata".into(),
+                        rate,
+                        limit: 0,
+                    }],
+                })
+                .collect();
+            send(local_message::Body::Usage(proto::Usage { cycle, stages }));
+            match tokio::time::timeout(Duration::from_millis(250), inbound.message()).await {
+                Ok(Ok(Some(message))) => {
+                    if let Some(global_message::Body::Enforce(e)) = message.body {
+                        for s in e.stages {
+                            rules_seen.insert(s.stage_id, s.rules.len());
+                        }
+                    }
+                }
+                Ok(_) => break,
+                Err(_) => {}
+            }
+            if tokio::time::Instant::now() > deadline {
+                break;
+            }
+        }
+        rules_seen
+    });
+    let out = cluster.ctl(&["jobs"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for id in [1, 2, 3] {
+        assert!(
+            rules_seen.get(&id).is_some_and(|n| *n > 0),
+            "stage {id}: {rules_seen:?}"
+        );
+    }
+    let snapshot = cluster.snapshot();
+    for job in ["nan-job", "inf-job", "neg-job"] {
+        assert!(assigned(&snapshot, job) > 0.0, "{job} has no share");
+    }
+    let log = cluster.global_log();
+    assert!(log.contains("ignored a usage report"), "refusal not logged");
+    assert!(line_count(&log, "ignored a usage report") <= 20);
+}
+
+/// Attack 11: 2 000 slow partial 256 KiB lines from another uid. Partial lines are
+/// held in per-uid and per-node budgets, connections per uid are capped, and the memory
+/// goes back when the clients leave; a legitimate stage still registers meanwhile.
+#[test]
+#[cfg_attr(
+    not(has_root),
+    ignore = "not running as root (the attack runs as uid 65534)"
+)]
+fn attack11_slow_partial_lines_leave_no_memory_behind() {
+    let _serial = serialize();
+    let mut cluster = Cluster::new(CONFIG);
+    open_to_others(&cluster);
+    cluster.start_global();
+    cluster.start_local("n1");
+    let pid = cluster.local_pid("n1");
+    std::thread::sleep(Duration::from_secs(1));
+    let (before, _) = rss_kib(pid);
+    let socket = cluster.local_socket("n1");
+    let attacker = as_nobody(&[
+        ("TRUST_ATTACK", "slow-lines"),
+        ("TRUST_SOCKET", socket.to_str().unwrap()),
+    ]);
+    std::thread::sleep(Duration::from_secs(2));
+    // A legitimate stage of another uid registers during the attack.
+    let (_stage, reply) = raw_stage(&socket, "legit", &cluster.scratch);
+    assert!(reply.contains("welcome"), "{reply}");
+    let out = attacker.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let (_, peak) = rss_kib(pid);
+    std::thread::sleep(Duration::from_secs(3));
+    let (after, _) = rss_kib(pid);
+    eprintln!("local controller RSS: before {before} KiB, peak {peak} KiB, after {after} KiB");
+    assert!(
+        peak < before + 120 * 1024,
+        "peak {peak} KiB (before {before})"
+    );
+    assert!(
+        after < before + 24 * 1024,
+        "after {after} KiB (before {before})"
+    );
+    let log = cluster.local_log("n1");
+    assert!(log.len() < 64 * 1024, "log of {} bytes", log.len());
+    assert!(cluster.controllers_alive());
+}
+
+/// Attack 12: malformed 256 KiB lines, as fast as possible. Each error echoes at most a
+/// short prefix and errors are rate-limited: the log stays small.
+#[test]
+fn attack12_malformed_lines_do_not_flood_the_log() {
+    let _serial = serialize();
+    let mut cluster = Cluster::new(CONFIG);
+    cluster.start_global();
+    cluster.start_local("n1");
+    let socket = cluster.local_socket("n1");
+    let (mut stage, reply) = raw_stage(&socket, "noisy", &cluster.scratch);
+    assert!(reply.contains("welcome"));
+    let tag = "z".repeat(255 * 1024);
+    let bad = format!("{{\"type\":\"{tag}\"}}\n");
+    let started = Instant::now();
+    for _ in 0..200 {
+        stage.write_all(bad.as_bytes()).unwrap();
+    }
+    // Malformed first lines on fresh connections, too.
+    for _ in 0..50 {
+        let mut s = UnixStream::connect(&socket).unwrap();
+        let _ = s.write_all(bad.as_bytes());
+    }
+    eprintln!("sent 250 malformed lines in {:?}", started.elapsed());
+    std::thread::sleep(Duration::from_secs(1));
+    let log = cluster.local_log("n1");
+    assert!(log.len() < 32 * 1024, "log of {} bytes", log.len());
+    assert!(
+        !log.contains(&"z".repeat(200)),
+        "hostile input echoed at length"
+    );
+    assert!(log.contains("dropped a message from a stage"));
+    assert!(cluster.controllers_alive());
+}
+
+/// Attack 13: the controllers run out of descriptors. Accept loops back off (one log
+/// line per burst, no busy loop) and work again once descriptors are free.
+#[test]
+fn attack13_descriptor_exhaustion_backs_off() {
+    let _serial = serialize();
+    let mut cluster = Cluster::new(CONFIG);
+    cluster.start_global_with(Some(40));
+    cluster.start_local_with("n1", &[], Some(24));
+    let socket = cluster.local_socket("n1");
+    let (local, global) = (cluster.local_pid("n1"), cluster.global_pid());
+    let mut held = Vec::new();
+    for _ in 0..100 {
+        if let Ok(s) = UnixStream::connect(&socket) {
+            held.push(s);
+        }
+    }
+    let mut tcp = Vec::new();
+    for _ in 0..100 {
+        if let Ok(s) = std::net::TcpStream::connect(("127.0.0.1", cluster.port)) {
+            tcp.push(s);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let (l0, g0) = (cpu_ticks(local), cpu_ticks(global));
+    std::thread::sleep(Duration::from_secs(3));
+    let (l1, g1) = (cpu_ticks(local), cpu_ticks(global));
+    // SAFETY: trivial getter.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    eprintln!(
+        "CPU over 3 s while out of descriptors: local {} ticks, global {} ticks (of {hz}/s)",
+        l1 - l0,
+        g1 - g0
+    );
+    assert!(l1 - l0 < hz / 2, "local used {} ticks in 3 s", l1 - l0);
+    assert!(g1 - g0 < hz / 2, "global used {} ticks in 3 s", g1 - g0);
+    let (local_log, global_log) = (cluster.local_log("n1"), cluster.global_log());
+    assert!(line_count(&local_log, "accept failed") <= 2, "{local_log}");
+    assert!(
+        line_count(&global_log, "accept failed") <= 2,
+        "{global_log}"
+    );
+    drop(held);
+    drop(tcp);
+    // Descriptors are free again: a stage registers.
+    std::thread::sleep(Duration::from_millis(1500));
+    let (_stage, reply) = raw_stage(&socket, "after", &cluster.scratch);
+    assert!(reply.contains("welcome"), "{reply}");
+    assert!(cluster.controllers_alive());
+}
+
+/// Attack 14: 200 000 `StageJoined` with fresh job ids over gRPC. Stages and jobs per
+/// node are capped: memory stays small, `ctl jobs` answers, cycles stay short.
+#[test]
+fn attack14_stage_joined_flood_is_bounded() {
+    let _serial = serialize();
+    let mut cluster = Cluster::new(CONFIG);
+    cluster.start_global();
+    let pid = cluster.global_pid();
+    let (before, _) = rss_kib(pid);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let port = cluster.port;
+    let mount = cluster.scratch.display().to_string();
+    let (_stream, total) = runtime.block_on(async move {
+        let mut client = GlobalClient::connect(format!("http://127.0.0.1:{port}"))
+            .await
+            .unwrap();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tx.send(LocalMessage {
+            body: Some(local_message::Body::Register(proto::Register {
+                node: "flood".into(),
+                version: proto::VERSION,
+            })),
+        })
+        .unwrap();
+        let mut total = 0u64;
+        for id in 0..200_000u64 {
+            let message = LocalMessage {
+                body: Some(local_message::Body::StageJoined(proto::StageJoined {
+                    stage: Some(proto::Stage {
+                        stage_id: id,
+                        job_id: format!("fresh-job-{id}"),
+                        pid: id as u32,
+                        mountpoints: vec![mount.clone()],
+                        ..Default::default()
+                    }),
+                })),
+            };
+            total += prost::Message::encoded_len(&message) as u64;
+            tx.send(message).unwrap();
+        }
+        let inbound = client
+            .attach(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
+            .await
+            .unwrap();
+        ((tx, inbound), total) // never read: the attacker does not drain its stream
+    });
+    let snapshot = wait_for(Duration::from_secs(60), "the flood to be taken in", || {
+        let s = cluster.try_snapshot()?;
+        let node = s.nodes.iter().find(|n| n.node == "flood")?;
+        (node.bytes_in >= total).then_some(s)
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let out = cluster.ctl(&["jobs"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let snapshot = cluster.try_snapshot().unwrap_or(snapshot);
+    let stages = snapshot.stages.len();
+    assert!(stages <= 1024, "{stages} stages registered");
+    let (after, peak) = rss_kib(pid);
+    eprintln!(
+        "global RSS: before {before} KiB, after {after} KiB, peak {peak} KiB; cycle p50 {:.2} ms, p99 {:.2} ms, last {:.2} ms",
+        snapshot.latency_ms_p50,
+        snapshot.latency_ms_p99,
+        snapshot.latency_ms_last
+    );
+    assert!(
+        peak < before + 150 * 1024,
+        "peak {peak} KiB (before {before})"
+    );
+    // A node that never reports is waited for once (its first due cycle), not again.
+    assert!(
+        snapshot.latency_ms_p50 < 50.0 && snapshot.latency_ms_last < 50.0,
+        "cycle p50 {} ms, last {} ms",
+        snapshot.latency_ms_p50,
+        snapshot.latency_ms_last
+    );
+    let log = cluster.global_log();
+    assert!(
+        line_count(&log, "ignored a stage") <= 20,
+        "log not rate-limited"
+    );
+    drop(runtime);
+}
+
+/// Attack 15: what is at the socket path before start. A stale socket is replaced; a
+/// dangling symlink, a plain file, a directory writable by others and a live
+/// controller are refused in one line naming the path.
+#[test]
+fn attack15_socket_paths_are_created_safely() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("local.sock");
+    let start = |path: &Path| {
+        Command::new(cheferd())
+            .args([
+                "local",
+                "--node",
+                "n",
+                "--global",
+                "http://127.0.0.1:1",
+                "--socket",
+            ])
+            .arg(path)
+            .env("RUST_LOG", "error")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let refused = |path: &Path, why: &str| {
+        let child = start(path);
+        let out = run_to_end(child, Duration::from_secs(10));
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "{why}: started");
+        assert_eq!(err.lines().count(), 1, "{why}: {err}");
+        assert!(
+            err.contains(&path.display().to_string()) && err.contains(why),
+            "{err}"
+        );
+    };
+    // A dangling symlink.
+    std::os::unix::fs::symlink(dir.path().join("nowhere"), &socket).unwrap();
+    refused(&socket, "symbolic link");
+    std::fs::remove_file(&socket).unwrap();
+    // A plain file.
+    std::fs::write(&socket, "data").unwrap();
+    refused(&socket, "not a socket");
+    std::fs::remove_file(&socket).unwrap();
+    // A stale socket (its listener is gone): replaced.
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    let mut live = start(&socket);
+    wait_for(
+        Duration::from_secs(10),
+        "the controller on the stale socket",
+        || UnixStream::connect(&socket).ok(),
+    );
+    // A live controller is never taken over.
+    refused(&socket, "answers on it");
+    assert!(UnixStream::connect(&socket).is_ok());
+    let _ = live.kill();
+    let _ = live.wait();
+    // A directory others may write to (no sticky bit).
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    refused(&open.join("local.sock"), "writable by others");
+    // The global's admin socket too.
+    let admin = dir.path().join("admin.sock");
+    std::os::unix::fs::symlink(dir.path().join("nowhere"), &admin).unwrap();
+    std::fs::write(dir.path().join("g.toml"), "").unwrap();
+    let child = Command::new(cheferd())
+        .arg("global")
+        .arg("--config")
+        .arg(dir.path().join("g.toml"))
+        .args(["--listen", "127.0.0.1:0", "--admin-socket"])
+        .arg(&admin)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = run_to_end(child, Duration::from_secs(10));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("symbolic link"),
+        "{err}"
+    );
+}
+
+fn run_to_end(mut child: std::process::Child, timeout: Duration) -> std::process::Output {
+    let deadline = Instant::now() + timeout;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("still running after {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}

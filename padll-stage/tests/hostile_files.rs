@@ -1,0 +1,114 @@
+//! Issue 8, attack 16: `PADLL_CONFIG` pointing at `/dev/zero` or a FIFO, and
+//! `PADLL_STATS` naming a FIFO. The program must run (unthrottled for a bad
+//! configuration), never hang or balloon, and the stage says why in one line naming
+//! the value.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn library() -> PathBuf {
+    let profile = PathBuf::from(env!("CARGO_BIN_EXE_padll"));
+    padll_wire::locate_stage_library(profile.parent().unwrap()).expect("libpadll.so is built")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("padll-hostile-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn mkfifo(path: &Path) {
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: valid path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+}
+
+/// Runs `padll --version` (which ends through `exit` and keeps stderr open, so
+/// statistics are written and the stage can complain; coreutils close stderr) under the stage with `env`; returns (stdout, stderr, peak
+/// RSS in KiB), failing if it takes longer than 20 s.
+fn run(env: &[(&str, &str)]) -> (String, String, u64) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_padll"))
+        .arg("--version")
+        .env("LD_PRELOAD", library())
+        .env_remove("PADLL_RULES")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the program hung under {env:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{env:?}: {:?}", out.status);
+    // SAFETY: plain getrusage of reaped children.
+    let rss = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
+        usage.ru_maxrss as u64
+    };
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        rss,
+    )
+}
+
+#[test]
+fn config_from_dev_zero_or_a_fifo_is_refused_in_one_line() {
+    let dir = scratch("config");
+    let fifo = dir.join("config.fifo");
+    mkfifo(&fifo);
+    for value in ["/dev/zero", fifo.to_str().unwrap(), dir.to_str().unwrap()] {
+        let (stdout, stderr, rss_kib) = run(&[("PADLL_CONFIG", value)]);
+        assert!(stdout.starts_with("padll "), "{value}: {stdout}");
+        assert_eq!(stderr.lines().count(), 1, "{value}: {stderr}");
+        assert!(
+            stderr.contains(&format!("'{value}'")) && stderr.contains("unthrottled"),
+            "{value}: {stderr}"
+        );
+        assert!(rss_kib < 200 * 1024, "{value}: peak RSS {rss_kib} KiB");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn statistics_to_a_fifo_or_through_a_symlink_never_hang() {
+    let dir = scratch("stats");
+    let fifo = dir.join("stats.fifo");
+    mkfifo(&fifo);
+    let link = dir.join("stats.link");
+    std::os::unix::fs::symlink(dir.join("elsewhere.json"), &link).unwrap();
+    let mount = dir.display().to_string();
+    for value in [fifo.to_str().unwrap(), link.to_str().unwrap()] {
+        let (stdout, stderr, _) = run(&[("PADLL_MOUNTS", &mount), ("PADLL_STATS", value)]);
+        assert!(stdout.starts_with("padll "), "{value}: {stdout}");
+        assert_eq!(stderr.lines().count(), 1, "{value}: {stderr}");
+        assert!(stderr.contains(value), "{value}: {stderr}");
+    }
+    assert!(
+        !dir.join("elsewhere.json").exists(),
+        "written through the link"
+    );
+    // A regular file still gets its statistics.
+    let good = dir.join("good.json");
+    let (_, stderr, _) = run(&[
+        ("PADLL_MOUNTS", &mount),
+        ("PADLL_STATS", good.to_str().unwrap()),
+    ]);
+    assert_eq!(stderr, "");
+    assert!(std::fs::read_to_string(&good).unwrap().contains("\"ops\""));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
