@@ -96,6 +96,24 @@ fn psharing_is_max_min_fair_when_oversubscribed() {
 }
 
 #[test]
+fn psharing_gives_unsatisfied_jobs_equal_shares_whatever_their_priority() {
+    // Issue 10: PADLL §IV-B, "jobs with unsatisfied demands get equal shares". Two jobs
+    // demanding 100 each with priorities 1 and 3 over Max_R 100: 50/50 (it was 25/75:
+    // a `priority` field set for another policy switched weighting on silently).
+    let mut jobs = vec![
+        JobSnapshot::new(1, 100.0, 0.0),
+        JobSnapshot::new(2, 100.0, 0.0),
+    ];
+    jobs[1].priority = 3.0;
+    let r = build("psharing").unwrap().allocate(100.0, &jobs);
+    assert_rates(&r, &[50.0, 50.0], 1e-9);
+    // The weighted max-min extension, asked for by name.
+    let mut p = build("psharing:weighted").unwrap();
+    assert_eq!(p.name(), "psharing:weighted");
+    assert_rates(&p.allocate(100.0, &jobs), &[25.0, 75.0], 1e-9);
+}
+
+#[test]
 fn table_i_psfa_all_busy_gives_demands() {
     // "for PSFA [the limits] represent the per-job maximum rate when all jobs are active
     // and each job's usage is higher than its demand".
@@ -553,6 +571,7 @@ fn registry_names_bad_values() {
         "themis:user,size,group",
         "themis:bogus",
         "priority:3",
+        "psharing:bogus",
         "mckp-static",
     ] {
         let e = build(bad)

@@ -11,6 +11,7 @@ const SPECS: &[&str] = &[
     "uniform:3",
     "priority",
     "psharing",
+    "psharing:weighted",
     "psfa",
     "psfa:0",
     "psfa:1",
@@ -124,8 +125,8 @@ proptest! {
 
     #[test]
     fn psharing_is_max_min_fair_over_demands(jobs in jobs(), max in capacity()) {
-        // Unweighted max-min: set priorities to 1.
-        let jobs: Vec<JobSnapshot> = jobs.into_iter().map(|mut j| { j.priority = 1.0; j }).collect();
+        // PADLL §IV-B: plain max-min ("equal shares"), whatever the jobs' priorities
+        // (they are random here; issue 10: they used to weight the shares silently).
         let r = build("psharing").unwrap().allocate(max, &jobs);
         let total_demand: f64 = jobs.iter().map(|j| j.demand).sum();
         for (i, j) in jobs.iter().enumerate() {
@@ -143,6 +144,23 @@ proptest! {
                 }
             } else {
                 prop_assert!(r[i] + tol(max) >= j.demand);
+            }
+        }
+    }
+
+    #[test]
+    fn psharing_weighted_is_weighted_max_min(jobs in jobs(), max in capacity()) {
+        // `psharing:weighted`: over-subscribed, an unsatisfied job's rate per unit of
+        // priority is at least every other job's; nobody above its demand.
+        let r = build("psharing:weighted").unwrap().allocate(max, &jobs);
+        let total_demand: f64 = jobs.iter().map(|j| j.demand).sum();
+        prop_assume!(total_demand >= max);
+        for (i, j) in jobs.iter().enumerate() {
+            prop_assert!(r[i] <= j.demand + tol(max));
+            if r[i] + tol(max) * 10.0 < j.demand {
+                for (k, o) in jobs.iter().enumerate() {
+                    prop_assert!(r[i] / j.priority + tol(max) * 10.0 >= r[k] / o.priority, "{:?}", r);
+                }
             }
         }
     }
