@@ -117,9 +117,11 @@ pub fn build(spec: &str) -> Result<Box<dyn Policy>, BuildError> {
         "psharing" => match params {
             None => Box::new(PSharing::default()),
             Some("weighted") => Box::new(PSharing::weighted()),
-            Some(p) => return Err(err(format!(
+            Some(p) => {
+                return Err(err(format!(
                 "policy `{spec}`: bad variant `{p}` (expected `psharing` or `psharing:weighted`)"
-            ))),
+            )))
+            }
         },
         "psfa" => match num("epsilon")? {
             Some(e) if e > 1.0 => {
