@@ -389,3 +389,117 @@ proptest! {
         }
     }
 }
+
+// Brute-force checks on small inputs: more cases (each is cheap).
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+
+    /// MCKP (arbitration paper §3.1, eq. 1) against brute force on small integer
+    /// instances: the DP's choice is feasible and as good as the best of all
+    /// `Π N_i` combinations; `None` exactly when no combination fits. Through the
+    /// policy (quanta of 1 since `Max_R` ≤ resolution) the rates' utility is the same.
+    #[test]
+    fn mckp_matches_brute_force(
+        classes in proptest::collection::vec(
+            proptest::collection::vec((0usize..8, 0u32..100), 1..4), 1..5),
+        cap in 0usize..20,
+    ) {
+        let classes: Vec<Vec<(usize, f64)>> = classes.into_iter()
+            .map(|c| c.into_iter().map(|(w, v)| (w, v as f64 / 4.0)).collect()).collect();
+        // Brute force over every combination.
+        let mut best: Option<f64> = None;
+        let mut pick = vec![0usize; classes.len()];
+        loop {
+            let w: usize = pick.iter().zip(&classes).map(|(&o, c)| c[o].0).sum();
+            let v: f64 = pick.iter().zip(&classes).map(|(&o, c)| c[o].1).sum();
+            if w <= cap && best.map_or(true, |b| v > b) {
+                best = Some(v);
+            }
+            let mut k = 0;
+            while k < pick.len() {
+                pick[k] += 1;
+                if pick[k] < classes[k].len() { break; }
+                pick[k] = 0;
+                k += 1;
+            }
+            if k == pick.len() { break; }
+        }
+        let got = policies::mckp::solve(cap, &classes);
+        match (best, &got) {
+            (None, None) => {}
+            (Some(b), Some(p)) => {
+                let w: usize = p.iter().zip(&classes).map(|(&o, c)| c[o].0).sum();
+                let v: f64 = p.iter().zip(&classes).map(|(&o, c)| c[o].1).sum();
+                prop_assert!(w <= cap, "{:?} weighs {} > {}", p, w, cap);
+                prop_assert!((v - b).abs() < 1e-9, "DP {} vs brute force {}", v, b);
+            }
+            _ => prop_assert!(false, "DP {:?} vs brute force {:?}", got, best),
+        }
+        if let Some(b) = best {
+            let jobs: Vec<JobSnapshot> = classes.iter().enumerate().map(|(i, c)| {
+                let mut j = JobSnapshot::new(i as u64 + 1, 0.0, 0.0);
+                j.options = c.iter().map(|&(w, u)| RateOption { rate: w as f64, utility: u }).collect();
+                j
+            }).collect();
+            let r = build("mckp").unwrap().allocate(cap as f64, &jobs);
+            prop_assert!(r.iter().sum::<f64>() <= cap as f64);
+            let utility: f64 = r.iter().zip(&classes).map(|(&x, c)| {
+                c.iter().filter(|o| o.0 as f64 == x).map(|o| o.1).fold(f64::NEG_INFINITY, f64::max)
+            }).sum();
+            prop_assert!((utility - b).abs() < 1e-9, "policy {:?}: {} vs {}", r, utility, b);
+        }
+    }
+
+    /// DRF against brute force: among all feasible allocations on a grid of fractions
+    /// (each job gets `f_j ∈ {0, 1/K, …, 1}` of its demand vector, both capacities
+    /// respected), none has a lexicographically larger sorted vector of weighted
+    /// dominant shares than DRF's (DRF is the max-min fair allocation of dominant shares,
+    /// Ghodsi et al. §4).
+    #[test]
+    fn drf_is_leximin_optimal_against_brute_force(
+        demands in proptest::collection::vec((1u32..100, 0u32..100, 1u32..4), 1..4),
+        cap_m in 10u32..200,
+        cap_d in 10u32..200,
+    ) {
+        let jobs: Vec<JobSnapshot> = demands.iter().enumerate().map(|(i, &(m, d, w))| {
+            let mut j = JobSnapshot::new(i as u64 + 1, m as f64, 0.0);
+            j.data_demand = d as f64;
+            j.priority = w as f64;
+            j
+        }).collect();
+        let (cm, cd) = (cap_m as f64, cap_d as f64);
+        let mut p = policies::drf::Drf::new(cd);
+        let r = p.allocate(cm, &jobs);
+        let delta: Vec<f64> = jobs.iter().map(|j| (j.demand / cm).max(j.data_demand / cd)).collect();
+        let shares = |f: &[f64]| -> Vec<f64> {
+            let mut s: Vec<f64> = f.iter().zip(&delta).zip(&jobs).map(|((f, d), j)| f * d / j.priority).collect();
+            s.sort_by(f64::total_cmp);
+            s
+        };
+        let f_drf: Vec<f64> = r.iter().zip(&jobs).map(|(x, j)| x / j.demand).collect();
+        let s_drf = shares(&f_drf);
+        const K: usize = 24;
+        let n = jobs.len();
+        let mut idx = vec![0usize; n];
+        loop {
+            let f: Vec<f64> = idx.iter().map(|&k| k as f64 / K as f64).collect();
+            let um: f64 = f.iter().zip(&jobs).map(|(f, j)| f * j.demand).sum();
+            let ud: f64 = f.iter().zip(&jobs).map(|(f, j)| f * j.data_demand).sum();
+            if um <= cm + 1e-9 && ud <= cd + 1e-9 {
+                let s = shares(&f);
+                for (a, b) in s_drf.iter().zip(&s) {
+                    if *a > b + 1e-9 { break; }
+                    prop_assert!(*a >= b - 1e-9, "grid {:?} beats DRF {:?}: {:?} vs {:?}", f, f_drf, s, s_drf);
+                }
+            }
+            let mut k = 0;
+            while k < n {
+                idx[k] += 1;
+                if idx[k] <= K { break; }
+                idx[k] = 0;
+                k += 1;
+            }
+            if k == n { break; }
+        }
+    }
+}
