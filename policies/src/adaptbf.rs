@@ -14,10 +14,17 @@
 //!    bounded by the borrowers' records (eq. 14), shared among lenders by `DF`
 //!    (eqs. 15–20).
 //!
+//! Only **active** jobs take part (§III-C1: "allocates tokens only to active jobs …
+//! those that have submitted RPC requests"): a job whose observed demand is zero gets no
+//! tokens, counts in no priority (eq. 1), lends nothing (eqs. 4–8) and is in neither
+//! `J+` nor `J−` (eqs. 9–10); its record and remainder wait unchanged until it is
+//! active again. With no active job at all, no tokens are handed out.
+//!
 //! Tokens are integers: at each step every job's fractional part is carried as a
-//! remainder `ρ_x ∈ [0, 1)` to its next step (eqs. 21–25) and the largest-remainder rule
-//! makes each step distribute exactly its total (§III-C4). Records are integers, so they
-//! always sum to exactly zero.
+//! remainder `ρ_x` to its next step (eqs. 21–25) and the largest-remainder rule makes
+//! each step distribute exactly its total (§III-C4); the tokens moved by that rule are
+//! charged to the remainders, so `α_f + ρ` is exact and long-run shares are exact
+//! within one token. Records are integers, so they always sum to exactly zero.
 //!
 //! ## State and departures
 //! The state ([`AdaptbfState`]) keeps, per job, its record, remainder and last allocation
@@ -31,16 +38,21 @@
 //! ## Clarifications of the paper (documented deviations)
 //! * `d_x` is the job's observed demand in tokens: [`JobSnapshot::need`]`·Δt` (served
 //!   plus held-back operations).
-//! * A job seen for the first time has no `α^{t−1}`; its current initial allocation is
-//!   used. Zero denominators count as one token.
+//! * A job seen for the first time — or idle in the previous cycle (`α^{t−1} = 0`) —
+//!   has no meaningful `α^{t−1}`; its current initial allocation is used. Zero
+//!   denominators count as one token.
 //! * Eq. (13) writes `C_x^t` but sums over all of `J+`: it is one coefficient per step.
 //!   Eq. (14) is additionally bounded by the borrower's record after redistribution and
 //!   by its allocation (a job cannot give back more than it holds), and the total
 //!   reclaimed is bounded by the lenders' total record (no over-compensation).
-//! * Eq. (24) as printed (`ρ = α − ⌊α + ρ_prev⌋`) can leave `[0, 1)`; we use the fractional
-//!   part of `α + ρ_prev`. In the largest-remainder correction, the job given an extra
-//!   token has its remainder consumed (set to 0); the job losing one keeps its remainder.
-//!   Both keep `ρ ∈ [0, 1)`.
+//! * Eq. (24) as printed (`ρ = α − ⌊α + ρ_prev⌋`) drops `ρ_prev`; we carry
+//!   `ρ = (α + ρ_prev) − α_f`. In the largest-remainder correction ("as we update the
+//!   allocated tokens, we also adjust the remainder") a job given an extra token carries
+//!   `ρ − 1`, one losing a token `ρ + 1`; leftover tokens go to the largest remainders,
+//!   excess tokens are taken from the smallest (the jobs furthest above their share).
+//!   So `ρ ∈ (−1, 1)`, and no credit is lost to rounding. A step never takes a job below
+//!   zero tokens (the debt stays in its remainder), and `|ρ|` is capped at
+//!   [`RHO_BOUND`] — reached only when the active set changes while jobs carry credit.
 
 use std::collections::HashMap;
 
@@ -57,9 +69,10 @@ pub struct JobEntry {
     pub id: JobId,
     /// Tokens lent (> 0) or borrowed (< 0) so far (`r_x`).
     pub record: i64,
-    /// Fractional token carried to the next allocation step (`ρ_x`, in `[0, 1)`).
+    /// Fractional token carried to the next allocation step (`ρ_x`, in
+    /// `[−RHO_BOUND, RHO_BOUND]`; negative: the job got a token ahead of its share).
     pub remainder: f64,
-    /// Tokens allocated in the previous cycle (`α_x^{t−1}`).
+    /// Tokens allocated in the previous cycle (`α_x^{t−1}`; 0 if it was idle).
     pub allocated: u64,
 }
 
@@ -86,6 +99,8 @@ struct Work {
     alpha: i64,
     surplus: i64,
     share: i64,
+    /// Submitted I/O during the last interval (§III-C1: only active jobs get tokens).
+    active: bool,
 }
 
 /// The AdapTBF policy (see the module documentation).
@@ -157,12 +172,14 @@ impl Adaptbf {
             };
             if let Some(e) = entry {
                 w.record = e.record;
-                w.rho = if (0.0..1.0).contains(&e.remainder) {
+                w.rho = if e.remainder.is_finite() && e.remainder.abs() <= RHO_BOUND {
                     e.remainder
                 } else {
                     0.0
                 };
-                w.prev = Some(e.allocated);
+                // A job that got nothing last cycle (idle then) has no meaningful
+                // α^{t−1}: it is treated like a new job (see the module docs).
+                w.prev = (e.allocated > 0).then_some(e.allocated);
             }
             self.work.push(w);
         }
@@ -220,10 +237,23 @@ impl Adaptbf {
     }
 }
 
+/// Bound on a carried remainder `|ρ_x|`. With the bookkeeping of [`apportion`]
+/// (`α_f + ρ_new = α_raw + ρ_prev`, exactly) remainders stay in `(−1, 1)` while the set
+/// of jobs of a step does not change; the bound only guards against drift when jobs go
+/// idle, come back, join or leave with credit (and against bad state files).
+pub const RHO_BOUND: f64 = 1.0;
+
 /// Apportion `total` integer tokens over the jobs listed in `idx` with real shares
 /// `raw` (same order, summing to `total`), carrying each job's remainder (AdapTBF
 /// eqs. 23–25) and correcting with the largest-remainder rule (§III-C4) so that the
 /// integer results sum to exactly `total`. Results go to `alloc[k]` for `idx[k]`.
+///
+/// §III-C4: "As we update the allocated tokens, we also adjust the remainder": a job
+/// given an extra token carries `ρ − 1`, a job losing one carries `ρ + 1`, so
+/// `α_f + ρ` always equals `α_raw + ρ_prev` and no job loses or gains credit through
+/// rounding. Over a fixed set of jobs `Σ ρ` is then invariant (zero from a fresh
+/// start), every `ρ` stays in `(−1, 1)`, and a job's cumulative tokens differ from its
+/// cumulative raw share by less than one token, however long it runs.
 fn apportion(
     total: i64,
     idx: &[u32],
@@ -236,21 +266,21 @@ fn apportion(
     let mut sum = 0i64;
     for (&i, &r) in idx.iter().zip(raw) {
         let w = &mut work[i as usize];
-        // eq. (23): α^f = ⌊α + ρ_prev⌋
+        // eq. (23): α^f = ⌊α + ρ_prev⌋ (never below zero: a job cannot give back
+        // tokens it was not allocated in this step; the debt stays in ρ)
         let v = clean(r) + w.rho;
-        let a = v.floor();
-        // eq. (24) (fractional part, see module docs), eq. (25)
-        w.rho = (v - a).clamp(0.0, 1.0 - f64::EPSILON);
+        let a = v.floor().max(0.0);
+        // eqs. (24)–(25): ρ = (α + ρ_prev) − α^f
+        w.rho = v - a;
         alloc.push(a as i64);
         sum += a as i64;
     }
     let mut diff = total - sum;
-    if diff == 0 || idx.is_empty() {
-        return;
-    }
-    // Largest remainder first (ties: lower job id first, for determinism). Only the
+    // Largest remainder first (§III-C4). Leftover tokens go to the largest remainders;
+    // excess tokens are taken from the smallest (most negative) remainders, i.e. from
+    // the jobs furthest above their exact share (ties: lower job id first). Only the
     // top |diff| jobs are needed: a selection (O(n)) instead of a full sort.
-    while diff != 0 {
+    while diff != 0 && !idx.is_empty() {
         order.clear();
         // Candidates: anyone for a missing token; holders of a token for an excess one.
         order.extend((0..idx.len() as u32).filter(|&k| diff > 0 || alloc[k as usize] > 0));
@@ -260,21 +290,33 @@ fn apportion(
         }
         if m < order.len() {
             let w: &[Work] = work;
+            let give = diff > 0;
             order.select_nth_unstable_by(m - 1, |a, b| {
                 let (wa, wb) = (&w[idx[*a as usize] as usize], &w[idx[*b as usize] as usize]);
-                wb.rho.total_cmp(&wa.rho).then(wa.id.cmp(&wb.id))
+                let by_rho = if give {
+                    wb.rho.total_cmp(&wa.rho)
+                } else {
+                    wa.rho.total_cmp(&wb.rho)
+                };
+                by_rho.then(wa.id.cmp(&wb.id))
             });
         }
         for &k in &order[..m] {
             let k = k as usize;
+            let w = &mut work[idx[k] as usize];
             if diff > 0 {
                 alloc[k] += 1;
-                work[idx[k] as usize].rho = 0.0;
+                w.rho -= 1.0;
             } else {
                 alloc[k] -= 1;
+                w.rho += 1.0;
             }
         }
         diff -= diff.signum() * m as i64;
+    }
+    for &i in idx {
+        let w = &mut work[i as usize];
+        w.rho = w.rho.clamp(-RHO_BOUND, RHO_BOUND);
     }
 }
 
@@ -305,35 +347,55 @@ impl Policy for Adaptbf {
         let dt = self.interval;
         let total = (clean(max_rate) * dt).floor().min(i64::MAX as f64 / 4.0) as i64;
         self.load_work(jobs);
-        let n = jobs.len();
+
+        // §III-C1: "allocates tokens only to active jobs … those that have submitted RPC
+        // requests … during the observation period". A job that issued nothing is not in
+        // J_i^Δt: it gets no tokens, takes no part in the priorities (eq. 1), lends
+        // nothing (eqs. 4–8) and is neither in J+ nor J− (eqs. 9–10). Its record and
+        // remainder are kept unchanged until it is active again.
+        let mut n_active = 0usize;
+        let mut nodes = 0.0;
+        for (w, j) in self.work.iter_mut().zip(jobs) {
+            w.d = clean(j.need()) * dt;
+            w.active = w.d > 0.0;
+            w.record0 = w.record;
+            if w.active {
+                n_active += 1;
+                nodes += j.size as f64;
+            }
+        }
 
         // ---- Step 1: priority-based initial allocation ----
-        // eq. (1): p_x = n_x / Σ n
-        let nodes: f64 = jobs.iter().map(|j| j.size as f64).sum();
+        // eq. (1): p_x = n_x / Σ_{J_i^Δt} n
         for (w, j) in self.work.iter_mut().zip(jobs) {
-            w.p = if nodes > 0.0 {
+            w.p = if !w.active {
+                0.0
+            } else if nodes > 0.0 {
                 j.size as f64 / nodes
             } else {
-                1.0 / n as f64
+                1.0 / n_active as f64
             };
-            w.d = clean(j.need()) * dt;
-            w.record0 = w.record;
         }
         // eq. (2): α_x = T · p_x · Δt   (integer, with remainders)
         self.idx.clear();
-        self.idx.extend(0..n as u32);
         self.raw.clear();
-        self.raw
-            .extend(self.work.iter().map(|w| total as f64 * w.p));
-        self.apportion(total);
-        for (w, &a) in self.work.iter_mut().zip(&self.alloc) {
-            w.alpha = a;
+        for (i, w) in self.work.iter().enumerate() {
+            if w.active {
+                self.idx.push(i as u32);
+                self.raw.push(total as f64 * w.p);
+            }
+        }
+        if n_active > 0 {
+            self.apportion(total);
+        }
+        for (&i, &a) in self.idx.iter().zip(&self.alloc) {
+            self.work[i as usize].alpha = a;
         }
 
         // ---- Step 2: redistribution of surplus tokens ----
         let mut ts = 0i64;
         let mut df_sum = 0.0;
-        for w in self.work.iter_mut() {
+        for w in self.work.iter_mut().filter(|w| w.active) {
             // eq. (3): u_x = d_x / α_x^{t−1}
             let prev = w.prev.map(|a| a as i64).unwrap_or(w.alpha).max(1);
             w.u = w.d / prev as f64;
@@ -355,28 +417,32 @@ impl Policy for Adaptbf {
         if ts > 0 {
             if df_sum > 0.0 {
                 self.raw.clear();
-                self.raw
-                    .extend(self.work.iter().map(|w| w.df / df_sum * ts as f64));
+                let work = &self.work;
+                self.raw.extend(
+                    self.idx
+                        .iter()
+                        .map(|&i| work[i as usize].df / df_sum * ts as f64),
+                );
                 self.apportion(ts);
-                for (w, &g) in self.work.iter_mut().zip(&self.alloc) {
-                    w.share = g;
+                for (&i, &g) in self.idx.iter().zip(&self.alloc) {
+                    self.work[i as usize].share = g;
                 }
             } else {
                 // Nobody can use the surplus: every job keeps its own.
-                for w in self.work.iter_mut() {
+                for w in self.work.iter_mut().filter(|w| w.active) {
                     w.share = w.surplus;
                 }
             }
-            for w in self.work.iter_mut() {
+            for w in self.work.iter_mut().filter(|w| w.active) {
                 w.alpha = w.alpha - w.surplus + w.share; // eq. (7)
                 w.record = w.record + w.surplus - w.share; // eq. (8)
             }
         }
 
         // ---- Step 3: re-compensation for borrowed tokens ----
-        // eqs. (9)–(10): sign kept before and after redistribution
-        let lender = |w: &Work| w.record0 > 0 && w.record > 0;
-        let borrower = |w: &Work| w.record0 < 0 && w.record < 0;
+        // eqs. (9)–(10): active, sign kept before and after redistribution
+        let lender = |w: &Work| w.active && w.record0 > 0 && w.record > 0;
+        let borrower = |w: &Work| w.active && w.record0 < 0 && w.record < 0;
         let mut c = 0.0;
         let mut lenders_record = 0i64;
         let mut lenders_df = 0.0;

@@ -63,8 +63,8 @@ pub struct SimulateArgs {
     /// Control-loop interval in seconds.
     #[arg(long, default_value_t = 1.0)]
     pub interval: f64,
-    /// Capacity Max_R in ops/s.
-    #[arg(long, default_value_t = 110_000.0)]
+    /// Capacity Max_R in ops/s (`110000`, `110k`, as in the controller's TOML).
+    #[arg(long, default_value_t = 110_000.0, value_parser = parse_max_rate)]
     pub max_rate: f64,
     /// Skip the PNG/SVG plots.
     #[arg(long)]
@@ -80,8 +80,9 @@ pub struct AllocateArgs {
     /// Policy spec, e.g. psfa, psfa:0.3, adaptbf, themis:group,user,size, drf:1e9.
     #[arg(long)]
     pub policy: String,
-    /// Capacity Max_R of the resource (same unit as the rates).
-    #[arg(long)]
+    /// Capacity Max_R of the resource (same unit as the rates): a number (`110000`,
+    /// `1.1e5`) or a rate in the controller's syntax (`110k`, `5000/s`, `20GiB/s`).
+    #[arg(long, value_parser = parse_max_rate)]
     pub max_rate: f64,
     /// Control interval in seconds (AdapTBF's Δt).
     #[arg(long, default_value_t = 1.0)]
@@ -118,6 +119,26 @@ pub const SIM_POLICIES: [&str; 7] = [
     "adaptbf",
     "size-fair",
 ];
+
+/// Parse `--max-rate`: a plain non-negative number, or a rate in the syntax the
+/// controller's TOML accepts (`110k`, `5000/s`, `20GiB/s`; `padll_wire::config::parse_rate`).
+pub fn parse_max_rate(text: &str) -> Result<f64, String> {
+    let t = text.trim();
+    if let Ok(v) = t.parse::<f64>() {
+        return if v.is_finite() && v >= 0.0 {
+            Ok(v)
+        } else {
+            Err(format!(
+                "bad --max-rate `{text}` (expected a non-negative number)"
+            ))
+        };
+    }
+    padll_wire::config::parse_rate(t)
+        .map(|r| r.per_second as f64)
+        .map_err(|e| {
+            format!("bad --max-rate `{text}` (expected a number or a rate such as 110k): {e}")
+        })
+}
 
 /// A CLI failure: message and exit code.
 #[derive(Debug)]
@@ -210,6 +231,8 @@ fn allocate(a: &AllocateArgs, input: &mut dyn Read, out: &mut dyn Write) -> Resu
         serde_json::from_str(&text).map_err(|e| usage(format!("bad snapshot JSON: {e}")))?;
     let mut seen = std::collections::HashSet::new();
     for j in &snap.jobs {
+        j.validate()
+            .map_err(|e| usage(format!("bad snapshot JSON: {e}")))?;
         if !seen.insert(j.id) {
             return Err(usage(format!(
                 "bad snapshot JSON: duplicate job id `{}`",

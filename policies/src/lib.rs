@@ -127,6 +127,46 @@ impl JobSnapshot {
     pub fn need(&self) -> f64 {
         self.wanted.unwrap_or(self.usage).max(self.usage).max(0.0)
     }
+
+    /// `Ok` if every number is usable: rates, demands, limits and option values finite
+    /// and `≥ 0`, `priority` finite and `> 0`. Otherwise a message naming the job and
+    /// the field (`job 3: bad demand -5 (expected a finite number ≥ 0)`).
+    ///
+    /// The policies themselves treat a bad number as 0 (they never propagate NaN or a
+    /// negative rate); input boundaries such as `policies allocate` reject it instead,
+    /// since a negative demand is a mistake, not a request for nothing.
+    pub fn validate(&self) -> Result<(), String> {
+        let bad = |field: &str, v: f64, expected: &str| {
+            Err(format!(
+                "job {}: bad {field} {v} (expected {expected})",
+                self.id
+            ))
+        };
+        let rate = |field: &str, v: f64| {
+            if v.is_finite() && v >= 0.0 {
+                Ok(())
+            } else {
+                bad(field, v, "a finite number ≥ 0")
+            }
+        };
+        rate("demand", self.demand)?;
+        rate("usage", self.usage)?;
+        if let Some(w) = self.wanted {
+            rate("wanted", w)?;
+        }
+        if let Some(l) = self.limit {
+            rate("limit", l)?;
+        }
+        rate("data_demand", self.data_demand)?;
+        if !(self.priority.is_finite() && self.priority > 0.0) {
+            return bad("priority", self.priority, "a finite number > 0");
+        }
+        for (k, o) in self.options.iter().enumerate() {
+            rate(&format!("options[{k}].rate"), o.rate)?;
+            rate(&format!("options[{k}].utility"), o.utility)?;
+        }
+        Ok(())
+    }
 }
 
 /// A control algorithm: one call per control cycle.

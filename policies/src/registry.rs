@@ -7,7 +7,7 @@
 //! | `baseline` | no control (rates are infinite) | PADLL §V-C *Baseline* |
 //! | `uniform[:SLOTS]` | `Max_R / SLOTS` each (default: number of active jobs) | PADLL §IV-A |
 //! | `priority` | each job's static `limit` (or `demand`), scaled down if over `Max_R` | PADLL §IV-A |
-//! | `psharing` | max-min fair share over demands + leftover by demand | PADLL §IV-B |
+//! | `psharing[:weighted]` | max-min fair share over demands (equal shares; `weighted`: by `priority`) + leftover by demand | PADLL §IV-B |
 //! | `psfa[:EPSILON]` | Algorithm 1 (default ε = 0.5) | PADLL §IV-B, Alg. 1 |
 //! | `adaptbf[:INTERVAL_S]` | token lending/borrowing (default Δt = 1 s) | AdapTBF §III-C |
 //! | `job-fair`, `size-fair`, `user-fair`, `priority-fair`, `group-fair` | ThemisIO primitives | ThemisIO §2.2.2 |
@@ -114,10 +114,15 @@ pub fn build(spec: &str) -> Result<Box<dyn Policy>, BuildError> {
             no_params()?;
             Box::new(Priority)
         }
-        "psharing" => {
-            no_params()?;
-            Box::new(PSharing::default())
-        }
+        "psharing" => match params {
+            None => Box::new(PSharing::default()),
+            Some("weighted") => Box::new(PSharing::weighted()),
+            Some(p) => {
+                return Err(err(format!(
+                "policy `{spec}`: bad variant `{p}` (expected `psharing` or `psharing:weighted`)"
+            )))
+            }
+        },
         "psfa" => match num("epsilon")? {
             Some(e) if e > 1.0 => {
                 return Err(err(format!(

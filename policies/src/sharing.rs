@@ -8,8 +8,11 @@ use crate::{JobSnapshot, Policy};
 /// Proportional sharing (PADLL §IV-B, "Proportional sharing").
 ///
 /// 1. Max-min fair share over the demands: jobs are served in order of increasing
-///    demand, no job gets more than its demand, and jobs with unsatisfied demands get
-///    equal shares (weighted by `priority`, which defaults to 1 — i.e. plain max-min).
+///    demand, no job gets more than its demand, and "jobs with unsatisfied demands get
+///    equal shares" (§IV-B) — whatever their `priority`. The extension
+///    `psharing:weighted` ([`PSharing::weighted`]) gives unsatisfied jobs shares in
+///    proportion to `priority` instead (weighted max-min); it must be asked for by name,
+///    a `priority` field set for another policy does not switch it on.
 /// 2. Whatever is left (all demands met) is distributed across the active jobs "in a
 ///    proportional manner" — in proportion to their demands (equally if all are 0).
 ///
@@ -19,21 +22,44 @@ use crate::{JobSnapshot, Policy};
 /// resource allocation* that PSFA fixes.
 #[derive(Debug, Clone, Default)]
 pub struct PSharing {
+    /// Weighted max-min by `priority` (`psharing:weighted`); `false`: the paper's
+    /// equal shares.
+    pub weighted: bool,
     caps: Vec<f64>,
     weights: Vec<f64>,
     order: Vec<(f64, u32)>,
 }
 
+impl PSharing {
+    /// The extension `psharing:weighted`: unsatisfied jobs share in proportion to their
+    /// `priority` (weighted max-min fairness) instead of equally.
+    pub fn weighted() -> Self {
+        PSharing {
+            weighted: true,
+            ..PSharing::default()
+        }
+    }
+}
+
 impl Policy for PSharing {
     fn name(&self) -> String {
-        "psharing".into()
+        if self.weighted {
+            "psharing:weighted".into()
+        } else {
+            "psharing".into()
+        }
     }
     fn allocate_into(&mut self, max_rate: f64, jobs: &[JobSnapshot], out: &mut Vec<f64>) {
         let max_rate = clean(max_rate);
         self.caps.clear();
         self.caps.extend(jobs.iter().map(|j| clean(j.demand)));
         self.weights.clear();
-        self.weights.extend(jobs.iter().map(|j| weight(j.priority)));
+        // §IV-B: equal shares; by priority only when asked for (`psharing:weighted`).
+        let weighted = self.weighted;
+        self.weights.extend(
+            jobs.iter()
+                .map(|j| if weighted { weight(j.priority) } else { 1.0 }),
+        );
         out.clear();
         out.resize(jobs.len(), 0.0);
         let left = water_fill(max_rate, &self.caps, &self.weights, out, &mut self.order);

@@ -58,6 +58,59 @@ fn allocate_prints_rates_and_chains_state() {
     assert_eq!(recs, 0);
 }
 
+fn rates(o: &Output) -> (Vec<f64>, serde_json::Value) {
+    assert!(o.status.success(), "{}", stderr(o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let r = v["rates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["rate"].as_f64().unwrap())
+        .collect();
+    (r, v["state"].clone())
+}
+
+#[test]
+fn allocate_chained_adaptbf_gives_an_idle_job_nothing() {
+    // Issue 10, verbatim: Max_R 100, state fed back each cycle. Job 1 does no I/O: it
+    // gets 0 and no record, every cycle (it used to get 50/50 from cycle 1 on).
+    let mut input: serde_json::Value = serde_json::from_str(
+        r#"{"jobs":[{"id":1,"demand":0,"usage":0,"wanted":0},{"id":2,"demand":0,"usage":1000,"wanted":1000}]}"#,
+    )
+    .unwrap();
+    for _ in 0..4 {
+        let o = policies(
+            &["allocate", "--policy", "adaptbf", "--max-rate", "100"],
+            &input.to_string(),
+        );
+        let (r, state) = rates(&o);
+        assert_eq!(r, vec![0.0, 100.0]);
+        for e in state["jobs"].as_array().unwrap() {
+            assert_eq!(e["record"], 0, "{state}");
+        }
+        input["state"] = state;
+    }
+}
+
+#[test]
+fn allocate_accepts_max_rate_in_the_controllers_syntax() {
+    // Issue 10: `--max-rate 110k` was refused although the controller's TOML takes it.
+    let input = r#"{"jobs": [{"id": 1, "demand": 15000, "usage": 9000}]}"#;
+    for (arg, want) in [
+        ("110k", 110_000.0),
+        ("110000", 110_000.0),
+        ("1.1e5", 110_000.0),
+        ("5000/s", 5000.0),
+    ] {
+        let o = policies(
+            &["allocate", "--policy", "uniform", "--max-rate", arg],
+            input,
+        );
+        let (r, _) = rates(&o);
+        assert_eq!(r, vec![want], "{arg}");
+    }
+}
+
 #[test]
 fn allocate_drf_prints_data_rates() {
     let input = r#"{"jobs": [{"id": 1, "demand": 100, "data_demand": 400, "usage": 0},
@@ -128,6 +181,32 @@ fn bad_input_names_the_field_and_exits_2() {
             &["allocate", "--policy", "psfa", "--max-rate", "many"],
             "{}",
             "many",
+        ),
+        // Issue 10: a negative demand was accepted and got all of Max_R.
+        (
+            &["allocate", "--policy", "psharing", "--max-rate", "110k"],
+            r#"{"jobs": [{"id": 1, "demand": -5, "usage": 0}]}"#,
+            "job 1: bad demand -5",
+        ),
+        (
+            &["allocate", "--policy", "psfa", "--max-rate", "10"],
+            r#"{"jobs": [{"id": 4, "demand": 1, "usage": 0, "wanted": -1}]}"#,
+            "job 4: bad wanted -1",
+        ),
+        (
+            &["allocate", "--policy", "priority-fair", "--max-rate", "10"],
+            r#"{"jobs": [{"id": 2, "demand": 1, "usage": 0, "priority": 0}]}"#,
+            "job 2: bad priority 0",
+        ),
+        (
+            &["allocate", "--policy", "mckp", "--max-rate", "10"],
+            r#"{"jobs": [{"id": 3, "demand": 1, "usage": 0, "options": [{"rate": -1, "utility": 1}]}]}"#,
+            "options[0].rate",
+        ),
+        (
+            &["allocate", "--policy", "psfa", "--max-rate", "110q"],
+            "{}",
+            "110q",
         ),
         (&["simulate", "--scenario", "9"], "", "9"),
         (&["simulate", "--policy", "fastest"], "", "fastest"),

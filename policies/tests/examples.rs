@@ -96,6 +96,24 @@ fn psharing_is_max_min_fair_when_oversubscribed() {
 }
 
 #[test]
+fn psharing_gives_unsatisfied_jobs_equal_shares_whatever_their_priority() {
+    // Issue 10: PADLL §IV-B, "jobs with unsatisfied demands get equal shares". Two jobs
+    // demanding 100 each with priorities 1 and 3 over Max_R 100: 50/50 (it was 25/75:
+    // a `priority` field set for another policy switched weighting on silently).
+    let mut jobs = vec![
+        JobSnapshot::new(1, 100.0, 0.0),
+        JobSnapshot::new(2, 100.0, 0.0),
+    ];
+    jobs[1].priority = 3.0;
+    let r = build("psharing").unwrap().allocate(100.0, &jobs);
+    assert_rates(&r, &[50.0, 50.0], 1e-9);
+    // The weighted max-min extension, asked for by name.
+    let mut p = build("psharing:weighted").unwrap();
+    assert_eq!(p.name(), "psharing:weighted");
+    assert_rates(&p.allocate(100.0, &jobs), &[25.0, 75.0], 1e-9);
+}
+
+#[test]
 fn table_i_psfa_all_busy_gives_demands() {
     // "for PSFA [the limits] represent the per-job maximum rate when all jobs are active
     // and each job's usage is higher than its demand".
@@ -183,10 +201,97 @@ fn adaptbf_remainders_give_long_term_fairness() {
             *t += x;
         }
         for e in &p.current_state().jobs {
-            assert!((0.0..1.0).contains(&e.remainder));
+            // §III-C4 bookkeeping: α_f + ρ is exact, so ρ ∈ (−1, 1) (was [0, 1) when
+            // rounding corrections dropped credit — see finding 3 of issue 10).
+            assert!(e.remainder > -1.0 && e.remainder < 1.0, "{e:?}");
         }
     }
     assert_eq!(total, [100.0, 100.0, 100.0]);
+}
+
+/// Run `jobs` through AdapTBF for `cycles` cycles, feeding the state back through JSON
+/// as `policies allocate` does; returns the rates and the state of every cycle.
+fn chain(
+    max: f64,
+    jobs: &[JobSnapshot],
+    cycles: usize,
+) -> Vec<(Vec<f64>, policies::adaptbf::AdaptbfState)> {
+    let mut state = serde_json::Value::Null;
+    (0..cycles)
+        .map(|_| {
+            let mut p = Adaptbf::new(1.0);
+            p.load_state(&state).unwrap();
+            let r = p.allocate(max, jobs);
+            state = serde_json::from_str(&p.state().to_string()).unwrap();
+            (r, p.current_state().clone())
+        })
+        .collect()
+}
+
+#[test]
+fn adaptbf_idle_job_gets_no_tokens_and_earns_no_credit() {
+    // Issue 10: job 1 does no I/O, job 2 wants 1000 ops/s, Max_R 100. AdapTBF §III-C1
+    // allocates "only to active jobs … those that have submitted RPC requests": job 2
+    // gets all 100 tokens every cycle, job 1 none, and job 1 lends nothing (eq. 9 takes
+    // lenders among active jobs only). Before the fix: 0/100 with records +50/−50, then
+    // 50/50 for ever (job 1 "reclaimed" tokens it never used).
+    let mut idle = JobSnapshot::new(1, 0.0, 0.0);
+    idle.wanted = Some(0.0);
+    let mut busy = JobSnapshot::new(2, 0.0, 1000.0);
+    busy.wanted = Some(1000.0);
+    for (r, st) in chain(100.0, &[idle.clone(), busy.clone()], 20) {
+        assert_eq!(r, vec![0.0, 100.0]);
+        assert!(st.jobs.iter().all(|e| e.record == 0), "{st:?}");
+    }
+}
+
+#[test]
+fn adaptbf_idle_lender_keeps_its_record_until_it_is_back() {
+    // Job 1 lends while it does a little I/O, then goes idle: its record is frozen (no
+    // new credit, it is not repaid while it cannot use the tokens), then it is repaid
+    // once its demand is back.
+    let mut p = Adaptbf::new(1.0);
+    let mut jobs = vec![sized(1, 1, 10.0), sized(2, 1, 5000.0)];
+    for _ in 0..5 {
+        p.allocate(1000.0, &jobs);
+    }
+    let lent = p.current_state().jobs[0].record;
+    assert!(lent > 0);
+    jobs[0] = sized(1, 1, 0.0);
+    for _ in 0..5 {
+        let r = p.allocate(1000.0, &jobs);
+        assert_eq!(r, vec![0.0, 1000.0]);
+        assert_eq!(
+            p.current_state().jobs[0].record,
+            lent,
+            "idle job earned credit"
+        );
+    }
+    jobs[0] = sized(1, 1, 5000.0);
+    let r = p.allocate(1000.0, &jobs);
+    assert!(r[0] > 500.0, "back: repaid above its 50 % share: {r:?}");
+    assert!(p.current_state().jobs[0].record < lent);
+}
+
+#[test]
+fn adaptbf_rounding_keeps_long_run_shares_exact() {
+    // Issue 10: sizes 1/4/5 (priorities 0.1/0.4/0.5), Max_R 3 tokens per cycle, every
+    // job saturated. Raw shares 0.3/1.2/1.5 per cycle; over 300 cycles 90/360/450.
+    // §III-C4: the remainders make jobs "receive their fair share over time". Before
+    // the fix the largest-remainder correction dropped credit (job 2 ended 27 tokens
+    // short, −7.5 %, and the gap grew linearly).
+    let jobs = vec![sized(1, 1, 1e9), sized(2, 4, 1e9), sized(3, 5, 1e9)];
+    let mut cum = [0.0f64; 3];
+    for (t, (r, st)) in chain(3.0, &jobs, 300).into_iter().enumerate() {
+        assert_eq!(r.iter().sum::<f64>(), 3.0);
+        for k in 0..3 {
+            cum[k] += r[k];
+            let ideal = (t + 1) as f64 * 3.0 * [0.1, 0.4, 0.5][k];
+            assert!((cum[k] - ideal).abs() < 1.0, "cycle {t}: {cum:?}");
+            assert!(st.jobs[k].remainder.abs() < 1.0);
+        }
+    }
+    assert_eq!(cum, [90.0, 360.0, 450.0]);
 }
 
 #[test]
@@ -466,6 +571,7 @@ fn registry_names_bad_values() {
         "themis:user,size,group",
         "themis:bogus",
         "priority:3",
+        "psharing:bogus",
         "mckp-static",
     ] {
         let e = build(bad)
