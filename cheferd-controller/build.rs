@@ -6,7 +6,7 @@
 mod tools;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tools::probe(&[tools::Need::Root]);
+    tools::probe(&[tools::Need::Root, tools::Need::Program("setpriv")]);
     println!("cargo:rerun-if-changed=proto/cheferd.proto");
     let descriptors = protox::compile(["proto/cheferd.proto"], ["proto"])?;
     tonic_prost_build::configure().compile_fds(descriptors)?;

@@ -8,6 +8,7 @@ pub mod bounds;
 pub mod config;
 pub mod demo;
 pub mod global;
+pub mod identity;
 pub mod lines;
 pub mod local;
 pub mod metrics;

@@ -2,7 +2,8 @@
 //!
 //! It serves the stages of its node on a Unix socket (JSON lines, see
 //! `padll_wire::control`), records each peer's uid/gid/pid as the kernel reports them
-//! (`SO_PEERCRED`), keeps the usage rates of every stage, and relays between its
+//! (`SO_PEERCRED`), takes each stage's job and size from its cgroup and the scheduler
+//! rather than from its claim ([`crate::identity`]), keeps the usage rates of every stage, and relays between its
 //! stages and the global controller, to which it keeps one gRPC stream: it pushes the
 //! usage of its stages once per control interval, on the global controller's
 //! [`proto::Schedule`], and hands the rules of every `Enforce` to the stages. When that
@@ -10,6 +11,7 @@
 //! re-announces every stage; the stages keep their last rules meanwhile.
 
 use crate::bounds::{self, AcceptBackoff, Budget, LogLimit};
+use crate::identity::{Resolver, SlurmCgroups};
 use crate::limited_warn;
 use crate::lines::{self, Line};
 use crate::proto::{
@@ -172,6 +174,8 @@ async fn trim_loop() {
 /// The local controller's state, shared by its tasks.
 pub struct Local {
     options: LocalOptions,
+    /// Stages' jobs and sizes from the kernel and the scheduler, not their claims.
+    identity: Resolver,
     peers: Mutex<Peers>,
     pending: Arc<Budget>,
     next_stage_id: AtomicU64,
@@ -288,6 +292,8 @@ pub async fn run(mut options: LocalOptions) -> Result<(), String> {
     }
     let local = Arc::new(Local {
         pending: Budget::new(options.limits.max_pending_bytes),
+        // SAFETY: trivial getter.
+        identity: Resolver::new(Box::new(SlurmCgroups::system()), unsafe { libc::geteuid() }),
         options,
         peers: Mutex::new(Peers::default()),
         next_stage_id: AtomicU64::new(1),
@@ -374,7 +380,33 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
         }
     };
 
-    if let Err(reason) = local.join_job(&mut admission, &identity.job_id) {
+    let pid = credentials.pid().map_or(identity.pid, |p| p as u32);
+    let resolved = {
+        let (local, job, size, uid) = (
+            local.clone(),
+            identity.job_id.clone(),
+            identity.job_size,
+            credentials.uid(),
+        );
+        // Reads /proc and may run `scontrol`: off the async workers.
+        tokio::task::spawn_blocking(move || local.identity.resolve(&job, size, uid, pid))
+            .await
+            .unwrap_or_else(|e| Err(format!("identity lookup failed: {e}")))
+    };
+    let resolved = match resolved {
+        Ok(resolved) => resolved,
+        Err(reason) => {
+            limited_warn!(PEER_LOG, pid, "rejected a stage: {reason}");
+            let _ = write
+                .write_all(control::encode(&ControlMessage::Reject { reason }).as_bytes())
+                .await;
+            return;
+        }
+    };
+    if let Some(note) = &resolved.note {
+        limited_warn!(PEER_LOG, pid, job = %resolved.job_id, "stage identity corrected: {note}");
+    }
+    if let Err(reason) = local.join_job(&mut admission, &resolved.job_id) {
         limited_warn!(PEER_LOG, pid = ?credentials.pid(), "rejected a stage: {reason}");
         let _ = write
             .write_all(control::encode(&ControlMessage::Reject { reason }).as_bytes())
@@ -384,14 +416,14 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
     let stage_id = local.next_stage_id.fetch_add(1, Ordering::Relaxed);
     let info = proto::Stage {
         stage_id,
-        job_id: identity.job_id,
-        job_size: identity.job_size,
+        // What the kernel and the scheduler say, not what the stage claims.
+        job_id: resolved.job_id,
+        job_size: resolved.job_size,
         user: identity.user,
         account: identity.account,
-        // What the kernel says, not what the stage claims.
         uid: credentials.uid(),
         gid: credentials.gid(),
-        pid: credentials.pid().map_or(identity.pid, |p| p as u32),
+        pid,
         ppid: identity.ppid,
         hostname: identity.hostname,
         stage_name,

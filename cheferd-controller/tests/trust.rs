@@ -29,11 +29,16 @@ policy = "psfa"
 "#;
 
 fn hello(job: &str, mount: &Path) -> String {
+    hello_sized(job, 1, mount)
+}
+
+fn hello_sized(job: &str, job_size: u32, mount: &Path) -> String {
     control::encode(&StageMessage::Hello {
         version: PROTOCOL_VERSION,
         stage_name: "fake".into(),
         identity: Identity {
             job_id: job.into(),
+            job_size,
             ..Identity::default()
         },
         mountpoints: vec![mount.display().to_string()],
@@ -79,6 +84,42 @@ fn zz_attacker_helper() {
     };
     let socket = PathBuf::from(std::env::var("TRUST_SOCKET").unwrap());
     match attack.as_str() {
+        "claim" => {
+            // Claims another user's job and an enormous size, and stays, reporting use.
+            let mount = PathBuf::from(std::env::var("TRUST_MOUNT").unwrap());
+            let job = std::env::var("TRUST_JOB").unwrap();
+            let mut stream = UnixStream::connect(&socket).expect("connect");
+            stream
+                .write_all(hello_sized(&job, 4_000_000_000, &mount).as_bytes())
+                .unwrap();
+            let spec = ChannelSpec {
+                mount: Some(mount.display().to_string()),
+                scope: Scope::Class(Class::Metadata),
+                rate: 2000,
+                unit: Unit::Requests,
+                burst: 20,
+            };
+            for seq in 1..=40u64 {
+                let usage = StageMessage::Usage {
+                    seq,
+                    channels: vec![ChannelInfo {
+                        id: ChannelId(0),
+                        spec: spec.clone(),
+                        admitted: seq * 200,
+                        tokens: seq * 200,
+                        binds: LimitScope::Process,
+                    }],
+                    ops: Vec::new(),
+                };
+                if stream
+                    .write_all(control::encode(&usage).as_bytes())
+                    .is_err()
+                {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        }
         "join" => {
             let mount = PathBuf::from(std::env::var("TRUST_MOUNT").unwrap());
             let (_, reply) = raw_stage(&socket, &std::env::var("TRUST_JOB").unwrap(), &mount);
@@ -185,13 +226,77 @@ fn attack03_fake_stage_cannot_starve_the_real_one() {
         .wait_with_output()
         .unwrap();
         assert!(out.status.success());
-        let _ = out;
-        let log = cluster.local_log("n1");
-        assert!(
-            log.contains("job 'victim' runs under uid 0 on this node, not uid 65534"),
-            "another uid joined the job"
+        // Without a scheduler job, a claim of uid 65534 is scoped to that uid: it is a
+        // job of its own, "victim@uid65534", and cannot join root's "victim".
+        wait_for(
+            Duration::from_secs(5),
+            "the other uid's claim scoped to its uid (victim@uid65534) in the log",
+            || {
+                cluster
+                    .local_log("n1")
+                    .contains("victim@uid65534")
+                    .then_some(())
+            },
         );
     }
+    assert!(cluster.controllers_alive());
+}
+
+/// Attacks 1 and 2: a process of another uid claims the victim's job id and a job size
+/// of 4 000 000 000 under a size-fair policy. Before: it joined the job (halving the
+/// victim) or took the whole resource by size (the victim fell to 0). Now, without a
+/// scheduler job, its claim is scoped to its uid (`victim@uid65534`, a job of its own)
+/// and counts as one node.
+#[test]
+#[cfg_attr(
+    not(all(has_root, has_setpriv)),
+    ignore = "needs root and setpriv to attack as another uid"
+)]
+fn attack01_02_claimed_job_ids_and_sizes_are_not_believed() {
+    let _serial = serialize();
+    let mut cluster = Cluster::new(
+        r#"
+interval_ms = 500
+[[resource]]
+name = "{scratch}:metadata"
+max_rate = "2000"
+policy = "themis:size"
+"#,
+    );
+    open_to_others(&cluster);
+    cluster.start_global();
+    cluster.start_local("n1");
+    cluster.start_process("victim", "n1", 800);
+    cluster.wait_for_stages(Duration::from_secs(20), &[("n1", 1)]);
+    let socket = cluster.local_socket("n1");
+    let mut attacker = as_nobody(&[
+        ("TRUST_ATTACK", "claim"),
+        ("TRUST_SOCKET", socket.to_str().unwrap()),
+        ("TRUST_JOB", "victim"),
+        ("TRUST_MOUNT", cluster.scratch.to_str().unwrap()),
+    ]);
+    let snapshot = wait_for(Duration::from_secs(20), "the attacker's stage", || {
+        cluster
+            .try_snapshot()
+            .filter(|s| s.stages.iter().any(|stage| stage.uid == 65534))
+    });
+    let theirs: Vec<&str> = snapshot
+        .stages
+        .iter()
+        .filter(|stage| stage.uid == 65534)
+        .map(|stage| stage.job.as_str())
+        .collect();
+    assert_eq!(theirs, ["victim@uid65534"], "the claim was believed");
+    std::thread::sleep(Duration::from_secs(5));
+    let now = Instant::now();
+    let real = cluster.job_rate("victim", now - Duration::from_secs(3), now);
+    let _ = attacker.wait();
+    // Size-fair between two one-node jobs: the victim keeps at least half of 2000,
+    // more than the 800 it asks for.
+    assert!(
+        real >= 600.0,
+        "the victim ran at {real:.0} ops/s under the attack"
+    );
     assert!(cluster.controllers_alive());
 }
 
