@@ -97,9 +97,11 @@ static SLOTS: [Slot; MAX_CHANNELS] = [const {
     }
 }; MAX_CHANNELS];
 
-/// `ROUTES[mount][op]`: up to four channel slot numbers + 1, one per byte.
-static ROUTES: [[AtomicU32; Op::COUNT]; MAX_MOUNTS] =
-    [const { [const { AtomicU32::new(0) }; Op::COUNT] }; MAX_MOUNTS];
+/// `ROUTES[mount][op]`: up to four channel slot numbers + 1, one per byte, in the low
+/// half; the byte-counting ones among them (packed the same way) in the high half, so
+/// the managed path learns which channels need settling from the same load.
+static ROUTES: [[AtomicU64; Op::COUNT]; MAX_MOUNTS] =
+    [const { [const { AtomicU64::new(0) }; Op::COUNT] }; MAX_MOUNTS];
 
 /// Control-path registry: the spec of each slot in use and the mount names.
 struct Registry {
@@ -293,12 +295,14 @@ fn rebuild_routes(reg: &Registry) -> Result<(), String> {
     compute_routes(reg).map(|_| ())
 }
 
-fn compute_routes(reg: &Registry) -> Result<Vec<[u32; Op::COUNT]>, String> {
-    let mut routes = vec![[0u32; Op::COUNT]; reg.mounts.len()];
+fn compute_routes(reg: &Registry) -> Result<Vec<[u64; Op::COUNT]>, String> {
+    let mut routes = vec![[0u64; Op::COUNT]; reg.mounts.len()];
     for (mount_index, mount_name) in reg.mounts.iter().enumerate() {
         for op in Op::ALL {
             let mut packed = 0u32;
+            let mut bytes = 0u32;
             let mut count = 0;
+            let mut byte_count = 0;
             for (slot, spec) in reg.specs.iter().enumerate() {
                 let Some(spec) = spec else { continue };
                 let mount_matches = spec.mount.as_ref().is_none_or(|m| m == mount_name);
@@ -310,9 +314,13 @@ fn compute_routes(reg: &Registry) -> Result<Vec<[u32; Op::COUNT]>, String> {
                     }
                     packed |= (slot as u32 + 1) << (8 * count);
                     count += 1;
+                    if spec.unit == Unit::Bytes {
+                        bytes |= (slot as u32 + 1) << (8 * byte_count);
+                        byte_count += 1;
+                    }
                 }
             }
-            routes[mount_index][*op as usize] = packed;
+            routes[mount_index][*op as usize] = packed as u64 | (bytes as u64) << 32;
         }
     }
     Ok(routes)
@@ -336,7 +344,7 @@ pub fn has_route(mount: u16, op: Op) -> bool {
 }
 
 #[inline]
-fn route(mount: u16, op: Op) -> u32 {
+fn route(mount: u16, op: Op) -> u64 {
     match ROUTES.get(mount as usize) {
         Some(row) => row[op as usize].load(Ordering::Acquire),
         None => 0,
@@ -356,55 +364,87 @@ pub struct Admission {
     uncapped: bool,
 }
 
-/// Passes a request through every channel that serves it, sleeping until each admits
-/// it. `bytes` is the request's size for byte-counting channels; `counters` are the
-/// calling thread's. The clock is read once unless the request waits.
-#[inline]
-pub fn admit(counters: stats::Counters, mount: u16, op: Op, bytes: u64) -> Admission {
-    let mut packed = route(mount, op);
-    let mut admission = Admission {
+impl Admission {
+    /// Nothing admitted (no channel, or not managed).
+    pub const NONE: Admission = Admission {
         waited: 0,
         byte_route: 0,
         uncapped: true,
     };
+}
+
+/// Passes a request through every channel that serves it, sleeping until each admits
+/// it. `bytes` is the request's size for byte-counting channels; `counters` are the
+/// calling thread's. The clock is read once unless the request waits.
+///
+/// Inlined into the hooks' managed path: a channel whose cost the thread's leased
+/// credit pays is passed with loads and plain stores in the thread's shard (no call
+/// but the clock read, no panic, `errno` untouched); anything else — reserving in the
+/// bucket, leasing, waiting — is [`pass_reserving`], out of line and shielded.
+#[inline(always)]
+pub fn admit(counters: stats::Counters, mount: u16, op: Op, bytes: u64) -> Admission {
+    let word = route(mount, op);
+    let mut admission = Admission {
+        waited: 0,
+        byte_route: (word >> 32) as u32,
+        uncapped: true,
+    };
+    let mut packed = word as u32;
     if packed == 0 {
         return admission;
     }
     let mut now = bucket::now_ns();
-    let mut shift = 0;
     while packed != 0 {
-        let index = (packed & 0xff) as usize - 1;
-        let slot = &SLOTS[index];
-        if slot.counts_bytes.load(Ordering::Relaxed) {
-            admission.byte_route |= (packed & 0xff) << shift;
-            shift += 8;
-            admission.uncapped &= bytes <= slot.byte_charge_cap.load(Ordering::Relaxed);
-        }
-        let wait = pass(counters, index, bytes, now);
-        if wait != 0 {
-            admission.waited += wait;
-            now = bucket::now_ns();
+        let index = ((packed & 0xff) as usize).wrapping_sub(1);
+        let Some(slot) = SLOTS.get(index) else { break };
+        let cost = if slot.counts_bytes.load(Ordering::Relaxed) {
+            let cap = slot.byte_charge_cap.load(Ordering::Relaxed);
+            admission.uncapped &= bytes <= cap;
+            bytes.min(cap)
+        } else {
+            1
+        };
+        if slot.in_use.load(Ordering::Acquire) {
+            let generation = slot.generation.load(Ordering::Acquire);
+            if counters.spend(index, generation, cost, now) {
+                counters.admitted(index, cost);
+            } else {
+                let wait = pass_reserving(counters, index, bytes, generation, cost, now);
+                if wait != 0 {
+                    admission.waited = admission.waited.wrapping_add(wait);
+                    now = bucket::now_ns();
+                }
+            }
         }
         packed >>= 8;
     }
     admission
 }
 
-/// Passes one channel at time `now`; returns the time spent waiting.
-#[inline]
-fn pass(counters: stats::Counters, index: usize, bytes: u64, now: u64) -> u64 {
-    let slot = &SLOTS[index];
-    if !slot.in_use.load(Ordering::Acquire) {
-        return 0;
-    }
-    let generation = slot.generation.load(Ordering::Acquire);
-    let cost = slot.cost(bytes);
-    let start = slot.take(counters, index, generation, cost, now);
-    if start <= now {
-        counters.admitted(index, cost);
-        return 0;
-    }
-    wait(counters, index, bytes, generation, start, now)
+/// The rest of passing one channel at `now` when the thread's credit could not pay
+/// `cost` (the channel was in use under `generation`): reserve in the bucket (leasing
+/// or batching for later requests), then wait if the reservation starts later. Returns
+/// the time spent waiting. `errno` is kept and a panic means "admitted".
+#[cold]
+#[inline(never)]
+fn pass_reserving(
+    counters: stats::Counters,
+    index: usize,
+    bytes: u64,
+    generation: u64,
+    cost: u64,
+    now: u64,
+) -> u64 {
+    crate::intercept::shielded(|| {
+        let slot = &SLOTS[index];
+        let start = slot.reserve_for(counters, index, generation, cost, now);
+        if start <= now {
+            counters.admitted(index, cost);
+            return 0;
+        }
+        wait(counters, index, bytes, generation, start, now)
+    })
+    .unwrap_or(0)
 }
 
 impl Slot {
@@ -492,6 +532,19 @@ impl Slot {
         if counters.spend(index, generation, cost, now) {
             return now;
         }
+        self.reserve_for(counters, index, generation, cost, now)
+    }
+
+    /// [`Slot::take`] once the thread's credit could not pay.
+    #[inline]
+    fn reserve_for(
+        &self,
+        counters: stats::Counters,
+        index: usize,
+        generation: u64,
+        cost: u64,
+        now: u64,
+    ) -> u64 {
         if !counters.holds_credit() {
             return self.bucket().reserve(cost, 0, 0, now).start_ns;
         }
@@ -576,11 +629,16 @@ pub fn settle(counters: stats::Counters, admission: &Admission, requested: u64, 
     if admission.byte_route == 0 || (admission.uncapped && moved == requested) {
         return 0;
     }
-    settle_bytes(counters, admission.byte_route, requested, moved)
+    settle_shielded(counters, admission.byte_route, requested, moved)
 }
 
+/// [`settle_bytes`] keeping `errno`; a panic means "settled".
 #[cold]
 #[inline(never)]
+fn settle_shielded(counters: stats::Counters, packed: u32, requested: u64, moved: u64) -> u64 {
+    crate::intercept::shielded(|| settle_bytes(counters, packed, requested, moved)).unwrap_or(0)
+}
+
 fn settle_bytes(counters: stats::Counters, mut packed: u32, requested: u64, moved: u64) -> u64 {
     let mut waited = 0;
     while packed != 0 {
