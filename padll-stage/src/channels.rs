@@ -24,7 +24,7 @@
 //! counted as admitted: counters count tokens when spent).
 
 use crate::bucket::{self, Limit, TokenBucket};
-use crate::stats;
+use crate::{stats, tsc};
 use padll_wire::channel::{ChannelId, ChannelInfo, ChannelSpec, LimitScope, Unit};
 use padll_wire::ops::Op;
 use std::cell::RefCell;
@@ -393,7 +393,14 @@ pub fn admit(counters: stats::Counters, mount: u16, op: Op, bytes: u64) -> Admis
     if packed == 0 {
         return admission;
     }
-    let mut now = bucket::now_ns();
+    // The credit check's clock: one `rdtsc` against tick deadlines once they are
+    // calibrated (`tsc`), else `CLOCK_MONOTONIC`.
+    let ticks = tsc::enabled();
+    let mut stamp = if ticks {
+        tsc::ticks()
+    } else {
+        bucket::now_ns()
+    };
     while packed != 0 {
         let index = ((packed & 0xff) as usize).wrapping_sub(1);
         let Some(slot) = SLOTS.get(index) else { break };
@@ -406,13 +413,17 @@ pub fn admit(counters: stats::Counters, mount: u16, op: Op, bytes: u64) -> Admis
         };
         if slot.in_use.load(Ordering::Acquire) {
             let generation = slot.generation.load(Ordering::Acquire);
-            if counters.spend(index, generation, cost, now) {
+            if counters.spend_at(index, generation, cost, stamp, ticks) {
                 counters.admitted(index, cost);
             } else {
-                let wait = pass_reserving(counters, index, bytes, generation, cost, now);
+                let wait = pass_reserving(counters, index, bytes, generation, cost);
                 if wait != 0 {
                     admission.waited = admission.waited.wrapping_add(wait);
-                    now = bucket::now_ns();
+                    stamp = if ticks {
+                        tsc::ticks()
+                    } else {
+                        bucket::now_ns()
+                    };
                 }
             }
         }
@@ -421,9 +432,10 @@ pub fn admit(counters: stats::Counters, mount: u16, op: Op, bytes: u64) -> Admis
     admission
 }
 
-/// The rest of passing one channel at `now` when the thread's credit could not pay
-/// `cost` (the channel was in use under `generation`): reserve in the bucket (leasing
-/// or batching for later requests), then wait if the reservation starts later. Returns
+/// The rest of passing one channel when the managed path's credit check failed (the
+/// channel was in use under `generation`): read the clock, take `cost` (from credit
+/// if it is still good by the clock, else reserving in the bucket and leasing or
+/// batching for later requests), then wait if the reservation starts later. Returns
 /// the time spent waiting. `errno` is kept and a panic means "admitted".
 #[cold]
 #[inline(never)]
@@ -433,11 +445,12 @@ fn pass_reserving(
     bytes: u64,
     generation: u64,
     cost: u64,
-    now: u64,
 ) -> u64 {
     crate::intercept::shielded(|| {
         let slot = &SLOTS[index];
-        let start = slot.reserve_for(counters, index, generation, cost, now);
+        let ticks = tsc::ticks();
+        let now = bucket::now_ns();
+        let start = slot.take(counters, index, generation, cost, now, ticks);
         if start <= now {
             counters.admitted(index, cost);
             return 0;
@@ -520,6 +533,8 @@ impl Slot {
     /// all: one wake-up per batch instead of one per request). `generation` was read
     /// before the bucket, so credit taken across a re-rate carries the old one and is
     /// void.
+    /// `ticks` is a [`tsc::ticks`] value read before `now`: the credit's tick deadline
+    /// counts from it.
     #[inline]
     fn take(
         &self,
@@ -528,23 +543,11 @@ impl Slot {
         generation: u64,
         cost: u64,
         now: u64,
+        ticks: u64,
     ) -> u64 {
         if counters.spend(index, generation, cost, now) {
             return now;
         }
-        self.reserve_for(counters, index, generation, cost, now)
-    }
-
-    /// [`Slot::take`] once the thread's credit could not pay.
-    #[inline]
-    fn reserve_for(
-        &self,
-        counters: stats::Counters,
-        index: usize,
-        generation: u64,
-        cost: u64,
-        now: u64,
-    ) -> u64 {
         if !counters.holds_credit() {
             return self.bucket().reserve(cost, 0, 0, now).start_ns;
         }
@@ -554,7 +557,8 @@ impl Slot {
         let lease = self.lease.load(Ordering::Relaxed);
         let reservation = self.bucket().reserve(cost, lease, batch, now);
         let expires = reservation.start_ns.max(now).saturating_add(ttl);
-        counters.lease(index, generation, reservation.leased, expires);
+        let deadline = tsc::deadline(ticks, now, expires);
+        counters.lease(index, generation, reservation.leased, expires, deadline);
         if reservation.leased != 0 {
             crate::return_credit_at_thread_exit();
         }
@@ -664,9 +668,10 @@ fn settle_bytes(counters: stats::Counters, mut packed: u32, requested: u64, move
 
 fn pass_bytes_only(counters: stats::Counters, index: usize, bytes: u64) -> u64 {
     let slot = &SLOTS[index];
+    let ticks = tsc::ticks();
     let entered = bucket::now_ns();
     let generation = slot.generation.load(Ordering::Acquire);
-    let start = slot.take(counters, index, generation, bytes, entered);
+    let start = slot.take(counters, index, generation, bytes, entered, ticks);
     counters.adjust_tokens(index, bytes as i64);
     loop {
         let seen = slot.changes.load(Ordering::Acquire);

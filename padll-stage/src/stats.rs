@@ -52,6 +52,9 @@ struct ChannelCounters {
     credit: AtomicU64,
     credit_generation: AtomicU64,
     credit_expires: AtomicU64,
+    /// `credit_expires` as a time-stamp counter value reached no later ([`crate::tsc`];
+    /// 0 = none).
+    credit_deadline: AtomicU64,
     /// Tokens of the last lease or batch (what `credit` started from).
     granted: AtomicU64,
     /// The thread's time per request in this channel (moving average, ns; 0 = unknown).
@@ -88,6 +91,7 @@ const fn empty_shard() -> Shard {
                 credit: AtomicU64::new(0),
                 credit_generation: AtomicU64::new(0),
                 credit_expires: AtomicU64::new(0),
+                credit_deadline: AtomicU64::new(0),
                 granted: AtomicU64::new(0),
                 call_ns: AtomicU64::new(0),
             }
@@ -179,18 +183,50 @@ impl Counters {
         true
     }
 
+    /// [`Self::spend`] for the managed path: `stamp` is a [`crate::tsc::ticks`] value,
+    /// compared with the credit's tick deadline, if `ticks` (else `now` in ns, compared
+    /// with its expiry). Loads and one plain store; cannot panic.
+    #[inline(always)]
+    pub fn spend_at(
+        self,
+        slot: usize,
+        generation: u64,
+        cost: u64,
+        stamp: u64,
+        ticks: bool,
+    ) -> bool {
+        let Some(row) = self.shard.channels.get(slot) else {
+            return false;
+        };
+        let credit = row.credit.load(Ordering::Relaxed);
+        let until = if ticks {
+            row.credit_deadline.load(Ordering::Relaxed)
+        } else {
+            row.credit_expires.load(Ordering::Relaxed)
+        };
+        if credit < cost
+            || until <= stamp
+            || row.credit_generation.load(Ordering::Relaxed) != generation
+        {
+            return false;
+        }
+        row.credit.store(credit - cost, Ordering::Relaxed);
+        true
+    }
+
     /// Replaces the thread's credit in channel `slot` (what is left of the old one is
     /// dropped: too little, expired or stale); `tokens` may be 0: the grant's time is
     /// still what [`Self::next_batch`] measures the thread's pace from. Only for threads that
     /// [hold credit](Self::holds_credit). Stored amount first: a signal handler that
     /// sees a torn lease sees an older generation or an earlier expiry, never more.
     #[inline]
-    pub fn lease(self, slot: usize, generation: u64, tokens: u64, expires: u64) {
+    pub fn lease(self, slot: usize, generation: u64, tokens: u64, expires: u64, deadline: u64) {
         let row = &self.shard.channels[slot];
         row.credit.store(tokens, Ordering::Relaxed);
         row.granted.store(tokens, Ordering::Relaxed);
         row.credit_generation.store(generation, Ordering::Relaxed);
         row.credit_expires.store(expires, Ordering::Relaxed);
+        row.credit_deadline.store(deadline, Ordering::Relaxed);
     }
 
     /// How many tokens the thread should reserve ahead in channel `slot` if its request
@@ -499,6 +535,7 @@ pub fn reset() {
                 &c.credit,
                 &c.credit_generation,
                 &c.credit_expires,
+                &c.credit_deadline,
                 &c.granted,
                 &c.call_ns,
             ] {
