@@ -33,6 +33,10 @@ use std::sync::{Mutex, MutexGuard};
 
 /// Most channels a stage can hold.
 pub const MAX_CHANNELS: usize = 255;
+/// Slots in the tables indexed by channel: one more than [`MAX_CHANNELS`] (the last is
+/// never used), so that any byte of a route minus one indexes them without a bounds
+/// check.
+pub const SLOT_COUNT: usize = MAX_CHANNELS + 1;
 /// Most channels that can apply to one (mountpoint, operation) pair.
 pub const MAX_CHANNELS_PER_REQUEST: usize = 4;
 /// Most mountpoints that can carry channels.
@@ -81,7 +85,7 @@ struct Slot {
     counted_before: [AtomicU64; 2],
 }
 
-static SLOTS: [Slot; MAX_CHANNELS] = [const {
+static SLOTS: [Slot; SLOT_COUNT] = [const {
     Slot {
         generation: AtomicU64::new(0),
         changes: AtomicU32::new(0),
@@ -95,7 +99,7 @@ static SLOTS: [Slot; MAX_CHANNELS] = [const {
         shared: AtomicPtr::new(std::ptr::null_mut()),
         counted_before: [const { AtomicU64::new(0) }; 2],
     }
-}; MAX_CHANNELS];
+}; SLOT_COUNT];
 
 /// `ROUTES[mount][op]`: up to four channel slot numbers + 1, one per byte, in the low
 /// half; the byte-counting ones among them (packed the same way) in the high half, so
@@ -402,8 +406,9 @@ pub fn admit(counters: stats::Counters, mount: u16, op: Op, bytes: u64) -> Admis
         bucket::now_ns()
     };
     while packed != 0 {
-        let index = ((packed & 0xff) as usize).wrapping_sub(1);
-        let Some(slot) = SLOTS.get(index) else { break };
+        // A byte of 0 (never in a route) would index the unused last slot.
+        let index = (packed as u8).wrapping_sub(1) as usize;
+        let slot = &SLOTS[index];
         let cost = if slot.counts_bytes.load(Ordering::Relaxed) {
             let cap = slot.byte_charge_cap.load(Ordering::Relaxed);
             admission.uncapped &= bytes <= cap;

@@ -280,6 +280,9 @@ pub unsafe fn intercept<R: Returned>(
     account: impl FnOnce(&R) -> Account,
     real: impl FnOnce() -> R,
 ) -> R {
+    if !crate::is_active() {
+        return real();
+    }
     intercept_resolved(
         Resolved::UNKNOWN,
         op,
@@ -291,7 +294,10 @@ pub unsafe fn intercept<R: Returned>(
     )
 }
 
-/// [`intercept`] when the fast path already found where the target lies (`found`).
+/// [`intercept`] once the stage is known to be active (the hooks' `slow`, reached only
+/// from [`dispatch`] after it found the mount table published, which happens after
+/// `ACTIVE` is set, and `ACTIVE` is never cleared), when the fast path may already have
+/// found where the target lies (`found`, else [`Resolved::UNKNOWN`]).
 ///
 /// # Safety
 /// As for [`intercept`].
@@ -305,9 +311,6 @@ pub unsafe fn intercept_resolved<R: Returned>(
     account: impl FnOnce(&R) -> Account,
     real: impl FnOnce() -> R,
 ) -> R {
-    if !crate::is_active() {
-        return real();
-    }
     let resolved = match op {
         Some(_) if found != Resolved::UNKNOWN => Resolved(found),
         Some(_) => resolve(target),

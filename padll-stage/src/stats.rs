@@ -24,7 +24,7 @@
 //! interrupted, between that thread's load and store, spends the same tokens twice (at
 //! most its own requests' cost).
 
-use crate::channels::MAX_CHANNELS;
+use crate::channels::SLOT_COUNT;
 use padll_wire::ops::Op;
 pub use padll_wire::report::OpStats;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -68,7 +68,7 @@ struct Shard {
     /// The owner is inside [`crate::intercept::StageIo`].
     stage_io: AtomicBool,
     ops: [OpCounters; Op::COUNT],
-    channels: [ChannelCounters; MAX_CHANNELS],
+    channels: [ChannelCounters; SLOT_COUNT],
 }
 
 const fn empty_shard() -> Shard {
@@ -95,7 +95,7 @@ const fn empty_shard() -> Shard {
                 granted: AtomicU64::new(0),
                 call_ns: AtomicU64::new(0),
             }
-        }; MAX_CHANNELS],
+        }; SLOT_COUNT],
     }
 }
 
