@@ -366,8 +366,8 @@ unsafe fn quick_path(mounts: &MountTable, dirfd: c_int, path: *const c_char) -> 
         return None;
     }
     if *path == b'/' as c_char {
-        let len = paths::scan_absolute(path.cast())?;
-        return mounts.quick_absolute(path.cast(), len);
+        paths::scan_absolute(path.cast())?;
+        return mounts.quick_absolute(path.cast());
     }
     if paths::scan(path.cast())? == 0 {
         return None;
