@@ -28,7 +28,7 @@ use crate::{stats, tsc};
 use padll_wire::channel::{ChannelId, ChannelInfo, ChannelSpec, LimitScope, Unit};
 use padll_wire::ops::Op;
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// Most channels a stage can hold.
@@ -54,6 +54,11 @@ const MIN_LEASE: u64 = 8;
 /// should sleep about once per 16 requests to stay under 2 µs per throttled request.
 const BATCH_SPAN_NS: u64 = 16_000_000;
 
+/// [`Slot::flags`]: the slot holds a channel.
+const IN_USE: u8 = 1;
+/// [`Slot::flags`]: the channel counts bytes.
+const COUNTS_BYTES: u8 = 2;
+
 /// One channel. Its counters are kept per thread in [`stats`] (a shared counter would
 /// be one more contended cache line per request); `counted_before` holds the totals
 /// when the slot was (re)used, which [`list`] subtracts.
@@ -66,6 +71,9 @@ struct Slot {
     changes: AtomicU32,
     in_use: AtomicBool,
     counts_bytes: AtomicBool,
+    /// `in_use` and `counts_bytes` in one byte ([`IN_USE`], [`COUNTS_BYTES`]), for
+    /// the managed path's one load; written with them.
+    flags: AtomicU8,
     /// The most bytes charged before a call (the burst); a larger request pays the
     /// rest once it returns. Byte counts asked for can be huge (`cat` and `cp` call
     /// `copy_file_range` with `SSIZE_MAX`): charged whole, they would block the
@@ -91,6 +99,7 @@ static SLOTS: [Slot; SLOT_COUNT] = [const {
         changes: AtomicU32::new(0),
         in_use: AtomicBool::new(false),
         counts_bytes: AtomicBool::new(false),
+        flags: AtomicU8::new(0),
         byte_charge_cap: AtomicU64::new(u64::MAX),
         lease: AtomicU64::new(0),
         lease_ttl_ns: AtomicU64::new(0),
@@ -193,6 +202,12 @@ fn add_with(spec: ChannelSpec, shared: Option<&'static TokenBucket>) -> Result<C
     slot.counted_before[0].store(admitted, Ordering::Relaxed);
     slot.counted_before[1].store(tokens, Ordering::Relaxed);
     slot.in_use.store(true, Ordering::Release);
+    let bytes_flag = if spec.unit == Unit::Bytes {
+        COUNTS_BYTES
+    } else {
+        0
+    };
+    slot.flags.store(IN_USE | bytes_flag, Ordering::Release);
     slot.changed();
     publish_routes(&reg);
     Ok(ChannelId(free as u8))
@@ -210,6 +225,7 @@ pub fn remove(id: ChannelId) -> bool {
     let _ = rebuild_routes(&reg);
     publish_routes(&reg);
     SLOTS[index].in_use.store(false, Ordering::Release);
+    SLOTS[index].flags.fetch_and(!IN_USE, Ordering::Release);
     SLOTS[index]
         .shared
         .store(std::ptr::null_mut(), Ordering::Release);
@@ -399,36 +415,28 @@ pub fn admit(counters: stats::Counters, mount: u16, op: Op, bytes: u64) -> Admis
     }
     // The credit check's clock: one `rdtsc` against tick deadlines once they are
     // calibrated (`tsc`), else `CLOCK_MONOTONIC`.
-    let ticks = tsc::enabled();
-    let mut stamp = if ticks {
-        tsc::ticks()
-    } else {
-        bucket::now_ns()
-    };
+    let mut stamp = tsc::stamp();
     while packed != 0 {
         // A byte of 0 (never in a route) would index the unused last slot.
         let index = (packed as u8).wrapping_sub(1) as usize;
         let slot = &SLOTS[index];
-        let cost = if slot.counts_bytes.load(Ordering::Relaxed) {
-            let cap = slot.byte_charge_cap.load(Ordering::Relaxed);
-            admission.uncapped &= bytes <= cap;
-            bytes.min(cap)
-        } else {
-            1
-        };
-        if slot.in_use.load(Ordering::Acquire) {
+        let flags = slot.flags.load(Ordering::Acquire);
+        if flags & IN_USE != 0 {
+            let cost = if flags & COUNTS_BYTES != 0 {
+                let cap = slot.byte_charge_cap.load(Ordering::Relaxed);
+                admission.uncapped &= bytes <= cap;
+                bytes.min(cap)
+            } else {
+                1
+            };
             let generation = slot.generation.load(Ordering::Acquire);
-            if counters.spend_at(index, generation, cost, stamp, ticks) {
+            if counters.spend_at(index, generation, cost, stamp) {
                 counters.admitted(index, cost);
             } else {
                 let wait = pass_reserving(counters, index, bytes, generation, cost);
                 if wait != 0 {
                     admission.waited = admission.waited.wrapping_add(wait);
-                    stamp = if ticks {
-                        tsc::ticks()
-                    } else {
-                        bucket::now_ns()
-                    };
+                    stamp = tsc::stamp();
                 }
             }
         }
@@ -562,8 +570,8 @@ impl Slot {
         let lease = self.lease.load(Ordering::Relaxed);
         let reservation = self.bucket().reserve(cost, lease, batch, now);
         let expires = reservation.start_ns.max(now).saturating_add(ttl);
-        let deadline = tsc::deadline(ticks, now, expires);
-        counters.lease(index, generation, reservation.leased, expires, deadline);
+        let until = tsc::until(ticks, now, expires);
+        counters.lease(index, generation, reservation.leased, expires, until);
         if reservation.leased != 0 {
             crate::return_credit_at_thread_exit();
         }

@@ -52,8 +52,8 @@ struct ChannelCounters {
     credit: AtomicU64,
     credit_generation: AtomicU64,
     credit_expires: AtomicU64,
-    /// `credit_expires` as a time-stamp counter value reached no later ([`crate::tsc`];
-    /// 0 = none).
+    /// Until when the managed path may spend the credit: `credit_expires` itself, or,
+    /// tagged with [`crate::tsc::TAG`], a time-stamp counter value reached no later.
     credit_deadline: AtomicU64,
     /// Tokens of the last lease or batch (what `credit` started from).
     granted: AtomicU64,
@@ -183,27 +183,17 @@ impl Counters {
         true
     }
 
-    /// [`Self::spend`] for the managed path: `stamp` is a [`crate::tsc::ticks`] value,
-    /// compared with the credit's tick deadline, if `ticks` (else `now` in ns, compared
-    /// with its expiry). Loads and one plain store; cannot panic.
+    /// [`Self::spend`] for the managed path: `stamp` is [`crate::tsc::stamp`], compared
+    /// with the credit's deadline (a tagged tick deadline only ever compares as "not
+    /// yet" with a tagged tick stamp; an untagged ns expiry is always past for one).
+    /// Loads and one plain store; cannot panic.
     #[inline(always)]
-    pub fn spend_at(
-        self,
-        slot: usize,
-        generation: u64,
-        cost: u64,
-        stamp: u64,
-        ticks: bool,
-    ) -> bool {
+    pub fn spend_at(self, slot: usize, generation: u64, cost: u64, stamp: u64) -> bool {
         let Some(row) = self.shard.channels.get(slot) else {
             return false;
         };
         let credit = row.credit.load(Ordering::Relaxed);
-        let until = if ticks {
-            row.credit_deadline.load(Ordering::Relaxed)
-        } else {
-            row.credit_expires.load(Ordering::Relaxed)
-        };
+        let until = row.credit_deadline.load(Ordering::Relaxed);
         if credit < cost
             || until <= stamp
             || row.credit_generation.load(Ordering::Relaxed) != generation
@@ -220,13 +210,13 @@ impl Counters {
     /// [hold credit](Self::holds_credit). Stored amount first: a signal handler that
     /// sees a torn lease sees an older generation or an earlier expiry, never more.
     #[inline]
-    pub fn lease(self, slot: usize, generation: u64, tokens: u64, expires: u64, deadline: u64) {
+    pub fn lease(self, slot: usize, generation: u64, tokens: u64, expires: u64, until: u64) {
         let row = &self.shard.channels[slot];
         row.credit.store(tokens, Ordering::Relaxed);
         row.granted.store(tokens, Ordering::Relaxed);
         row.credit_generation.store(generation, Ordering::Relaxed);
         row.credit_expires.store(expires, Ordering::Relaxed);
-        row.credit_deadline.store(deadline, Ordering::Relaxed);
+        row.credit_deadline.store(until, Ordering::Relaxed);
     }
 
     /// How many tokens the thread should reserve ahead in channel `slot` if its request

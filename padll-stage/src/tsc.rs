@@ -46,6 +46,33 @@ pub fn enabled() -> bool {
     TICKS_PER_NS.load(Ordering::Relaxed) != 0
 }
 
+/// The top bit, set on tick values compared with tick deadlines: ns times (< 2⁶³ for
+/// 292 years) never have it, so an expiry in ns is past for any tagged stamp, and the
+/// managed path needs no second field or branch to tell the units apart. (Ticks stay
+/// below 2⁶³ for decades at any real rate.)
+pub const TAG: u64 = 1 << 63;
+
+/// The managed path's credit clock: the tagged time-stamp counter once [`enabled`],
+/// else `CLOCK_MONOTONIC` in ns.
+#[inline(always)]
+pub fn stamp() -> u64 {
+    if enabled() {
+        ticks() | TAG
+    } else {
+        crate::bucket::now_ns()
+    }
+}
+
+/// What the managed path compares [`stamp`] with for credit expiring at `expires_ns`,
+/// granted at `now_ns` (`now_ticks` read before it): a tagged tick deadline, or the
+/// expiry itself while ticks are not usable.
+pub fn until(now_ticks: u64, now_ns: u64, expires_ns: u64) -> u64 {
+    match deadline(now_ticks, now_ns, expires_ns) {
+        0 => expires_ns,
+        ticks => ticks | TAG,
+    }
+}
+
 /// The time-stamp counter (0 where there is none).
 #[inline(always)]
 pub fn ticks() -> u64 {
