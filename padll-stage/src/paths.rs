@@ -324,9 +324,9 @@ fn prefix_word(bytes: &[u8]) -> u64 {
 }
 
 /// Reads the NUL-terminated string at `path` once, in aligned 16-byte blocks, and
-/// returns its length if it is *clean* for certain: no `/` followed by `/` or `.`, and
-/// no leading `.` (a hidden file's name is clean but reported as `None` too: the caller
-/// then checks exactly). Fuses `strlen` with the cleanliness scan of [`is_clean`].
+/// returns its length if it is *clean* for certain: no two bytes of `.`/`/` in a row
+/// (so no `/` followed by `/` or `.`), and no leading `.` (a hidden file's name, `a..b`
+/// or `a./b` is clean but reported as `None` too: the caller then checks exactly). Fuses `strlen` with the cleanliness scan of [`is_clean`].
 ///
 /// **Reading past the end.** The first block starts at the aligned address at or below
 /// `path` and every block is 16-byte aligned, so no load crosses a 4 KiB page boundary:
