@@ -34,7 +34,9 @@ pub fn now_ns() -> u64 {
     };
     // SAFETY: valid pointer; CLOCK_MONOTONIC always exists (vDSO, no syscall).
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
 }
 
 /// A rate and burst, validated.

@@ -33,15 +33,19 @@
 //! loaded machine would lose its batch); counters count tokens when spent.
 
 use crate::bucket::{self, Limit, TokenBucket};
-use crate::stats;
+use crate::{stats, tsc};
 use padll_wire::channel::{ChannelId, ChannelInfo, ChannelSpec, LimitScope, Unit};
 use padll_wire::ops::Op;
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// Most channels a stage can hold.
 pub const MAX_CHANNELS: usize = 255;
+/// Slots in the tables indexed by channel: one more than [`MAX_CHANNELS`] (the last is
+/// never used), so that any byte of a route minus one indexes them without a bounds
+/// check.
+pub const SLOT_COUNT: usize = MAX_CHANNELS + 1;
 /// Most channels that can apply to one (mountpoint, operation) pair.
 pub const MAX_CHANNELS_PER_REQUEST: usize = 4;
 /// Most mountpoints that can carry channels.
@@ -60,6 +64,11 @@ const MIN_LEASE: u64 = 8;
 /// back-to-back calls), so at 1 000 ops/s a thread sleeps once per 32 requests.
 const BATCH_SPAN_NS: u64 = 32_000_000;
 
+/// [`Slot::flags`]: the slot holds a channel.
+const IN_USE: u8 = 1;
+/// [`Slot::flags`]: the channel counts bytes.
+const COUNTS_BYTES: u8 = 2;
+
 /// One channel. Its counters are kept per thread in [`stats`] (a shared counter would
 /// be one more contended cache line per request); `counted_before` holds the totals
 /// when the slot was (re)used, which [`list`] subtracts.
@@ -72,6 +81,9 @@ struct Slot {
     changes: AtomicU32,
     in_use: AtomicBool,
     counts_bytes: AtomicBool,
+    /// `in_use` and `counts_bytes` in one byte ([`IN_USE`], [`COUNTS_BYTES`]), for
+    /// the managed path's one load; written with them.
+    flags: AtomicU8,
     /// The most bytes charged before a call (the burst); a larger request pays the
     /// rest once it returns. Byte counts asked for can be huge (`cat` and `cp` call
     /// `copy_file_range` with `SSIZE_MAX`): charged whole, they would block the
@@ -91,12 +103,13 @@ struct Slot {
     counted_before: [AtomicU64; 2],
 }
 
-static SLOTS: [Slot; MAX_CHANNELS] = [const {
+static SLOTS: [Slot; SLOT_COUNT] = [const {
     Slot {
         generation: AtomicU64::new(0),
         changes: AtomicU32::new(0),
         in_use: AtomicBool::new(false),
         counts_bytes: AtomicBool::new(false),
+        flags: AtomicU8::new(0),
         byte_charge_cap: AtomicU64::new(u64::MAX),
         lease: AtomicU64::new(0),
         lease_ttl_ns: AtomicU64::new(0),
@@ -105,11 +118,13 @@ static SLOTS: [Slot; MAX_CHANNELS] = [const {
         shared: AtomicPtr::new(std::ptr::null_mut()),
         counted_before: [const { AtomicU64::new(0) }; 2],
     }
-}; MAX_CHANNELS];
+}; SLOT_COUNT];
 
-/// `ROUTES[mount][op]`: up to four channel slot numbers + 1, one per byte.
-static ROUTES: [[AtomicU32; Op::COUNT]; MAX_MOUNTS] =
-    [const { [const { AtomicU32::new(0) }; Op::COUNT] }; MAX_MOUNTS];
+/// `ROUTES[mount][op]`: up to four channel slot numbers + 1, one per byte, in the low
+/// half; the byte-counting ones among them (packed the same way) in the high half, so
+/// the managed path learns which channels need settling from the same load.
+static ROUTES: [[AtomicU64; Op::COUNT]; MAX_MOUNTS] =
+    [const { [const { AtomicU64::new(0) }; Op::COUNT] }; MAX_MOUNTS];
 
 /// Control-path registry: the spec of each slot in use and the mount names.
 struct Registry {
@@ -197,6 +212,12 @@ fn add_with(spec: ChannelSpec, shared: Option<&'static TokenBucket>) -> Result<C
     slot.counted_before[0].store(admitted, Ordering::Relaxed);
     slot.counted_before[1].store(tokens, Ordering::Relaxed);
     slot.in_use.store(true, Ordering::Release);
+    let bytes_flag = if spec.unit == Unit::Bytes {
+        COUNTS_BYTES
+    } else {
+        0
+    };
+    slot.flags.store(IN_USE | bytes_flag, Ordering::Release);
     slot.changed();
     publish_routes(&reg);
     Ok(ChannelId(free as u8))
@@ -214,6 +235,7 @@ pub fn remove(id: ChannelId) -> bool {
     let _ = rebuild_routes(&reg);
     publish_routes(&reg);
     SLOTS[index].in_use.store(false, Ordering::Release);
+    SLOTS[index].flags.fetch_and(!IN_USE, Ordering::Release);
     SLOTS[index]
         .shared
         .store(std::ptr::null_mut(), Ordering::Release);
@@ -303,12 +325,14 @@ fn rebuild_routes(reg: &Registry) -> Result<(), String> {
     compute_routes(reg).map(|_| ())
 }
 
-fn compute_routes(reg: &Registry) -> Result<Vec<[u32; Op::COUNT]>, String> {
-    let mut routes = vec![[0u32; Op::COUNT]; reg.mounts.len()];
+fn compute_routes(reg: &Registry) -> Result<Vec<[u64; Op::COUNT]>, String> {
+    let mut routes = vec![[0u64; Op::COUNT]; reg.mounts.len()];
     for (mount_index, mount_name) in reg.mounts.iter().enumerate() {
         for op in Op::ALL {
             let mut packed = 0u32;
+            let mut bytes = 0u32;
             let mut count = 0;
+            let mut byte_count = 0;
             for (slot, spec) in reg.specs.iter().enumerate() {
                 let Some(spec) = spec else { continue };
                 let mount_matches = spec.mount.as_ref().is_none_or(|m| m == mount_name);
@@ -320,9 +344,13 @@ fn compute_routes(reg: &Registry) -> Result<Vec<[u32; Op::COUNT]>, String> {
                     }
                     packed |= (slot as u32 + 1) << (8 * count);
                     count += 1;
+                    if spec.unit == Unit::Bytes {
+                        bytes |= (slot as u32 + 1) << (8 * byte_count);
+                        byte_count += 1;
+                    }
                 }
             }
-            routes[mount_index][*op as usize] = packed;
+            routes[mount_index][*op as usize] = packed as u64 | (bytes as u64) << 32;
         }
     }
     Ok(routes)
@@ -346,7 +374,7 @@ pub fn has_route(mount: u16, op: Op) -> bool {
 }
 
 #[inline]
-fn route(mount: u16, op: Op) -> u32 {
+fn route(mount: u16, op: Op) -> u64 {
     match ROUTES.get(mount as usize) {
         Some(row) => row[op as usize].load(Ordering::Acquire),
         None => 0,
@@ -366,55 +394,93 @@ pub struct Admission {
     uncapped: bool,
 }
 
-/// Passes a request through every channel that serves it, sleeping until each admits
-/// it. `bytes` is the request's size for byte-counting channels; `counters` are the
-/// calling thread's. The clock is read once unless the request waits.
-#[inline]
-pub fn admit(counters: stats::Counters, mount: u16, op: Op, bytes: u64) -> Admission {
-    let mut packed = route(mount, op);
-    let mut admission = Admission {
+impl Admission {
+    /// Nothing admitted (no channel, or not managed).
+    pub const NONE: Admission = Admission {
         waited: 0,
         byte_route: 0,
         uncapped: true,
     };
+}
+
+/// Passes a request through every channel that serves it, sleeping until each admits
+/// it. `bytes` is the request's size for byte-counting channels; `counters` are the
+/// calling thread's. The clock is read once unless the request waits.
+///
+/// Inlined into the hooks' managed path: a channel whose cost the thread's leased
+/// credit pays is passed with loads and plain stores in the thread's shard (no call
+/// but the clock read, no panic, `errno` untouched); anything else — reserving in the
+/// bucket, leasing, waiting — is [`pass_reserving`], out of line and shielded.
+#[inline(always)]
+pub fn admit(counters: stats::Counters, mount: u16, op: Op, bytes: u64) -> Admission {
+    let word = route(mount, op);
+    let mut admission = Admission {
+        waited: 0,
+        byte_route: (word >> 32) as u32,
+        uncapped: true,
+    };
+    let mut packed = word as u32;
     if packed == 0 {
         return admission;
     }
-    let mut now = bucket::now_ns();
-    let mut shift = 0;
+    // The credit check's clock: one `rdtsc` against tick deadlines once they are
+    // calibrated (`tsc`), else `CLOCK_MONOTONIC`.
+    let mut stamp = tsc::stamp();
     while packed != 0 {
-        let index = (packed & 0xff) as usize - 1;
+        // A byte of 0 (never in a route) would index the unused last slot.
+        let index = (packed as u8).wrapping_sub(1) as usize;
         let slot = &SLOTS[index];
-        if slot.counts_bytes.load(Ordering::Relaxed) {
-            admission.byte_route |= (packed & 0xff) << shift;
-            shift += 8;
-            admission.uncapped &= bytes <= slot.byte_charge_cap.load(Ordering::Relaxed);
-        }
-        let wait = pass(counters, index, bytes, now);
-        if wait != 0 {
-            admission.waited += wait;
-            now = bucket::now_ns();
+        let flags = slot.flags.load(Ordering::Acquire);
+        if flags & IN_USE != 0 {
+            let cost = if flags & COUNTS_BYTES != 0 {
+                let cap = slot.byte_charge_cap.load(Ordering::Relaxed);
+                admission.uncapped &= bytes <= cap;
+                bytes.min(cap)
+            } else {
+                1
+            };
+            let generation = slot.generation.load(Ordering::Acquire);
+            if counters.spend_at(index, generation, cost, stamp) {
+                counters.admitted(index, cost);
+            } else {
+                let wait = pass_reserving(counters, index, bytes, generation, cost);
+                if wait != 0 {
+                    admission.waited = admission.waited.wrapping_add(wait);
+                    stamp = tsc::stamp();
+                }
+            }
         }
         packed >>= 8;
     }
     admission
 }
 
-/// Passes one channel at time `now`; returns the time spent waiting.
-#[inline]
-fn pass(counters: stats::Counters, index: usize, bytes: u64, now: u64) -> u64 {
-    let slot = &SLOTS[index];
-    if !slot.in_use.load(Ordering::Acquire) {
-        return 0;
-    }
-    let generation = slot.generation.load(Ordering::Acquire);
-    let cost = slot.cost(bytes);
-    let start = slot.take(counters, index, generation, cost, now);
-    if start <= now {
-        counters.admitted(index, cost);
-        return 0;
-    }
-    wait(counters, index, bytes, generation, start, now)
+/// The rest of passing one channel when the managed path's credit check failed (the
+/// channel was in use under `generation`): read the clock, take `cost` (from credit
+/// if it is still good by the clock, else reserving in the bucket and leasing or
+/// batching for later requests), then wait if the reservation starts later. Returns
+/// the time spent waiting. `errno` is kept and a panic means "admitted".
+#[cold]
+#[inline(never)]
+fn pass_reserving(
+    counters: stats::Counters,
+    index: usize,
+    bytes: u64,
+    generation: u64,
+    cost: u64,
+) -> u64 {
+    crate::intercept::shielded(|| {
+        let slot = &SLOTS[index];
+        let ticks = tsc::ticks();
+        let now = bucket::now_ns();
+        let start = slot.take(counters, index, generation, cost, now, ticks);
+        if start <= now {
+            counters.admitted(index, cost);
+            return 0;
+        }
+        wait(counters, index, bytes, generation, start, now)
+    })
+    .unwrap_or(0)
 }
 
 impl Slot {
@@ -490,6 +556,8 @@ impl Slot {
     /// all: one wake-up per batch instead of one per request). `generation` was read
     /// before the bucket, so credit taken across a re-rate carries the old one and is
     /// void.
+    /// `ticks` is a [`tsc::ticks`] value read before `now`: the credit's tick deadline
+    /// counts from it.
     #[inline]
     fn take(
         &self,
@@ -498,6 +566,7 @@ impl Slot {
         generation: u64,
         cost: u64,
         now: u64,
+        ticks: u64,
     ) -> u64 {
         if counters.spend(index, generation, cost, now) {
             return now;
@@ -517,7 +586,8 @@ impl Slot {
         let lease = self.lease.load(Ordering::Relaxed);
         let reservation = self.bucket().reserve(cost, lease, batch, now);
         let expires = reservation.start_ns.max(now).saturating_add(ttl);
-        counters.lease(index, generation, reservation.leased, expires);
+        let until = tsc::until(ticks, now, expires);
+        counters.lease(index, generation, reservation.leased, expires, until);
         if reservation.leased != 0 {
             crate::return_credit_at_thread_exit();
         }
@@ -592,11 +662,16 @@ pub fn settle(counters: stats::Counters, admission: &Admission, requested: u64, 
     if admission.byte_route == 0 || (admission.uncapped && moved == requested) {
         return 0;
     }
-    settle_bytes(counters, admission.byte_route, requested, moved)
+    settle_shielded(counters, admission.byte_route, requested, moved)
 }
 
+/// [`settle_bytes`] keeping `errno`; a panic means "settled".
 #[cold]
 #[inline(never)]
+fn settle_shielded(counters: stats::Counters, packed: u32, requested: u64, moved: u64) -> u64 {
+    crate::intercept::shielded(|| settle_bytes(counters, packed, requested, moved)).unwrap_or(0)
+}
+
 fn settle_bytes(counters: stats::Counters, mut packed: u32, requested: u64, moved: u64) -> u64 {
     let mut waited = 0;
     while packed != 0 {
@@ -622,9 +697,10 @@ fn settle_bytes(counters: stats::Counters, mut packed: u32, requested: u64, move
 
 fn pass_bytes_only(counters: stats::Counters, index: usize, bytes: u64) -> u64 {
     let slot = &SLOTS[index];
+    let ticks = tsc::ticks();
     let entered = bucket::now_ns();
     let generation = slot.generation.load(Ordering::Acquire);
-    let start = slot.take(counters, index, generation, bytes, entered);
+    let start = slot.take(counters, index, generation, bytes, entered, ticks);
     counters.adjust_tokens(index, bytes as i64);
     loop {
         let seen = slot.changes.load(Ordering::Acquire);

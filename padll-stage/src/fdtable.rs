@@ -94,7 +94,7 @@ pub fn record(fd: i32, place: Place, path: Option<&[u8]>) {
         forget(fd);
         return;
     }
-    HIGH_WATER.fetch_max(i + 1, Ordering::Relaxed);
+    raise_high_water(i);
     let (c, slot) = split(i);
     match path {
         Some(_) => chunk_or_create(c).paths[slot].set(path.and_then(|p| CString::new(p).ok())),
@@ -107,6 +107,29 @@ pub fn record(fd: i32, place: Place, path: Option<&[u8]>) {
     PLACES[i].store(place.encode(), Ordering::Relaxed);
 }
 
+/// [`record`] without a path, for the managed path: a bounds check, a load of the high
+/// water mark, a look at the descriptor's path slot if its chunk exists, one store. No
+/// allocation, no panic, `errno` untouched (a stale path is freed; `free` keeps `errno`).
+#[inline(always)]
+pub fn record_place(fd: i32, place: Place) {
+    let Some(i) = index(fd) else { return };
+    raise_high_water(i);
+    let (c, slot) = split(i);
+    if let Some(chunk) = chunk(c) {
+        chunk.paths[slot].set(None);
+    }
+    PLACES[i].store(place.encode(), Ordering::Relaxed);
+}
+
+/// Raises [`HIGH_WATER`] above `i` if it is not already: a shared atomic
+/// read-modify-write only the first time a descriptor number is reached.
+#[inline(always)]
+fn raise_high_water(i: usize) {
+    if HIGH_WATER.load(Ordering::Relaxed) <= i {
+        HIGH_WATER.fetch_max(i + 1, Ordering::Relaxed);
+    }
+}
+
 /// Forgets a descriptor (before it is closed, so a concurrent open that reuses the
 /// number is not clobbered afterwards).
 #[inline]
@@ -114,6 +137,20 @@ pub fn forget(fd: i32) {
     let Some(i) = index(fd) else { return };
     if PLACES[i].load(Ordering::Relaxed) != 0 {
         forget_known(i);
+    }
+}
+
+/// [`forget`] inlined, for the managed path (where the descriptor is known: closing a
+/// managed file).
+#[inline(always)]
+pub fn forget_inline(fd: i32) {
+    let Some(i) = index(fd) else { return };
+    if PLACES[i].load(Ordering::Relaxed) != 0 {
+        PLACES[i].store(0, Ordering::Relaxed);
+        let (c, slot) = split(i);
+        if let Some(chunk) = chunk(c) {
+            chunk.paths[slot].set(None);
+        }
     }
 }
 
@@ -172,6 +209,7 @@ impl PathSlot {
     }
 
     /// Replaces the stored path.
+    #[inline]
     pub fn set(&self, path: Option<CString>) {
         if self.0.load(Ordering::Relaxed).is_null() && path.is_none() {
             return;

@@ -16,7 +16,7 @@
 
 use crate::intercept::account::*;
 use crate::intercept::{
-    admit_only, dispatch, intercept, intercept_resolved, Account, Effect, Resolved, Target,
+    admit_only, dispatch, intercept, intercept_resolved, Account, Effect, Target,
 };
 use crate::real::{Real, Unavailable};
 use libc::{
@@ -85,7 +85,7 @@ macro_rules! hooks {
                 #[inline(never)]
                 unsafe extern "C" fn slow($($arg: $ty,)* found: u32) -> $ret {
                     intercept_resolved(
-                        Resolved::decode(found),
+                        found,
                         Option::<Op>::from($op),
                         $target,
                         $effect,

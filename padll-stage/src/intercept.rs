@@ -175,36 +175,44 @@ fn guarded<T>(f: impl FnOnce() -> T) -> Option<T> {
     catch_unwind(AssertUnwindSafe(f)).ok()
 }
 
-/// Where a call's target lies: the main place, and the source of a copy.
+/// Where a call's target lies: the main place's [`Place::encode`] in the low half of
+/// one word, the source's (of a copy) in the high half. Kept encoded: the managed path
+/// only needs "unrelated?" (the word is 0) and the mountpoint indices (code − 2).
 #[derive(Clone, Copy)]
-pub struct Resolved {
-    main: Place,
-    source: Place,
-}
+pub struct Resolved(u32);
 
-const UNRELATED: Resolved = Resolved {
-    main: Place::Unrelated,
-    source: Place::Unrelated,
-};
+const UNRELATED: Resolved = Resolved(0);
 
 impl Resolved {
-    /// [`Resolved::decode`]'s word for "not resolved yet" (no place encodes as
-    /// `u16::MAX`: mountpoint indices stay below `u16::MAX - 2`).
+    /// The word for "not resolved yet" (no place encodes as `u16::MAX`: mountpoint
+    /// indices stay below `u16::MAX - 2`).
     pub const UNKNOWN: u32 = u32::MAX;
 
-    /// A resolution from a word: the main place's [`Place::encode`] in the low half,
-    /// the source's in the high half; `None` for [`Resolved::UNKNOWN`].
     #[inline(always)]
-    pub fn decode(word: u32) -> Option<Resolved> {
-        (word != u32::MAX).then(|| Resolved {
-            main: Place::decode(word as u16),
-            source: Place::decode((word >> 16) as u16),
-        })
+    fn new(main: Place, source: Place) -> Resolved {
+        Resolved(main.encode() as u32 | (source.encode() as u32) << 16)
     }
 
     #[inline(always)]
-    fn is_unrelated(&self) -> bool {
-        self.main == Place::Unrelated && self.source == Place::Unrelated
+    fn main(self) -> Place {
+        Place::decode(self.0 as u16)
+    }
+
+    /// The main place's mountpoint index, if managed.
+    #[inline(always)]
+    fn main_mount(self) -> Option<u16> {
+        (self.0 as u16).checked_sub(2)
+    }
+
+    /// The source's mountpoint index, if managed.
+    #[inline(always)]
+    fn source_mount(self) -> Option<u16> {
+        ((self.0 >> 16) as u16).checked_sub(2)
+    }
+
+    #[inline(always)]
+    fn is_unrelated(self) -> bool {
+        self.0 == 0
     }
 }
 
@@ -272,16 +280,30 @@ pub unsafe fn intercept<R: Returned>(
     account: impl FnOnce(&R) -> Account,
     real: impl FnOnce() -> R,
 ) -> R {
-    intercept_resolved(None, op, target, effect, requested, account, real)
+    if !crate::is_active() {
+        return real();
+    }
+    intercept_resolved(
+        Resolved::UNKNOWN,
+        op,
+        target,
+        effect,
+        requested,
+        account,
+        real,
+    )
 }
 
-/// [`intercept`] when the fast path already found where the target lies (`found`).
+/// [`intercept`] once the stage is known to be active (the hooks' `slow`, reached only
+/// from [`dispatch`] after it found the mount table published, which happens after
+/// `ACTIVE` is set, and `ACTIVE` is never cleared), when the fast path may already have
+/// found where the target lies (`found`, else [`Resolved::UNKNOWN`]).
 ///
 /// # Safety
 /// As for [`intercept`].
 #[inline(always)]
 pub unsafe fn intercept_resolved<R: Returned>(
-    found: Option<Resolved>,
+    found: u32,
     op: Option<Op>,
     target: Target,
     effect: Effect,
@@ -289,11 +311,9 @@ pub unsafe fn intercept_resolved<R: Returned>(
     account: impl FnOnce(&R) -> Account,
     real: impl FnOnce() -> R,
 ) -> R {
-    if !crate::is_active() {
-        return real();
-    }
     let resolved = match op {
-        Some(_) => found.unwrap_or_else(|| resolve(target)),
+        Some(_) if found != Resolved::UNKNOWN => Resolved(found),
+        Some(_) => resolve(target),
         None => UNRELATED,
     };
     match op {
@@ -346,8 +366,8 @@ unsafe fn quick_path(mounts: &MountTable, dirfd: c_int, path: *const c_char) -> 
         return None;
     }
     if *path == b'/' as c_char {
-        let len = paths::scan_absolute(path.cast())?;
-        return mounts.quick_absolute(path.cast(), len);
+        paths::scan_absolute(path.cast())?;
+        return mounts.quick_absolute(path.cast());
     }
     if paths::scan(path.cast())? == 0 {
         return None;
@@ -360,10 +380,18 @@ unsafe fn quick_path(mounts: &MountTable, dirfd: c_int, path: *const c_char) -> 
 }
 
 /// Calls whose target is managed, or a directory above a mountpoint (whose new
-/// descriptor must remember its path).
+/// descriptor must remember its path). Inlined into each hook's out-of-line `slow`,
+/// so the operation, target kind and effect are constants there.
+///
+/// The common case — a thread that owns its counter shard, every channel paid from the
+/// thread's leased credit, no byte count to settle, no path to remember — runs only
+/// code that cannot panic and does not touch `errno` (bounded table lookups, plain
+/// loads and stores in the thread's shard, one `clock_gettime`, which never fails for
+/// `CLOCK_MONOTONIC` and so leaves `errno` alone): it needs neither a panic guard nor
+/// an `errno` save. Everything else (reserving in a bucket, waiting, settling a byte
+/// count, allocating a path, a thread's first call) is out of line and [`shielded`].
 #[allow(clippy::too_many_arguments)]
-#[inline(never)]
-#[cold]
+#[inline(always)]
 fn tracked<R: Returned>(
     op: Op,
     target: Target,
@@ -373,55 +401,141 @@ fn tracked<R: Returned>(
     account: impl FnOnce(&R) -> Account,
     real: impl FnOnce() -> R,
 ) -> R {
-    let counters = stats::local();
+    match stats::cached() {
+        // `owned` is a constant here: every count is a plain increment.
+        Some(counters) => tracked_with(
+            counters, op, target, effect, resolved, requested, account, real,
+        ),
+        None => tracked_with(
+            stats::local(),
+            op,
+            target,
+            effect,
+            resolved,
+            requested,
+            account,
+            real,
+        ),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn tracked_with<R: Returned>(
+    counters: stats::Counters,
+    op: Op,
+    target: Target,
+    effect: Effect,
+    resolved: Resolved,
+    requested: u64,
+    account: impl FnOnce(&R) -> Account,
+    real: impl FnOnce() -> R,
+) -> R {
     if in_stage_io(counters) {
         return real();
     }
-    let (main, source) = (resolved.main.mount(), resolved.source.mount());
-    // A copy is a read of its source and a write of its destination.
-    let (main_op, source_op) = match target {
-        Target::Copy { .. } => (Op::Write, Op::Read),
-        _ => (op, op),
+    // A copy is a read of its source and a write of its destination; only a copy has
+    // a source (a constant for every other hook).
+    let (main, main_op, source, source_op) = match target {
+        Target::Copy { .. } => (
+            resolved.main_mount(),
+            Op::Write,
+            resolved.source_mount(),
+            Op::Read,
+        ),
+        _ => (resolved.main_mount(), op, None, op),
     };
-    let errno = errno::location();
-    // SAFETY (every access): the calling thread's errno slot.
-    let saved = unsafe { *errno };
-    let admitted = guarded(|| {
-        let admitted = [
-            main.map(|mount| channels::admit(counters, mount, main_op, requested)),
-            source.map(|mount| channels::admit(counters, mount, source_op, requested)),
-        ];
+    if main.is_none() && source.is_none() {
+        // A directory above a mountpoint: counted as passing through; a new descriptor
+        // remembers its path.
+        counters.passthrough(op);
         before(effect);
-        admitted
-    });
-    unsafe { *errno = saved };
+        let result = real();
+        if !matches!(
+            effect,
+            Effect::None
+                | Effect::Close(_)
+                | Effect::CloseRange(..)
+                | Effect::CloseStream(_)
+                | Effect::CloseDirStream(_)
+        ) {
+            after_cold(effect, target, resolved.main(), &result);
+        }
+        return result;
+    }
+    let main_admission = match main {
+        Some(mount) => channels::admit(counters, mount, main_op, requested),
+        None => channels::Admission::NONE,
+    };
+    let source_admission = match source {
+        Some(mount) => channels::admit(counters, mount, source_op, requested),
+        None => channels::Admission::NONE,
+    };
+    match effect {
+        Effect::Close(fd) => fdtable::forget_inline(fd),
+        _ => before(effect),
+    }
 
     let result = real();
 
-    let saved = unsafe { *errno };
-    guarded(|| {
-        if main.is_none() && source.is_none() {
-            counters.passthrough(op);
-        } else {
-            let admitted = admitted.unwrap_or_default();
-            let outcome = account(&result);
-            for (mount, op, admission) in [
-                (main, main_op, admitted[0]),
-                (source, source_op, admitted[1]),
-            ] {
-                if mount.is_none() {
-                    continue;
-                }
-                let admission = admission.unwrap_or_default();
-                let waited = admission.waited
-                    + channels::settle(counters, &admission, requested, outcome.bytes);
-                counters.managed(op, outcome.failed, outcome.bytes, waited);
+    let outcome = account(&result);
+    if main.is_some() {
+        let waited = main_admission.waited
+            + channels::settle(counters, &main_admission, requested, outcome.bytes);
+        counters.managed(main_op, outcome.failed, outcome.bytes, waited);
+    }
+    if source.is_some() {
+        let waited = source_admission.waited
+            + channels::settle(counters, &source_admission, requested, outcome.bytes);
+        counters.managed(source_op, outcome.failed, outcome.bytes, waited);
+    }
+    after_managed(effect, target, resolved.main(), &result);
+    result
+}
+
+/// [`after`] on the managed path: a new descriptor of a managed file that keeps no
+/// path is one store in the fd table (no allocation, `errno` untouched); the rest is
+/// out of line and [`shielded`].
+#[inline(always)]
+fn after_managed<R: Returned>(effect: Effect, target: Target, place: Place, result: &R) {
+    match effect {
+        Effect::None
+        | Effect::Close(_)
+        | Effect::CloseRange(..)
+        | Effect::CloseStream(_)
+        | Effect::CloseDirStream(_) => {}
+        Effect::NewFd { flags }
+            if flags & (libc::O_DIRECTORY | libc::O_PATH) == 0
+                && matches!(place, Place::Managed(_)) =>
+        {
+            if let Some(fd) = result.descriptor() {
+                fdtable::record_place(fd, place);
             }
         }
-        if !matches!(effect, Effect::None) {
-            after(effect, target, resolved.main, &result);
+        Effect::NewStream if matches!(place, Place::Managed(_)) => {
+            if let Some(fd) = result.descriptor() {
+                fdtable::record_place(fd, place);
+            }
         }
-    });
+        _ => after_cold(effect, target, place, result),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn after_cold<R: Returned>(effect: Effect, target: Target, place: Place, result: &R) {
+    shielded(|| after(effect, target, place, result));
+}
+
+/// Runs cold stage work (reserving and waiting in a bucket, settling a byte count,
+/// remembering a path) so that neither a panic nor a change of `errno` escapes: a
+/// caught panic yields `None` (the call passes through), and `errno` is restored.
+#[inline(never)]
+pub(crate) fn shielded<T>(f: impl FnOnce() -> T) -> Option<T> {
+    let errno = errno::location();
+    // SAFETY (both): the calling thread's errno slot.
+    let saved = unsafe { *errno };
+    let result = guarded(f);
     unsafe { *errno = saved };
     result
 }
@@ -438,7 +552,7 @@ pub unsafe fn admit_only(op: Op, target: Target, bytes: u64) {
     }
     let saved = errno::get();
     guarded(|| {
-        if let Place::Managed(mount) = resolve(target).main {
+        if let Some(mount) = resolve(target).main_mount() {
             let waited = channels::admit(counters, mount, op, bytes).waited;
             counters.managed(op, false, bytes, waited);
         }
@@ -448,10 +562,7 @@ pub unsafe fn admit_only(op: Op, target: Target, bytes: u64) {
 
 #[inline(always)]
 fn resolve(target: Target) -> Resolved {
-    let single = |main| Resolved {
-        main,
-        source: Place::Unrelated,
-    };
+    let single = |main| Resolved::new(main, Place::Unrelated);
     // SAFETY (all arms): the pointers are the application's arguments to this call.
     unsafe {
         match target {
@@ -467,10 +578,7 @@ fn resolve(target: Target) -> Resolved {
             Target::AtPaths(dir_a, a, dir_b, b) => {
                 single(either(place_of_path(dir_a, a), || place_of_path(dir_b, b)))
             }
-            Target::Copy { from, to } => Resolved {
-                main: fdtable::place(to),
-                source: fdtable::place(from),
-            },
+            Target::Copy { from, to } => Resolved::new(fdtable::place(to), fdtable::place(from)),
         }
     }
 }

@@ -24,6 +24,7 @@ mod real;
 pub mod report;
 mod shared;
 pub mod stats;
+pub mod tsc;
 
 pub use channels::{add as add_channel, list as channel_list, remove as remove_channel, set_limit};
 pub use padll_wire::channel::{ChannelId, ChannelInfo, ChannelSpec, Scope, Unit};
@@ -123,6 +124,7 @@ extern "C" fn on_load() {
         for real in hooks::TABLE {
             real.resolve();
         }
+        tsc::start();
         let _io = StageIo::enter();
         let config = match config::load(&|name| std::env::var(name).ok()) {
             Ok(config) => config,

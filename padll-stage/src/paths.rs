@@ -238,31 +238,37 @@ impl MountTable {
         self.compare(path)
     }
 
-    /// Classifies a clean absolute path (as [`scan`] found it, `len` ≥ 1 bytes) when
+    /// Classifies a clean absolute path (as [`scan`] found it) when
     /// that is cheap, in the order of [`MountTable::compare`] (longest spelling first):
     /// a path that agrees with no mountpoint on its first bytes is [`Place::Unrelated`];
     /// one that starts with a whole mountpoint of at most 16 bytes followed by `/` or
     /// its end is [`Place::Managed`] by it. `None`: anything else (a longer mountpoint's
     /// first 16 bytes, a possible ancestor, a path in the last 15 bytes of its page, too
-    /// close for the 16-byte read) — the caller compares in full. No call, no panic, no
-    /// lock.
+    /// close for the 16-byte read) — the caller compares in full. The string's end
+    /// within its first 16 bytes is found from them (the first NUL), so the length
+    /// is not needed. No call, no panic, no lock.
     ///
     /// # Safety
-    /// `path` must point to a NUL-terminated string of `len` bytes.
+    /// `path` must point to a NUL-terminated string.
     #[inline(always)]
-    pub unsafe fn quick_absolute(&self, path: *const u8, len: usize) -> Option<Place> {
+    pub unsafe fn quick_absolute(&self, path: *const u8) -> Option<Place> {
         let head = head16(path)?;
-        let within = if len >= 16 { 0xffff } else { (1u32 << len) - 1 };
+        // The bytes before the first NUL among the 16 (all 16 if there is none): those
+        // of the string.
+        let nul = zeros(head);
+        let within = nul.wrapping_sub(1) & !nul;
         let prefixes = &self.prefixes;
         let mut i = 0;
         while i < prefixes.count.min(PREFIXES) {
             if mismatches(head, &prefixes.bytes[i]) & prefixes.need[i] & within == 0 {
                 // The first min(len, 16, mount length) bytes agree.
                 let mount_len = prefixes.short_len[i];
-                if mount_len == 0 || mount_len > len {
+                // The string is shorter than the mountpoint (byte mount_len − 1 is at or
+                // after its NUL): it may lie above it.
+                if mount_len == 0 || within >> (mount_len - 1) & 1 == 0 {
                     return None;
                 }
-                // SAFETY: mount_len ≤ len: at most the NUL.
+                // SAFETY: the string is at least mount_len bytes long: at most the NUL.
                 if matches!(*path.add(mount_len), b'/' | 0) {
                     return Some(Place::Managed(prefixes.index[i]));
                 }
@@ -318,9 +324,9 @@ fn prefix_word(bytes: &[u8]) -> u64 {
 }
 
 /// Reads the NUL-terminated string at `path` once, in aligned 16-byte blocks, and
-/// returns its length if it is *clean* for certain: no `/` followed by `/` or `.`, and
-/// no leading `.` (a hidden file's name is clean but reported as `None` too: the caller
-/// then checks exactly). Fuses `strlen` with the cleanliness scan of [`is_clean`].
+/// returns its length if it is *clean* for certain: no two bytes of `.`/`/` in a row
+/// (so no `/` followed by `/` or `.`), and no leading `.` (a hidden file's name, `a..b`
+/// or `a./b` is clean but reported as `None` too: the caller then checks exactly). Fuses `strlen` with the cleanliness scan of [`is_clean`].
 ///
 /// **Reading past the end.** The first block starts at the aligned address at or below
 /// `path` and every block is 16-byte aligned, so no load crosses a 4 KiB page boundary:
@@ -369,35 +375,34 @@ unsafe fn scan_sse2(path: *const u8) -> Option<usize> {
     let start = path as usize;
     let skip = start & 15;
     let mut block = start - skip;
-    // Bit i of each mask: byte i of the block is NUL / is '/' / is '/' or '.'
-    // ('.' = 0x2e and '/' = 0x2f both become 0x2f when or-ed with 1).
+    // Bit i of each mask: byte i of the block is NUL / is '/' or '.' ('.' = 0x2e and
+    // '/' = 0x2f both become 0x2f when or-ed with 1). Two such bytes in a row are
+    // reported: that covers every `//` and `/.`, and also `..` and `./` inside a name
+    // (`a..b`), which are rare and only cost the exact check.
     let masks = |block: usize| {
         let v = load_aligned(block as *const u8);
         let nul = _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_setzero_si128())) as u32;
-        let slash = _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(b'/' as i8))) as u32;
-        let follower = _mm_movemask_epi8(_mm_cmpeq_epi8(
+        let special = _mm_movemask_epi8(_mm_cmpeq_epi8(
             _mm_or_si128(v, _mm_set1_epi8(1)),
             _mm_set1_epi8(b'/' as i8),
         )) as u32;
-        (nul, slash, follower)
+        (nul, special)
     };
-    let (nul, slash, follower) = masks(block);
+    let (nul, special) = masks(block);
     // Bytes before the string are not part of it.
     let mut nul = nul >> skip << skip;
-    let mut slash = slash >> skip << skip;
-    // A '/' at bit i followed by '/' or '.' at bit i + 1.
-    let mut dirty = (slash << 1) & follower;
+    let mut special = special >> skip << skip;
+    let mut dirty = (special << 1) & special;
     while nul | dirty == 0 {
-        let carry = slash >> 15;
+        let carry = special >> 15;
         block += 16;
-        let (n, s, f) = masks(block);
-        nul = n;
-        slash = s;
-        dirty = ((slash << 1) | carry) & f;
+        (nul, special) = masks(block);
+        dirty = ((special << 1) | carry) & special;
     }
-    // Only what lies before the NUL counts.
-    let before_nul = (nul & nul.wrapping_neg()).wrapping_sub(1);
-    if dirty & before_nul != 0 || nul == 0 {
+    // Only what lies before the NUL counts (no NUL: the loop stopped on a dirty pair,
+    // and every bit counts).
+    let before_nul = nul.wrapping_sub(1) & !nul;
+    if dirty & before_nul != 0 {
         return None;
     }
     Some(block + nul.trailing_zeros() as usize - start)
@@ -458,6 +463,21 @@ unsafe fn head16(path: *const u8) -> Option<Head> {
 type Head = std::arch::x86_64::__m128i;
 #[cfg(not(all(target_arch = "x86_64", not(miri))))]
 type Head = [u8; 16];
+
+/// Bit i set when byte i of `head` is NUL.
+#[inline(always)]
+fn zeros(head: Head) -> u32 {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    // SAFETY: SSE2 is part of the x86-64 baseline.
+    unsafe {
+        use std::arch::x86_64::*;
+        _mm_movemask_epi8(_mm_cmpeq_epi8(head, _mm_setzero_si128())) as u32
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    {
+        (0..16).fold(0, |m, i| m | (((head[i] == 0) as u32) << i))
+    }
+}
 
 /// Bit i set when byte i of `head` and `prefix` differ.
 #[inline(always)]
@@ -711,7 +731,7 @@ mod tests {
                 let scanned = scan(start);
                 assert_eq!(scanned, Some(len), "length {len}");
                 if len > 0 {
-                    let quick = table.quick_absolute(start, len);
+                    let quick = table.quick_absolute(start);
                     // Within the page's last 15 bytes the 16-byte read is refused.
                     assert_eq!(quick.is_none(), len < 15, "length {len}");
                 }
@@ -777,8 +797,13 @@ mod tests {
             let expected = (is_clean(bytes) && bytes.first() != Some(&b'.')).then_some(bytes.len());
             match scanned {
                 Some(len) => prop_assert_eq!(Some(len), expected),
-                // Only paths the exact check must look at are refused.
-                None => prop_assert!(expected.is_none() || maybe_dirty(bytes)),
+                // Only paths the exact check must look at are refused, and those with
+                // two `.`/`/` bytes in a row (`a..b`, `a./b`).
+                None => prop_assert!(
+                    expected.is_none()
+                        || maybe_dirty(bytes)
+                        || bytes.windows(2).any(|w| w.iter().all(|b| matches!(b, b'.' | b'/')))
+                ),
             }
         }
 
@@ -796,7 +821,7 @@ mod tests {
             let c = std::ffi::CString::new(path.clone()).unwrap();
             // SAFETY: NUL-terminated, of the length scanned.
             let quick = unsafe {
-                scan(c.as_ptr().cast()).and_then(|len| table.quick_absolute(c.as_ptr().cast(), len))
+                scan(c.as_ptr().cast()).and_then(|_| table.quick_absolute(c.as_ptr().cast()))
             };
             if let Some(place) = quick {
                 prop_assert!(is_clean(path.as_bytes()));

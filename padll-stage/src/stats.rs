@@ -24,7 +24,7 @@
 //! interrupted, between that thread's load and store, spends the same tokens twice (at
 //! most its own requests' cost).
 
-use crate::channels::MAX_CHANNELS;
+use crate::channels::SLOT_COUNT;
 use padll_wire::ops::Op;
 pub use padll_wire::report::OpStats;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -52,6 +52,9 @@ struct ChannelCounters {
     credit: AtomicU64,
     credit_generation: AtomicU64,
     credit_expires: AtomicU64,
+    /// Until when the managed path may spend the credit: `credit_expires` itself, or,
+    /// tagged with [`crate::tsc::TAG`], a time-stamp counter value reached no later.
+    credit_deadline: AtomicU64,
     /// Tokens of the last lease or batch (what `credit` started from).
     granted: AtomicU64,
     /// The thread's time per request in this channel (moving average, ns; 0 = unknown).
@@ -65,7 +68,7 @@ struct Shard {
     /// The owner is inside [`crate::intercept::StageIo`].
     stage_io: AtomicBool,
     ops: [OpCounters; Op::COUNT],
-    channels: [ChannelCounters; MAX_CHANNELS],
+    channels: [ChannelCounters; SLOT_COUNT],
 }
 
 const fn empty_shard() -> Shard {
@@ -88,10 +91,11 @@ const fn empty_shard() -> Shard {
                 credit: AtomicU64::new(0),
                 credit_generation: AtomicU64::new(0),
                 credit_expires: AtomicU64::new(0),
+                credit_deadline: AtomicU64::new(0),
                 granted: AtomicU64::new(0),
                 call_ns: AtomicU64::new(0),
             }
-        }; MAX_CHANNELS],
+        }; SLOT_COUNT],
     }
 }
 
@@ -179,18 +183,40 @@ impl Counters {
         true
     }
 
+    /// [`Self::spend`] for the managed path: `stamp` is [`crate::tsc::stamp`], compared
+    /// with the credit's deadline (a tagged tick deadline only ever compares as "not
+    /// yet" with a tagged tick stamp; an untagged ns expiry is always past for one).
+    /// Loads and one plain store; cannot panic.
+    #[inline(always)]
+    pub fn spend_at(self, slot: usize, generation: u64, cost: u64, stamp: u64) -> bool {
+        let Some(row) = self.shard.channels.get(slot) else {
+            return false;
+        };
+        let credit = row.credit.load(Ordering::Relaxed);
+        let until = row.credit_deadline.load(Ordering::Relaxed);
+        if credit < cost
+            || until <= stamp
+            || row.credit_generation.load(Ordering::Relaxed) != generation
+        {
+            return false;
+        }
+        row.credit.store(credit - cost, Ordering::Relaxed);
+        true
+    }
+
     /// Replaces the thread's credit in channel `slot` (what is left of the old one is
     /// dropped: too little, expired or stale); `tokens` may be 0: the grant's time is
     /// still what [`Self::next_batch`] measures the thread's pace from. Only for threads that
     /// [hold credit](Self::holds_credit). Stored amount first: a signal handler that
     /// sees a torn lease sees an older generation or an earlier expiry, never more.
     #[inline]
-    pub fn lease(self, slot: usize, generation: u64, tokens: u64, expires: u64) {
+    pub fn lease(self, slot: usize, generation: u64, tokens: u64, expires: u64, until: u64) {
         let row = &self.shard.channels[slot];
         row.credit.store(tokens, Ordering::Relaxed);
         row.granted.store(tokens, Ordering::Relaxed);
         row.credit_generation.store(generation, Ordering::Relaxed);
         row.credit_expires.store(expires, Ordering::Relaxed);
+        row.credit_deadline.store(until, Ordering::Relaxed);
     }
 
     /// How many tokens the thread should reserve ahead in channel `slot` if its request
@@ -499,6 +525,7 @@ pub fn reset() {
                 &c.credit,
                 &c.credit_generation,
                 &c.credit_expires,
+                &c.credit_deadline,
                 &c.granted,
                 &c.call_ns,
             ] {

@@ -1,0 +1,197 @@
+//! A cheaper clock for one question only: has a thread's leased credit expired?
+//!
+//! Credit (see `channels`) is spendable until `expires` (ns of `CLOCK_MONOTONIC`), and
+//! invariant 12 needs that checked against real time on every spend. `clock_gettime`
+//! is a call and a conversion per managed request (under valgrind a system call);
+//! the time-stamp counter is one instruction. So when a lease is granted (out of line,
+//! where the clock is read anyway) its expiry is also converted into a *tick
+//! deadline*: a counter value that is certainly reached no later than `expires`. The
+//! managed path then compares one `rdtsc` with it.
+//!
+//! Why a tick deadline never lets credit live longer than `expires`:
+//! - ticks are used only if the kernel itself keeps time with the counter
+//!   (`current_clocksource` is `tsc`): the kernel has then checked that the counter is
+//!   invariant (constant rate, running in every power state) and synchronised across
+//!   CPUs, so a thread that migrates reads no earlier value;
+//! - the tick deadline counts from a counter value read *before* the clock read that
+//!   the expiry counts from, at a rate measured against `CLOCK_MONOTONIC` over ≥ 10 ms
+//!   and then lowered by 1/64 (far more than the measurement's error), and 1 µs is
+//!   taken off (more than an unordered `rdtsc` can run ahead of the code around it):
+//!   the deadline is reached at or before `expires`.
+//!
+//! Until the rate is measured (the first 10 ms after load) and where ticks are not
+//! usable (another clock source, not x86-64), [`enabled`] is false and the managed
+//! path reads `CLOCK_MONOTONIC` as before.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
+/// Ticks per nanosecond, 32.32 fixed point, lowered by 1/64; 0 = not usable (yet).
+static TICKS_PER_NS: AtomicU64 = AtomicU64::new(0);
+/// Whether the kernel keeps time with the counter: unknown / yes / no.
+static SOURCE: AtomicU8 = AtomicU8::new(UNKNOWN);
+const UNKNOWN: u8 = 0;
+const USABLE: u8 = 1;
+const UNUSABLE: u8 = 2;
+/// The counter and the clock read together at load (or at the first calibration).
+static ORIGIN_TICKS: AtomicU64 = AtomicU64::new(0);
+static ORIGIN_NS: AtomicU64 = AtomicU64::new(0);
+/// How long the rate is measured over.
+const CALIBRATION_NS: u64 = 10_000_000;
+/// Taken off every deadline: more than `rdtsc` may run ahead of the code around it.
+const SLACK_NS: u64 = 1_000;
+
+/// The managed path compares [`ticks`] with tick deadlines (else it reads the clock).
+#[inline(always)]
+pub fn enabled() -> bool {
+    TICKS_PER_NS.load(Ordering::Relaxed) != 0
+}
+
+/// The top bit, set on tick values compared with tick deadlines: ns times (< 2⁶³ for
+/// 292 years) never have it, so an expiry in ns is past for any tagged stamp, and the
+/// managed path needs no second field or branch to tell the units apart. (Ticks stay
+/// below 2⁶³ for decades at any real rate.)
+pub const TAG: u64 = 1 << 63;
+
+/// The managed path's credit clock: the tagged time-stamp counter once [`enabled`],
+/// else `CLOCK_MONOTONIC` in ns.
+#[inline(always)]
+pub fn stamp() -> u64 {
+    if enabled() {
+        ticks() | TAG
+    } else {
+        crate::bucket::now_ns()
+    }
+}
+
+/// What the managed path compares [`stamp`] with for credit expiring at `expires_ns`,
+/// granted at `now_ns` (`now_ticks` read before it): a tagged tick deadline, or the
+/// expiry itself while ticks are not usable.
+pub fn until(now_ticks: u64, now_ns: u64, expires_ns: u64) -> u64 {
+    match deadline(now_ticks, now_ns, expires_ns) {
+        0 => expires_ns,
+        ticks => ticks | TAG,
+    }
+}
+
+/// The time-stamp counter (0 where there is none).
+#[inline(always)]
+pub fn ticks() -> u64 {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    // SAFETY: rdtsc is part of the x86-64 baseline and has no preconditions.
+    unsafe {
+        std::arch::x86_64::_rdtsc()
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    0
+}
+
+/// Records the origin of the rate measurement (the library constructor).
+pub fn start() {
+    if cfg!(all(target_arch = "x86_64", not(miri))) && ORIGIN_TICKS.load(Ordering::Relaxed) == 0 {
+        let ticks = ticks();
+        ORIGIN_NS.store(crate::bucket::now_ns(), Ordering::Relaxed);
+        ORIGIN_TICKS.store(ticks, Ordering::Release);
+    }
+}
+
+/// A tick count reached no later than `expires_ns`, given `now_ticks` read before the
+/// clock returned `now_ns`; 0 (already passed) if ticks are not usable (yet).
+pub fn deadline(now_ticks: u64, now_ns: u64, expires_ns: u64) -> u64 {
+    let mut rate = TICKS_PER_NS.load(Ordering::Relaxed);
+    if rate == 0 {
+        rate = calibrate();
+        if rate == 0 {
+            return 0;
+        }
+    }
+    let span = expires_ns.saturating_sub(now_ns).saturating_sub(SLACK_NS);
+    let ticks = (span as u128 * rate as u128) >> 32;
+    now_ticks.saturating_add(ticks.min(u64::MAX as u128) as u64)
+}
+
+/// Measures the rate once ≥ [`CALIBRATION_NS`] have passed since the origin; 0 before
+/// that, or if ticks are not usable.
+#[cold]
+#[inline(never)]
+fn calibrate() -> u64 {
+    match SOURCE.load(Ordering::Relaxed) {
+        UNUSABLE => return 0,
+        USABLE => {}
+        _ => {
+            let usable = cfg!(all(target_arch = "x86_64", not(miri))) && kernel_uses_tsc();
+            SOURCE.store(if usable { USABLE } else { UNUSABLE }, Ordering::Relaxed);
+            if !usable {
+                return 0;
+            }
+        }
+    }
+    let origin_ticks = ORIGIN_TICKS.load(Ordering::Acquire);
+    if origin_ticks == 0 {
+        start();
+        return 0;
+    }
+    let origin_ns = ORIGIN_NS.load(Ordering::Relaxed);
+    let ticks = ticks();
+    let now = crate::bucket::now_ns();
+    let elapsed = now.saturating_sub(origin_ns);
+    if elapsed < CALIBRATION_NS || ticks <= origin_ticks {
+        return 0;
+    }
+    let rate = ((ticks - origin_ticks) as u128) << 32;
+    let rate = rate / elapsed as u128;
+    let rate = (rate - rate / 64).min(u64::MAX as u128) as u64;
+    TICKS_PER_NS.store(rate, Ordering::Relaxed);
+    rate
+}
+
+/// The kernel's clock source is the time-stamp counter (raw system calls: no hook).
+fn kernel_uses_tsc() -> bool {
+    let path = b"/sys/devices/system/clocksource/clocksource0/current_clocksource\0";
+    // SAFETY: NUL-terminated path, valid buffer; raw syscalls bypass every hook.
+    unsafe {
+        let fd = libc::syscall(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return false;
+        }
+        let mut buf = [0u8; 16];
+        let len = libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len());
+        libc::syscall(libc::SYS_close, fd);
+        len == 4 && &buf[..4] == b"tsc\n"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadlines_come_no_later_than_the_expiry() {
+        start();
+        std::thread::sleep(std::time::Duration::from_millis(12));
+        let ticks_before = ticks();
+        let now = crate::bucket::now_ns();
+        let expires = now + 2_000_000;
+        let deadline = deadline(ticks_before, now, expires);
+        if deadline == 0 {
+            return; // ticks not usable here: the clock is read instead
+        }
+        assert!(enabled());
+        // Every tick read after the clock passed the expiry has reached the deadline.
+        loop {
+            let clock = crate::bucket::now_ns();
+            let ticks = ticks();
+            assert!(
+                clock < expires || ticks >= deadline,
+                "deadline after the expiry"
+            );
+            if ticks >= deadline {
+                break;
+            }
+        }
+    }
+}
