@@ -4,7 +4,9 @@
 # 1, 2, 8 and 64 threads, process start-up cost, and — deterministic — user-space
 # instructions per call counted by callgrind as the slope between two iteration counts
 # (`padll-bench instructions`: unmanaged path calls far from and beside the mountpoint,
-# unmanaged fd calls, managed calls; each against its overhead target).
+# unmanaged fd calls, managed calls; each against its overhead target), and the CPU a
+# throttled call costs (`padll-bench throttled`, against the same calls made natively,
+# back to back and paced by plain sleeps).
 #
 #   scripts/bench-stage.sh            # both tables, Markdown, on stdout
 #   SKIP_CALLGRIND=1 scripts/bench-stage.sh
@@ -18,6 +20,10 @@ if [ -z "${SKIP_WALLCLOCK:-}" ]; then
   echo "## Wall clock (ns per call per thread; Mops/s aggregate)"
   echo
   "$bench"
+  echo
+  echo "## CPU while throttled (user + system per call; PADLL_BENCH_SECONDS per run)"
+  echo
+  "$bench" throttled
 fi
 
 if [ -n "${SKIP_CALLGRIND:-}" ] || ! command -v valgrind >/dev/null; then
