@@ -300,6 +300,86 @@ policy = "themis:size"
     assert!(cluster.controllers_alive());
 }
 
+/// Attack 9: 20 short processes of one job in a row under `Max_R` 1 000. Before, each
+/// ran unthrottled until its first rules arrived (~10 ms): 101 804 operations in 2.25 s,
+/// ≈ 45 × `Max_R`. Now a starting program waits (≤ 100 ms) for its first rules, so
+/// every operation of every process is under the job's rules.
+#[test]
+fn attack09_short_processes_start_under_their_rules() {
+    let _serial = serialize();
+    let mut cluster = Cluster::new(
+        r#"
+interval_ms = 200
+[[resource]]
+name = "{scratch}:metadata"
+max_rate = "1000"
+policy = "psfa"
+"#,
+    );
+    cluster.start_global();
+    cluster.start_local("n1");
+    let dir = cluster.scratch.join("short");
+    std::fs::create_dir_all(&dir).unwrap();
+    // Let the local controller attach before the first process starts.
+    wait_for(Duration::from_secs(20), "the node attached", || {
+        cluster
+            .try_snapshot()
+            .filter(|s| s.nodes.iter().any(|n| n.node == "n1" && n.attached))
+    });
+    let started = Instant::now();
+    let mut total = 0u64;
+    let mut fastest = 0f64;
+    for _ in 0..20 {
+        // 300 operations due within 0.1 s: unthrottled, a process is done in a few ms.
+        let out = run_with_timeout(
+            Command::new(cheferd())
+                .args(["replay", "--rate", "300", "--seconds", "1", "--speed", "10"])
+                .args(["--threads", "2", "--dir"])
+                .arg(&dir)
+                .env("LD_PRELOAD", stage_library())
+                .env("PADLL_MOUNTS", &cluster.scratch)
+                .env("PADLL_CONTROLLER", cluster.local_socket("n1"))
+                .env("PADLL_JOB_ID", "burst")
+                .env("PADLL_LOG", "warn"),
+            Duration::from_secs(60),
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // "# total <ops> ops in <seconds> s = <rate> ops/s": the process' own rate.
+        let text = String::from_utf8_lossy(&out.stdout);
+        let summary: Vec<f64> = text
+            .lines()
+            .find_map(|l| l.strip_prefix("# total "))
+            .map(|l| {
+                l.split_whitespace()
+                    .filter_map(|w| w.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_else(|| panic!("no total in {text}"));
+        total += summary[0] as u64;
+        fastest = fastest.max(summary[2]);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let rate = total as f64 / seconds;
+    eprintln!("{total} operations in {seconds:.2} s = {rate:.0}/s; fastest process {fastest:.0}/s");
+    assert!(total >= 20 * 300, "{total} operations");
+    assert!(
+        rate <= 1000.0 * 1.05,
+        "20 short processes ran at {rate:.0} ops/s under Max_R 1000"
+    );
+    // Each on its own: unthrottled, 300 operations take a few ms (≥ 3 000/s over the
+    // 0.1 s they are due in); under the job's rules at most Max_R, plus the bucket's
+    // 10 ms burst over the process' 0.3 s or more.
+    assert!(
+        fastest <= 1000.0 * 1.05 + 10.0 / 0.3,
+        "a short process ran at {fastest:.0} ops/s under Max_R 1000"
+    );
+    assert!(cluster.controllers_alive());
+}
+
 /// Attack 7: usage `NaN` / `inf` over gRPC. Refused at the registry: `ctl jobs` works
 /// and the stage still gets its rules.
 #[test]

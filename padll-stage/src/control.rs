@@ -3,7 +3,9 @@
 //! applies the rules it receives (PADLL paper §III-B).
 //!
 //! The application's I/O never waits on it: rules reach the data path through the
-//! channel table's atomics. The whole thread runs as the stage's own I/O (no hook
+//! channel table's atomics. Only a starting program waits, at most
+//! [`FIRST_RULES_PATIENCE`], for its first rules (fail closed: a new process of a job
+//! never runs unthrottled until they come). The whole thread runs as the stage's own I/O (no hook
 //! manages its socket). If the controller goes away the stage keeps its last rules
 //! (fail-static), says so once on stderr, and reconnects with exponential backoff.
 //! After `fork` the child closes its copy of the parent's connection and starts its
@@ -20,7 +22,7 @@ use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Where to connect, whom to trust there, and who we are.
@@ -43,6 +45,22 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// (a shell running a command), and the new program registers itself.
 const CHILD_REGISTRATION_DELAY: Duration = Duration::from_millis(250);
 
+/// How long a starting program waits for its first rules from the controller before
+/// it runs (with its configured rules if none came): a new process of a job must not
+/// run unthrottled until its rules arrive (the controller answers in a few ms; only
+/// an unreachable global controller makes a start wait this long).
+const FIRST_RULES_PATIENCE: Duration = Duration::from_millis(100);
+
+/// Whether the first session has settled: rules applied, refused, or no controller.
+static FIRST_RULES: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
+
+/// Lets the starting program go on (see [`FIRST_RULES_PATIENCE`]).
+fn first_rules_settled() {
+    let (settled, signal) = &FIRST_RULES;
+    *settled.lock().unwrap_or_else(|p| p.into_inner()) = true;
+    signal.notify_all();
+}
+
 /// Starts the control thread (once per process; again in a forked child).
 pub fn start(
     socket: String,
@@ -57,6 +75,10 @@ pub fn start(
         mountpoints,
     });
     spawn(Duration::ZERO);
+    // Fail closed: the program starts under its job's current rules, not unthrottled.
+    let (settled, signal) = &FIRST_RULES;
+    let guard = settled.lock().unwrap_or_else(|p| p.into_inner());
+    let _ = signal.wait_timeout_while(guard, FIRST_RULES_PATIENCE, |settled| !*settled);
 }
 
 fn spawn(delay: Duration) {
@@ -90,7 +112,11 @@ fn run(target: &Target) {
     let mut was_connected = false;
     let mut warned = false;
     loop {
-        match session(target) {
+        let outcome = session(target);
+        if outcome.is_ok() || matches!(outcome, Err(Lost::NeverConnected(_))) {
+            first_rules_settled();
+        }
+        match outcome {
             Ok(()) => return, // rejected: keep the rules, stop trying
             Err(Lost::Connected(reason)) => {
                 log(
@@ -264,6 +290,7 @@ fn serve(target: &Target, stream: UnixStream) -> Result<(), Lost> {
                     seq: rules_seq,
                     error,
                 };
+                first_rules_settled();
                 writer
                     .write_all(control::encode(&reply).as_bytes())
                     .map_err(lost)?;
