@@ -6,7 +6,7 @@
 
 mod common;
 
-use cheferd_controller::proto::{self, global_client::GlobalClient, local_message, LocalMessage};
+use cheferd_controller::proto::{self, local_message, LocalMessage};
 use common::{assigned, read_line_with_timeout, Cluster};
 use padll_wire::config::Identity;
 use padll_wire::control::{self, ControlMessage, StageMessage, PROTOCOL_VERSION};
@@ -501,7 +501,7 @@ fn garble_local_socket(cluster: &Cluster, node: &str) {
 }
 
 /// Garbage and protocol violations on the global controller's gRPC port: raw bytes
-/// close the connection; an `Attach` with a wrong version, an empty node name or no
+/// close the connection (a truncated TLS record at the handshake timeout at the latest); an `Attach` with a wrong version, an empty node name or no
 /// `Register` first fails with `InvalidArgument` naming the problem.
 fn garble_global_port(cluster: &Cluster) {
     for garbage in [
@@ -512,7 +512,9 @@ fn garble_global_port(cluster: &Cluster) {
         let mut stream =
             std::net::TcpStream::connect(("127.0.0.1", cluster.port)).expect("gRPC port accepts");
         stream
-            .set_read_timeout(Some(REPLY_TIMEOUT))
+            .set_read_timeout(Some(
+                cheferd_controller::tls::HANDSHAKE_TIMEOUT + REPLY_TIMEOUT,
+            ))
             .expect("timeout");
         stream.write_all(garbage).expect("write");
         // Whatever the server answers (an HTTP/2 GOAWAY, an HTTP/1 error), it must end
@@ -529,11 +531,19 @@ fn garble_global_port(cluster: &Cluster) {
         .enable_all()
         .build()
         .expect("runtime");
-    let url = format!("http://127.0.0.1:{}", cluster.port);
+    // Well-formed clients hold a node certificate (of `intruder`, or of n1 for the
+    // impostor below): what is checked here is the protocol, not the identity.
+    let intruder = cluster.node_tls("intruder").load().expect("TLS files");
+    let n1 = cluster.node_tls("n1").load().expect("TLS files");
+    let port = cluster.port;
     let attach = |first: local_message::Body| {
-        let url = url.clone();
+        let tls = if matches!(&first, local_message::Body::Register(r) if r.node == "n1") {
+            n1.clone()
+        } else {
+            intruder.clone()
+        };
         async move {
-            let mut client = GlobalClient::connect(url).await.expect("gRPC connects");
+            let mut client = common::grpc_client(port, Some(tls)).await;
             let messages = tokio_stream::iter(vec![LocalMessage { body: Some(first) }]);
             client.attach(messages).await.map(|_| ())
         }
