@@ -93,7 +93,9 @@ pub async fn run(
         "http://{}",
         listener.local_addr().map_err(|e| e.to_string())?
     );
-    let server = tokio::spawn(global::serve(controller.clone(), listener));
+    // Plaintext on loopback: the numbers are the control cycle's, not TLS's (the
+    // handshake is once per stream; record encryption adds per-byte cost on both ends).
+    let server = tokio::spawn(global::serve(controller.clone(), listener, None));
     let child = LocalsProcess(
         Command::new(std::env::current_exe().map_err(|e| e.to_string())?)
             .args(["bench-locals", "--url", &url])

@@ -88,6 +88,26 @@ pub struct GlobalConfig {
     /// Caps on what local controllers may register.
     #[serde(default)]
     pub limits: GlobalLimits,
+    /// Mutual TLS on the gRPC port (`[tls]`; the `--tls-…` flags override it).
+    #[serde(default)]
+    pub tls: TlsSettings,
+}
+
+/// `[tls]`: the global controller's certificate, key and the CA of node certificates
+/// (paths relative to the configuration file's directory), or plaintext when
+/// explicitly asked for.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSettings {
+    /// The server certificate (PEM), as `--tls-cert`.
+    pub cert: Option<std::path::PathBuf>,
+    /// Its private key (PEM), as `--tls-key`.
+    pub key: Option<std::path::PathBuf>,
+    /// The site CA that signs node certificates (PEM), as `--tls-client-ca`.
+    pub client_ca: Option<std::path::PathBuf>,
+    /// Serve plaintext, unauthenticated gRPC (as `--insecure-plaintext`).
+    #[serde(default)]
+    pub insecure_plaintext: bool,
 }
 
 /// The global controller's caps against a misbehaving (or hostile) gRPC client; see
@@ -124,6 +144,7 @@ impl Default for GlobalConfig {
             jobs: BTreeMap::new(),
             rules: Vec::new(),
             limits: GlobalLimits::default(),
+            tls: TlsSettings::default(),
         }
     }
 }
@@ -145,6 +166,8 @@ struct RawConfig {
     job: Vec<RawJob>,
     #[serde(default)]
     rule: Vec<RawRule>,
+    #[serde(default)]
+    tls: TlsSettings,
 }
 
 #[derive(Deserialize)]
@@ -222,6 +245,7 @@ impl GlobalConfig {
             config.stage_floor = floor;
         }
         config.admins = raw.admins;
+        config.tls = raw.tls;
         for (key, value, slot) in [
             ("max_nodes", raw.max_nodes, &mut config.limits.max_nodes),
             (

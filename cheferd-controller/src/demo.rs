@@ -105,11 +105,25 @@ async fn run_in(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| format!("cannot listen: {e}"))?;
+    // Local ↔ global runs as in production, with mutual TLS: a throwaway site CA, a
+    // server certificate for loopback and the node's certificate, made here (in the
+    // temporary directory, removed at the end) so the demo needs no setup.
+    let tls_dir = base.join("tls");
+    crate::tls::make_loopback_site(&tls_dir, &["demo-node"])?;
+    let server_tls = crate::tls::loopback_server(&tls_dir).load()?;
     let url = format!(
-        "http://{}",
+        "https://{}",
         listener.local_addr().map_err(|e| e.to_string())?
     );
-    tokio::spawn(global::serve(controller.clone(), listener));
+    println!(
+        "local ↔ global: mutual TLS (throwaway CA and certificates in {}, removed at the end)",
+        tls_dir.display()
+    );
+    tokio::spawn(global::serve(
+        controller.clone(),
+        listener,
+        Some(server_tls),
+    ));
     tokio::spawn(controller.clone().run_loop());
     let socket = base.join("local.sock");
     tokio::spawn(local::run(LocalOptions {
@@ -117,6 +131,7 @@ async fn run_in(
         node: "demo-node".into(),
         socket: socket.clone(),
         global: url,
+        tls: Some(crate::tls::loopback_node(&tls_dir, "demo-node")),
         report_interval: Duration::from_millis(250),
     }));
 

@@ -1329,7 +1329,13 @@ pub struct StageSnapshot {
 }
 
 /// The gRPC service.
-pub struct Service(pub Arc<Controller>);
+pub struct Service {
+    /// The controller it serves.
+    pub controller: Arc<Controller>,
+    /// Whether a node's identity comes from its TLS client certificate (always with
+    /// TLS); without, the name in `Register` is taken on trust (`--insecure-plaintext`).
+    pub authenticate: bool,
+}
 
 #[tonic::async_trait]
 impl proto::global_server::Global for Service {
@@ -1340,6 +1346,18 @@ impl proto::global_server::Global for Service {
         &self,
         request: Request<Streaming<LocalMessage>>,
     ) -> Result<Response<Self::AttachStream>, Status> {
+        // The node names the client's certificate speaks for (verified against the
+        // site CA in the handshake).
+        let certified = if self.authenticate {
+            let Some(certs) = request.peer_certs().filter(|c| !c.is_empty()) else {
+                return Err(Status::unauthenticated(
+                    "a node certificate is required (mutual TLS)",
+                ));
+            };
+            Some(crate::tls::node_names(&certs[0]).map_err(Status::unauthenticated)?)
+        } else {
+            None
+        };
         let mut inbound = request.into_inner();
         let first = tokio::time::timeout(Duration::from_secs(10), inbound.message())
             .await
@@ -1371,8 +1389,22 @@ impl proto::global_server::Global for Service {
                 ))
             }
         };
+        if let Some(names) = certified.filter(|names| !names.contains(&name)) {
+            let short = |n: &str| padll_wire::control::short(n).to_string();
+            crate::limited_warn!(
+                GRPC_LOG,
+                "refused a local controller: its certificate is for node '{}', it registered as '{}'",
+                short(&names[0]),
+                short(&name)
+            );
+            return Err(Status::permission_denied(format!(
+                "the client certificate is for node '{}'; it cannot register as '{}'",
+                short(&names[0]),
+                short(&name)
+            )));
+        }
         let (outbox, receiver) = outbox::channel();
-        let controller = self.0.clone();
+        let controller = self.controller.clone();
         let session = controller.attach_node(&name, outbox)?;
         tokio::spawn(async move {
             loop {
@@ -1391,14 +1423,27 @@ impl proto::global_server::Global for Service {
     }
 }
 
-/// Serves the gRPC endpoint on an already-bound listener (so callers can bind port 0).
+/// Serves the gRPC endpoint on an already-bound listener (so callers can bind port 0):
+/// with mutual TLS when `tls` is given (a node's identity is then its certificate's),
+/// plaintext otherwise.
 pub async fn serve(
     controller: Arc<Controller>,
     listener: tokio::net::TcpListener,
+    tls: Option<tonic::transport::ServerTlsConfig>,
 ) -> Result<(), String> {
     let incoming = crate::bounds::Incoming::new(listener);
-    tonic::transport::Server::builder()
-        .add_service(proto::global_server::GlobalServer::new(Service(controller)))
+    let authenticate = tls.is_some();
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        builder = builder
+            .tls_config(tls)
+            .map_err(|e| format!("TLS configuration: {e}"))?;
+    }
+    builder
+        .add_service(proto::global_server::GlobalServer::new(Service {
+            controller,
+            authenticate,
+        }))
         .serve_with_incoming(incoming)
         .await
         .map_err(|e| format!("gRPC server failed: {e}"))

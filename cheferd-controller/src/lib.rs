@@ -16,6 +16,7 @@ mod outbox;
 pub mod plan;
 pub mod policy;
 pub mod replay;
+pub mod tls;
 pub mod usage;
 
 /// The gRPC protocol between local and global controllers (`proto/cheferd.proto`).

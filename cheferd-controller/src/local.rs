@@ -41,8 +41,11 @@ pub struct LocalOptions {
     pub node: String,
     /// The Unix socket stages connect to.
     pub socket: PathBuf,
-    /// The global controller (`http://host:port`).
+    /// The global controller (`https://host:port`; `http://` only without `tls`).
     pub global: String,
+    /// This node's certificate, key and the site CA (mutual TLS); `None` is plaintext
+    /// (`--insecure-plaintext`).
+    pub tls: Option<crate::tls::ClientTls>,
     /// How often stages push usage.
     pub report_interval: Duration,
     /// Caps against hostile local users.
@@ -274,6 +277,21 @@ impl Local {
 /// Runs a local controller until the process is stopped. Fails at once (with a
 /// message naming the path) if the socket cannot be created.
 pub async fn run(mut options: LocalOptions) -> Result<(), String> {
+    // The TLS files are checked before anything else is done, and the node name must
+    // be one the certificate carries (the global controller would refuse any other).
+    if let Some(tls) = &options.tls {
+        let names = tls.node_names()?;
+        if !names.contains(&options.node) {
+            return Err(format!(
+                "--node '{}': the certificate {} is for node '{}'",
+                control::short(&options.node),
+                tls.cert.display(),
+                control::short(&names[0])
+            ));
+        }
+    }
+    let tls = options.tls.as_ref().map(|t| t.load()).transpose()?;
+    let endpoint = crate::tls::endpoint(&options.global, tls)?;
     // Stages of every user must reach the socket, so it is world-writable; who connected
     // is recorded from `SO_PEERCRED`, and a stage can only ever affect its own channels.
     let listener = bounds::bind_unix(&options.socket, 0o666)?;
@@ -300,8 +318,13 @@ pub async fn run(mut options: LocalOptions) -> Result<(), String> {
         stages: Mutex::new(HashMap::new()),
         upstream: Mutex::new(None),
     });
-    info!(node = %local.options.node, socket = %local.options.socket.display(), global = %local.options.global, "local controller started");
-    tokio::spawn(upstream_loop(local.clone()));
+    let secured = if local.options.tls.is_some() {
+        "mutual TLS"
+    } else {
+        "PLAINTEXT"
+    };
+    info!(node = %local.options.node, socket = %local.options.socket.display(), global = %local.options.global, upstream = secured, "local controller started");
+    tokio::spawn(upstream_loop(local.clone(), endpoint));
     tokio::spawn(trim_loop());
     let mut backoff = AcceptBackoff::default();
     loop {
@@ -538,11 +561,11 @@ fn over_budget() -> String {
 }
 
 /// Keeps one stream to the global controller, re-establishing it with backoff.
-async fn upstream_loop(local: Arc<Local>) {
+async fn upstream_loop(local: Arc<Local>, endpoint: tonic::transport::Endpoint) {
     let mut backoff = Duration::from_millis(100);
     let mut reported_unreachable = false;
     loop {
-        match GlobalClient::connect(local.options.global.clone()).await {
+        match endpoint.connect().await.map(GlobalClient::new) {
             Ok(mut client) => {
                 let (sender, receiver) = mpsc::unbounded_channel::<LocalMessage>();
                 let _ = sender.send(LocalMessage {
@@ -604,7 +627,7 @@ async fn upstream_loop(local: Arc<Local>) {
             }
             Err(e) => {
                 if !reported_unreachable {
-                    warn!(global = %local.options.global, "cannot reach the global controller ({e}); retrying");
+                    warn!(global = %local.options.global, "cannot reach the global controller ({}); retrying", crate::tls::error_chain(&e));
                     reported_unreachable = true;
                 }
             }

@@ -37,18 +37,23 @@ enum Command {
         /// Prometheus metrics address (`GET /metrics`).
         #[arg(long, value_name = "ADDR")]
         metrics: Option<String>,
+        #[command(flatten)]
+        tls: GlobalTlsArgs,
     },
     /// Run a local controller (one per compute node).
     Local {
-        /// This node's name (default: the host name).
+        /// This node's name (default: its certificate's; with --insecure-plaintext, the
+        /// host name). With TLS it must be a name the certificate carries.
         #[arg(long)]
         node: Option<String>,
         /// Unix socket the stages connect to (their PADLL_CONTROLLER).
         #[arg(long, value_name = "PATH", default_value = "/tmp/cheferd-local.sock")]
         socket: PathBuf,
-        /// The global controller.
-        #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:50051")]
+        /// The global controller (`http://…` only with --insecure-plaintext).
+        #[arg(long, value_name = "URL", default_value = "https://127.0.0.1:50051")]
         global: String,
+        #[command(flatten)]
+        tls: LocalTlsArgs,
         /// How often stages report usage, ms.
         #[arg(long, default_value_t = 250)]
         report_ms: u64,
@@ -160,6 +165,12 @@ enum Command {
     Allocate(policies::cli::AllocateArgs),
     /// Generate a seeded metadata trace (padll-trace v1 CSV) for the replayer.
     Trace(policies::cli::TraceArgs),
+    /// Make the site CA and the certificates of the global and local controllers
+    /// (mutual TLS; no openssl needed).
+    Certs {
+        #[command(subcommand)]
+        command: CertsCommand,
+    },
     /// Administer a running global controller.
     Ctl {
         /// The global controller's admin socket.
@@ -167,6 +178,95 @@ enum Command {
         socket: PathBuf,
         #[command(subcommand)]
         command: CtlCommand,
+    },
+}
+
+/// The global controller's TLS flags (they override `[tls]` of the configuration).
+#[derive(clap::Args)]
+struct GlobalTlsArgs {
+    /// Its certificate (PEM; `cheferd certs server` makes it).
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// The site CA: local controllers must present a node certificate it signed.
+    #[arg(long, value_name = "FILE")]
+    tls_client_ca: Option<PathBuf>,
+    /// Serve plaintext gRPC, unauthenticated: anyone who reaches the port can pose as
+    /// any node. For tests and trusted networks only.
+    #[arg(long)]
+    insecure_plaintext: bool,
+}
+
+/// A local controller's TLS flags.
+#[derive(clap::Args)]
+struct LocalTlsArgs {
+    /// This node's certificate (PEM; `cheferd certs node` makes it). Its DNS name is
+    /// the node's name.
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// The site CA the global controller's certificate must chain to.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// The name the global controller's certificate must carry (default: the host of
+    /// --global).
+    #[arg(long, value_name = "NAME")]
+    tls_server_name: Option<String>,
+    /// Talk plaintext gRPC to a global controller run with --insecure-plaintext.
+    #[arg(long)]
+    insecure_plaintext: bool,
+}
+
+#[derive(Subcommand)]
+enum CertsCommand {
+    /// A new site CA: DIR/ca.pem and DIR/ca.key (0600). Keep ca.key off the compute
+    /// nodes.
+    Ca {
+        /// Directory to write to (created 0700 if missing).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// The CA's common name.
+        #[arg(long, default_value = "cheferd site CA")]
+        name: String,
+        /// Days of validity.
+        #[arg(long, default_value_t = 3650)]
+        days: u32,
+    },
+    /// One certificate per node NAME, signed by the CA: OUT/node-NAME.pem and
+    /// OUT/node-NAME.key (0600), for `cheferd local --tls-cert/--tls-key`.
+    Node {
+        /// Node names (each node's `cheferd local` takes its name from its certificate).
+        #[arg(required = true)]
+        names: Vec<String>,
+        /// The CA directory (`cheferd certs ca --out`).
+        #[arg(long, value_name = "DIR")]
+        ca: PathBuf,
+        /// Directory to write to (created 0700 if missing).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// Days of validity.
+        #[arg(long, default_value_t = 825)]
+        days: u32,
+    },
+    /// The global controller's certificate for the host names and IP addresses local
+    /// controllers reach it by: OUT/server.pem and OUT/server.key (0600).
+    Server {
+        /// Host names and addresses (each one in --global URLs must be listed).
+        #[arg(required = true)]
+        names: Vec<String>,
+        /// The CA directory (`cheferd certs ca --out`).
+        #[arg(long, value_name = "DIR")]
+        ca: PathBuf,
+        /// Directory to write to (created 0700 if missing).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// Days of validity.
+        #[arg(long, default_value_t = 825)]
+        days: u32,
     },
 }
 
@@ -245,6 +345,7 @@ fn main() -> ExitCode {
         return report(bench(locals, *stages, *cycles, name));
     }
     let command = match cli.command {
+        Command::Certs { command } => return report(certs(command)),
         Command::Simulate(args) => return run_policies(policies::cli::Command::Simulate(args)),
         Command::Allocate(args) => return run_policies(policies::cli::Command::Allocate(args)),
         Command::Trace(args) => return run_policies(policies::cli::Command::Trace(args)),
@@ -292,11 +393,13 @@ fn main() -> ExitCode {
                 listen,
                 admin_socket,
                 metrics,
-            } => run_global(config, listen, admin_socket, metrics).await,
+                tls,
+            } => run_global(config, listen, admin_socket, metrics, tls).await,
             Command::Local {
                 node,
                 socket,
                 global,
+                tls,
                 report_ms,
                 max_connections,
                 max_connections_per_uid,
@@ -311,7 +414,7 @@ fn main() -> ExitCode {
                     max_pending_bytes,
                     max_pending_bytes_per_uid,
                 };
-                run_local(node, socket, global, report_ms, limits).await
+                run_local(node, socket, global, tls, report_ms, limits).await
             }
             Command::BenchLocals {
                 url,
@@ -321,6 +424,7 @@ fn main() -> ExitCode {
                 .await
                 .map_err(|e| (e, 1)),
             Command::Bench { .. }
+            | Command::Certs { .. }
             | Command::Replay { .. }
             | Command::Simulate(_)
             | Command::Allocate(_)
@@ -497,11 +601,13 @@ async fn run_global(
     listen: String,
     admin_socket: PathBuf,
     metrics_addr: Option<String>,
+    tls: GlobalTlsArgs,
 ) -> Result<(), Failure> {
     let text = std::fs::read_to_string(&config)
         .map_err(|e| usage_error(format!("cannot read --config {}: {e}", config.display())))?;
     let parsed = GlobalConfig::parse(&text, &policy::check)
         .map_err(|e| usage_error(format!("{}: {e}", config.display())))?;
+    let server_tls = global_tls(&config, &parsed.tls, tls).map_err(usage_error)?;
     let grpc = tokio::net::TcpListener::bind(&listen)
         .await
         .map_err(|e| usage_error(format!("cannot listen on --listen {listen}: {e}")))?;
@@ -515,7 +621,12 @@ async fn run_global(
     };
     let admins = parsed.admins.clone();
     let controller = Controller::new(parsed).map_err(usage_error)?;
-    tracing::info!(listen = %grpc.local_addr().map(|a| a.to_string()).unwrap_or_default(), "global controller started");
+    let secured = if server_tls.is_some() {
+        "mutual TLS"
+    } else {
+        "PLAINTEXT"
+    };
+    tracing::info!(listen = %grpc.local_addr().map(|a| a.to_string()).unwrap_or_default(), grpc = secured, "global controller started");
     if let Some(listener) = metrics_listener {
         tokio::spawn(metrics::serve(controller.clone(), listener));
     }
@@ -526,7 +637,7 @@ async fn run_global(
     };
     tokio::spawn(controller.clone().run_loop());
     tokio::select! {
-        result = global::serve(controller, grpc) => result.map_err(|e| (e, 1)),
+        result = global::serve(controller, grpc, server_tls) => result.map_err(|e| (e, 1)),
         result = admin => match result {
             Ok(Err(e)) => Err(usage_error(e)),
             _ => Err(("the admin socket stopped".into(), 1)),
@@ -538,6 +649,7 @@ async fn run_local(
     node: Option<String>,
     socket: PathBuf,
     global: String,
+    tls: LocalTlsArgs,
     report_ms: u64,
     limits: LocalLimits,
 ) -> Result<(), Failure> {
@@ -562,7 +674,13 @@ async fn run_local(
             "--report-ms {report_ms} must be between 10 and 60000"
         )));
     }
-    let node = node.unwrap_or_else(|| {
+    let tls = local_tls(tls).map_err(usage_error)?;
+    // With a certificate, the node is who the certificate says (its first DNS name).
+    let certified = match &tls {
+        Some(tls) => Some(tls.node_names().map_err(usage_error)?.remove(0)),
+        None => None,
+    };
+    let node = node.or(certified).unwrap_or_else(|| {
         let mut buf = [0u8; 256];
         // SAFETY: valid buffer.
         unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
@@ -572,6 +690,7 @@ async fn run_local(
         node,
         socket,
         global,
+        tls,
         report_interval: Duration::from_millis(report_ms),
         limits,
     })
@@ -684,4 +803,125 @@ fn print_ok(value: serde_json::Value) {
         serde_json::Value::String(s) => println!("{s}"),
         other => println!("{other}"),
     }
+}
+
+/// The global controller's TLS: flags over `[tls]` (whose relative paths are taken from
+/// the configuration file's directory); `None` only when plaintext is asked for.
+fn global_tls(
+    config_path: &std::path::Path,
+    settings: &cheferd_controller::config::TlsSettings,
+    flags: GlobalTlsArgs,
+) -> Result<Option<tonic::transport::ServerTlsConfig>, String> {
+    let base = config_path.parent().unwrap_or(std::path::Path::new("."));
+    let from_config = |path: &Option<PathBuf>| path.as_ref().map(|p| base.join(p));
+    let cert = flags.tls_cert.or_else(|| from_config(&settings.cert));
+    let key = flags.tls_key.or_else(|| from_config(&settings.key));
+    let client_ca = flags
+        .tls_client_ca
+        .or_else(|| from_config(&settings.client_ca));
+    let plaintext = flags.insecure_plaintext || settings.insecure_plaintext;
+    match (cert, key, client_ca) {
+        (None, None, None) if plaintext => {
+            tracing::warn!(
+                "--insecure-plaintext: the gRPC port is neither encrypted nor authenticated; \
+                 anyone who reaches it can pose as any node"
+            );
+            Ok(None)
+        }
+        (None, None, None) => Err("the gRPC port needs --tls-cert, --tls-key and \
+             --tls-client-ca (or [tls] in the configuration; `cheferd certs` makes them), \
+             or --insecure-plaintext"
+            .into()),
+        _ if plaintext => Err("--insecure-plaintext conflicts with the TLS files given".into()),
+        (Some(cert), Some(key), Some(client_ca)) => cheferd_controller::tls::ServerTls {
+            cert,
+            key,
+            client_ca,
+        }
+        .load()
+        .map(Some),
+        (cert, key, _) => Err(format!(
+            "mutual TLS needs {} as well",
+            if cert.is_none() {
+                "--tls-cert"
+            } else if key.is_none() {
+                "--tls-key"
+            } else {
+                "--tls-client-ca"
+            }
+        )),
+    }
+}
+
+/// A local controller's TLS files; `None` only when plaintext is asked for.
+fn local_tls(flags: LocalTlsArgs) -> Result<Option<cheferd_controller::tls::ClientTls>, String> {
+    match (flags.tls_cert, flags.tls_key, flags.tls_ca) {
+        (None, None, None) if flags.insecure_plaintext => {
+            tracing::warn!(
+                "--insecure-plaintext: the stream to the global controller is neither \
+                 encrypted nor authenticated"
+            );
+            Ok(None)
+        }
+        (None, None, None) => Err("the global controller is reached with --tls-cert, \
+             --tls-key and --tls-ca (`cheferd certs` makes them), or --insecure-plaintext"
+            .into()),
+        _ if flags.insecure_plaintext => {
+            Err("--insecure-plaintext conflicts with the TLS files given".into())
+        }
+        (Some(cert), Some(key), Some(ca)) => Ok(Some(cheferd_controller::tls::ClientTls {
+            cert,
+            key,
+            ca,
+            server_name: flags.tls_server_name,
+        })),
+        (cert, key, _) => Err(format!(
+            "mutual TLS needs {} as well",
+            if cert.is_none() {
+                "--tls-cert"
+            } else if key.is_none() {
+                "--tls-key"
+            } else {
+                "--tls-ca"
+            }
+        )),
+    }
+}
+
+/// `cheferd certs …`: prints the files written.
+fn certs(command: CertsCommand) -> Result<(), Failure> {
+    use cheferd_controller::tls::{make_ca, make_leaf, Role};
+    let written = match command {
+        CertsCommand::Ca { out, name, days } => make_ca(&out, &name, days),
+        CertsCommand::Node {
+            names,
+            ca,
+            out,
+            days,
+        } => {
+            // Check every name before writing anything.
+            for name in &names {
+                cheferd_controller::tls::check_name(name).map_err(usage_error)?;
+            }
+            let mut all = Vec::new();
+            for name in &names {
+                all.extend(
+                    make_leaf(Role::Node, std::slice::from_ref(name), &ca, &out, days)
+                        .map_err(usage_error)?,
+                );
+            }
+            Ok(all)
+        }
+        CertsCommand::Server {
+            names,
+            ca,
+            out,
+            days,
+        } => make_leaf(Role::Server, &names, &ca, &out, days),
+    }
+    .map_err(usage_error)?;
+    for path in written {
+        println!("{}", path.display());
+    }
+    Ok(())
 }

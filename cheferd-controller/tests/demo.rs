@@ -30,7 +30,7 @@ fn the_demo_runs_and_keeps_the_aggregate_under_max_r() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "demo failed: {stderr}\n{stdout}");
     assert!(
-        stdout.contains("job-1") && stdout.contains("job-2"),
+        stdout.contains("job-1") && stdout.contains("job-2") && stdout.contains("mutual TLS"),
         "{stdout}"
     );
     let summary = stdout

@@ -5,9 +5,7 @@
 
 mod common;
 
-use cheferd_controller::proto::{
-    self, global_client::GlobalClient, global_message, local_message, LocalMessage,
-};
+use cheferd_controller::proto::{self, global_message, local_message, LocalMessage};
 use common::*;
 use padll_wire::channel::{ChannelId, ChannelInfo, ChannelSpec, LimitScope, Scope, Unit};
 use padll_wire::config::Identity;
@@ -380,6 +378,238 @@ policy = "psfa"
     assert!(cluster.controllers_alive());
 }
 
+/// What a would-be local controller got from the global controller: `Err` with the
+/// reason if its connection or `Attach` was refused, else the messages it received
+/// within 2 s after registering as `node` and announcing a forged stage of uid 0 in
+/// job `victim`.
+fn fake_local(
+    port: u16,
+    tls: Option<tonic::transport::ClientTlsConfig>,
+    node: &str,
+    mount: &str,
+) -> Result<Vec<proto::GlobalMessage>, String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (node, mount) = (node.to_string(), mount.to_string());
+    runtime.block_on(async move {
+        let mut client = try_grpc_client(port, tls).await?;
+        let messages = vec![
+            LocalMessage {
+                body: Some(local_message::Body::Register(proto::Register {
+                    node,
+                    version: proto::VERSION,
+                })),
+            },
+            LocalMessage {
+                body: Some(local_message::Body::StageJoined(proto::StageJoined {
+                    stage: Some(proto::Stage {
+                        stage_id: 1,
+                        job_id: "victim".into(),
+                        uid: 0,
+                        pid: 4242,
+                        mountpoints: vec![mount],
+                        ..Default::default()
+                    }),
+                })),
+            },
+        ];
+        // The stream stays open (as an attacker's would) while we read.
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        for m in messages {
+            tx.send(m).unwrap();
+        }
+        let attach = client.attach(tokio_stream::wrappers::UnboundedReceiverStream::new(rx));
+        let mut inbound = tokio::time::timeout(Duration::from_secs(10), attach)
+            .await
+            .map_err(|_| "no answer to Attach within 10 s".to_string())?
+            .map_err(|status| {
+                format!(
+                    "{:?}: {}",
+                    status.code(),
+                    cheferd_controller::tls::error_chain(&status)
+                )
+            })?
+            .into_inner();
+        let mut received = Vec::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while let Ok(next) = tokio::time::timeout_at(deadline, inbound.message()).await {
+            match next {
+                Ok(Some(message)) => received.push(message),
+                Ok(None) => break,
+                Err(status) if received.is_empty() => {
+                    return Err(format!(
+                        "{:?}: {}",
+                        status.code(),
+                        cheferd_controller::tls::error_chain(&status)
+                    ))
+                }
+                Err(_) => break,
+            }
+        }
+        drop(tx);
+        Ok(received)
+    })
+}
+
+/// The global controller still knows only n1, with its one real stage (nothing forged
+/// joined, no node was added or replaced).
+fn only_the_real_node(cluster: &Cluster) {
+    let snapshot = cluster.snapshot();
+    let nodes: Vec<(&str, bool, usize, usize)> = snapshot
+        .nodes
+        .iter()
+        .map(|n| (n.node.as_str(), n.attached, n.stages, n.orphans))
+        .collect();
+    assert_eq!(nodes, vec![("n1", true, 1, 0)], "{snapshot:?}");
+    assert!(
+        snapshot.stages.iter().all(|s| s.pid != 4242),
+        "a forged stage joined: {:?}",
+        snapshot.stages
+    );
+    let global = cluster.global_log();
+    assert!(!global.contains("previous stream is replaced"), "{global}");
+    let local = cluster.local_log("n1");
+    assert!(!local.contains("lost the global controller"), "{local}");
+}
+
+/// A cluster with n1 attached and one stage of job `victim` on it.
+fn cluster_with_victim() -> (Cluster, UnixStream) {
+    let mut cluster = Cluster::new(CONFIG);
+    cluster.start_global();
+    cluster.start_local("n1");
+    let (stage, reply) = raw_stage(&cluster.local_socket("n1"), "victim", &cluster.scratch);
+    assert!(reply.contains("welcome"), "{reply}");
+    cluster.wait_for_stages(Duration::from_secs(20), &[("n1", 1)]);
+    (cluster, stage)
+}
+
+/// Mutual TLS: a client that presents no certificate is refused in the handshake (or
+/// its `Attach` fails); it receives nothing and registers nothing.
+#[test]
+fn tls_client_without_certificate_is_refused() {
+    let _serial = serialize();
+    let (cluster, _stage) = cluster_with_victim();
+    let ca = std::fs::read(cluster.tls.join("ca.pem")).unwrap();
+    // Trusts the real CA, so the server is accepted: only the client lacks a certificate.
+    let no_identity = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(ca));
+    let mount = cluster.scratch.display().to_string();
+    let result = fake_local(cluster.port, Some(no_identity), "n1", &mount);
+    eprintln!("without a certificate: {result:?}");
+    assert!(result.is_err(), "got {result:?}");
+    only_the_real_node(&cluster);
+}
+
+/// Mutual TLS: certificates of another CA are refused — a node certificate made by
+/// another site CA for the same node name, and the global controller's own server
+/// certificate (signed by the right CA, but for `serverAuth` only).
+#[test]
+fn tls_client_with_certificate_of_another_ca_is_refused() {
+    let _serial = serialize();
+    let (cluster, _stage) = cluster_with_victim();
+    let other = tempfile::tempdir().unwrap();
+    cheferd_controller::tls::make_loopback_site(other.path(), &["n1"]).unwrap();
+    let foreign = cheferd_controller::tls::ClientTls {
+        ca: cluster.tls.join("ca.pem"),
+        ..cheferd_controller::tls::loopback_node(other.path(), "n1")
+    };
+    let server_as_client = cheferd_controller::tls::ClientTls {
+        cert: cluster.tls.join("server.pem"),
+        key: cluster.tls.join("server.key"),
+        ca: cluster.tls.join("ca.pem"),
+        server_name: None,
+    };
+    let mount = cluster.scratch.display().to_string();
+    for (what, tls, node) in [
+        ("another CA's node certificate", foreign, "n1"),
+        ("the server certificate", server_as_client, "localhost"),
+    ] {
+        let result = fake_local(cluster.port, Some(tls.load().unwrap()), node, &mount);
+        eprintln!("{what}: {result:?}");
+        assert!(result.is_err(), "{what}: got {result:?}");
+    }
+    only_the_real_node(&cluster);
+}
+
+/// Attack 5: a fake local controller on the global's gRPC port (it got the resource
+/// table and `Enforce` messages, and a forged stage of uid 0 cut the victim's rate).
+/// Without a valid node certificate — plaintext, or TLS without a certificate — it
+/// receives no message at all (no `Registered` with the resource table, no `Enforce`),
+/// and its forged stage never reaches the plan.
+#[test]
+fn attack05_fake_local_gets_no_resource_table_nor_enforce() {
+    let _serial = serialize();
+    let (cluster, _stage) = cluster_with_victim();
+    let before = assigned(&cluster.snapshot(), "victim");
+    let mount = cluster.scratch.display().to_string();
+    let ca = std::fs::read(cluster.tls.join("ca.pem")).unwrap();
+    let no_identity = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(ca));
+    for (what, tls) in [
+        ("plaintext", None),
+        ("TLS without a certificate", Some(no_identity)),
+    ] {
+        for node in ["n1", "evil"] {
+            let result = fake_local(cluster.port, tls.clone(), node, &mount);
+            eprintln!("{what} as {node}: {result:?}");
+            let Err(_) = result else {
+                panic!("{what} as {node}: received {result:?}");
+            };
+        }
+    }
+    only_the_real_node(&cluster);
+    std::thread::sleep(Duration::from_secs(2));
+    let after = assigned(&cluster.snapshot(), "victim");
+    assert!(
+        after >= before * 0.9,
+        "the victim's share fell from {before} to {after}"
+    );
+}
+
+/// Attack 6: a local controller registered under a real node's name, 12 times, and
+/// replaced the real node's stream each time (orphaning its stages). With a node
+/// certificate for `node-a` it cannot register as `n1`: every attempt is refused with
+/// `PERMISSION_DENIED` naming both, the real n1 keeps its stream and its stage, and
+/// `node-a` can still register as itself.
+#[test]
+fn attack06_node_certificate_cannot_register_as_another_node() {
+    let _serial = serialize();
+    let (cluster, _stage) = cluster_with_victim();
+    let mount = cluster.scratch.display().to_string();
+    let node_a = cluster.node_tls("node-a").load().unwrap();
+    for attempt in 1..=12 {
+        let result = fake_local(cluster.port, Some(node_a.clone()), "n1", &mount);
+        let error = result.expect_err("registering as another node must be refused");
+        assert!(
+            error.starts_with("PermissionDenied")
+                && error.contains("for node 'node-a'")
+                && error.contains("cannot register as 'n1'"),
+            "attempt {attempt}: {error}"
+        );
+    }
+    only_the_real_node(&cluster);
+    let log = cluster.global_log();
+    assert_eq!(
+        line_count(
+            &log,
+            "its certificate is for node 'node-a', it registered as 'n1'"
+        ),
+        12,
+        "{log}"
+    );
+    // Its own name is fine: it gets the resource table.
+    let received = fake_local(cluster.port, Some(node_a), "node-a", &mount)
+        .expect("node-a registers as itself");
+    assert!(
+        received
+            .iter()
+            .any(|m| matches!(m.body, Some(global_message::Body::Registered(_)))),
+        "{received:?}"
+    );
+}
+
 /// Attack 7: usage `NaN` / `inf` over gRPC. Refused at the registry: `ctl jobs` works
 /// and the stage still gets its rules.
 #[test]
@@ -388,12 +618,11 @@ fn attack07_non_finite_usage_is_refused() {
     let mut cluster = Cluster::new(CONFIG);
     cluster.start_global();
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let port = cluster.port;
+    // A compromised node: a valid certificate, hostile reports.
+    let client = cluster.grpc_client("evil");
     let mount = cluster.scratch.display().to_string();
     let rules_seen = runtime.block_on(async move {
-        let mut client = GlobalClient::connect(format!("http://127.0.0.1:{port}"))
-            .await
-            .unwrap();
+        let mut client = client.await;
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let send = |body| {
             tx.send(LocalMessage { body: Some(body) }).unwrap();
@@ -613,12 +842,11 @@ fn attack14_stage_joined_flood_is_bounded() {
     let pid = cluster.global_pid();
     let (before, _) = rss_kib(pid);
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let port = cluster.port;
+    // A compromised node: a valid certificate, a hostile flood.
+    let client = cluster.grpc_client("flood");
     let mount = cluster.scratch.display().to_string();
     let (_stream, total) = runtime.block_on(async move {
-        let mut client = GlobalClient::connect(format!("http://127.0.0.1:{port}"))
-            .await
-            .unwrap();
+        let mut client = client.await;
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         tx.send(LocalMessage {
             body: Some(local_message::Body::Register(proto::Register {
@@ -705,6 +933,7 @@ fn attack15_socket_paths_are_created_safely() {
                 "n",
                 "--global",
                 "http://127.0.0.1:1",
+                "--insecure-plaintext",
                 "--socket",
             ])
             .arg(path)
@@ -759,7 +988,12 @@ fn attack15_socket_paths_are_created_safely() {
         .arg("global")
         .arg("--config")
         .arg(dir.path().join("g.toml"))
-        .args(["--listen", "127.0.0.1:0", "--admin-socket"])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--insecure-plaintext",
+            "--admin-socket",
+        ])
         .arg(&admin)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -771,6 +1005,101 @@ fn attack15_socket_paths_are_created_safely() {
         !out.status.success() && err.contains("symbolic link"),
         "{err}"
     );
+}
+
+/// Neither controller starts without TLS files unless plaintext is asked for; a
+/// missing or unusable file, a partial set and a `--node` the certificate does not
+/// carry are named in one line, exit 2.
+#[test]
+fn tls_files_are_required_and_checked_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let tls = dir.path().join("tls");
+    cheferd_controller::tls::make_loopback_site(&tls, &["n1"]).unwrap();
+    std::fs::write(dir.path().join("g.toml"), "").unwrap();
+    let path = |name: &str| tls.join(name).display().to_string();
+    let missing = dir.path().join("missing.pem").display().to_string();
+    let admin = dir.path().join("admin.sock").display().to_string();
+    let socket = dir.path().join("local.sock").display().to_string();
+    let config = dir.path().join("g.toml").display().to_string();
+    let global = |extra: &[&str]| {
+        let mut args = vec!["global", "--config", &config, "--listen", "127.0.0.1:0"];
+        args.extend(["--admin-socket", &admin]);
+        args.extend(extra);
+        args.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    };
+    let local = |extra: &[&str]| {
+        let mut args = vec![
+            "local",
+            "--socket",
+            &socket,
+            "--global",
+            "https://127.0.0.1:1",
+        ];
+        args.extend(extra);
+        args.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    };
+    let (cert, key, ca) = (path("node-n1.pem"), path("node-n1.key"), path("ca.pem"));
+    let (server, server_key) = (path("server.pem"), path("server.key"));
+    for (args, needle) in [
+        (global(&[]), "--insecure-plaintext"),
+        (
+            global(&["--tls-cert", &server, "--tls-key", &server_key]),
+            "needs --tls-client-ca",
+        ),
+        (
+            global(&[
+                "--tls-cert",
+                &missing,
+                "--tls-key",
+                &server_key,
+                "--tls-client-ca",
+                &ca,
+            ]),
+            &missing,
+        ),
+        (
+            global(&[
+                "--tls-cert",
+                &server,
+                "--tls-key",
+                &key,
+                "--tls-client-ca",
+                &ca,
+            ]),
+            "unusable",
+        ),
+        (local(&[]), "--insecure-plaintext"),
+        (
+            local(&["--tls-cert", &cert, "--tls-key", &key, "--tls-ca", &missing]),
+            &missing,
+        ),
+        (
+            local(&[
+                "--tls-cert",
+                &cert,
+                "--tls-key",
+                &key,
+                "--tls-ca",
+                &ca,
+                "--node",
+                "n2",
+            ]),
+            "is for node 'n1'",
+        ),
+    ] {
+        let child = Command::new(cheferd())
+            .args(&args)
+            .env("RUST_LOG", "error")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = run_to_end(child, Duration::from_secs(10));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err} should name {needle}");
+    }
 }
 
 fn run_to_end(mut child: std::process::Child, timeout: Duration) -> std::process::Output {

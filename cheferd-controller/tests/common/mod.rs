@@ -190,6 +190,9 @@ pub struct Cluster {
     pub metrics_port: u16,
     /// The admin socket.
     pub admin: PathBuf,
+    /// The site CA, the global controller's certificate (for 127.0.0.1 and localhost)
+    /// and node certificates (made as nodes start), all by `cheferd certs`.
+    pub tls: PathBuf,
     global: Option<Daemon>,
     locals: BTreeMap<String, Daemon>,
     /// Jobs' processes, in start order.
@@ -216,7 +219,19 @@ impl Cluster {
                 .port()
         };
         let (port, metrics_port) = (free_port(), free_port());
+        let tls = dir.path().join("tls");
+        certs(&["ca", "--out", tls.to_str().unwrap()]);
+        certs(&[
+            "server",
+            "127.0.0.1",
+            "localhost",
+            "--ca",
+            tls.to_str().unwrap(),
+            "--out",
+            tls.to_str().unwrap(),
+        ]);
         Cluster {
+            tls,
             admin: dir.path().join("admin.sock"),
             scratch,
             port,
@@ -261,6 +276,12 @@ impl Cluster {
             .arg(self.dir.path().join("global.toml"))
             .args(["--listen", &format!("127.0.0.1:{}", self.port)])
             .args(["--metrics", &format!("127.0.0.1:{}", self.metrics_port)])
+            .arg("--tls-cert")
+            .arg(self.tls.join("server.pem"))
+            .arg("--tls-key")
+            .arg(self.tls.join("server.key"))
+            .arg("--tls-client-ca")
+            .arg(self.tls.join("ca.pem"))
             .arg("--admin-socket")
             .arg(&self.admin)
             .env("RUST_LOG", "info")
@@ -299,12 +320,19 @@ impl Cluster {
         let socket = self.local_socket(node);
         let _ = std::fs::remove_file(&socket);
         let (log, file) = self.log(&format!("local-{node}"));
+        let tls = self.node_tls(node);
         let child = limit_nofile(Command::new(cheferd()), nofile)
             .args(["local", "--node", node, "--report-ms", "250"])
             .args(extra)
             .arg("--socket")
             .arg(&socket)
-            .args(["--global", &format!("http://127.0.0.1:{}", self.port)])
+            .args(["--global", &format!("https://127.0.0.1:{}", self.port)])
+            .arg("--tls-cert")
+            .arg(&tls.cert)
+            .arg("--tls-key")
+            .arg(&tls.key)
+            .arg("--tls-ca")
+            .arg(&tls.ca)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -315,6 +343,23 @@ impl Cluster {
         wait_for(Duration::from_secs(10), "the local socket", || {
             socket.exists().then_some(())
         });
+    }
+
+    /// A node's certificate, key and the site CA, made with `cheferd certs node` the
+    /// first time.
+    pub fn node_tls(&self, node: &str) -> cheferd_controller::tls::ClientTls {
+        let tls = cheferd_controller::tls::loopback_node(&self.tls, node);
+        if !tls.cert.exists() {
+            let dir = self.tls.to_str().unwrap();
+            certs(&["node", node, "--ca", dir, "--out", dir]);
+        }
+        tls
+    }
+
+    /// A gRPC client of the global controller presenting `node`'s certificate.
+    pub fn grpc_client(&self, node: &str) -> impl std::future::Future<Output = GrpcClient> {
+        let tls = self.node_tls(node).load().expect("node TLS files load");
+        grpc_client(self.port, Some(tls))
     }
 
     /// The process id of a node's local controller.
@@ -477,6 +522,43 @@ impl Cluster {
             },
         )
     }
+}
+
+/// `cheferd certs ARGS…`, which must succeed.
+pub fn certs(args: &[&str]) {
+    let mut command = Command::new(cheferd());
+    command.arg("certs").args(args);
+    let output = run_with_timeout(&mut command, Duration::from_secs(30));
+    assert!(
+        output.status.success(),
+        "cheferd certs {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A gRPC client of the global controller.
+pub type GrpcClient =
+    cheferd_controller::proto::global_client::GlobalClient<tonic::transport::Channel>;
+
+/// A client of the global controller on `port` over TLS with `tls` (`https://`), or
+/// plaintext without (`http://`). Panics if the connection cannot be made.
+pub async fn grpc_client(port: u16, tls: Option<tonic::transport::ClientTlsConfig>) -> GrpcClient {
+    try_grpc_client(port, tls).await.expect("gRPC connects")
+}
+
+/// The same, or the connection error (one line with its causes).
+pub async fn try_grpc_client(
+    port: u16,
+    tls: Option<tonic::transport::ClientTlsConfig>,
+) -> Result<GrpcClient, String> {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let url = format!("{scheme}://127.0.0.1:{port}");
+    let endpoint = cheferd_controller::tls::endpoint(&url, tls)?;
+    endpoint
+        .connect()
+        .await
+        .map(GrpcClient::new)
+        .map_err(|e| cheferd_controller::tls::error_chain(&e))
 }
 
 /// `command` with its descriptor limit (soft and hard) set to `nofile`, if given.
