@@ -22,6 +22,7 @@ pub mod adaptbf;
 pub mod cli;
 pub mod drf;
 pub mod mckp;
+pub mod placement;
 pub mod plot;
 pub mod registry;
 pub mod sharing;
