@@ -69,7 +69,7 @@ pub struct PlaceSimArgs {
     #[arg(long, value_delimiter = ',', default_value = "160,480,800,1024,3600")]
     pub osts: Vec<usize>,
     /// Simulated hours of each scalability run.
-    #[arg(long, default_value_t = 6.0)]
+    #[arg(long, default_value_t = 2.0)]
     pub scale_hours: f64,
     /// Skip the PNG/SVG plots.
     #[arg(long)]

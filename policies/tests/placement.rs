@@ -449,14 +449,11 @@ fn markov_predicts_the_pattern() {
 
 #[test]
 fn simulator_reproduces_the_papers_trends() {
-    let sc = PlaceScenario {
-        hours: 12.0,
-        ..PlaceScenario::paper(42)
-    };
+    let sc = PlaceScenario::paper(42);
     let run = |p: &str| sim::simulate(&sc, &Placer::parse(p).unwrap());
     let (m, rr, rnd) = (run("mcmf"), run("round-robin"), run("random"));
     for r in [&m, &rr, &rnd] {
-        assert_eq!(r.samples.len(), 72);
+        assert_eq!(r.samples.len(), 144);
         assert!(r.completed > r.requests * 9 / 10);
     }
     let at = |r: &sim::PlaceSimResult, h: f64| {

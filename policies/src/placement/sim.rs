@@ -14,6 +14,9 @@
 //! * **Server load**: `CPU% = 5 + 4 · streams + 40 · (bytes stored / server capacity)`
 //!   (writes in progress plus reads of the data it holds), `Memory% = 10 + 2 · streams`,
 //!   both capped at 100 — what a statistics collector (§III-A) would publish.
+//! * **Background traffic.** Every target is, a `background` share of the time (spells
+//!   of 10 minutes on average), busy with [`BG_STREAMS`] streams of clients outside the
+//!   workload; they take their bandwidth share and show in the statistics.
 //! * **Initial state.** Not balanced (the paper's runs start "from a highly unbalanced
 //!   setup"): the targets of the first server already hold `hot_fill` of their
 //!   capacity, the others `cold_fill`.
@@ -48,6 +51,9 @@ pub struct App {
     pub noise: f64,
     /// Stripe count of every request.
     pub stripes: u32,
+    /// Files created at once per arrival (file-per-process bursts); the arrival's bytes
+    /// are split among them.
+    pub files: usize,
 }
 
 impl App {
@@ -78,6 +84,7 @@ pub fn paper_apps() -> Vec<App> {
             jitter: 0.05,
             noise: 0.03,
             stripes: 4,
+            files: 4,
         },
         App {
             id: 2,
@@ -87,6 +94,7 @@ pub fn paper_apps() -> Vec<App> {
             jitter: 0.05,
             noise: 0.03,
             stripes: 8,
+            files: 16,
         },
         App {
             id: 3,
@@ -103,6 +111,7 @@ pub fn paper_apps() -> Vec<App> {
             jitter: 0.05,
             noise: 0.03,
             stripes: 2,
+            files: 1,
         },
     ]
 }
@@ -134,7 +143,9 @@ pub struct PlaceScenario {
     pub hot_fill: f64,
     /// Initial fill of the others.
     pub cold_fill: f64,
-    /// Seed (workload, and the random placer's `random:SEED` if it uses the default).
+    /// Share of the time a target carries background traffic from other clients.
+    pub background: f64,
+    /// Seed of the workload and of the background traffic.
     pub seed: u64,
 }
 
@@ -154,18 +165,20 @@ impl PlaceScenario {
             fill: 0.6,
             hot_fill: 0.03,
             cold_fill: 0.005,
+            background: 0.0,
             seed,
         }
     }
 
-    /// The scalability setup of Fig. 17: `osts` targets, 8 per server, a workload 8×
-    /// the base one, `hours` long.
+    /// The scalability setup of Fig. 17: `osts` targets, 8 per server, a workload 12×
+    /// the base one, background traffic on targets a quarter of the time, `hours` long.
     pub fn scaled(osts: usize, hours: f64, seed: u64) -> Self {
         PlaceScenario {
             osses: osts.div_ceil(8),
             osts_per_oss: 8,
             hours,
-            load: 24.0,
+            load: 12.0,
+            background: 0.25,
             ..Self::paper(seed)
         }
     }
@@ -185,6 +198,9 @@ impl PlaceScenario {
         (per_s * self.hours * 3600.0 / (self.fill * self.targets() as f64)).max(GIB)
     }
 }
+
+/// Streams of background traffic on a busy target.
+pub const BG_STREAMS: usize = 3;
 
 /// One sample of the load-balance ratios.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -309,6 +325,17 @@ pub fn simulate(sc: &PlaceScenario, placer: &Placer) -> PlaceSimResult {
     let oss_cap = cap * sc.osts_per_oss as f64;
     let mut n_on_ost = vec![0usize; n_ost];
     let mut n_on_oss = vec![0usize; sc.osses];
+    // Background traffic of clients outside the workload: each target is busy with
+    // `BG_STREAMS` streams a `background` share of the time, in spells of 10 minutes on
+    // average (a Markov on/off process, seeded apart from the workload).
+    let mut bg_rng = Rng::new(sc.seed ^ 0xB0B0_B0B0);
+    let mut bg = vec![false; n_ost];
+    let p_off = (sc.step / 600.0).min(1.0);
+    let p_on = if sc.background < 1.0 {
+        (p_off * sc.background / (1.0 - sc.background)).min(1.0)
+    } else {
+        1.0
+    };
     let loads = |streams_on_oss: &[usize], used: &[f64]| -> Vec<(f64, f64)> {
         (0..sc.osses)
             .map(|j| {
@@ -325,6 +352,20 @@ pub fn simulate(sc: &PlaceScenario, placer: &Placer) -> PlaceSimResult {
     };
     for step in 0..steps {
         let t = step as f64 * sc.step;
+        for (k, b) in bg.iter_mut().enumerate() {
+            let flip = bg_rng.uniform() < if *b { p_off } else { p_on };
+            if flip {
+                *b = !*b;
+                let j = k / sc.osts_per_oss;
+                if *b {
+                    n_on_ost[k] += BG_STREAMS;
+                    n_on_oss[j] += BG_STREAMS;
+                } else {
+                    n_on_ost[k] -= BG_STREAMS;
+                    n_on_oss[j] -= BG_STREAMS;
+                }
+            }
+        }
         // Arrivals in [t, t + step), in time order.
         while let Some((a, at)) = next_at
             .iter()
@@ -337,63 +378,66 @@ pub fn simulate(sc: &PlaceScenario, placer: &Placer) -> PlaceSimResult {
             let bytes = app.size(nth[a], &mut rng);
             nth[a] += 1;
             next_at[a] = at + rng.range(0.5, 1.5) * app.period / sc.load;
-            let load = loads(&n_on_oss, &used);
-            let input = PlaceInput {
-                stripe_size: super::DEFAULT_STRIPE_SIZE,
-                osses: (0..sc.osses)
-                    .map(|j| Oss {
-                        id: j as u32,
-                        cpu: load[j].0,
-                        memory: load[j].1,
-                    })
-                    .collect(),
-                targets: (0..n_ost)
-                    .map(|k| Target {
-                        id: k as u32,
-                        oss: (k / sc.osts_per_oss) as u32,
-                        capacity: cap,
-                        used: used[k],
-                        load: (25.0 * n_on_ost[k] as f64).min(100.0),
-                    })
-                    .collect(),
-                requests: vec![Request {
-                    id: res.requests as u64,
-                    app: app.id,
-                    stripes: app.stripes,
-                    bytes,
-                }],
-                history: vec![History {
-                    app: app.id,
-                    bytes: history[a].clone(),
-                }],
-            };
-            let h = &mut history[a];
-            h.push(bytes);
-            if h.len() > markov::DEFAULT_WINDOW {
-                h.remove(0);
-            }
-            res.requests += 1;
-            let Ok(d) = place(placer, &input, &mut state) else {
-                continue; // the cluster is full: the request fails
-            };
-            res.dropped += d.dropped;
-            let per = bytes / app.stripes as f64;
-            let r = live.len();
-            live.push(Live {
-                arrival: at,
-                bytes,
-                stripes_left: app.stripes as usize,
-            });
-            for &k in &d.placements[0].targets {
-                let k = k as usize;
-                used[k] = (used[k] + per).min(cap);
-                streams.push(Stream {
-                    req: r,
-                    ost: k,
-                    left: per,
+            let file_bytes = bytes / app.files.max(1) as f64;
+            for _ in 0..app.files.max(1) {
+                let load = loads(&n_on_oss, &used);
+                let input = PlaceInput {
+                    stripe_size: super::DEFAULT_STRIPE_SIZE,
+                    osses: (0..sc.osses)
+                        .map(|j| Oss {
+                            id: j as u32,
+                            cpu: load[j].0,
+                            memory: load[j].1,
+                        })
+                        .collect(),
+                    targets: (0..n_ost)
+                        .map(|k| Target {
+                            id: k as u32,
+                            oss: (k / sc.osts_per_oss) as u32,
+                            capacity: cap,
+                            used: used[k],
+                            load: (25.0 * n_on_ost[k] as f64).min(100.0),
+                        })
+                        .collect(),
+                    requests: vec![Request {
+                        id: res.requests as u64,
+                        app: app.id,
+                        stripes: app.stripes,
+                        bytes: file_bytes,
+                    }],
+                    history: vec![History {
+                        app: app.id,
+                        bytes: history[a].clone(),
+                    }],
+                };
+                let h = &mut history[a];
+                h.push(file_bytes);
+                if h.len() > markov::DEFAULT_WINDOW {
+                    h.remove(0);
+                }
+                res.requests += 1;
+                let Ok(d) = place(placer, &input, &mut state) else {
+                    continue; // the cluster is full: the file fails
+                };
+                res.dropped += d.dropped;
+                let per = file_bytes / app.stripes as f64;
+                let r = live.len();
+                live.push(Live {
+                    arrival: at,
+                    bytes: file_bytes,
+                    stripes_left: app.stripes as usize,
                 });
-                n_on_ost[k] += 1;
-                n_on_oss[k / sc.osts_per_oss] += 1;
+                for &k in &d.placements[0].targets {
+                    let k = k as usize;
+                    used[k] = (used[k] + per).min(cap);
+                    streams.push(Stream {
+                        req: r,
+                        ost: k,
+                        left: per,
+                    });
+                    n_on_ost[k] += 1;
+                    n_on_oss[k / sc.osts_per_oss] += 1;
+                }
             }
         }
         // Write for one step with shared bandwidth.
