@@ -65,6 +65,9 @@ pub struct PlaceSimArgs {
     /// Workload seed.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Simulated hours of the Figs. 11–12 runs (the paper: 24).
+    #[arg(long, default_value_t = 24.0)]
+    pub hours: f64,
     /// Target counts of the scalability run (Fig. 17).
     #[arg(long, value_delimiter = ',', default_value = "160,480,800,1024,3600")]
     pub osts: Vec<usize>,
@@ -524,7 +527,13 @@ fn place_sim(a: &PlaceSimArgs, out: &mut dyn Write) -> Result<(), Failure> {
         a.scale_hours,
         "hours in (0, 48]",
     )?;
-    let f = placement::sim::figures(a.seed, &a.osts, a.scale_hours);
+    check(
+        a.hours.is_finite() && a.hours >= 1.0 && a.hours <= 240.0,
+        "--hours",
+        a.hours,
+        "hours in [1, 240]",
+    )?;
+    let f = placement::sim::figures(a.seed, a.hours, &a.osts, a.scale_hours);
     let md = placement::sim::markdown(&f);
     write!(out, "{md}").map_err(|e| io(e.to_string()))?;
     let Some(dir) = &a.out else { return Ok(()) };

@@ -13,6 +13,9 @@
 //! expose it as JSON ([`Policy::state`] / [`Policy::load_state`]) so that a dry run
 //! (`policies allocate`) can be chained cycle after cycle.
 //!
+//! [`placement`] chooses the storage targets of new files' stripes (MCMF with Markov
+//! prediction, round-robin, random; Paul et al. §III), with its own simulator.
+//!
 //! Policies are built by name with [`build`] (e.g. `"psfa"`, `"adaptbf"`,
 //! `"themis:group,user,size"`); see [`registry`] for the full list.
 

@@ -185,6 +185,8 @@ fn place_sim_writes_summary_and_plots() {
     let o = policies(
         &[
             "place-sim",
+            "--hours",
+            "2",
             "--osts",
             "160",
             "--scale-hours",
