@@ -29,7 +29,7 @@
 //!   load in percent, the OST term its used space in percent of the *mean* target
 //!   capacity (the paper adds CPU % to kilobytes, where the kilobytes dominate). Both are
 //!   weighted ([`Weights`], 1 and 1 by default) and scaled to integers (`COST_SCALE`).
-//! * **Load after placement.** The OST → sink arc is convex: the `u`-th stripe given to a
+//! * **Load after placement.** The OST arc is convex: the `u`-th stripe given to a
 //!   target in this round costs the target's load *after* `u + 1` stripes (used + `(u+1)`
 //!   × the round's mean stripe bytes). With a constant per-unit cost every request of a
 //!   round would pile onto the same emptiest targets.
@@ -400,7 +400,7 @@ pub struct Decision {
     pub predicted: Vec<Predicted>,
     /// Predicted requests removed because the network could not carry them (§III-C2).
     pub dropped: usize,
-    /// Cost (eq. 1) of the final flow, in units of `1 / COST_SCALE` % (MCMF).
+    /// Cost (eq. 1) of the final flow; [`COST_SCALE`] = 100 % of load (MCMF; 0 otherwise).
     pub cost: i64,
 }
 

@@ -606,10 +606,10 @@ pub fn markdown(f: &Figures) -> String {
             r.samples
                 .iter()
                 .find(|x| x.hour >= h - 1e-9)
-                .map_or(f64::NAN, |x| x.disk_ratio)
+                .map_or("—".to_string(), |x| format!("{:.2}", x.disk_ratio))
         };
         s.push_str(&format!(
-            "| {} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.3} | {} | {:.0} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {:.3} | {} | {:.0} | {} |\n",
             r.placer,
             at(1.0),
             at(6.0),
