@@ -171,6 +171,9 @@ enum Command {
         #[command(subcommand)]
         command: CertsCommand,
     },
+    /// Dry run of one stripe-placement decision: targets and requests (JSON) on stdin,
+    /// the chosen targets on stdout (same as `policies place`).
+    Place(policies::cli::PlaceArgs),
     /// Administer a running global controller.
     Ctl {
         /// The global controller's admin socket.
@@ -349,6 +352,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => return run_policies(policies::cli::Command::Simulate(args)),
         Command::Allocate(args) => return run_policies(policies::cli::Command::Allocate(args)),
         Command::Trace(args) => return run_policies(policies::cli::Command::Trace(args)),
+        Command::Place(args) => return run_policies(policies::cli::Command::Place(args)),
         other => other,
     };
     if let Command::Replay {
@@ -428,7 +432,8 @@ fn main() -> ExitCode {
             | Command::Replay { .. }
             | Command::Simulate(_)
             | Command::Allocate(_)
-            | Command::Trace(_) => unreachable!("handled above"),
+            | Command::Trace(_)
+            | Command::Place(_) => unreachable!("handled above"),
             Command::Demo {
                 seconds,
                 stagger,

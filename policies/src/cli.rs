@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use clap::{Parser, Subcommand};
 use serde::Deserialize;
 
+use crate::placement::{self, PlaceInput, Placer, PlacerState};
 use crate::sim::{self, Scenario, SimResult};
 use crate::trace::{self, LoadShape};
 use crate::{build, JobSnapshot};
@@ -36,6 +37,46 @@ pub enum Command {
     Allocate(AllocateArgs),
     /// Generate a seeded metadata trace for a scenario (padll-trace v1 CSV).
     Trace(TraceArgs),
+    /// Dry run of one placement decision: targets, servers and requests (JSON) on
+    /// stdin, the chosen targets on stdout.
+    Place(PlaceArgs),
+    /// Replay the placement experiments (Figs. 11, 12, 17, Table II) in the simulator.
+    PlaceSim(PlaceSimArgs),
+}
+
+/// Arguments of `place`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Input (stdin): {\"targets\": [{\"id\": 0, \"oss\": 0, \"capacity\": 1e12, \"used\": 2e11}, ...], \"osses\": [{\"id\": 0, \"cpu\": 35, \"memory\": 20}], \"requests\": [{\"id\": 1, \"app\": 7, \"stripes\": 4, \"bytes\": 4e9}], \"history\": [{\"app\": 7, \"bytes\": [...]}], \"state\": <from a previous decision, optional>}\nOutput: {\"placer\", \"placements\": [{\"request\", \"targets\"}], \"predicted\", \"dropped\", \"cost\", \"state\"}. See policies/README.md."
+)]
+pub struct PlaceArgs {
+    /// Placer: mcmf (= mcmf:3,3: Markov order 3, 3 predicted requests per application),
+    /// mcmf:ORDER[,PREDICT], mcmf:0 (no prediction), round-robin, random[:SEED].
+    #[arg(long, default_value = "mcmf")]
+    pub placer: String,
+}
+
+/// Arguments of `place-sim`.
+#[derive(Debug, clap::Args)]
+pub struct PlaceSimArgs {
+    /// Output directory for summary.md and the PNG/SVG plots.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Workload seed.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Simulated hours of the Figs. 11–12 runs (the paper: 24).
+    #[arg(long, default_value_t = 24.0)]
+    pub hours: f64,
+    /// Target counts of the scalability run (Fig. 17).
+    #[arg(long, value_delimiter = ',', default_value = "160,480,800,1024,3600")]
+    pub osts: Vec<usize>,
+    /// Simulated hours of each scalability run.
+    #[arg(long, default_value_t = 2.0)]
+    pub scale_hours: f64,
+    /// Skip the PNG/SVG plots.
+    #[arg(long)]
+    pub no_plots: bool,
 }
 
 /// Arguments of `simulate`.
@@ -194,6 +235,8 @@ pub fn execute(cmd: &Command, input: &mut dyn Read, out: &mut dyn Write) -> Resu
         Command::Simulate(a) => simulate(a, out),
         Command::Allocate(a) => allocate(a, input, out),
         Command::Trace(a) => make_trace(a, out),
+        Command::Place(a) => place(a, input, out),
+        Command::PlaceSim(a) => place_sim(a, out),
     }
 }
 
@@ -437,4 +480,128 @@ fn check(ok: bool, flag: &str, value: f64, expected: &str) -> Result<(), Failure
 
 fn write_file(p: &Path, text: &str) -> Result<(), Failure> {
     fs::write(p, text).map_err(|e| io(format!("{}: {e}", p.display())))
+}
+
+/// The JSON input of `place`: a [`PlaceInput`] plus the state of the previous decision.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlaceJson {
+    #[serde(flatten)]
+    input: PlaceInput,
+    #[serde(default)]
+    state: Option<PlacerState>,
+}
+
+fn place(a: &PlaceArgs, input: &mut dyn Read, out: &mut dyn Write) -> Result<(), Failure> {
+    let placer = Placer::parse(&a.placer).map_err(|e| usage(format!("bad --placer: {e}")))?;
+    let mut text = String::new();
+    input
+        .read_to_string(&mut text)
+        .map_err(|e| usage(format!("reading stdin: {e}")))?;
+    let j: PlaceJson =
+        serde_json::from_str(&text).map_err(|e| usage(format!("bad placement JSON: {e}")))?;
+    j.input
+        .validate()
+        .map_err(|e| usage(format!("bad placement JSON: {e}")))?;
+    let mut state = j.state.unwrap_or_default();
+    let d = placement::place(&placer, &j.input, &mut state).map_err(usage)?;
+    let result = serde_json::json!({
+        "placer": placer.name(),
+        "placements": d.placements,
+        "predicted": d.predicted,
+        "dropped": d.dropped,
+        "cost": d.cost,
+        "state": state,
+    });
+    let text = serde_json::to_string_pretty(&result).map_err(|e| io(e.to_string()))?;
+    writeln!(out, "{text}").map_err(|e| io(e.to_string()))
+}
+
+fn place_sim(a: &PlaceSimArgs, out: &mut dyn Write) -> Result<(), Failure> {
+    if let Some(&n) = a.osts.iter().find(|&&n| n == 0 || n > 100_000) {
+        return Err(usage(format!("bad --osts `{n}` (expected 1–100000)")));
+    }
+    check(
+        a.scale_hours.is_finite() && a.scale_hours > 0.0 && a.scale_hours <= 48.0,
+        "--scale-hours",
+        a.scale_hours,
+        "hours in (0, 48]",
+    )?;
+    check(
+        a.hours.is_finite() && a.hours >= 1.0 && a.hours <= 240.0,
+        "--hours",
+        a.hours,
+        "hours in [1, 240]",
+    )?;
+    let f = placement::sim::figures(a.seed, a.hours, &a.osts, a.scale_hours);
+    let md = placement::sim::markdown(&f);
+    write!(out, "{md}").map_err(|e| io(e.to_string()))?;
+    let Some(dir) = &a.out else { return Ok(()) };
+    fs::create_dir_all(dir).map_err(|e| io(format!("{}: {e}", dir.display())))?;
+    write_file(&dir.join("summary.md"), &md)?;
+    if a.no_plots {
+        return Ok(());
+    }
+    let series = |pick: fn(&placement::sim::Sample) -> f64| -> Vec<crate::plot::Series> {
+        f.balance
+            .iter()
+            .map(|r| {
+                (
+                    r.placer.clone(),
+                    r.samples.iter().map(|s| (s.hour, pick(s))).collect(),
+                )
+            })
+            .collect()
+    };
+    let figs: [(&str, &str, &str, Vec<crate::plot::Series>, bool); 3] = [
+        (
+            "fig11-disk",
+            "Max/mean disk space used over 32 OSTs (cf. Fig. 11)",
+            "max/mean disk used",
+            series(|s| s.disk_ratio),
+            false,
+        ),
+        (
+            "fig12-cpu",
+            "Max/mean OSS CPU over 8 OSSes, 10-min means (cf. Fig. 12)",
+            "max/mean CPU",
+            series(|s| s.cpu_ratio),
+            false,
+        ),
+        (
+            "fig17-bandwidth",
+            "Mean request bandwidth vs number of OSTs (cf. Fig. 17)",
+            "MB/s",
+            ["mcmf", "round-robin"]
+                .iter()
+                .map(|p| {
+                    (
+                        p.to_string(),
+                        f.scaling
+                            .iter()
+                            .filter(|x| x.1 == *p)
+                            .map(|x| (x.0 as f64, x.2 / 1e6))
+                            .collect(),
+                    )
+                })
+                .collect(),
+            true,
+        ),
+    ];
+    for (name, title, y, s, markers) in &figs {
+        let x = if *markers { "OSTs" } else { "hours" };
+        let base = dir.join(name);
+        crate::plot::plot_lines(
+            title,
+            x,
+            y,
+            s,
+            if *markers { 0.0 } else { 1.0 },
+            *markers,
+            Some(&base.with_extension("png")),
+            Some(&base.with_extension("svg")),
+        )
+        .map_err(io)?;
+    }
+    Ok(())
 }

@@ -13,6 +13,9 @@
 //! expose it as JSON ([`Policy::state`] / [`Policy::load_state`]) so that a dry run
 //! (`policies allocate`) can be chained cycle after cycle.
 //!
+//! [`placement`] chooses the storage targets of new files' stripes (MCMF with Markov
+//! prediction, round-robin, random; Paul et al. §III), with its own simulator.
+//!
 //! Policies are built by name with [`build`] (e.g. `"psfa"`, `"adaptbf"`,
 //! `"themis:group,user,size"`); see [`registry`] for the full list.
 
@@ -22,6 +25,7 @@ pub mod adaptbf;
 pub mod cli;
 pub mod drf;
 pub mod mckp;
+pub mod placement;
 pub mod plot;
 pub mod registry;
 pub mod sharing;

@@ -171,3 +171,109 @@ where
     root.present().map_err(e)?;
     Ok(())
 }
+
+/// One named series of `(x, y)` points for [`plot_lines`].
+pub type Series = (String, Vec<(f64, f64)>);
+
+/// A generic line chart (the placement simulator's Figs. 11, 12 and 17): one line per
+/// series, with markers when `markers`; `y_min` is the bottom of the y axis.
+#[allow(clippy::too_many_arguments)]
+pub fn plot_lines(
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &[Series],
+    y_min: f64,
+    markers: bool,
+    png: Option<&Path>,
+    svg: Option<&Path>,
+) -> Result<(), String> {
+    register_font();
+    let lines = Lines {
+        title,
+        x_desc,
+        y_desc,
+        series,
+        y_min,
+        markers,
+    };
+    if let Some(p) = png {
+        let root = BitMapBackend::new(p, (900, 420)).into_drawing_area();
+        draw_lines(root, &lines).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    if let Some(p) = svg {
+        let root = SVGBackend::new(p, (900, 420)).into_drawing_area();
+        draw_lines(root, &lines).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    Ok(())
+}
+
+struct Lines<'a> {
+    title: &'a str,
+    x_desc: &'a str,
+    y_desc: &'a str,
+    series: &'a [Series],
+    y_min: f64,
+    markers: bool,
+}
+
+fn draw_lines<DB: DrawingBackend>(
+    root: DrawingArea<DB, plotters::coord::Shift>,
+    c: &Lines,
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
+    root.fill(&WHITE).map_err(e)?;
+    let pts = || c.series.iter().flat_map(|s| s.1.iter());
+    let x0 = pts().map(|p| p.0).fold(f64::INFINITY, f64::min);
+    let x1 = pts().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
+    let y1 = pts().map(|p| p.1).fold(c.y_min, f64::max);
+    let (x0, x1) = if x0.is_finite() && x1 > x0 {
+        (x0, x1)
+    } else {
+        (0.0, 1.0)
+    };
+    let y1 = if y1 > c.y_min { y1 } else { c.y_min + 1.0 };
+    let mut chart = ChartBuilder::on(&root)
+        .caption(c.title, ("sans-serif", 20))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(55)
+        .build_cartesian_2d(x0..x1, c.y_min..y1 * 1.05)
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_desc(c.x_desc)
+        .y_desc(c.y_desc)
+        .label_style(("sans-serif", 13))
+        .draw()
+        .map_err(e)?;
+    for (k, (label, points)) in c.series.iter().enumerate() {
+        let color = COLORS[k % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(
+                points.iter().copied(),
+                color.stroke_width(2),
+            ))
+            .map_err(e)?
+            .label(label.clone())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], color));
+        if c.markers {
+            chart
+                .draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled())))
+                .map_err(e)?;
+        }
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 13))
+        .draw()
+        .map_err(e)?;
+    root.present().map_err(e)?;
+    Ok(())
+}

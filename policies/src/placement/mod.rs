@@ -1,0 +1,807 @@
+//! Load-balanced placement of new files' stripes on storage targets (OSTs), after Paul
+//! et al., "I/O Load Balancing for Big Data HPC Applications" §III.
+//!
+//! Given the storage servers (OSSes: CPU and memory load), their targets (OSTs: capacity
+//! and bytes used, §III-A / Table I statistics) and the write requests to place (stripe
+//! count and bytes), a [`Placer`] chooses, for every request, `stripes` distinct
+//! targets. Like the rate policies, every placer is a pure, deterministic function of its
+//! input and its explicit [`PlacerState`].
+//!
+//! ## MCMF (§III-C)
+//!
+//! The flow network of Fig. 10: source `S1` → request `R_i` (capacity = its stripe
+//! count, cost 0) → every target `OST_jk` (capacity 1, so a request puts at most one
+//! stripe on a target — the paper's feasibility constraint; cost = the load of the
+//! target's server `OSS_j`, `α·CPU% + β·Memory%` with `α = β = 0.5`) → sink `S2`
+//! (capacity = how many stripes still fit on the target, `KBavailable / stripe size`;
+//! cost = the target's load `TotalKB − KBavailable`). The requests are the current ones
+//! plus those the Markov chain ([`markov`], §III-B) predicts for the same applications;
+//! the flow is solved by [`mcmf`] (successive shortest paths, eqs. 1–2), each current
+//! request is given the targets its stripes flowed to, and if the network cannot carry
+//! every stripe "we remove one of the predicted requests … and run the algorithm again.
+//! This process is repeated until all requests are mapped" (§III-C2) — the last
+//! predicted one goes first.
+//!
+//! Departures from the paper's text, so that its intent ("the edges between OST and sink
+//! … create a load balanced distribution of OSTs") holds within one round:
+//!
+//! * **Commensurable costs.** The two terms are put on one scale: the OSS term is its
+//!   load in percent, the OST term its used space in percent of the *mean* target
+//!   capacity (the paper adds CPU % to kilobytes, where the kilobytes dominate). Both are
+//!   weighted ([`Weights`], 1 and 1 by default) and scaled to integers (`COST_SCALE`).
+//! * **Load after placement.** The OST arc is convex: the `u`-th stripe given to a
+//!   target in this round costs the target's load *after* `u + 1` stripes (used + `(u+1)`
+//!   × the round's mean stripe bytes). With a constant per-unit cost every request of a
+//!   round would pile onto the same emptiest targets.
+//! * **Stripe bytes.** A request's stripe holds `bytes / stripes` bytes (the paper's
+//!   "number of write bytes divided by the stripe size" is the count of stripe-size
+//!   chunks); a target's capacity in the network is its free space over the largest
+//!   stripe of the round (at least the configured stripe size).
+//! * **Server layer.** Targets flow into a node per server (`OST_jk → OSS_j → S2`, the
+//!   "requests → OSTs → OSSes" of Fig. 10's hierarchy), whose arc to the sink is convex:
+//!   every stripe placed on a server in this round adds [`Weights::oss_stripe`] percent
+//!   to its load. Without it a wide request would take all the targets of the least
+//!   loaded server, which then shares one server's bandwidth among them.
+//! * **Busy targets.** A target's I/O load (percent busy, e.g. from `brw_stats`, which
+//!   §III-D says the MDS uses to remove stragglers) is added to its space term.
+//! * A predicted request has the predicted bytes and the stripe count of its
+//!   application's current request.
+//!
+//! ## Baselines (§IV-B)
+//!
+//! * `round-robin`: Lustre's default — targets in an order that alternates servers (the
+//!   `k`-th target of each OSS in turn), a pointer carried in the state; full targets are
+//!   skipped.
+//! * `random[:SEED]`: the paper's weighted random — a random target among those whose
+//!   free space is more than 40 % of their capacity (the rest if not enough of those),
+//!   seeded, the number of decisions so far in the state.
+
+pub mod markov;
+pub mod mcmf;
+pub mod sim;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::trace::Rng;
+use mcmf::Network;
+
+/// Integer cost of 100 % load (costs are integers so the solver is exact).
+pub const COST_SCALE: f64 = 1e7;
+
+/// Default stripe size (Lustre's 1 MiB).
+pub const DEFAULT_STRIPE_SIZE: f64 = 1_048_576.0;
+
+/// A storage server (OSS) and its load (§III-A, Table I: CPU%, Memory%).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Oss {
+    /// Server id (targets refer to it).
+    pub id: u32,
+    /// CPU utilisation, percent (0–100).
+    #[serde(default)]
+    pub cpu: f64,
+    /// Memory utilisation, percent (0–100).
+    #[serde(default)]
+    pub memory: f64,
+}
+
+/// A storage target (OST).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Target {
+    /// Target index (what the layout names).
+    pub id: u32,
+    /// The server it is attached to.
+    pub oss: u32,
+    /// Size, bytes (`TotalKB`).
+    pub capacity: f64,
+    /// Bytes used (`TotalKB − KBavailable`).
+    pub used: f64,
+    /// I/O load of the target, percent (0–100): how busy its disk is, e.g. from
+    /// `brw_stats` (§III-D uses it to avoid stragglers). Default 0.
+    #[serde(default)]
+    pub load: f64,
+}
+
+impl Target {
+    /// Free bytes.
+    pub fn free(&self) -> f64 {
+        (self.capacity - self.used).max(0.0)
+    }
+}
+
+/// A file-creation request: `stripes` distinct targets for `bytes` of data.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Request {
+    /// Request id (echoed in the output).
+    pub id: u64,
+    /// Application id (the Markov chain is per application).
+    #[serde(default)]
+    pub app: u32,
+    /// Stripe count (≥ 1).
+    pub stripes: u32,
+    /// Bytes the file will hold (0 = unknown: one stripe size per stripe).
+    #[serde(default)]
+    pub bytes: f64,
+}
+
+/// Past write sizes of one application (oldest first), for the Markov predictor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct History {
+    /// Application id.
+    pub app: u32,
+    /// Bytes written by its past requests, oldest first.
+    pub bytes: Vec<f64>,
+}
+
+/// Everything one placement decision sees.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlaceInput {
+    /// Stripe size, bytes (default 1 MiB).
+    #[serde(default = "default_stripe_size")]
+    pub stripe_size: f64,
+    /// The servers (absent: every server's load counts as 0).
+    #[serde(default)]
+    pub osses: Vec<Oss>,
+    /// The targets.
+    pub targets: Vec<Target>,
+    /// The requests to place now, in order.
+    pub requests: Vec<Request>,
+    /// Past write sizes per application (MCMF's predictions).
+    #[serde(default)]
+    pub history: Vec<History>,
+}
+
+fn default_stripe_size() -> f64 {
+    DEFAULT_STRIPE_SIZE
+}
+
+impl PlaceInput {
+    /// `Ok` if every field is usable; else one line naming the field and value.
+    pub fn validate(&self) -> Result<(), String> {
+        let num = |what: String, v: f64| -> Result<(), String> {
+            if v.is_finite() && v >= 0.0 {
+                Ok(())
+            } else {
+                Err(format!("{what} {v} (expected a finite number ≥ 0)"))
+            }
+        };
+        if !(self.stripe_size.is_finite() && self.stripe_size > 0.0) {
+            return Err(format!(
+                "bad stripe_size {} (expected bytes > 0)",
+                self.stripe_size
+            ));
+        }
+        let mut osses = HashSet::new();
+        for o in &self.osses {
+            if !osses.insert(o.id) {
+                return Err(format!("duplicate oss id `{}`", o.id));
+            }
+            for (f, v) in [("cpu", o.cpu), ("memory", o.memory)] {
+                if !(v.is_finite() && (0.0..=100.0).contains(&v)) {
+                    return Err(format!(
+                        "oss {}: bad {f} {v} (expected a percentage 0–100)",
+                        o.id
+                    ));
+                }
+            }
+        }
+        let mut ids = HashSet::new();
+        for t in &self.targets {
+            if !ids.insert(t.id) {
+                return Err(format!("duplicate target id `{}`", t.id));
+            }
+            num(format!("target {}: bad capacity", t.id), t.capacity)?;
+            num(format!("target {}: bad used", t.id), t.used)?;
+            if !(t.load.is_finite() && (0.0..=100.0).contains(&t.load)) {
+                return Err(format!(
+                    "target {}: bad load {} (expected a percentage 0–100)",
+                    t.id, t.load
+                ));
+            }
+            if t.used > t.capacity {
+                return Err(format!(
+                    "target {}: bad used {} (more than its capacity {})",
+                    t.id, t.used, t.capacity
+                ));
+            }
+            if !self.osses.is_empty() && !osses.contains(&t.oss) {
+                return Err(format!(
+                    "target {}: bad oss {} (not in `osses`)",
+                    t.id, t.oss
+                ));
+            }
+        }
+        let mut rids = HashSet::new();
+        for r in &self.requests {
+            if !rids.insert(r.id) {
+                return Err(format!("duplicate request id `{}`", r.id));
+            }
+            if r.stripes == 0 {
+                return Err(format!("request {}: bad stripes 0 (expected ≥ 1)", r.id));
+            }
+            num(format!("request {}: bad bytes", r.id), r.bytes)?;
+        }
+        for h in &self.history {
+            for (k, &b) in h.bytes.iter().enumerate() {
+                num(format!("history of app {}: bad bytes[{k}]", h.app), b)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Weights of the two cost terms (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Weights {
+    /// `α` of `α·CPU% + β·Memory%` (paper: 0.5).
+    pub cpu: f64,
+    /// `β` (paper: 0.5).
+    pub memory: f64,
+    /// Weight of the OSS term on request → OST arcs.
+    pub oss: f64,
+    /// Weight of the OST space term on OST → server arcs.
+    pub ost: f64,
+    /// Weight of the OST I/O load term ([`Target::load`]) on OST → server arcs.
+    pub io: f64,
+    /// Load (percent) one stripe placed in this round adds to its server (the OSS →
+    /// sink arcs are convex with this step; 0 = the paper's constant OSS cost).
+    pub oss_stripe: f64,
+}
+
+impl Default for Weights {
+    fn default() -> Self {
+        Weights {
+            cpu: 0.5,
+            memory: 0.5,
+            oss: 1.0,
+            ost: 1.0,
+            io: 1.0,
+            oss_stripe: 2.0,
+        }
+    }
+}
+
+/// A placement algorithm, built by [`Placer::parse`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Placer {
+    /// MCMF over current and `predict` predicted requests per application, chain order
+    /// `order` (`mcmf` = `mcmf:3,3`; `mcmf:0` = no prediction).
+    Mcmf {
+        /// Markov chain order (1–8; 0 = no predicted requests).
+        order: usize,
+        /// Predicted requests per application of the current requests.
+        predict: usize,
+        /// Cost weights.
+        weights: Weights,
+    },
+    /// Lustre's round-robin.
+    RoundRobin,
+    /// The paper's weighted random, seeded.
+    Random {
+        /// Seed.
+        seed: u64,
+    },
+}
+
+/// Names [`Placer::parse`] accepts.
+pub const PLACER_NAMES: [&str; 3] = ["mcmf", "round-robin", "random"];
+
+impl Placer {
+    /// `mcmf[:ORDER[,PREDICT]]`, `round-robin` (`rr`), `random[:SEED]`.
+    pub fn parse(spec: &str) -> Result<Placer, String> {
+        let spec = spec.trim();
+        let (name, params) = match spec.split_once(':') {
+            Some((n, p)) => (n.trim(), Some(p.trim())),
+            None => (spec, None),
+        };
+        let int = |what: &str, v: &str, max: usize| -> Result<usize, String> {
+            v.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|&x| x <= max)
+                .ok_or_else(|| {
+                    format!("placer `{spec}`: bad {what} `{v}` (expected an integer 0–{max})")
+                })
+        };
+        match (name, params) {
+            ("mcmf", None) => Ok(Placer::Mcmf {
+                order: 3,
+                predict: 3,
+                weights: Weights::default(),
+            }),
+            ("mcmf", Some(p)) => {
+                let (o, n) = match p.split_once(',') {
+                    Some((o, n)) => (o, Some(n)),
+                    None => (p, None),
+                };
+                let order = int("order", o, markov::MAX_ORDER)?;
+                let predict = match n {
+                    Some(n) => int("prediction count", n, 64)?,
+                    None if order == 0 => 0,
+                    None => 3,
+                };
+                Ok(Placer::Mcmf {
+                    order,
+                    predict: if order == 0 { 0 } else { predict },
+                    weights: Weights::default(),
+                })
+            }
+            ("round-robin" | "rr", None) => Ok(Placer::RoundRobin),
+            ("random", None) => Ok(Placer::Random { seed: 42 }),
+            ("random", Some(s)) => s
+                .parse::<u64>()
+                .map(|seed| Placer::Random { seed })
+                .map_err(|_| format!("placer `{spec}`: bad seed `{s}` (expected an integer)")),
+            ("round-robin" | "rr", Some(p)) => {
+                Err(format!("placer `{name}` takes no parameters (got `{p}`)"))
+            }
+            (other, _) => Err(format!(
+                "unknown placer `{other}` (known: {})",
+                PLACER_NAMES.join(", ")
+            )),
+        }
+    }
+
+    /// Canonical spec.
+    pub fn name(&self) -> String {
+        match self {
+            Placer::Mcmf { order, predict, .. } => format!("mcmf:{order},{predict}"),
+            Placer::RoundRobin => "round-robin".into(),
+            Placer::Random { seed } => format!("random:{seed}"),
+        }
+    }
+}
+
+/// State carried from one decision to the next (round-robin's pointer, the random
+/// placer's decision count). JSON-serialisable so that dry runs can be chained.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlacerState {
+    /// Round-robin: position of the next target in the server-interleaved order.
+    #[serde(default)]
+    pub next: usize,
+    /// Decisions made so far (seeds the random placer's stream).
+    #[serde(default)]
+    pub decisions: u64,
+}
+
+/// Where one request's stripes go.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    /// The request's id.
+    pub request: u64,
+    /// Target ids, one per stripe (sorted for MCMF; in pointer order for round-robin).
+    pub targets: Vec<u32>,
+}
+
+/// A predicted request that was part of the flow network.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Predicted {
+    /// Application.
+    pub app: u32,
+    /// Predicted bytes.
+    pub bytes: f64,
+    /// Stripe count.
+    pub stripes: u32,
+}
+
+/// The outcome of one decision.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    /// One entry per current request, in input order.
+    pub placements: Vec<Placement>,
+    /// Predicted requests kept in the final network (MCMF).
+    pub predicted: Vec<Predicted>,
+    /// Predicted requests removed because the network could not carry them (§III-C2).
+    pub dropped: usize,
+    /// Cost (eq. 1) of the final flow; [`COST_SCALE`] = 100 % of load (MCMF; 0 otherwise).
+    pub cost: i64,
+}
+
+/// Place `input.requests` with `placer`, updating `state`. Errors (one line) when a
+/// current request cannot be placed at all: fewer targets with room than its stripes.
+pub fn place(
+    placer: &Placer,
+    input: &PlaceInput,
+    state: &mut PlacerState,
+) -> Result<Decision, String> {
+    let d = match placer {
+        Placer::Mcmf {
+            order,
+            predict,
+            weights,
+        } => place_mcmf(input, *order, *predict, weights),
+        Placer::RoundRobin => place_round_robin(input, state),
+        Placer::Random { seed } => place_random(input, *seed, state.decisions),
+    };
+    state.decisions += 1;
+    d
+}
+
+/// Bytes one stripe of `r` holds.
+fn stripe_bytes(r: &Request, stripe_size: f64) -> f64 {
+    if r.bytes > 0.0 {
+        r.bytes / r.stripes as f64
+    } else {
+        stripe_size
+    }
+}
+
+/// How many stripes of `unit` bytes still fit on `t` (at least the target must fit one).
+fn room(t: &Target, unit: f64) -> i64 {
+    if unit <= 0.0 {
+        return i64::MAX / 4;
+    }
+    (t.free() / unit).floor().min(1e15) as i64
+}
+
+/// The predicted requests: `predict` per application of the current requests, in
+/// order of application first appearance then time.
+pub fn predictions(input: &PlaceInput, order: usize, predict: usize) -> Vec<Request> {
+    if order == 0 || predict == 0 {
+        return Vec::new();
+    }
+    let hist: HashMap<u32, &[f64]> = input
+        .history
+        .iter()
+        .map(|h| (h.app, h.bytes.as_slice()))
+        .collect();
+    let mut seen = HashSet::new();
+    let mut per_app: Vec<Vec<f64>> = Vec::new();
+    let mut apps: Vec<&Request> = Vec::new();
+    for r in &input.requests {
+        if !seen.insert(r.app) {
+            continue;
+        }
+        let mut h: Vec<f64> = hist.get(&r.app).map(|h| h.to_vec()).unwrap_or_default();
+        if r.bytes > 0.0 {
+            h.push(r.bytes);
+        }
+        let start = h.len().saturating_sub(markov::DEFAULT_WINDOW);
+        per_app.push(markov::predict(&h[start..], order, predict));
+        apps.push(r);
+    }
+    // Interleaved by horizon, so that dropping from the end removes the furthest ones.
+    let mut out = Vec::new();
+    for k in 0..predict {
+        for (r, p) in apps.iter().zip(&per_app) {
+            if let Some(&b) = p.get(k) {
+                out.push(Request {
+                    id: u64::MAX - out.len() as u64,
+                    app: r.app,
+                    stripes: r.stripes,
+                    bytes: b.max(0.0),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Solve the Fig. 10 network for `reqs` (the first `current` are the real ones).
+/// Returns the stripes' targets per request and the cost, or `None` if not every stripe
+/// can be carried.
+pub fn solve_network(
+    input: &PlaceInput,
+    reqs: &[Request],
+    weights: &Weights,
+) -> Option<(Vec<Vec<u32>>, i64)> {
+    let oss_load: HashMap<u32, f64> = input
+        .osses
+        .iter()
+        .map(|o| (o.id, weights.cpu * o.cpu + weights.memory * o.memory))
+        .collect();
+    let mean_cap = if input.targets.is_empty() {
+        1.0
+    } else {
+        (input.targets.iter().map(|t| t.capacity).sum::<f64>() / input.targets.len() as f64)
+            .max(1.0)
+    };
+    let unit_max = reqs
+        .iter()
+        .map(|r| stripe_bytes(r, input.stripe_size))
+        .fold(input.stripe_size, f64::max);
+    let total_stripes: i64 = reqs.iter().map(|r| r.stripes as i64).sum();
+    let unit_mean = reqs
+        .iter()
+        .map(|r| stripe_bytes(r, input.stripe_size) * r.stripes as f64)
+        .sum::<f64>()
+        / total_stripes.max(1) as f64;
+    // Targets that can take at least one stripe.
+    let eligible: Vec<(usize, i64)> = input
+        .targets
+        .iter()
+        .enumerate()
+        .map(|(k, t)| (k, room(t, unit_max)))
+        .filter(|&(_, c)| c > 0)
+        .collect();
+    // Servers of the eligible targets, in id order.
+    let mut servers: Vec<u32> = eligible
+        .iter()
+        .map(|&(k, _)| input.targets[k].oss)
+        .collect();
+    servers.sort_unstable();
+    servers.dedup();
+    let r0 = 2;
+    let t0 = r0 + reqs.len();
+    let s0 = t0 + eligible.len();
+    let mut net = Network::new(s0 + servers.len());
+    let (src, sink) = (0, 1);
+    for (i, r) in reqs.iter().enumerate() {
+        net.add_arc(src, r0 + i, r.stripes as i64, 0, 0);
+    }
+    let pct = |x: f64| (x * COST_SCALE).round() as i64;
+    // R_i → OST_jk: capacity 1, cost = load of OSS_j (§III-C1).
+    let mut arc_of = Vec::with_capacity(reqs.len() * eligible.len());
+    for (i, _) in reqs.iter().enumerate() {
+        for (e, &(k, _)) in eligible.iter().enumerate() {
+            let t = &input.targets[k];
+            let load = oss_load.get(&t.oss).copied().unwrap_or(0.0) / 100.0;
+            arc_of.push(net.add_arc(r0 + i, t0 + e, 1, pct(weights.oss * load), 0));
+        }
+    }
+    // OST_jk → OSS_j: capacity = stripes that fit, cost = the OST's load after them.
+    for (e, &(k, cap)) in eligible.iter().enumerate() {
+        let t = &input.targets[k];
+        let first = weights.ost * (t.used + unit_mean) / mean_cap + weights.io * t.load / 100.0;
+        let step = weights.ost * unit_mean / mean_cap;
+        let j = servers.binary_search(&t.oss).expect("server listed");
+        net.add_arc(t0 + e, s0 + j, cap, pct(first), pct(step));
+    }
+    // OSS_j → S2: uncapacitated; each stripe of the round adds `oss_stripe` % of load.
+    for j in 0..servers.len() {
+        let step = pct(weights.oss * weights.oss_stripe / 100.0);
+        net.add_arc(s0 + j, sink, total_stripes, step, step);
+    }
+    let res = net.solve(src, sink, total_stripes);
+    if res.flow < total_stripes {
+        return None;
+    }
+    let mut out = vec![Vec::new(); reqs.len()];
+    for (i, o) in out.iter_mut().enumerate() {
+        for (e, &(k, _)) in eligible.iter().enumerate() {
+            if net.flow(arc_of[i * eligible.len() + e]) > 0 {
+                o.push(input.targets[k].id);
+            }
+        }
+    }
+    Some((out, res.cost))
+}
+
+/// Eq. (1) for a given assignment of `reqs`' stripes (`targets[i]` = ids of request
+/// `i`'s targets) in the network [`solve_network`] builds — for checking the solver
+/// against brute force. `None` if the assignment breaks a capacity (eq. 2) or the
+/// one-stripe-per-target rule.
+pub fn assignment_cost(
+    input: &PlaceInput,
+    reqs: &[Request],
+    weights: &Weights,
+    targets: &[Vec<u32>],
+) -> Option<i64> {
+    let mean_cap = if input.targets.is_empty() {
+        1.0
+    } else {
+        (input.targets.iter().map(|t| t.capacity).sum::<f64>() / input.targets.len() as f64)
+            .max(1.0)
+    };
+    let unit_max = reqs
+        .iter()
+        .map(|r| stripe_bytes(r, input.stripe_size))
+        .fold(input.stripe_size, f64::max);
+    let total_stripes: i64 = reqs.iter().map(|r| r.stripes as i64).sum();
+    let unit_mean = reqs
+        .iter()
+        .map(|r| stripe_bytes(r, input.stripe_size) * r.stripes as f64)
+        .sum::<f64>()
+        / total_stripes.max(1) as f64;
+    let pct = |x: f64| (x * COST_SCALE).round() as i64;
+    let oss_load = |id: u32| {
+        input
+            .osses
+            .iter()
+            .find(|o| o.id == id)
+            .map_or(0.0, |o| weights.cpu * o.cpu + weights.memory * o.memory)
+    };
+    let mut per_target: BTreeMap<u32, i64> = BTreeMap::new();
+    let mut per_server: BTreeMap<u32, i64> = BTreeMap::new();
+    let mut cost = 0i64;
+    for (r, ts) in reqs.iter().zip(targets) {
+        let mut seen = HashSet::new();
+        if ts.len() != r.stripes as usize {
+            return None;
+        }
+        for id in ts {
+            if !seen.insert(*id) {
+                return None;
+            }
+            let t = input.targets.iter().find(|t| t.id == *id)?;
+            cost += pct(weights.oss * oss_load(t.oss) / 100.0);
+            *per_target.entry(*id).or_default() += 1;
+            *per_server.entry(t.oss).or_default() += 1;
+        }
+    }
+    for (id, f) in per_target {
+        let t = input.targets.iter().find(|t| t.id == id)?;
+        if f > room(t, unit_max) {
+            return None;
+        }
+        let first =
+            pct(weights.ost * (t.used + unit_mean) / mean_cap + weights.io * t.load / 100.0);
+        let step = pct(weights.ost * unit_mean / mean_cap);
+        cost += first * f + step * f * (f - 1) / 2;
+    }
+    let step = pct(weights.oss * weights.oss_stripe / 100.0);
+    for (_, f) in per_server {
+        cost += step * f + step * f * (f - 1) / 2;
+    }
+    Some(cost)
+}
+
+fn infeasible(input: &PlaceInput, reqs: &[Request]) -> String {
+    // Name the first request that cannot fit on its own, else the set as a whole.
+    for r in reqs {
+        let unit = stripe_bytes(r, input.stripe_size).max(input.stripe_size);
+        let n = input.targets.iter().filter(|t| room(t, unit) > 0).count();
+        if (r.stripes as usize) > n {
+            return format!(
+                "request {}: cannot place {} stripes: only {n} targets have room for a stripe of {unit} bytes",
+                r.id, r.stripes
+            );
+        }
+    }
+    format!(
+        "cannot place the {} requests together: not enough free space on the targets",
+        reqs.len()
+    )
+}
+
+fn place_mcmf(
+    input: &PlaceInput,
+    order: usize,
+    predict: usize,
+    weights: &Weights,
+) -> Result<Decision, String> {
+    let mut reqs: Vec<Request> = input.requests.clone();
+    let n = reqs.len();
+    let mut predicted = predictions(input, order, predict);
+    reqs.extend(predicted.iter().cloned());
+    let mut dropped = 0;
+    loop {
+        if let Some((targets, cost)) = solve_network(input, &reqs, weights) {
+            return Ok(Decision {
+                placements: input
+                    .requests
+                    .iter()
+                    .zip(targets)
+                    .map(|(r, t)| Placement {
+                        request: r.id,
+                        targets: t,
+                    })
+                    .collect(),
+                predicted: predicted
+                    .iter()
+                    .map(|p| Predicted {
+                        app: p.app,
+                        bytes: p.bytes,
+                        stripes: p.stripes,
+                    })
+                    .collect(),
+                dropped,
+                cost,
+            });
+        }
+        // §III-C2: one predicted request fewer, and again.
+        if reqs.len() == n {
+            return Err(infeasible(input, &input.requests));
+        }
+        reqs.pop();
+        predicted.pop();
+        dropped += 1;
+    }
+}
+
+/// Target indices in Lustre's round-robin order: the `k`-th target of every server in
+/// turn (servers and their targets by id).
+pub fn round_robin_order(targets: &[Target]) -> Vec<usize> {
+    let mut by_oss: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for (k, t) in targets.iter().enumerate() {
+        by_oss.entry(t.oss).or_default().push(k);
+    }
+    for v in by_oss.values_mut() {
+        v.sort_by_key(|&k| targets[k].id);
+    }
+    let depth = by_oss.values().map(Vec::len).max().unwrap_or(0);
+    let mut order = Vec::with_capacity(targets.len());
+    for d in 0..depth {
+        for v in by_oss.values() {
+            if let Some(&k) = v.get(d) {
+                order.push(k);
+            }
+        }
+    }
+    order
+}
+
+fn place_round_robin(input: &PlaceInput, state: &mut PlacerState) -> Result<Decision, String> {
+    let order = round_robin_order(&input.targets);
+    let n = order.len();
+    let mut free: Vec<f64> = input.targets.iter().map(Target::free).collect();
+    let mut placements = Vec::with_capacity(input.requests.len());
+    for r in &input.requests {
+        let unit = stripe_bytes(r, input.stripe_size);
+        let mut chosen = Vec::with_capacity(r.stripes as usize);
+        let mut scanned = 0;
+        while chosen.len() < r.stripes as usize && scanned < n {
+            let k = order[(state.next + scanned) % n];
+            scanned += 1;
+            if free[k] >= unit {
+                chosen.push(k);
+            }
+        }
+        if chosen.len() < r.stripes as usize {
+            return Err(infeasible(input, std::slice::from_ref(r)));
+        }
+        state.next = (state.next + scanned) % n.max(1);
+        for &k in &chosen {
+            free[k] -= unit;
+        }
+        placements.push(Placement {
+            request: r.id,
+            targets: chosen.iter().map(|&k| input.targets[k].id).collect(),
+        });
+    }
+    Ok(Decision {
+        placements,
+        ..Decision::default()
+    })
+}
+
+fn place_random(input: &PlaceInput, seed: u64, decision: u64) -> Result<Decision, String> {
+    let mut rng = Rng::new(seed ^ decision.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut free: Vec<f64> = input.targets.iter().map(Target::free).collect();
+    let mut placements = Vec::with_capacity(input.requests.len());
+    for r in &input.requests {
+        let unit = stripe_bytes(r, input.stripe_size);
+        // §IV-B: "a random OST from a subset of the OSTs whose ratio of available space
+        // to total disk space is greater than 0.4".
+        let mut good: Vec<usize> = Vec::new();
+        let mut rest: Vec<usize> = Vec::new();
+        for (k, t) in input.targets.iter().enumerate() {
+            if free[k] < unit {
+                continue;
+            }
+            if t.capacity > 0.0 && free[k] / t.capacity > 0.4 {
+                good.push(k);
+            } else {
+                rest.push(k);
+            }
+        }
+        let mut chosen = Vec::with_capacity(r.stripes as usize);
+        for pool in [&mut good, &mut rest] {
+            while chosen.len() < r.stripes as usize && !pool.is_empty() {
+                let i = (rng.next_u64() % pool.len() as u64) as usize;
+                chosen.push(pool.swap_remove(i));
+            }
+        }
+        if chosen.len() < r.stripes as usize {
+            return Err(infeasible(input, std::slice::from_ref(r)));
+        }
+        for &k in &chosen {
+            free[k] -= unit;
+        }
+        placements.push(Placement {
+            request: r.id,
+            targets: chosen.iter().map(|&k| input.targets[k].id).collect(),
+        });
+    }
+    Ok(Decision {
+        placements,
+        ..Decision::default()
+    })
+}

@@ -1,0 +1,487 @@
+//! Placement (Paul et al. §III): the MCMF solver against brute force, the placement
+//! network's invariants, the "one predicted request fewer" rule, the baselines, the
+//! Markov chain, and the simulator's trends (Figs. 11, 12, 17, Table II).
+
+use policies::placement::markov;
+use policies::placement::mcmf::Network;
+use policies::placement::sim::{self, PlaceScenario};
+use policies::placement::{
+    assignment_cost, place, round_robin_order, solve_network, History, Oss, PlaceInput, Placer,
+    PlacerState, Request, Target, Weights,
+};
+use proptest::prelude::*;
+
+const GB: f64 = 1e9;
+
+fn target(id: u32, oss: u32, cap: f64, used: f64) -> Target {
+    Target {
+        id,
+        oss,
+        capacity: cap,
+        used,
+        load: 0.0,
+    }
+}
+
+fn req(id: u64, app: u32, stripes: u32, bytes: f64) -> Request {
+    Request {
+        id,
+        app,
+        stripes,
+        bytes,
+    }
+}
+
+// ---------- the solver against brute force ----------
+
+#[derive(Debug, Clone)]
+struct Arc {
+    from: usize,
+    to: usize,
+    cap: i64,
+    cost: i64,
+    step: i64,
+}
+
+/// Every integer flow on the arcs (caps ≤ 2): the maximum value, and the least cost
+/// among flows of that value.
+fn brute(nodes: usize, arcs: &[Arc], s: usize, t: usize) -> (i64, i64) {
+    let mut best = (0i64, 0i64);
+    let mut flows = vec![0i64; arcs.len()];
+    loop {
+        let mut bal = vec![0i64; nodes];
+        for (a, &f) in arcs.iter().zip(&flows) {
+            bal[a.from] -= f;
+            bal[a.to] += f;
+        }
+        if (0..nodes).all(|v| v == s || v == t || bal[v] == 0) {
+            let value = bal[t];
+            let cost: i64 = arcs
+                .iter()
+                .zip(&flows)
+                .map(|(a, &f)| a.cost * f + a.step * f * (f - 1) / 2)
+                .sum();
+            if value > best.0 || (value == best.0 && cost < best.1) {
+                best = (value, cost);
+            }
+        }
+        // Next flow vector (odometer).
+        let mut k = 0;
+        loop {
+            if k == arcs.len() {
+                return best;
+            }
+            if flows[k] < arcs[k].cap {
+                flows[k] += 1;
+                break;
+            }
+            flows[k] = 0;
+            k += 1;
+        }
+    }
+}
+
+fn arc_strategy(nodes: usize) -> impl Strategy<Value = Arc> {
+    (0..nodes, 0..nodes, 0i64..=2, 0i64..=9, 0i64..=3).prop_map(|(from, to, cap, cost, step)| Arc {
+        from,
+        to,
+        cap,
+        cost,
+        step,
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// SSP reaches the maximum flow value and, among flows of that value, the minimum
+    /// cost (eqs. 1–2), on random networks with linear and convex arcs; the flow it
+    /// returns respects capacities and conservation.
+    #[test]
+    fn mcmf_matches_brute_force(arcs in prop::collection::vec(arc_strategy(5), 1..=7)) {
+        let arcs: Vec<Arc> = arcs.into_iter().filter(|a| a.from != a.to).collect();
+        let (s, t) = (0, 4);
+        let mut net = Network::new(5);
+        for a in &arcs {
+            net.add_arc(a.from, a.to, a.cap, a.cost, a.step);
+        }
+        let r = net.solve(s, t, i64::MAX);
+        let (value, cost) = brute(5, &arcs, s, t);
+        prop_assert_eq!(r.flow, value);
+        prop_assert_eq!(r.cost, cost);
+        let mut bal = [0i64; 5];
+        for a in net.arcs() {
+            prop_assert!(a.flow >= 0 && a.flow <= a.cap);
+            bal[a.from as usize] -= a.flow;
+            bal[a.to as usize] += a.flow;
+        }
+        prop_assert_eq!(bal[t], r.flow);
+        prop_assert_eq!(bal[s], -r.flow);
+        prop_assert!(bal[1..4].iter().all(|&b| b == 0));
+    }
+}
+
+// ---------- the placement network ----------
+
+fn tiny_input() -> impl Strategy<Value = PlaceInput> {
+    let targets = prop::collection::vec((0u32..3, 0u64..=10, 0u64..=20), 2..=5);
+    let osses = prop::collection::vec((0u32..=100, 0u32..=100), 3);
+    let reqs = prop::collection::vec((1u32..=3, 1u64..=4), 1..=2);
+    (targets, osses, reqs).prop_map(|(ts, os, rs)| PlaceInput {
+        stripe_size: GB,
+        osses: os
+            .iter()
+            .enumerate()
+            .map(|(j, &(c, m))| Oss {
+                id: j as u32,
+                cpu: c as f64,
+                memory: m as f64,
+            })
+            .collect(),
+        targets: ts
+            .iter()
+            .enumerate()
+            .map(|(k, &(oss, used, load))| Target {
+                id: k as u32,
+                oss,
+                capacity: 10.0 * GB,
+                used: used as f64 * GB,
+                load: load as f64 * 5.0,
+            })
+            .collect(),
+        requests: rs
+            .iter()
+            .enumerate()
+            .map(|(i, &(stripes, gb))| req(i as u64, 1, stripes, gb as f64 * GB))
+            .collect(),
+        history: Vec::new(),
+    })
+}
+
+/// All ways to give each request `stripes` distinct targets.
+fn assignments(input: &PlaceInput) -> Vec<Vec<Vec<u32>>> {
+    fn subsets(ids: &[u32], k: usize) -> Vec<Vec<u32>> {
+        if k == 0 {
+            return vec![Vec::new()];
+        }
+        let mut out = Vec::new();
+        for (i, &x) in ids.iter().enumerate() {
+            for mut rest in subsets(&ids[i + 1..], k - 1) {
+                rest.insert(0, x);
+                out.push(rest);
+            }
+        }
+        out
+    }
+    let ids: Vec<u32> = input.targets.iter().map(|t| t.id).collect();
+    let mut all: Vec<Vec<Vec<u32>>> = vec![Vec::new()];
+    for r in &input.requests {
+        let subs = subsets(&ids, r.stripes as usize);
+        all = all
+            .into_iter()
+            .flat_map(|a| {
+                subs.iter().map(move |s| {
+                    let mut b = a.clone();
+                    b.push(s.clone());
+                    b
+                })
+            })
+            .collect();
+    }
+    all
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// On tiny clusters the network's optimum equals the cheapest of every possible
+    /// assignment (same cost model), and it is feasible exactly when some assignment
+    /// is; every request gets `stripes` distinct targets with room.
+    #[test]
+    fn placement_is_optimal_vs_brute_force(input in tiny_input()) {
+        let w = Weights::default();
+        let best = assignments(&input)
+            .iter()
+            .filter_map(|a| assignment_cost(&input, &input.requests, &w, a))
+            .min();
+        match solve_network(&input, &input.requests, &w) {
+            None => prop_assert!(best.is_none()),
+            Some((targets, cost)) => {
+                prop_assert_eq!(Some(cost), best);
+                prop_assert_eq!(assignment_cost(&input, &input.requests, &w, &targets), Some(cost));
+                for (r, ts) in input.requests.iter().zip(&targets) {
+                    prop_assert_eq!(ts.len(), r.stripes as usize);
+                }
+            }
+        }
+    }
+
+    /// Every placer: one entry per request, `stripes` distinct known targets each, the
+    /// targets' free space respected; deterministic.
+    #[test]
+    fn placers_respect_capacity_and_are_deterministic(input in tiny_input(), which in 0usize..3) {
+        let placer = [Placer::parse("mcmf").unwrap(), Placer::RoundRobin, Placer::Random { seed: 7 }][which].clone();
+        let mut s1 = PlacerState::default();
+        let mut s2 = PlacerState::default();
+        let d1 = place(&placer, &input, &mut s1);
+        let d2 = place(&placer, &input, &mut s2);
+        prop_assert_eq!(&d1, &d2);
+        prop_assert_eq!(s1, s2);
+        if let Ok(d) = d1 {
+            prop_assert_eq!(d.placements.len(), input.requests.len());
+            let mut bytes = vec![0.0; input.targets.len()];
+            for (r, p) in input.requests.iter().zip(&d.placements) {
+                prop_assert_eq!(p.request, r.id);
+                let mut ts = p.targets.clone();
+                ts.sort_unstable();
+                ts.dedup();
+                prop_assert_eq!(ts.len(), r.stripes as usize);
+                for &t in &p.targets {
+                    bytes[t as usize] += r.bytes / r.stripes as f64;
+                }
+            }
+            for (t, b) in input.targets.iter().zip(&bytes) {
+                prop_assert!(t.used + b <= t.capacity + 1.0, "target {} over capacity", t.id);
+            }
+        }
+    }
+}
+
+#[test]
+fn mcmf_prefers_empty_targets_on_idle_servers_and_spreads_stripes() {
+    let input = PlaceInput {
+        stripe_size: GB,
+        osses: vec![
+            Oss {
+                id: 0,
+                cpu: 90.0,
+                memory: 50.0,
+            },
+            Oss {
+                id: 1,
+                cpu: 10.0,
+                memory: 10.0,
+            },
+            Oss {
+                id: 2,
+                cpu: 10.0,
+                memory: 10.0,
+            },
+        ],
+        targets: vec![
+            target(0, 0, 100.0 * GB, 0.0),
+            target(1, 1, 100.0 * GB, 50.0 * GB),
+            target(2, 1, 100.0 * GB, 1.0 * GB),
+            target(3, 2, 100.0 * GB, 2.0 * GB),
+            target(4, 2, 100.0 * GB, 60.0 * GB),
+        ],
+        requests: vec![req(9, 1, 2, 2.0 * GB)],
+        history: Vec::new(),
+    };
+    let d = place(
+        &Placer::parse("mcmf:0").unwrap(),
+        &input,
+        &mut PlacerState::default(),
+    )
+    .unwrap();
+    assert_eq!(d.placements[0].request, 9);
+    assert_eq!(d.placements[0].targets, vec![2, 3]);
+}
+
+/// §III-C2: "if a flow is not possible for all the requests, we remove one of the
+/// predicted requests … and run the algorithm again … until all requests are mapped".
+#[test]
+fn infeasible_network_drops_predicted_requests_one_at_a_time() {
+    // Four targets with room for exactly one 1-GB stripe each.
+    let input = PlaceInput {
+        stripe_size: GB,
+        osses: Vec::new(),
+        targets: (0..4).map(|k| target(k, k, 10.0 * GB, 9.0 * GB)).collect(),
+        requests: vec![req(1, 5, 2, 2.0 * GB)],
+        history: vec![History {
+            app: 5,
+            bytes: vec![2.0 * GB; 20],
+        }],
+    };
+    // Current 2 stripes + 3 predicted × 2 stripes = 8 > 4: two predictions are dropped.
+    let d = place(
+        &Placer::parse("mcmf:3,3").unwrap(),
+        &input,
+        &mut PlacerState::default(),
+    )
+    .unwrap();
+    assert_eq!(d.dropped, 2);
+    assert_eq!(d.predicted.len(), 1);
+    assert_eq!(d.predicted[0].bytes, 2.0 * GB);
+    assert_eq!(d.placements[0].targets.len(), 2);
+    // Without predictions nothing is dropped and the result for the current request is
+    // a valid placement too.
+    let d0 = place(
+        &Placer::parse("mcmf:0").unwrap(),
+        &input,
+        &mut PlacerState::default(),
+    )
+    .unwrap();
+    assert_eq!((d0.dropped, d0.predicted.len()), (0, 0));
+    // The current request alone does not fit: an error naming it.
+    let mut big = input.clone();
+    big.requests[0].stripes = 5;
+    let e = place(
+        &Placer::parse("mcmf").unwrap(),
+        &big,
+        &mut PlacerState::default(),
+    )
+    .unwrap_err();
+    assert!(e.starts_with("request 1: cannot place 5 stripes"), "{e}");
+}
+
+#[test]
+fn round_robin_interleaves_servers_and_carries_its_pointer() {
+    let targets: Vec<Target> = (0..6)
+        .map(|k| target(k, k % 2 + 10 * (k / 4), 10.0 * GB, 0.0))
+        .collect();
+    // Servers 0: {0, 2}, 1: {1, 3}, 10: {4}, 11: {5}.
+    let order: Vec<u32> = round_robin_order(&targets)
+        .iter()
+        .map(|&k| targets[k].id)
+        .collect();
+    assert_eq!(order, vec![0, 1, 4, 5, 2, 3]);
+    let mut input = PlaceInput {
+        stripe_size: GB,
+        osses: Vec::new(),
+        targets,
+        requests: vec![req(1, 0, 4, 4.0 * GB)],
+        history: Vec::new(),
+    };
+    let mut st = PlacerState::default();
+    let d = place(&Placer::RoundRobin, &input, &mut st).unwrap();
+    assert_eq!(d.placements[0].targets, vec![0, 1, 4, 5]);
+    assert_eq!(st.next, 4);
+    // Target 2 is full: skipped.
+    input.targets[2].used = 10.0 * GB;
+    let d = place(&Placer::RoundRobin, &input, &mut st).unwrap();
+    assert_eq!(d.placements[0].targets, vec![3, 0, 1, 4]);
+}
+
+#[test]
+fn random_prefers_targets_more_than_40_percent_free() {
+    let mut targets: Vec<Target> = (0..8).map(|k| target(k, k, 10.0 * GB, 7.0 * GB)).collect();
+    targets[3].used = 1.0 * GB;
+    targets[6].used = 5.0 * GB;
+    let input = PlaceInput {
+        stripe_size: GB,
+        osses: Vec::new(),
+        targets,
+        requests: vec![req(1, 0, 2, 2.0 * GB)],
+        history: Vec::new(),
+    };
+    for seed in 0..20 {
+        let d = place(
+            &Placer::Random { seed },
+            &input,
+            &mut PlacerState::default(),
+        )
+        .unwrap();
+        let mut t = d.placements[0].targets.clone();
+        t.sort_unstable();
+        assert_eq!(t, vec![3, 6], "seed {seed}");
+    }
+    // Three stripes: the third from the rest.
+    let mut three = input.clone();
+    three.requests[0].stripes = 3;
+    let d = place(
+        &Placer::Random { seed: 1 },
+        &three,
+        &mut PlacerState::default(),
+    )
+    .unwrap();
+    assert!(d.placements[0].targets[..2].contains(&3) && d.placements[0].targets[..2].contains(&6));
+}
+
+#[test]
+fn placer_specs() {
+    assert_eq!(Placer::parse("mcmf").unwrap().name(), "mcmf:3,3");
+    assert_eq!(Placer::parse("mcmf:8,1").unwrap().name(), "mcmf:8,1");
+    assert_eq!(Placer::parse("mcmf:0").unwrap().name(), "mcmf:0,0");
+    assert_eq!(Placer::parse("rr").unwrap(), Placer::RoundRobin);
+    assert_eq!(
+        Placer::parse("random:9").unwrap(),
+        Placer::Random { seed: 9 }
+    );
+    for bad in ["mcmf:9", "mcmf:x", "random:-1", "round-robin:2", "lottery"] {
+        assert!(Placer::parse(bad).is_err(), "{bad}");
+    }
+}
+
+// ---------- Markov chain (§III-B, Table II) ----------
+
+#[test]
+fn markov_accuracy_by_order_follows_table_ii() {
+    let acc: Vec<f64> = (1..=8)
+        .map(|m| sim::markov_accuracy(42, 1500, m, markov::DEFAULT_WINDOW))
+        .collect();
+    // Order 3 is far better than 1 and 2; beyond 3 the gain is minimal (Table II).
+    assert!(acc[0] < acc[1] && acc[1] + 15.0 < acc[2], "{acc:?}");
+    assert!(acc[2] > 90.0, "{acc:?}");
+    for a in &acc[3..] {
+        assert!((a - acc[2]).abs() < 3.0, "{acc:?}");
+    }
+}
+
+#[test]
+fn markov_predicts_the_pattern() {
+    // …, 16, 8, 8 → 8, 16, 8, 8.
+    let h: Vec<f64> = (0..30).map(|i| [8.0, 8.0, 8.0, 16.0][i % 4]).collect();
+    assert_eq!(markov::predict(&h, 3, 4), {
+        let (mu, sd) = markov::mean_sd(&h);
+        vec![
+            markov::value_of(-1, mu, sd),
+            markov::value_of(2, mu, sd),
+            markov::value_of(-1, mu, sd),
+            markov::value_of(-1, mu, sd),
+        ]
+    });
+    assert!(markov::predict(&[], 3, 2).is_empty());
+    assert_eq!(markov::predict(&[5.0; 4], 3, 2), vec![5.0, 5.0]);
+}
+
+// ---------- the simulator's trends (Figs. 11, 12, 17) ----------
+
+#[test]
+fn simulator_reproduces_the_papers_trends() {
+    let sc = PlaceScenario::paper(42);
+    let run = |p: &str| sim::simulate(&sc, &Placer::parse(p).unwrap());
+    let (m, rr, rnd) = (run("mcmf"), run("round-robin"), run("random"));
+    for r in [&m, &rr, &rnd] {
+        assert_eq!(r.samples.len(), 144);
+        assert!(r.completed > r.requests * 9 / 10);
+    }
+    let at = |r: &sim::PlaceSimResult, h: f64| {
+        r.samples.iter().find(|s| s.hour >= h).unwrap().disk_ratio
+    };
+    // Fig. 11: MCMF reaches ≈ 1 well before round-robin; random is the worst.
+    let settle = m.disk_settled(1.1).expect("mcmf settles");
+    assert!(settle <= 3.0, "mcmf settles at {settle} h");
+    assert!(rr.disk_settled(1.1).is_none_or(|h| h > 2.0 * settle));
+    assert!(at(&m, 6.0) < at(&rr, 6.0) && at(&rr, 6.0) < at(&rnd, 6.0));
+    assert!(
+        m.mean_disk_ratio() < rr.mean_disk_ratio() && rr.mean_disk_ratio() < rnd.mean_disk_ratio()
+    );
+    // Fig. 12: OSS CPU more balanced under MCMF, random the worst.
+    assert!(m.mean_cpu_ratio() < rr.mean_cpu_ratio() && rr.mean_cpu_ratio() < rnd.mean_cpu_ratio());
+    // Fig. 17 (short): MCMF's bandwidth ≥ round-robin's, and more targets help both.
+    let bw = |n: usize, p: &str| {
+        sim::simulate(
+            &PlaceScenario::scaled(n, 0.5, 42),
+            &Placer::parse(p).unwrap(),
+        )
+        .mean_bandwidth
+    };
+    let (m160, r160, r480) = (
+        bw(160, "mcmf"),
+        bw(160, "round-robin"),
+        bw(480, "round-robin"),
+    );
+    assert!(m160 > r160 * 1.1, "{m160} vs {r160}");
+    assert!(r480 > r160, "{r480} vs {r160}");
+}
