@@ -5,7 +5,7 @@ use cheferd_controller::config::GlobalConfig;
 use cheferd_controller::global::{self, Change, Controller};
 use cheferd_controller::local::{self, LocalLimits, LocalOptions};
 use cheferd_controller::{metrics, policy};
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -240,37 +240,30 @@ enum CertsCommand {
         days: u32,
     },
     /// One certificate per node NAME, signed by the CA: OUT/node-NAME.pem and
-    /// OUT/node-NAME.key (0600), for `cheferd local --tls-cert/--tls-key`.
-    Node {
-        /// Node names (each node's `cheferd local` takes its name from its certificate).
-        #[arg(required = true)]
-        names: Vec<String>,
-        /// The CA directory (`cheferd certs ca --out`).
-        #[arg(long, value_name = "DIR")]
-        ca: PathBuf,
-        /// Directory to write to (created 0700 if missing).
-        #[arg(long, value_name = "DIR")]
-        out: PathBuf,
-        /// Days of validity.
-        #[arg(long, default_value_t = 825)]
-        days: u32,
-    },
+    /// OUT/node-NAME.key (0600), for `cheferd local --tls-cert/--tls-key` (each node's
+    /// `cheferd local` takes its name from its certificate).
+    Node(SignArgs),
     /// The global controller's certificate for the host names and IP addresses local
-    /// controllers reach it by: OUT/server.pem and OUT/server.key (0600).
-    Server {
-        /// Host names and addresses (each one in --global URLs must be listed).
-        #[arg(required = true)]
-        names: Vec<String>,
-        /// The CA directory (`cheferd certs ca --out`).
-        #[arg(long, value_name = "DIR")]
-        ca: PathBuf,
-        /// Directory to write to (created 0700 if missing).
-        #[arg(long, value_name = "DIR")]
-        out: PathBuf,
-        /// Days of validity.
-        #[arg(long, default_value_t = 825)]
-        days: u32,
-    },
+    /// controllers reach it by (each one in --global URLs must be listed):
+    /// OUT/server.pem and OUT/server.key (0600).
+    Server(SignArgs),
+}
+
+/// What `cheferd certs node` and `cheferd certs server` sign.
+#[derive(Args)]
+struct SignArgs {
+    /// Node names, or the server's host names and addresses.
+    #[arg(required = true)]
+    names: Vec<String>,
+    /// The CA directory (`cheferd certs ca --out`).
+    #[arg(long, value_name = "DIR")]
+    ca: PathBuf,
+    /// Directory to write to (created 0700 if missing).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// Days of validity.
+    #[arg(long, default_value_t = 825)]
+    days: u32,
 }
 
 #[derive(Subcommand)]
@@ -898,12 +891,12 @@ fn certs(command: CertsCommand) -> Result<(), Failure> {
     use cheferd_controller::tls::{make_ca, make_leaf, Role};
     let written = match command {
         CertsCommand::Ca { out, name, days } => make_ca(&out, &name, days),
-        CertsCommand::Node {
+        CertsCommand::Node(SignArgs {
             names,
             ca,
             out,
             days,
-        } => {
+        }) => {
             // Check every name before writing anything.
             for name in &names {
                 cheferd_controller::tls::check_name(name).map_err(usage_error)?;
@@ -917,12 +910,12 @@ fn certs(command: CertsCommand) -> Result<(), Failure> {
             }
             Ok(all)
         }
-        CertsCommand::Server {
+        CertsCommand::Server(SignArgs {
             names,
             ca,
             out,
             days,
-        } => make_leaf(Role::Server, &names, &ca, &out, days),
+        }) => make_leaf(Role::Server, &names, &ca, &out, days),
     }
     .map_err(usage_error)?;
     for path in written {

@@ -254,6 +254,26 @@ fn free(p: *mut c_char) {
     }
 }
 
+/// `/proc/self/fd/<fd>` as a NUL-terminated name, built without allocating (usable in a
+/// `fork` handler).
+pub(crate) fn proc_self_fd(fd: i32) -> [u8; 26] {
+    let mut link = *b"/proc/self/fd/\0\0\0\0\0\0\0\0\0\0\0\0";
+    let mut digits = [0u8; 10];
+    let (mut n, mut count) = (fd.max(0) as u32, 0);
+    loop {
+        digits[count] = b'0' + (n % 10) as u8;
+        count += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..count {
+        link[14 + i] = digits[count - 1 - i];
+    }
+    link
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

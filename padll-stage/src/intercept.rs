@@ -683,21 +683,7 @@ fn current_dir_into(buf: &mut PathBuffer) -> bool {
 
 /// The path of an open descriptor from `/proc/self/fd` (no hook involved).
 fn descriptor_path_into(fd: c_int, buf: &mut PathBuffer) -> bool {
-    let mut link = *b"/proc/self/fd/\0\0\0\0\0\0\0\0\0\0\0\0";
-    let mut digits = [0u8; 10];
-    let mut n = fd as u32;
-    let mut count = 0;
-    loop {
-        digits[count] = b'0' + (n % 10) as u8;
-        count += 1;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for i in 0..count {
-        link[14 + i] = digits[count - 1 - i];
-    }
+    let link = fdtable::proc_self_fd(fd);
     let mut raw = [0u8; PATH_CAPACITY];
     // SAFETY: NUL-terminated link name and a valid buffer; raw syscall, no hook.
     let len = unsafe {

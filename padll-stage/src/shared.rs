@@ -331,7 +331,7 @@ pub fn after_fork_in_child() {
     if inherited < 0 {
         return;
     }
-    let link = proc_self_fd(inherited);
+    let link = crate::fdtable::proc_self_fd(inherited);
     // SAFETY: NUL-terminated name; raw syscalls are async-signal-safe and bypass hooks.
     let own = unsafe {
         libc::syscall(
@@ -370,25 +370,6 @@ pub fn leave() {
     // job leaves last sees it is (our descriptor closes only after the destructors).
     unlock(fd, 1);
     unlock(fd, 0);
-}
-
-/// `/proc/self/fd/<fd>` as a NUL-terminated name, built without allocating.
-fn proc_self_fd(fd: i32) -> [u8; 26] {
-    let mut link = *b"/proc/self/fd/\0\0\0\0\0\0\0\0\0\0\0\0";
-    let mut digits = [0u8; 10];
-    let (mut n, mut count) = (fd.max(0) as u32, 0);
-    loop {
-        digits[count] = b'0' + (n % 10) as u8;
-        count += 1;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for i in 0..count {
-        link[14 + i] = digits[count - 1 - i];
-    }
-    link
 }
 
 /// Tries an OFD lock of `kind` on byte `byte`; true if held.
