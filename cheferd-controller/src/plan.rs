@@ -315,9 +315,38 @@ pub fn compute_with(
             .filter_map(|s| s.static_limit)
             .sum();
         if let Some(policy) = policies.get_mut(resource) {
-            let rates = policy.allocate((max_rate - reserved).max(0.0), &inputs);
-            for (&i, rate) in dynamic.iter().zip(rates) {
-                plan.shares[i].assigned = rate.max(0.0);
+            let capacity = (max_rate - reserved).max(0.0);
+            let idle = inputs
+                .iter()
+                .filter(|j| j.usage <= 0.0 && j.wanted <= 0.0)
+                .count();
+            if idle == 0 || idle == inputs.len() || !policy.by_usage() {
+                let rates = policy.allocate(capacity, &inputs);
+                for (&i, rate) in dynamic.iter().zip(rates) {
+                    plan.shares[i].assigned = rate.max(0.0);
+                }
+            } else {
+                // Under PSFA and PSharing, jobs that did no I/O in the last interval are
+                // not active (PADLL Alg. 1 shares among "Active" jobs; AdapTBF §III-C1
+                // defines them: jobs that submitted requests). They share IDLE_SHARE of
+                // the capacity evenly, so
+                // that idle registrations cannot dilute the jobs doing I/O (issue 8,
+                // attack 4: 50 idle jobs cut a busy one to 20 of 1 000 ops/s under PSFA),
+                // and the policy shares the rest among the active jobs.
+                let pool = capacity * IDLE_SHARE;
+                let is_idle: Vec<bool> = inputs
+                    .iter()
+                    .map(|j| j.usage <= 0.0 && j.wanted <= 0.0)
+                    .collect();
+                inputs.retain(|j| j.usage > 0.0 || j.wanted > 0.0);
+                let mut rates = policy.allocate(capacity - pool, &inputs).iter();
+                for (&i, idle_job) in dynamic.iter().zip(&is_idle) {
+                    plan.shares[i].assigned = if *idle_job {
+                        pool / idle as f64
+                    } else {
+                        rates.next().copied().unwrap_or(0.0).max(0.0)
+                    };
+                }
             }
         }
         let shares = &mut plan.shares[first_share..];
@@ -347,6 +376,11 @@ pub fn compute_with(
     }
     plan
 }
+
+/// The part of a resource's capacity that jobs without I/O in the last interval share
+/// (evenly), when some jobs are active: enough for an idle job to start again (its next
+/// report makes it active), too little for idle registrations to crowd out busy jobs.
+pub const IDLE_SHARE: f64 = 0.05;
 
 /// Stage indices grouped by job (`order`), and each job with its range in `order`: jobs
 /// in key order, a job's stages in input order. A counting sort over the dense job keys.
@@ -518,6 +552,46 @@ mod tests {
         let total: f64 = plan.shares.iter().map(|s| s.assigned).sum();
         assert!((total - 1000.0).abs() < 1.0, "{:?}", plan.shares);
         assert!(assigned(&plan, A) >= 99.0, "{}", assigned(&plan, A));
+    }
+
+    #[test]
+    fn idle_jobs_cannot_dilute_a_busy_one() {
+        // Issue 8, attack 4: 50 jobs that do no I/O and one with a demand of 700.
+        for policy in ["psfa", "psharing", "adaptbf"] {
+            let config = config(policy);
+            let mut owned: Vec<Owned> = (0..50).map(|j| stage(1, j + 2, 0.0, 0)).collect();
+            owned.push(stage(2, A, 700.0, 700));
+            let mut runners = policies(&config);
+            let mut plan = compute(&config, &JobTerms::default(), &mut runners, &views(&owned));
+            if policy == "adaptbf" {
+                // AdapTBF allocates from the last cycle's allocation: a second cycle.
+                plan = compute(&config, &JobTerms::default(), &mut runners, &views(&owned));
+            }
+            let total: f64 = plan.shares.iter().map(|s| s.assigned).sum();
+            assert!(total <= 1000.0 + 1e-6, "{policy}: {total}");
+            assert!(
+                assigned(&plan, A) >= 1000.0 * (1.0 - IDLE_SHARE) - 1.0,
+                "{policy}: the busy job got {} of 1000",
+                assigned(&plan, A)
+            );
+            for idle in 2..52 {
+                assert!(assigned(&plan, idle) <= 1000.0 * IDLE_SHARE / 50.0 + 1e-6);
+            }
+        }
+        // All idle: the capacity is shared as before.
+        let config = config("psfa");
+        let owned: Vec<Owned> = (0..4).map(|j| stage(1, j, 0.0, 0)).collect();
+        let plan = compute(
+            &config,
+            &JobTerms::default(),
+            &mut policies(&config),
+            &views(&owned),
+        );
+        assert!(
+            (assigned(&plan, 0) - 250.0).abs() < 1.0,
+            "{:?}",
+            plan.shares
+        );
     }
 
     #[test]

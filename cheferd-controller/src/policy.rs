@@ -28,6 +28,11 @@ pub struct JobInput {
 /// One resource's policy, with its state and buffers reused across cycles.
 pub struct PolicyRunner {
     policy: Box<dyn policies::Policy>,
+    /// The policy divides the capacity by what jobs use (PSFA and PSharing, PADLL
+    /// §IV-B): jobs without I/O are left out of it (see `plan::IDLE_SHARE`). The static
+    /// policies share by job, size or priority whatever the load, and AdapTBF keeps
+    /// per-job records across cycles and handles idle jobs itself.
+    by_usage: bool,
     snapshots: Vec<policies::JobSnapshot>,
     rates: Vec<f64>,
 }
@@ -36,7 +41,9 @@ impl PolicyRunner {
     /// Builds the named policy (`psfa`, `adaptbf`, `themis:group,user,size`, …).
     pub fn new(name: &str) -> Result<PolicyRunner, String> {
         let policy = policies::build(name).map_err(|e| e.to_string())?;
+        let family = name.split(':').next().unwrap_or_default();
         Ok(PolicyRunner {
+            by_usage: matches!(family, "psfa" | "psharing"),
             policy,
             snapshots: Vec::new(),
             rates: Vec::new(),
@@ -46,6 +53,12 @@ impl PolicyRunner {
     /// The policy's name.
     pub fn name(&self) -> String {
         self.policy.name()
+    }
+
+    /// Whether the policy shares by usage among active jobs only (see
+    /// `plan::IDLE_SHARE`).
+    pub fn by_usage(&self) -> bool {
+        self.by_usage
     }
 
     /// One rate per job, in order, each within `0..=MAX_RATE` (the baseline's
