@@ -59,7 +59,7 @@ fn main() {
     let dir = args[2].clone();
     let arg = |i: usize, default: &str| args.get(i).cloned().unwrap_or_else(|| default.to_string());
     let file = c(&format!("{dir}/file"));
-    // SAFETY (this whole function): plain libc calls on valid, NUL-terminated paths,
+    // SAFETY: (this whole function) plain libc calls on valid, NUL-terminated paths,
     // buffers of the stated sizes and descriptors we own.
     unsafe {
         match args[1].as_str() {

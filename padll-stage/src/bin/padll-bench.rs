@@ -177,8 +177,9 @@ fn make_call(call: &str, dir: &Path) -> Box<dyn FnMut() + Send> {
                 })
             } else {
                 Box::new(move || {
-                    // SAFETY: open fd, valid buffer.
                     assert_eq!(
+                        // SAFETY: our own descriptor (opened above, never closed) and
+                        // our 4096-byte buffer, moved into this closure.
                         unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), 4096, 0) },
                         4096
                     );
