@@ -217,7 +217,8 @@ fn protocol_bytes(controller: &Controller) -> u64 {
 fn cpu_time() -> Duration {
     // SAFETY: an all-zero rusage is valid, and getrusage only writes to it.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointer.
+    // SAFETY: `usage` is a live local `rusage`: a valid out-pointer of the size getrusage
+    // writes.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
     let time = |t: libc::timeval| {
         Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
@@ -317,7 +318,8 @@ fn raise_descriptor_limit(needed: usize) -> Result<(), String> {
         rlim_cur: 0,
         rlim_max: 0,
     };
-    // SAFETY: valid pointer.
+    // SAFETY: `limit` is a live local `rlimit`: a valid out-pointer of the size getrlimit
+    // writes.
     unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
     if limit.rlim_cur as usize >= needed {
         return Ok(());

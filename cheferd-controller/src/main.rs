@@ -680,7 +680,7 @@ async fn run_local(
     };
     let node = node.or(certified).unwrap_or_else(|| {
         let mut buf = [0u8; 256];
-        // SAFETY: valid buffer.
+        // SAFETY: `buf` is a live local of `buf.len()` bytes, the length passed.
         unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
         String::from_utf8_lossy(&buf[..buf.iter().position(|b| *b == 0).unwrap_or(0)]).into_owned()
     });

@@ -226,7 +226,9 @@ fn worker(shared: &Shared, dir: &Path) {
         };
         cursor = (cursor + 1) % names.len();
         let name = &names[cursor];
-        // SAFETY (all calls): valid NUL-terminated paths and owned descriptors.
+        // SAFETY: (all calls) every path (`name`, `other`, `path`) is a NUL-terminated
+        // CString of ours, alive across the call; every descriptor closed is ours
+        // (opened here); `st` is a valid out-pointer of `struct stat`'s size.
         let calls = unsafe {
             match OPS[op as usize] {
                 "open" => {

@@ -738,8 +738,8 @@ fn changes_from_a_uid_that_is_not_an_administrator_are_refused() {
 fn expect_permission_denied(cluster: &Cluster, resource: &str) {
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
-    // SAFETY: trivial getter.
     assert_eq!(
+        // SAFETY: `geteuid` takes no arguments, touches no memory of ours and cannot fail.
         unsafe { libc::geteuid() },
         0,
         "the permission check needs root to run ctl as another uid"

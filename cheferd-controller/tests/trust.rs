@@ -808,7 +808,7 @@ fn attack13_descriptor_exhaustion_backs_off() {
     let (l0, g0) = (cpu_ticks(local), cpu_ticks(global));
     std::thread::sleep(Duration::from_secs(3));
     let (l1, g1) = (cpu_ticks(local), cpu_ticks(global));
-    // SAFETY: trivial getter.
+    // SAFETY: sysconf takes a plain constant and touches no memory of ours.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
     eprintln!(
         "CPU over 3 s while out of descriptors: local {} ticks, global {} ticks (of {hz}/s)",

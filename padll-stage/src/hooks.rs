@@ -12,7 +12,7 @@
 //! `getc` macros reading a stream's buffer directly). `fdopen` creates no descriptor and
 //! touches no file: its stream is followed through its fd like any other.
 
-#![allow(clippy::missing_safety_doc, non_snake_case)]
+#![allow(non_snake_case)]
 
 use crate::intercept::account::*;
 use crate::intercept::{
@@ -54,53 +54,88 @@ macro_rules! hooks {
                 pub(crate) type Signature = unsafe extern "C" fn($($ty),*) -> $ret;
 
                 /// Calls the real function.
+                ///
+                /// # Safety
+                /// The arguments must meet the real function's own contract (the hooks
+                /// pass on the application's arguments unchanged).
                 #[inline(always)]
                 pub(crate) unsafe fn call($($arg: $ty),*) -> $ret {
                     match REAL.resolved() {
-                        // SAFETY: the address is libc's definition of this very symbol.
-                        Some(address) => std::mem::transmute::<*mut c_void, Signature>(address)($($arg),*),
-                        None => unresolved($($arg),*),
+                        // SAFETY: the address is libc's definition of this very symbol
+                        // (resolved by name), so it has this signature; the arguments
+                        // are our caller's, under the real function's contract.
+                        Some(address) => unsafe { std::mem::transmute::<*mut c_void, Signature>(address)($($arg),*) },
+                        // SAFETY: `unresolved` has this function's contract.
+                        None => unsafe { unresolved($($arg),*) },
                     }
                 }
 
                 /// Resolves the real function first (a call before the constructor ran).
                 /// (`extern "C"` like the hook, so the hook can jump to it.)
+                ///
+                /// # Safety
+                /// As for [`call`].
                 #[cold]
                 #[inline(never)]
                 unsafe extern "C" fn unresolved($($arg: $ty),*) -> $ret {
                     match REAL.address() {
-                        // SAFETY: the address is libc's definition of this very symbol.
-                        Some(address) => std::mem::transmute::<*mut c_void, Signature>(address)($($arg),*),
+                        // SAFETY: the address is libc's definition of this very symbol
+                        // (resolved by name), so it has this signature; the arguments
+                        // are our caller's, under the real function's contract.
+                        Some(address) => unsafe { std::mem::transmute::<*mut c_void, Signature>(address)($($arg),*) },
                         None => <$ret as Unavailable>::unavailable(),
                     }
                 }
             }
 
+            #[doc = concat!("The exported `", stringify!($name), "` hook.")]
+            ///
+            /// # Safety
+            #[doc = concat!("The contract of libc's `", stringify!($name), "`: called by the")]
+            /// application (through the PLT) with the arguments the real function takes.
             #[no_mangle]
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
                 /// Everything but the fast path, out of line: the hook's own body then
                 /// keeps its arguments in registers and ends in a tail call.
                 /// (`extern "C"` like the hook, so the hook can jump to it.)
+                ///
+                /// # Safety
+                /// As for the hook: the application's arguments, unchanged, and the
+                /// place codes [`dispatch`] found for its target.
                 #[cold]
                 #[inline(never)]
                 unsafe extern "C" fn slow($($arg: $ty,)* found: u32) -> $ret {
-                    intercept_resolved(
-                        found,
+                    // SAFETY: the application's arguments, passed on unchanged and valid
+                    // for the duration of the hook: the table line's target and effect
+                    // hold its pointers (what it reads of them — a path, an iovec array,
+                    // an aiocb — libc's `$name` reads too), and the closure calls the
+                    // real function with exactly those arguments.
+                    unsafe {
+                        intercept_resolved(
+                            found,
+                            Option::<Op>::from($op),
+                            $target,
+                            $effect,
+                            $requested as u64,
+                            $account,
+                            move || $name::call($($arg),*),
+                        )
+                    }
+                }
+                // SAFETY: the application's arguments, passed on unchanged and valid for
+                // the duration of the hook: the table line's target and effect hold its
+                // pointers (what it reads of them — a path, an iovec array, an aiocb —
+                // libc's `$name` reads too), and the closures call the real function /
+                // `slow` with exactly those arguments.
+                unsafe {
+                    dispatch(
                         Option::<Op>::from($op),
                         $target,
                         $effect,
-                        $requested as u64,
-                        $account,
                         move || $name::call($($arg),*),
+                        move |found| slow($($arg,)* found),
                     )
                 }
-                dispatch(
-                    Option::<Op>::from($op),
-                    $target,
-                    $effect,
-                    move || $name::call($($arg),*),
-                    move |found| slow($($arg,)* found),
-                )
             }
         )*
 
@@ -358,8 +393,13 @@ extern "C" {
 /// every builtin with nothing buffered. Its bytes were counted by the `fputs`/`fwrite`
 /// that buffered them (bytes `printf` buffered are not seen). `fflush(NULL)` flushes
 /// every stream and is not attributed to any.
+///
+/// # Safety
+/// `stream` is null or a stream the application passed to `fflush` (open, as the call
+/// requires).
 unsafe fn flush_op(stream: Stream) -> Option<Op> {
-    (!stream.is_null() && __fpending(stream) > 0).then_some(Op::Write)
+    // SAFETY: the application's non-null stream, valid for the duration of the hook.
+    (!stream.is_null() && unsafe { __fpending(stream) } > 0).then_some(Op::Write)
 }
 
 fn unlinkat_op(flags: c_int) -> Op {
@@ -380,36 +420,59 @@ fn reopen_target(path: Str, stream: Stream) -> Target {
 }
 
 /// Total length of an iovec array (bounded by `IOV_MAX`, like the kernel).
+///
+/// # Safety
+/// `iov` is null or the application's iovec array of `count` entries.
 unsafe fn iov_bytes(iov: Iov, count: c_int) -> u64 {
     if iov.is_null() || !(0..=libc::UIO_MAXIOV).contains(&count) {
         return 0;
     }
-    std::slice::from_raw_parts(iov, count as usize)
+    // SAFETY: the application's non-null iovec array of `count` entries (0..=IOV_MAX),
+    // which the real call reads too; valid for the duration of the hook.
+    unsafe { std::slice::from_raw_parts(iov, count as usize) }
         .iter()
         .fold(0u64, |sum, v| sum.saturating_add(v.iov_len as u64))
 }
 
+/// Length of a C string, 0 for null.
+///
+/// # Safety
+/// `s` is null or the application's NUL-terminated string.
 unsafe fn c_strlen(s: Str) -> usize {
     if s.is_null() {
         0
     } else {
-        libc::strlen(s)
+        // SAFETY: the application's non-null string argument (`fputs`), NUL-terminated
+        // as the real call requires, valid for the duration of the hook.
+        unsafe { libc::strlen(s) }
     }
 }
 
+/// The descriptor of an AIO request, -1 for null.
+///
+/// # Safety
+/// `cb` is null or the application's control block.
 unsafe fn aio_fd(cb: Aio) -> c_int {
     if cb.is_null() {
         -1
     } else {
-        (*cb).aio_fildes
+        // SAFETY: the application's non-null control block, which the real call reads
+        // too; valid for the duration of the hook.
+        unsafe { (*cb).aio_fildes }
     }
 }
 
+/// The length of an AIO request, 0 for null.
+///
+/// # Safety
+/// `cb` is null or the application's control block.
 unsafe fn aio_len(cb: Aio) -> usize {
     if cb.is_null() {
         0
     } else {
-        (*cb).aio_nbytes
+        // SAFETY: the application's non-null control block, which the real call reads
+        // too; valid for the duration of the hook.
+        unsafe { (*cb).aio_nbytes }
     }
 }
 
@@ -427,6 +490,10 @@ type MmapFn = unsafe extern "C" fn(Buf, size_t, c_int, c_int, c_int, off_t) -> B
 
 /// Calls the real `mmap`, or the raw system call when it is not resolved yet (an
 /// allocator mapping memory before our constructor ran must not enter `dlsym`).
+///
+/// # Safety
+/// `real` is `mmap`'s or `mmap64`'s entry, and the arguments are the application's
+/// (the contract of `mmap`).
 unsafe fn real_mmap(
     real: &Real,
     addr: Buf,
@@ -437,13 +504,21 @@ unsafe fn real_mmap(
     offset: off_t,
 ) -> Buf {
     match real.resolved() {
-        Some(address) => {
+        // SAFETY: the address is libc's `mmap`/`mmap64` (resolved by name; both have
+        // this signature on 64-bit Linux), called with the application's arguments.
+        Some(address) => unsafe {
             std::mem::transmute::<*mut c_void, MmapFn>(address)(addr, len, prot, flags, fd, offset)
-        }
-        None => libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, offset) as Buf,
+        },
+        // SAFETY: the raw system call with the application's arguments, as libc's
+        // `mmap` would make it.
+        None => unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, offset) as Buf },
     }
 }
 
+/// The body of the `mmap` hooks.
+///
+/// # Safety
+/// As for [`real_mmap`].
 unsafe fn hooked_mmap(
     real: &Real,
     addr: Buf,
@@ -454,19 +529,28 @@ unsafe fn hooked_mmap(
     offset: off_t,
 ) -> Buf {
     if fd < 0 || flags & libc::MAP_ANONYMOUS != 0 {
-        return real_mmap(real, addr, len, prot, flags, fd, offset);
+        // SAFETY: our caller's contract (`mmap`'s entry, the application's arguments).
+        return unsafe { real_mmap(real, addr, len, prot, flags, fd, offset) };
     }
     // Counted, not throttled per page: a byte channel is charged nothing here.
-    intercept(
-        Some(Op::Mmap),
-        Target::Fd(fd),
-        Effect::None,
-        0,
-        mapped(len),
-        || real_mmap(real, addr, len, prot, flags, fd, offset),
-    )
+    // SAFETY: the target is a plain descriptor (no pointer), and the closure calls the
+    // real `mmap` with the application's arguments, unchanged.
+    unsafe {
+        intercept(
+            Some(Op::Mmap),
+            Target::Fd(fd),
+            Effect::None,
+            0,
+            mapped(len),
+            || real_mmap(real, addr, len, prot, flags, fd, offset),
+        )
+    }
 }
 
+/// The exported `mmap` hook.
+///
+/// # Safety
+/// The contract of libc's `mmap`.
 #[no_mangle]
 pub unsafe extern "C" fn mmap(
     addr: Buf,
@@ -476,9 +560,14 @@ pub unsafe extern "C" fn mmap(
     fd: c_int,
     offset: off_t,
 ) -> Buf {
-    hooked_mmap(&MMAP.0, addr, len, prot, flags, fd, offset)
+    // SAFETY: `mmap`'s own entry and the application's arguments, unchanged.
+    unsafe { hooked_mmap(&MMAP.0, addr, len, prot, flags, fd, offset) }
 }
 
+/// The exported `mmap64` hook.
+///
+/// # Safety
+/// The contract of libc's `mmap64`.
 #[no_mangle]
 pub unsafe extern "C" fn mmap64(
     addr: Buf,
@@ -488,11 +577,19 @@ pub unsafe extern "C" fn mmap64(
     fd: c_int,
     offset: off64_t,
 ) -> Buf {
-    hooked_mmap(&MMAP64.0, addr, len, prot, flags, fd, offset)
+    // SAFETY: `mmap64`'s own entry and the application's arguments, unchanged.
+    unsafe { hooked_mmap(&MMAP64.0, addr, len, prot, flags, fd, offset) }
 }
 
 type LioFn = unsafe extern "C" fn(c_int, *const Aio, c_int, *mut libc::sigevent) -> c_int;
 
+/// The body of the `lio_listio` hooks: admits each read and write in the list, then
+/// submits it.
+///
+/// # Safety
+/// `real` is `lio_listio`'s or `lio_listio64`'s entry, and the arguments are the
+/// application's (the contract of `lio_listio`: `list` holds `count` pointers, each
+/// null or a valid control block).
 unsafe fn hooked_lio_listio(
     real: &Real,
     mode: c_int,
@@ -501,26 +598,37 @@ unsafe fn hooked_lio_listio(
     event: *mut libc::sigevent,
 ) -> c_int {
     if !list.is_null() && count > 0 {
-        for &cb in std::slice::from_raw_parts(list, count as usize) {
+        // SAFETY: the application's non-null list of `count` (> 0) entries, which the
+        // real call reads too; valid for the duration of the hook.
+        for &cb in unsafe { std::slice::from_raw_parts(list, count as usize) } {
             if cb.is_null() {
                 continue;
             }
-            let op = match (*cb).aio_lio_opcode {
+            // SAFETY: a non-null control block of the application's list, which the
+            // real call reads too; valid for the duration of the hook.
+            let op = match unsafe { (*cb).aio_lio_opcode } {
                 libc::LIO_READ => Op::Read,
                 libc::LIO_WRITE => Op::Write,
                 _ => continue,
             };
-            admit_only(op, Target::Fd((*cb).aio_fildes), (*cb).aio_nbytes as u64);
+            // SAFETY: `cb` as above; the target is a plain descriptor (no pointer).
+            unsafe { admit_only(op, Target::Fd((*cb).aio_fildes), (*cb).aio_nbytes as u64) };
         }
     }
     match real.address() {
-        Some(address) => {
+        // SAFETY: the address is libc's `lio_listio`/`lio_listio64` (resolved by name;
+        // both have this signature), called with the application's arguments.
+        Some(address) => unsafe {
             std::mem::transmute::<*mut c_void, LioFn>(address)(mode, list, count, event)
-        }
+        },
         None => c_int::unavailable(),
     }
 }
 
+/// The exported `lio_listio` hook.
+///
+/// # Safety
+/// The contract of libc's `lio_listio`.
 #[no_mangle]
 pub unsafe extern "C" fn lio_listio(
     mode: c_int,
@@ -528,9 +636,14 @@ pub unsafe extern "C" fn lio_listio(
     count: c_int,
     event: *mut libc::sigevent,
 ) -> c_int {
-    hooked_lio_listio(&LIO_LISTIO.0, mode, list, count, event)
+    // SAFETY: `lio_listio`'s own entry and the application's arguments, unchanged.
+    unsafe { hooked_lio_listio(&LIO_LISTIO.0, mode, list, count, event) }
 }
 
+/// The exported `lio_listio64` hook.
+///
+/// # Safety
+/// The contract of libc's `lio_listio64`.
 #[no_mangle]
 pub unsafe extern "C" fn lio_listio64(
     mode: c_int,
@@ -538,5 +651,6 @@ pub unsafe extern "C" fn lio_listio64(
     count: c_int,
     event: *mut libc::sigevent,
 ) -> c_int {
-    hooked_lio_listio(&LIO_LISTIO64.0, mode, list, count, event)
+    // SAFETY: `lio_listio64`'s own entry and the application's arguments, unchanged.
+    unsafe { hooked_lio_listio(&LIO_LISTIO64.0, mode, list, count, event) }
 }

@@ -242,7 +242,9 @@ pub unsafe fn dispatch<R: Returned>(
         return real();
     };
     if let Some(op) = op {
-        let code = match quick_resolve(mounts, target) {
+        // SAFETY: `target` holds the application's pointers, valid for the duration of
+        // the hook (our caller's contract).
+        let code = match unsafe { quick_resolve(mounts, target) } {
             Some(code) => code,
             None => return slow(Resolved::UNKNOWN),
         };
@@ -283,15 +285,18 @@ pub unsafe fn intercept<R: Returned>(
     if !crate::is_active() {
         return real();
     }
-    intercept_resolved(
-        Resolved::UNKNOWN,
-        op,
-        target,
-        effect,
-        requested,
-        account,
-        real,
-    )
+    // SAFETY: our caller's contract, passed on unchanged.
+    unsafe {
+        intercept_resolved(
+            Resolved::UNKNOWN,
+            op,
+            target,
+            effect,
+            requested,
+            account,
+            real,
+        )
+    }
 }
 
 /// [`intercept`] once the stage is known to be active (the hooks' `slow`, reached only
@@ -335,10 +340,17 @@ pub unsafe fn intercept_resolved<R: Returned>(
 /// Where `target` lies, when that is cheap to find (see [`dispatch`]), as
 /// [`Resolved::encode`]s it (0 = unrelated); `None` otherwise. Descriptor places are
 /// passed on as the fd table stores them, never decoded here.
+///
+/// # Safety
+/// `target`'s pointers are null or the application's (NUL-terminated paths, open
+/// streams and directory streams), valid for the duration of the call.
 #[inline(always)]
 unsafe fn quick_resolve(mounts: &MountTable, target: Target) -> Option<u32> {
-    let path = |dirfd, path| Some(quick_path(mounts, dirfd, path)?.encode() as u32);
-    let either = |dir_a, a, dir_b, b| match quick_path(mounts, dir_a, a)? {
+    // SAFETY: `path` is one of `target`'s paths: null or the application's path
+    // argument, valid for the duration of the hook.
+    let path = |dirfd, path| Some(unsafe { quick_path(mounts, dirfd, path) }?.encode() as u32);
+    // SAFETY: `a` is one of `target`'s paths, as above.
+    let either = |dir_a, a, dir_b, b| match unsafe { quick_path(mounts, dir_a, a) }? {
         first @ Place::Managed(_) => Some(first.encode() as u32),
         _ => path(dir_b, b),
     };
@@ -347,8 +359,11 @@ unsafe fn quick_resolve(mounts: &MountTable, target: Target) -> Option<u32> {
         Target::Path(p) => path(libc::AT_FDCWD, p),
         Target::At(dirfd, p) => path(dirfd, p),
         Target::Fd(fd) => Some(fdtable::place_code(fd) as u32),
-        Target::Stream(stream) => Some(fdtable::place_code(stream_fd(stream)) as u32),
-        Target::Dir(dir) => Some(fdtable::place_code(dir_fd(dir)) as u32),
+        // SAFETY: null or the application's open stream, valid for the duration of the hook.
+        Target::Stream(stream) => Some(fdtable::place_code(unsafe { stream_fd(stream) }) as u32),
+        // SAFETY: null or the application's open directory stream, valid for the
+        // duration of the hook.
+        Target::Dir(dir) => Some(fdtable::place_code(unsafe { dir_fd(dir) }) as u32),
         Target::Paths(a, b) => either(libc::AT_FDCWD, a, libc::AT_FDCWD, b),
         Target::AtPaths(dir_a, a, dir_b, b) => either(dir_a, a, dir_b, b),
         Target::Copy { from, to } => {
@@ -360,16 +375,26 @@ unsafe fn quick_resolve(mounts: &MountTable, target: Target) -> Option<u32> {
 /// [`place_of_path`] for the cheap cases: a clean path, absolute and unrelated on its
 /// first bytes, or relative to an unrelated (or, without nested mountpoints, managed)
 /// directory.
+///
+/// # Safety
+/// `path` is null or the application's NUL-terminated path, valid for the duration of
+/// the call.
 #[inline(always)]
 unsafe fn quick_path(mounts: &MountTable, dirfd: c_int, path: *const c_char) -> Option<Place> {
     if path.is_null() {
         return None;
     }
-    if *path == b'/' as c_char {
-        paths::scan_absolute(path.cast())?;
-        return mounts.quick_absolute(path.cast());
+    // SAFETY: the application's non-null path argument, NUL-terminated and valid for
+    // the duration of the hook: its first byte is readable.
+    if unsafe { *path } == b'/' as c_char {
+        // SAFETY: the application's path, NUL-terminated (scan_absolute's contract).
+        unsafe { paths::scan_absolute(path.cast()) }?;
+        // SAFETY: the same path, just scanned: absolute and clean (quick_absolute's
+        // contract).
+        return unsafe { mounts.quick_absolute(path.cast()) };
     }
-    if paths::scan(path.cast())? == 0 {
+    // SAFETY: the application's path, NUL-terminated (scan's contract).
+    if unsafe { paths::scan(path.cast()) }? == 0 {
         return None;
     }
     match base_place(dirfd) {
@@ -533,9 +558,11 @@ fn after_cold<R: Returned>(effect: Effect, target: Target, place: Place, result:
 #[inline(never)]
 pub(crate) fn shielded<T>(f: impl FnOnce() -> T) -> Option<T> {
     let errno = errno::location();
-    // SAFETY (both): the calling thread's errno slot.
+    // SAFETY: the calling thread's errno slot (`__errno_location`: valid, aligned, for
+    // the thread's lifetime).
     let saved = unsafe { *errno };
     let result = guarded(f);
+    // SAFETY: the same slot, on the same thread.
     unsafe { *errno = saved };
     result
 }
@@ -563,7 +590,9 @@ pub unsafe fn admit_only(op: Op, target: Target, bytes: u64) {
 #[inline(always)]
 fn resolve(target: Target) -> Resolved {
     let single = |main| Resolved::new(main, Place::Unrelated);
-    // SAFETY (all arms): the pointers are the application's arguments to this call.
+    // SAFETY: (all arms) the pointers are the application's arguments to this call
+    // (null, or paths and streams valid for the duration of the hook): every `Target`
+    // built with pointers comes from a hook's table line.
     unsafe {
         match target {
             Target::None => UNRELATED,
@@ -590,38 +619,61 @@ fn either(first: Place, second: impl FnOnce() -> Place) -> Place {
     }
 }
 
+/// A stream's descriptor, -1 for null.
+///
+/// # Safety
+/// `stream` is null or an open stream (the application's argument).
 unsafe fn stream_fd(stream: *mut FILE) -> c_int {
     if stream.is_null() {
         -1
     } else {
-        fileno_unlocked(stream)
+        // SAFETY: the application's non-null, open stream, valid for the duration of
+        // the hook; `fileno_unlocked` only reads it.
+        unsafe { fileno_unlocked(stream) }
     }
 }
 
+/// A directory stream's descriptor, -1 for null.
+///
+/// # Safety
+/// `dir` is null or an open directory stream (the application's argument).
 unsafe fn dir_fd(dir: *mut DIR) -> c_int {
     if dir.is_null() {
         -1
     } else {
-        libc::dirfd(dir)
+        // SAFETY: the application's non-null, open directory stream, valid for the
+        // duration of the hook; `dirfd` only reads it.
+        unsafe { libc::dirfd(dir) }
     }
 }
 
 /// Classifies `path` relative to `dirfd` (`AT_FDCWD` = the current directory). The
 /// common cases (clean absolute path; clean relative path from an unrelated or managed
 /// base) touch no buffer; the rest is resolved in full, out of line.
+///
+/// # Safety
+/// `path` is null or the application's NUL-terminated path, valid for the duration of
+/// the call.
 #[inline(always)]
 unsafe fn place_of_path(dirfd: c_int, path: *const c_char) -> Place {
     if path.is_null() {
         return base_place(dirfd);
     }
     let mounts = crate::mounts();
-    if let Some(len) = paths::scan(path.cast()) {
-        if len != 0 && *path == b'/' as c_char {
-            let bytes = std::slice::from_raw_parts(path.cast::<u8>(), len);
+    // SAFETY: the application's non-null path argument, NUL-terminated (scan's
+    // contract), valid for the duration of the hook.
+    if let Some(len) = unsafe { paths::scan(path.cast()) } {
+        // SAFETY: `len` (not 0) is the path's length before its NUL, so its first byte
+        // and its `len` bytes are the application's, valid for the duration of the hook.
+        if len != 0 && unsafe { *path } == b'/' as c_char {
+            // SAFETY: as just above: `len` readable bytes of the application's path.
+            let bytes = unsafe { std::slice::from_raw_parts(path.cast::<u8>(), len) };
             return mounts.place_of(bytes);
         }
     }
-    let bytes = CStr::from_ptr(path).to_bytes();
+    // SAFETY: the application's non-null, NUL-terminated path argument, valid (and not
+    // written by us) for the duration of the hook, which outlives `bytes`.
+    let bytes = unsafe { CStr::from_ptr(path) }.to_bytes();
     let Some(&first) = bytes.first() else {
         return base_place(dirfd);
     };
@@ -827,10 +879,11 @@ fn record(fd: c_int, place: Place, target: Target, is_directory: bool) {
         }
     };
     let mut buf = PathBuffer::new();
-    // SAFETY: the application's path argument, still valid during the hook.
     let bytes = if path.is_null() {
         &b""[..]
     } else {
+        // SAFETY: the application's non-null, NUL-terminated path argument, still
+        // valid during the hook (which outlives `bytes`).
         unsafe { CStr::from_ptr(path) }.to_bytes()
     };
     let known = !bytes.is_empty() && full_path(dirfd, bytes, &mut buf);
@@ -896,10 +949,11 @@ pub mod account {
     pub fn line(result: &*mut c_char) -> Account {
         Account {
             failed: false,
-            // SAFETY: fgets returns NULL or its NUL-terminated buffer.
             bytes: if result.is_null() {
                 0
             } else {
+                // SAFETY: `fgets` returns NULL or the application's buffer, which it
+                // has just NUL-terminated.
                 unsafe { libc::strlen(*result) as u64 }
             },
         }

@@ -252,7 +252,8 @@ impl MountTable {
     /// `path` must point to a NUL-terminated string.
     #[inline(always)]
     pub unsafe fn quick_absolute(&self, path: *const u8) -> Option<Place> {
-        let head = head16(path)?;
+        // SAFETY: `path` points to a NUL-terminated string (our caller's contract).
+        let head = unsafe { head16(path) }?;
         // The bytes before the first NUL among the 16 (all 16 if there is none): those
         // of the string.
         let nul = zeros(head);
@@ -269,7 +270,7 @@ impl MountTable {
                     return None;
                 }
                 // SAFETY: the string is at least mount_len bytes long: at most the NUL.
-                if matches!(*path.add(mount_len), b'/' | 0) {
+                if matches!(unsafe { *path.add(mount_len) }, b'/' | 0) {
                     return Some(Place::Managed(prefixes.index[i]));
                 }
                 // A longer name beside the mountpoint (`/scratch2`): neither under nor
@@ -345,10 +346,13 @@ fn prefix_word(bytes: &[u8]) -> u64 {
 /// `path` must be non-null and point to a NUL-terminated string.
 #[inline(always)]
 pub unsafe fn scan(path: *const u8) -> Option<usize> {
-    if *path == b'.' {
+    // SAFETY: non-null and NUL-terminated (our caller's contract): its first byte is
+    // readable.
+    if unsafe { *path } == b'.' {
         return None;
     }
-    scan_absolute(path)
+    // SAFETY: our caller's contract, passed on.
+    unsafe { scan_absolute(path) }
 }
 
 /// [`scan`] for a path known to start with `/` (so without the leading-`.` check).
@@ -359,15 +363,22 @@ pub unsafe fn scan(path: *const u8) -> Option<usize> {
 pub unsafe fn scan_absolute(path: *const u8) -> Option<usize> {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
-        scan_sse2(path)
+        // SAFETY: our caller's contract, passed on.
+        unsafe { scan_sse2(path) }
     }
     #[cfg(not(all(target_arch = "x86_64", not(miri))))]
     {
-        let bytes = std::ffi::CStr::from_ptr(path.cast()).to_bytes();
+        // SAFETY: non-null and NUL-terminated (our caller's contract), and not written
+        // while `bytes` lives (the application's argument during its call, or ours).
+        let bytes = unsafe { std::ffi::CStr::from_ptr(path.cast()) }.to_bytes();
         (!maybe_dirty(bytes)).then_some(bytes.len())
     }
 }
 
+/// [`scan_absolute`] on x86-64: see [`scan`].
+///
+/// # Safety
+/// As for [`scan`].
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 #[inline(always)]
 unsafe fn scan_sse2(path: *const u8) -> Option<usize> {
@@ -379,7 +390,11 @@ unsafe fn scan_sse2(path: *const u8) -> Option<usize> {
     // '/' = 0x2f both become 0x2f when or-ed with 1). Two such bytes in a row are
     // reported: that covers every `//` and `/.`, and also `..` and `./` inside a name
     // (`a..b`), which are rare and only cost the exact check.
-    let masks = |block: usize| {
+    // SAFETY: `block` is 16-byte aligned and lies in a page holding a byte of the
+    // string (the first block holds its first byte; a later one is loaded only if the
+    // string did not end before it), so it is mapped; SSE2 is part of the x86-64
+    // baseline.
+    let masks = |block: usize| unsafe {
         let v = load_aligned(block as *const u8);
         let nul = _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_setzero_si128())) as u32;
         let special = _mm_movemask_epi8(_mm_cmpeq_epi8(
@@ -417,18 +432,25 @@ unsafe fn scan_sse2(path: *const u8) -> Option<usize> {
 #[inline(always)]
 unsafe fn load_aligned(block: *const u8) -> std::arch::x86_64::__m128i {
     let v: std::arch::x86_64::__m128i;
-    std::arch::asm!(
-        "movdqa {v}, xmmword ptr [{p}]",
-        p = in(reg) block,
-        v = out(xmm_reg) v,
-        options(nostack, readonly, preserves_flags, pure),
-    );
+    // SAFETY: an aligned 16-byte read of a mapped page (our caller's contract) cannot
+    // fault; it writes nothing and touches no stack or flags (the options say so).
+    unsafe {
+        std::arch::asm!(
+            "movdqa {v}, xmmword ptr [{p}]",
+            p = in(reg) block,
+            v = out(xmm_reg) v,
+            options(nostack, readonly, preserves_flags, pure),
+        );
+    }
     v
 }
 
 /// The 16 bytes at `path`, if they lie in `path`'s page (unaligned; bytes after the
 /// NUL are garbage and must be masked by the caller). `None` in the last 15 bytes of a
 /// page, where the read could reach the next, possibly unmapped, page.
+///
+/// # Safety
+/// `path` must point to a NUL-terminated string.
 #[inline(always)]
 unsafe fn head16(path: *const u8) -> Option<Head> {
     if path as usize & 0xfff > 0xff0 {
@@ -437,12 +459,17 @@ unsafe fn head16(path: *const u8) -> Option<Head> {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
         let v: std::arch::x86_64::__m128i;
-        std::arch::asm!(
-            "movdqu {v}, xmmword ptr [{p}]",
-            p = in(reg) path,
-            v = out(xmm_reg) v,
-            options(nostack, readonly, preserves_flags, pure),
-        );
+        // SAFETY: the 16 bytes at `path` lie in its page (checked above), which is
+        // mapped since it holds the string's first byte; the read writes nothing and
+        // touches no stack or flags (the options say so).
+        unsafe {
+            std::arch::asm!(
+                "movdqu {v}, xmmword ptr [{p}]",
+                p = in(reg) path,
+                v = out(xmm_reg) v,
+                options(nostack, readonly, preserves_flags, pure),
+            );
+        }
         Some(v)
     }
     #[cfg(not(all(target_arch = "x86_64", not(miri))))]
@@ -450,7 +477,9 @@ unsafe fn head16(path: *const u8) -> Option<Head> {
         // Portable: copy the string's bytes only (the caller masks the rest).
         let mut head = [0u8; 16];
         for (i, byte) in head.iter_mut().enumerate() {
-            *byte = *path.add(i);
+            // SAFETY: bytes up to the string's NUL (the loop stops there) are readable
+            // (our caller's contract).
+            *byte = unsafe { *path.add(i) };
             if *byte == 0 {
                 break;
             }
@@ -532,19 +561,28 @@ fn maybe_dirty(path: &[u8]) -> bool {
 /// 16 bytes at a time; the last block overlaps the previous one, which is harmless
 /// for a search. A `/` ending one block and a `/` or `.` opening the next is caught by
 /// carrying the block's last bit.
+///
+/// # Safety
+/// `path` must be at least 16 bytes long (and the CPU have SSE2, as every x86-64 has).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn maybe_dirty_sse2(path: &[u8]) -> bool {
     use std::arch::x86_64::*;
-    let slash = _mm_set1_epi8(b'/' as i8);
-    let dot = _mm_set1_epi8(b'.' as i8);
+    // SAFETY: SSE2 is part of the x86-64 baseline.
+    let slash = unsafe { _mm_set1_epi8(b'/' as i8) };
+    // SAFETY: as above.
+    let dot = unsafe { _mm_set1_epi8(b'.' as i8) };
     let mut offset = 0;
     let mut carry = 0u32;
     loop {
         let start = offset.min(path.len() - 16);
-        let block = _mm_loadu_si128(path.as_ptr().add(start).cast());
-        let slashes = _mm_movemask_epi8(_mm_cmpeq_epi8(block, slash)) as u32;
-        let followers = slashes | _mm_movemask_epi8(_mm_cmpeq_epi8(block, dot)) as u32;
+        // SAFETY: `start` ≤ len − 16 (len ≥ 16: our caller's contract), so the 16
+        // bytes read are in the slice; SSE2 is part of the x86-64 baseline.
+        let block = unsafe { _mm_loadu_si128(path.as_ptr().add(start).cast()) };
+        // SAFETY: SSE2 is part of the x86-64 baseline.
+        let slashes = unsafe { _mm_movemask_epi8(_mm_cmpeq_epi8(block, slash)) } as u32;
+        // SAFETY: as above.
+        let followers = slashes | unsafe { _mm_movemask_epi8(_mm_cmpeq_epi8(block, dot)) } as u32;
         let boundary = if start == offset { carry } else { 0 };
         if ((slashes << 1) | boundary) & followers != 0 {
             return true;

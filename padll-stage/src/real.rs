@@ -46,6 +46,8 @@ impl Real {
         if address.is_null() {
             // Compatibility-only symbols (`__xstat` since glibc 2.33) have no default
             // version and are found only by naming the base version.
+            // SAFETY: name and version are NUL-terminated C string constants;
+            // RTLD_NEXT skips our own definitions.
             address =
                 unsafe { libc::dlvsym(libc::RTLD_NEXT, self.name.as_ptr(), BASE_VERSION.as_ptr()) };
         }

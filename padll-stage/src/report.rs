@@ -9,7 +9,7 @@ use std::io::Write as _;
 pub fn current(identity: &Identity) -> Report {
     let mut identity = identity.clone();
     // After fork the identity's pids are the parent's.
-    // SAFETY: trivial getters.
+    // SAFETY: getpid and getppid take no arguments, touch no memory of ours and cannot fail.
     unsafe {
         identity.pid = libc::getpid() as u32;
         identity.ppid = libc::getppid() as u32;

@@ -363,7 +363,8 @@ pub fn leave() {
         return;
     }
     if lock(fd, 1, libc::F_WRLCK) {
-        // SAFETY: NUL-terminated path.
+        // SAFETY: `attached.path` is the segment's NUL-terminated CString, alive across the
+        // call.
         unsafe { libc::unlink(attached.path.as_ptr()) };
     }
     // Not the last: stop counting as attached now, so that whichever process of the
@@ -405,7 +406,8 @@ fn wait_for_lock(fd: i32, byte: i64, patience_ms: u32) -> Result<(), String> {
 }
 
 fn fstat(fd: i32) -> Result<libc::stat, String> {
-    // SAFETY: valid out-pointer.
+    // SAFETY: an all-zero `stat` is valid plain data, and `st` is a valid out-pointer of its
+    // size; fstat on a bad descriptor only fails.
     unsafe {
         let mut st: libc::stat = std::mem::zeroed();
         if libc::fstat(fd, &mut st) == 0 {

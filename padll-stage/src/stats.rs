@@ -292,8 +292,9 @@ pub fn local() -> Counters {
     {
         let cached = cache::get();
         if !cached.is_null() {
-            // SAFETY: the cache only ever holds a shard of `OWNED` this thread owns.
             return Counters {
+                // SAFETY: the cache only ever holds a shard of `OWNED` (a static) this
+                // thread owns; it is non-null here.
                 shard: unsafe { &*cached },
                 owned: true,
             };
@@ -321,8 +322,9 @@ pub fn cached() -> Option<Counters> {
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     {
         let cached = cache::get();
-        // SAFETY: the cache only ever holds a shard of `OWNED` this thread owns.
         (!cached.is_null()).then(|| Counters {
+            // SAFETY: the cache only ever holds a shard of `OWNED` (a static) this thread
+            // owns; it is non-null here.
             shard: unsafe { &*cached },
             owned: true,
         })

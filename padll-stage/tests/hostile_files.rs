@@ -21,7 +21,7 @@ fn scratch(name: &str) -> PathBuf {
 
 fn mkfifo(path: &Path) {
     let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
-    // SAFETY: valid path.
+    // SAFETY: `c` is a NUL-terminated CString alive across the call.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
 }
 

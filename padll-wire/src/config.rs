@@ -362,7 +362,8 @@ pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, String> {
             .ok_or_else(|| format!("PADLL_JOB_SIZE: bad node count '{text}'"))?,
         None => file.job_size.unwrap_or(1),
     };
-    // SAFETY: trivial libc getters.
+    // SAFETY: getuid, getgid, getpid and getppid take no arguments, touch no memory of ours
+    // and cannot fail.
     let (uid, gid, pid, ppid) = unsafe {
         (
             libc::getuid(),
@@ -428,7 +429,7 @@ pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, String> {
 
 fn hostname() -> String {
     let mut buf = [0u8; 256];
-    // SAFETY: buffer and length are valid.
+    // SAFETY: `buf` is a live local of `buf.len()` bytes, the length passed.
     if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
         return String::new();
     }
@@ -457,7 +458,7 @@ mod tests {
         let fifo = dir.join("fifo");
         let _ = std::fs::remove_file(&fifo);
         let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        // SAFETY: valid path.
+        // SAFETY: `c` is a NUL-terminated CString alive across the call.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         let big = dir.join("big.toml");
         std::fs::write(&big, vec![b'#'; MAX_CONFIG_BYTES as usize + 1]).unwrap();

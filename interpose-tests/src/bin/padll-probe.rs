@@ -24,7 +24,8 @@ fn check(ok: bool, what: &str) {
 
 fn stat(path: &CString) -> i32 {
     let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: valid path and buffer.
+    // SAFETY: `path` is a NUL-terminated CString borrowed for the call; `st` is a valid out-
+    // pointer of `struct stat`'s size.
     unsafe { libc::stat(path.as_ptr(), st.as_mut_ptr()) }
 }
 
@@ -34,7 +35,8 @@ fn monotonic_ns() -> u64 {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: valid out-pointer.
+    // SAFETY: `ts` is a live local `timespec`: a valid out-pointer of the size clock_gettime
+    // writes.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
@@ -59,7 +61,7 @@ fn main() {
     let dir = args[2].clone();
     let arg = |i: usize, default: &str| args.get(i).cloned().unwrap_or_else(|| default.to_string());
     let file = c(&format!("{dir}/file"));
-    // SAFETY (this whole function): plain libc calls on valid, NUL-terminated paths,
+    // SAFETY: (this whole function) plain libc calls on valid, NUL-terminated paths,
     // buffers of the stated sizes and descriptors we own.
     unsafe {
         match args[1].as_str() {

@@ -154,31 +154,34 @@ fn make_call(call: &str, dir: &Path) -> Box<dyn FnMut() + Send> {
     match call {
         "stat" => Box::new(move || {
             let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-            // SAFETY: valid path and buffer.
+            // SAFETY: `path` is a NUL-terminated CString moved into this closure; `st` is a
+            // valid out-pointer of `struct stat`'s size.
             assert_eq!(unsafe { libc::stat(path.as_ptr(), st.as_mut_ptr()) }, 0);
         }),
         "open+close" => Box::new(move || {
-            // SAFETY: valid path.
+            // SAFETY: `path` is a NUL-terminated CString moved into this closure.
             let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY) };
             assert!(fd >= 0);
-            // SAFETY: fd just opened.
+            // SAFETY: our own descriptor, just opened (asserted valid) and closed once.
             unsafe { libc::close(fd) };
         }),
         "pread4k" | "fstat" => {
-            // SAFETY: valid path.
+            // SAFETY: `path` is a NUL-terminated CString alive across the call.
             let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY) };
             assert!(fd >= 0);
             let mut buf = vec![0u8; 4096];
             if call == "fstat" {
                 Box::new(move || {
                     let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-                    // SAFETY: open fd, valid buffer.
+                    // SAFETY: our own descriptor (opened above, never closed); `st` is a valid
+                    // out-pointer of `struct stat`'s size.
                     assert_eq!(unsafe { libc::fstat(fd, st.as_mut_ptr()) }, 0);
                 })
             } else {
                 Box::new(move || {
-                    // SAFETY: open fd, valid buffer.
                     assert_eq!(
+                        // SAFETY: our own descriptor (opened above, never closed) and
+                        // our 4096-byte buffer, moved into this closure.
                         unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), 4096, 0) },
                         4096
                     );
@@ -372,7 +375,8 @@ fn run_counting(
 /// CPU seconds and voluntary context switches of every waited-for child so far.
 fn children_usage() -> Cost {
     let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: valid out-pointer.
+    // SAFETY: `usage` is a live local `rusage`: a valid out-pointer of the size getrusage
+    // writes.
     unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, usage.as_mut_ptr()) };
     // SAFETY: zero-initialised and filled by getrusage.
     let usage = unsafe { usage.assume_init() };
