@@ -224,7 +224,9 @@ pub fn stage_config(data: &[u8]) {
             .find(|(k, _)| *k == name)
             .map(|(_, v)| v.to_string())
     };
-    let Ok(config) = padll_wire::config::load(&var) else {
+    let loaded = padll_wire::config::load(&var);
+    let _ = std::fs::remove_file(&path);
+    let Ok(config) = loaded else {
         return;
     };
     assert!(config.mounts.iter().all(|m| m.starts_with('/')));
