@@ -583,6 +583,26 @@ impl Controller {
         }
     }
 
+    /// Feeds one stream's messages through what `Attach` does with them after the TLS
+    /// check (the register check, attach, each message, detach), without a network:
+    /// for the fuzz targets (`padll-wire/fuzz`). Returns the stream's refusal, if any.
+    #[doc(hidden)]
+    pub fn feed_stream(
+        &self,
+        messages: impl IntoIterator<Item = LocalMessage>,
+    ) -> Result<(), Status> {
+        let mut messages = messages.into_iter();
+        let name = register_name(messages.next())?;
+        let (outbox, receiver) = outbox::channel();
+        let session = self.attach_node(&name, outbox)?;
+        for message in messages {
+            self.handle(&name, session, message);
+        }
+        self.detach_node(&name, session);
+        drop(receiver);
+        Ok(())
+    }
+
     /// A consistent view of the registry and the last cycle, for the admin CLI and
     /// the metrics endpoint.
     pub fn snapshot(&self) -> Snapshot {
@@ -1362,33 +1382,7 @@ impl proto::global_server::Global for Service {
         let first = tokio::time::timeout(Duration::from_secs(10), inbound.message())
             .await
             .map_err(|_| Status::deadline_exceeded("no register message within 10 s"))??;
-        let name = match first.and_then(|m| m.body) {
-            Some(local_message::Body::Register(proto::Register { node, version }))
-                if version == proto::VERSION && node.len() > crate::bounds::MAX_NAME_BYTES =>
-            {
-                return Err(Status::invalid_argument(format!(
-                    "node name of {} bytes exceeds {}",
-                    node.len(),
-                    crate::bounds::MAX_NAME_BYTES
-                )))
-            }
-            Some(local_message::Body::Register(proto::Register { node, version }))
-                if version == proto::VERSION && !node.is_empty() =>
-            {
-                node
-            }
-            Some(local_message::Body::Register(proto::Register { version, .. })) => {
-                return Err(Status::invalid_argument(format!(
-                    "protocol version {version} (or empty node name) not supported; expected {}",
-                    proto::VERSION
-                )))
-            }
-            _ => {
-                return Err(Status::invalid_argument(
-                    "the first message must be register",
-                ))
-            }
-        };
+        let name = register_name(first)?;
         if let Some(names) = certified.filter(|names| !names.contains(&name)) {
             let short = |n: &str| padll_wire::control::short(n).to_string();
             crate::limited_warn!(
@@ -1420,6 +1414,36 @@ impl proto::global_server::Global for Service {
             controller.detach_node(&name, session);
         });
         Ok(Response::new(Box::pin(receiver)))
+    }
+}
+
+/// The node name of a stream's first message: a `Register` of this protocol version
+/// with a name of 1 to [`crate::bounds::MAX_NAME_BYTES`] bytes.
+fn register_name(first: Option<LocalMessage>) -> Result<String, Status> {
+    match first.and_then(|m| m.body) {
+        Some(local_message::Body::Register(proto::Register { node, version }))
+            if version == proto::VERSION && node.len() > crate::bounds::MAX_NAME_BYTES =>
+        {
+            Err(Status::invalid_argument(format!(
+                "node name of {} bytes exceeds {}",
+                node.len(),
+                crate::bounds::MAX_NAME_BYTES
+            )))
+        }
+        Some(local_message::Body::Register(proto::Register { node, version }))
+            if version == proto::VERSION && !node.is_empty() =>
+        {
+            Ok(node)
+        }
+        Some(local_message::Body::Register(proto::Register { version, .. })) => {
+            Err(Status::invalid_argument(format!(
+                "protocol version {version} (or empty node name) not supported; expected {}",
+                proto::VERSION
+            )))
+        }
+        _ => Err(Status::invalid_argument(
+            "the first message must be register",
+        )),
     }
 }
 
