@@ -40,9 +40,25 @@ fn prepare(dir: Scratch) -> Scratch {
     dir
 }
 
-/// A job id unique to this test run.
-fn job(name: &str) -> String {
-    format!("it-{name}-{}", std::process::id())
+/// A job id unique to this test run. Its segment is removed when the test ends, also
+/// when it fails half-way (a passing test finds it removed by the job's last process).
+fn job(name: &str) -> Job {
+    Job(format!("it-{name}-{}", std::process::id()))
+}
+
+struct Job(String);
+
+impl std::ops::Deref for Job {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(segment(&self.0));
+    }
 }
 
 /// The segment a job's processes share on this node.
