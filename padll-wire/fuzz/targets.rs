@@ -270,27 +270,9 @@ pub fn rate_selector(data: &[u8]) {
     }
 }
 
-/// The policies `allocate` tries (the first byte picks one).
-const POLICIES: &[&str] = &[
-    "baseline",
-    "uniform",
-    "priority",
-    "psharing",
-    "psfa",
-    "adaptbf",
-    "job-fair",
-    "size-fair",
-    "user-fair",
-    "priority-fair",
-    "group-fair",
-    "themis",
-    "drf:1e9",
-    "mckp",
-    "mckp-static",
-    "mckp-size",
-    "psfa:0.3",
-    "psharing:weighted",
-];
+/// Parameterised specs `allocate` tries besides every plain name the registry builds
+/// (`policies::policy_names`); the first byte picks one of them all.
+const POLICY_VARIANTS: &[&str] = &["drf:1e9", "psfa:0.3", "psharing:weighted"];
 const MAX_RATES: &[f64] = &[0.0, 1.0, 1000.0, 110_000.0, 1e12];
 
 /// `policies allocate`: byte 0 picks the policy, byte 1 `--max-rate`, the rest is the
@@ -298,7 +280,12 @@ const MAX_RATES: &[f64] = &[0.0, 1.0, 1000.0, 110_000.0, 1e12];
 /// (`baseline`: none).
 pub fn allocate(data: &[u8]) {
     let [p, r, json @ ..] = data else { return };
-    let policy = POLICIES[usize::from(*p) % POLICIES.len()];
+    let names = policies::policy_names();
+    let pick = usize::from(*p) % (names.len() + POLICY_VARIANTS.len());
+    let policy = names
+        .get(pick)
+        .copied()
+        .unwrap_or_else(|| POLICY_VARIANTS[pick - names.len()]);
     let command = policies::cli::Command::Allocate(policies::cli::AllocateArgs {
         policy: policy.to_string(),
         max_rate: MAX_RATES[usize::from(*r) % MAX_RATES.len()],
