@@ -40,8 +40,7 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-/// Most channels a stage can hold.
-pub const MAX_CHANNELS: usize = 255;
+pub use padll_wire::channel::MAX_CHANNELS;
 /// Slots in the tables indexed by channel: one more than [`MAX_CHANNELS`] (the last is
 /// never used), so that any byte of a route minus one indexes them without a bounds
 /// check.

@@ -5,14 +5,16 @@
 //! The application's I/O never waits on it: rules reach the data path through the
 //! channel table's atomics. Only a starting program waits, at most
 //! [`FIRST_RULES_PATIENCE`], for its first rules (fail closed: a new process of a job
-//! never runs unthrottled until they come). The whole thread runs as the stage's own I/O (no hook
-//! manages its socket). If the controller goes away the stage keeps its last rules
-//! (fail-static), says so once on stderr, and reconnects with exponential backoff.
-//! After `fork` the child closes its copy of the parent's connection and starts its
-//! own thread.
+//! never runs unthrottled until they come). When none come — the controller is
+//! unreachable, refuses the stage or is silent — it runs under its [`Fallback`]: the
+//! job's last rules on this node ([`last_rules`]), else the default limit. The whole
+//! thread runs as the stage's own I/O (no hook manages its socket). If the controller
+//! goes away the stage keeps its last rules (fail-static), says so once on stderr, and
+//! reconnects with exponential backoff. After `fork` the child closes its copy of the
+//! parent's connection and starts its own thread.
 
 use crate::intercept::StageIo;
-use crate::{channels, log, stats};
+use crate::{channels, last_rules, log, stats};
 use padll_wire::channel::ChannelSpec;
 use padll_wire::config::{Identity, LogLevel};
 use padll_wire::control::{
@@ -21,17 +23,32 @@ use padll_wire::control::{
 use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// Where to connect, whom to trust there, and who we are.
-struct Target {
-    socket: String,
+/// Where to connect, whom to trust there, who we are, and what to run under without
+/// rules from the controller.
+pub struct Target {
+    /// The local controller's socket.
+    pub socket: String,
     /// The uid the controller may run as besides root and our own.
-    controller_uid: Option<u32>,
-    identity: Identity,
-    mountpoints: Vec<String>,
+    pub controller_uid: Option<u32>,
+    /// Who we are.
+    pub identity: Identity,
+    /// Our mountpoints.
+    pub mountpoints: Vec<String>,
+    /// Rules when the controller gives none at start.
+    pub fallback: Fallback,
+}
+
+/// What a starting program runs under when the controller gives it no rules.
+pub struct Fallback {
+    /// The job whose last rules are kept and used (uid, job id), when limits bind the
+    /// job; `None` for per-process limits.
+    pub job: Option<(u32, String)>,
+    /// `PADLL_DEFAULT_LIMIT`: `None` keeps the configured limits; empty = unthrottled.
+    pub default_limits: Option<Vec<ChannelSpec>>,
 }
 
 static TARGET: OnceLock<Target> = OnceLock::new();
@@ -46,39 +63,148 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 const CHILD_REGISTRATION_DELAY: Duration = Duration::from_millis(250);
 
 /// How long a starting program waits for its first rules from the controller before
-/// it runs (with its configured rules if none came): a new process of a job must not
-/// run unthrottled until its rules arrive (the controller answers in a few ms; only
-/// an unreachable global controller makes a start wait this long).
+/// it runs under its [`Fallback`]: a new process of a job must not run unthrottled
+/// until its rules arrive (the controller answers in a few ms; only an unreachable
+/// global controller makes a start wait this long).
 const FIRST_RULES_PATIENCE: Duration = Duration::from_millis(100);
 
-/// Whether the first session has settled: rules applied, refused, or no controller.
-static FIRST_RULES: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
-
-/// Lets the starting program go on (see [`FIRST_RULES_PATIENCE`]).
-fn first_rules_settled() {
-    let (settled, signal) = &FIRST_RULES;
-    *settled.lock().unwrap_or_else(|p| p.into_inner()) = true;
-    signal.notify_all();
+/// Where a starting program stands with its first rules.
+#[derive(Clone, Debug, PartialEq)]
+enum FirstRules {
+    /// Nothing yet.
+    Waiting,
+    /// The controller will give none: why (unreachable, rejected the stage, bad rules).
+    Refused(String),
+    /// In force: the controller's, or the fallback.
+    Settled,
 }
 
-/// Starts the control thread (once per process; again in a forked child).
-pub fn start(
-    socket: String,
-    controller_uid: Option<u32>,
-    identity: Identity,
-    mountpoints: Vec<String>,
-) {
-    let _ = TARGET.set(Target {
-        socket,
-        controller_uid,
-        identity,
-        mountpoints,
-    });
+/// The starting program's [`FirstRules`]; once [`SETTLED`], never taken again (so a
+/// `fork` cannot leave it held for the child).
+static FIRST_RULES: (Mutex<FirstRules>, Condvar) =
+    (Mutex::new(FirstRules::Waiting), Condvar::new());
+static SETTLED: AtomicBool = AtomicBool::new(false);
+
+/// Starts the control thread (once per process; again in a forked child) and waits for
+/// the first rules (≤ [`FIRST_RULES_PATIENCE`]); without them, applies the fallback.
+pub fn start(target: Target) {
+    let _ = TARGET.set(target);
     spawn(Duration::ZERO);
-    // Fail closed: the program starts under its job's current rules, not unthrottled.
-    let (settled, signal) = &FIRST_RULES;
-    let guard = settled.lock().unwrap_or_else(|p| p.into_inner());
-    let _ = signal.wait_timeout_while(guard, FIRST_RULES_PATIENCE, |settled| !*settled);
+    let (state, signal) = &FIRST_RULES;
+    let guard = state.lock().unwrap_or_else(|p| p.into_inner());
+    let (mut guard, _) = signal
+        .wait_timeout_while(guard, FIRST_RULES_PATIENCE, |s| *s == FirstRules::Waiting)
+        .unwrap_or_else(|p| p.into_inner());
+    let why = match &*guard {
+        FirstRules::Settled => None,
+        FirstRules::Waiting => Some(format!(
+            "none within {} ms",
+            FIRST_RULES_PATIENCE.as_millis()
+        )),
+        FirstRules::Refused(why) => Some(why.clone()),
+    };
+    if let (Some(why), Some(target)) = (why, TARGET.get()) {
+        // Under the lock: rules the controller sends meanwhile are applied after these.
+        fall_back(target, &why);
+    }
+    *guard = FirstRules::Settled;
+    SETTLED.store(true, Ordering::Release);
+}
+
+/// The controller will give the starting program no rules: tells it why (it applies
+/// its fallback and says so). `false` if the program is past its start.
+fn no_first_rules(why: String) -> bool {
+    if SETTLED.load(Ordering::Acquire) {
+        return false;
+    }
+    let (state, signal) = &FIRST_RULES;
+    let mut guard = state.lock().unwrap_or_else(|p| p.into_inner());
+    if *guard != FirstRules::Waiting {
+        return *guard != FirstRules::Settled;
+    }
+    *guard = FirstRules::Refused(why);
+    signal.notify_all();
+    true
+}
+
+/// Applies rules from the controller; the first ones end the starting program's wait.
+fn apply_from_controller(target: &Target, rules: &[ChannelSpec]) -> Result<(), String> {
+    let result = if SETTLED.load(Ordering::Acquire) {
+        apply(rules)
+    } else {
+        let (state, signal) = &FIRST_RULES;
+        let mut guard = state.lock().unwrap_or_else(|p| p.into_inner());
+        let result = apply(rules);
+        *guard = match &result {
+            Ok(()) => FirstRules::Settled,
+            Err(e) if *guard == FirstRules::Waiting => {
+                FirstRules::Refused(format!("its rules were refused: {e}"))
+            }
+            Err(_) => guard.clone(),
+        };
+        SETTLED.store(*guard == FirstRules::Settled, Ordering::Release);
+        signal.notify_all();
+        result
+    };
+    if let (Ok(()), Some((uid, job))) = (&result, &target.fallback.job) {
+        if let Err(e) = last_rules::save(*uid, job, rules) {
+            log(
+                LogLevel::Warn,
+                &format!("cannot keep the job's last rules: {e}"),
+            );
+        }
+    }
+    result
+}
+
+/// Puts the starting program under the job's last rules on this node, else the
+/// default limit, else leaves its configured limits; says which in one line.
+fn fall_back(target: &Target, why: &str) {
+    let fallback = &target.fallback;
+    let saved = fallback.job.as_ref().and_then(|(uid, job)| {
+        last_rules::load(*uid, job)
+            .and_then(|rules| rules.map(|r| check(&r).map(|()| r)).transpose())
+            .unwrap_or_else(|e| {
+                log(
+                    LogLevel::Error,
+                    &format!("ignored the job's last rules: {e}"),
+                );
+                None
+            })
+    });
+    let chosen = match (saved, &fallback.default_limits) {
+        (Some(rules), _) => Some((rules, "the job's last rules on this node")),
+        (None, Some(limits)) => Some((limits.clone(), "the default limit (PADLL_DEFAULT_LIMIT)")),
+        (None, None) => None,
+    };
+    let running = match chosen {
+        None => "its configured limits".to_string(),
+        Some((rules, source)) => {
+            channels::clear();
+            match crate::install_limits(&rules, fallback.job.as_ref()) {
+                Err(e) => {
+                    channels::clear();
+                    format!("no limit: {source} cannot be applied ({e})")
+                }
+                Ok(_) if rules.is_empty() => format!("{source}: none"),
+                Ok(_) => format!(
+                    "{source}: {}",
+                    rules
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            }
+        }
+    };
+    log(
+        LogLevel::Error,
+        &format!(
+            "no rules from the controller at {} ({why}): running under {running}",
+            target.socket
+        ),
+    );
 }
 
 fn spawn(delay: Duration) {
@@ -99,6 +225,8 @@ pub fn after_fork_in_child() {
     if TARGET.get().is_none() {
         return;
     }
+    // No one waits for first rules in the child (only a starting program does).
+    SETTLED.store(true, Ordering::Release);
     let fd = CONNECTION_FD.swap(-1, Ordering::AcqRel);
     if fd >= 0 {
         // SAFETY: our own socket descriptor, inherited; the raw call bypasses the hooks.
@@ -112,12 +240,19 @@ fn run(target: &Target) {
     let mut was_connected = false;
     let mut warned = false;
     loop {
-        let outcome = session(target);
-        if outcome.is_ok() || matches!(outcome, Err(Lost::NeverConnected(_))) {
-            first_rules_settled();
-        }
-        match outcome {
-            Ok(()) => return, // rejected: keep the rules, stop trying
+        match session(target) {
+            Ok(reason) => {
+                // Rejected: keep the rules in force, stop trying.
+                if !no_first_rules(format!("it rejected this stage: {reason}")) {
+                    log(
+                        LogLevel::Error,
+                        &format!(
+                            "the controller rejected this stage: {reason}; keeping the rules in force"
+                        ),
+                    );
+                }
+                return;
+            }
             Err(Lost::Connected(reason)) => {
                 log(
                     LogLevel::Error,
@@ -130,16 +265,17 @@ fn run(target: &Target) {
                 backoff = Duration::from_millis(100);
             }
             Err(Lost::NeverConnected(reason)) => {
-                if !warned && !was_connected {
+                let told = no_first_rules(format!("cannot reach it: {reason}; retrying"));
+                if !told && !warned && !was_connected {
                     log(
                         LogLevel::Error,
                         &format!(
-                            "cannot reach the controller at {} ({reason}); running with the configured rules, retrying",
+                            "cannot reach the controller at {} ({reason}); keeping the rules in force, retrying",
                             target.socket
                         ),
                     );
-                    warned = true;
                 }
+                warned = true;
             }
         }
         std::thread::sleep(backoff);
@@ -152,8 +288,8 @@ enum Lost {
     Connected(String),
 }
 
-/// One connection: handshake, then serve until it breaks. `Ok` = rejected.
-fn session(target: &Target) -> Result<(), Lost> {
+/// One connection: handshake, then serve until it breaks. `Ok(why)` = rejected.
+fn session(target: &Target) -> Result<String, Lost> {
     let stream =
         UnixStream::connect(&target.socket).map_err(|e| Lost::NeverConnected(e.to_string()))?;
     trust(&stream, target.controller_uid).map_err(Lost::NeverConnected)?;
@@ -202,7 +338,7 @@ fn trust(stream: &UnixStream, controller_uid: Option<u32>) -> Result<(), String>
     ))
 }
 
-fn serve(target: &Target, stream: UnixStream) -> Result<(), Lost> {
+fn serve(target: &Target, stream: UnixStream) -> Result<String, Lost> {
     let never = |e: std::io::Error| Lost::NeverConnected(e.to_string());
     let mut writer = stream.try_clone().map_err(never)?;
     let mut reader = LineReader::new(stream.try_clone().map_err(never)?);
@@ -233,15 +369,7 @@ fn serve(target: &Target, stream: UnixStream) -> Result<(), Lost> {
             report_interval_ms,
             ..
         }) => Duration::from_millis(report_interval_ms.clamp(10, 60_000)),
-        Some(ControlMessage::Reject { reason }) => {
-            log(
-                LogLevel::Error,
-                &format!(
-                    "the controller rejected this stage: {reason}; keeping the configured rules"
-                ),
-            );
-            return Ok(());
-        }
+        Some(ControlMessage::Reject { reason }) => return Ok(control::short(&reason)),
         other => {
             return Err(Lost::NeverConnected(format!(
                 "unexpected handshake reply {other:?}"
@@ -279,7 +407,7 @@ fn serve(target: &Target, stream: UnixStream) -> Result<(), Lost> {
                 seq: rules_seq,
                 rules,
             })) => {
-                let error = apply(&rules).err();
+                let error = apply_from_controller(target, &rules).err();
                 if let Some(e) = &error {
                     log(
                         LogLevel::Warn,
@@ -290,7 +418,6 @@ fn serve(target: &Target, stream: UnixStream) -> Result<(), Lost> {
                     seq: rules_seq,
                     error,
                 };
-                first_rules_settled();
                 writer
                     .write_all(control::encode(&reply).as_bytes())
                     .map_err(lost)?;
@@ -319,17 +446,7 @@ fn send_usage(writer: &mut UnixStream, seq: u64) -> std::io::Result<()> {
 /// unit) are re-rated in place so their waiters and counters carry on; the rest are
 /// added or removed. All rules are validated first, so a bad set changes nothing.
 pub fn apply(rules: &[ChannelSpec]) -> Result<(), String> {
-    let mounts = crate::mountpoints();
-    for rule in rules {
-        if let Some(mount) = &rule.mount {
-            if !mounts.contains(mount) {
-                return Err(format!("'{mount}' is not a mountpoint of this stage"));
-            }
-        }
-        if rule.rate == 0 || rule.rate > padll_wire::channel::MAX_RATE || rule.burst == 0 {
-            return Err(format!("rule '{rule}' has a rate or burst out of range"));
-        }
-    }
+    check(rules)?;
     let same = |a: &ChannelSpec, b: &ChannelSpec| {
         a.mount == b.mount && a.scope == b.scope && a.unit == b.unit
     };
@@ -347,6 +464,22 @@ pub fn apply(rules: &[ChannelSpec]) -> Result<(), String> {
             None => {
                 channels::add(rule.clone())?;
             }
+        }
+    }
+    Ok(())
+}
+
+/// Whether this stage can hold `rules`: its mountpoints, rates and bursts in range.
+fn check(rules: &[ChannelSpec]) -> Result<(), String> {
+    let mounts = crate::mountpoints();
+    for rule in rules {
+        if let Some(mount) = &rule.mount {
+            if !mounts.contains(mount) {
+                return Err(format!("'{mount}' is not a mountpoint of this stage"));
+            }
+        }
+        if rule.rate == 0 || rule.rate > padll_wire::channel::MAX_RATE || rule.burst == 0 {
+            return Err(format!("rule '{rule}' has a rate or burst out of range"));
         }
     }
     Ok(())

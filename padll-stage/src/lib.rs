@@ -19,6 +19,7 @@ mod errno;
 pub mod fdtable;
 mod hooks;
 pub mod intercept;
+mod last_rules;
 pub mod paths;
 mod real;
 pub mod report;
@@ -150,26 +151,10 @@ extern "C" fn on_load() {
 fn start(config: &Config) -> Result<(), String> {
     let table = MountTable::new(&config.mounts)?;
     channels::set_mounts(table.names())?;
-    let job_buckets = if config.limit_scope == LimitScope::Job && !table.is_empty() {
-        // SAFETY: trivial getter; the segment belongs to the effective uid that makes it.
-        let uid = unsafe { libc::geteuid() };
-        shared::attach(uid, &config.identity.job_id, &config.limits)
-            .map_err(|e| {
-                log(
-                    LogLevel::Error,
-                    &format!("job-wide limits unavailable ({e}); this process keeps its own"),
-                )
-            })
-            .ok()
-    } else {
-        None
-    };
-    for (i, spec) in config.limits.iter().enumerate() {
-        match &job_buckets {
-            Some(buckets) => channels::add_shared(spec.clone(), buckets[i])?,
-            None => channels::add(spec.clone())?,
-        };
-    }
+    // SAFETY: trivial getter; the segment belongs to the effective uid that makes it.
+    let job = (config.limit_scope == LimitScope::Job && !table.is_empty())
+        .then(|| (unsafe { libc::geteuid() }, config.identity.job_id.clone()));
+    let job_wide = install_limits(&config.limits, job.as_ref())?;
     let _ = SETTINGS.set(Settings {
         identity: config.identity.clone(),
         stats_path: config.stats_path.clone(),
@@ -202,12 +187,16 @@ fn start(config: &Config) -> Result<(), String> {
         ACTIVE_MOUNTS.store(std::ptr::from_ref(table).cast_mut(), Ordering::Release);
     }
     if let Some(socket) = &config.controller {
-        control::start(
-            socket.clone(),
-            config.controller_uid,
-            config.identity.clone(),
-            config.mounts.clone(),
-        );
+        control::start(control::Target {
+            socket: socket.clone(),
+            controller_uid: config.controller_uid,
+            identity: config.identity.clone(),
+            mountpoints: config.mounts.clone(),
+            fallback: control::Fallback {
+                job,
+                default_limits: config.default_limits.clone(),
+            },
+        });
     }
     log(
         LogLevel::Info,
@@ -216,14 +205,36 @@ fn start(config: &Config) -> Result<(), String> {
             config.mounts.join(":"),
             config.limits.len(),
             config.identity.job_id,
-            if job_buckets.is_some() {
-                "job"
-            } else {
-                "process"
-            }
+            if job_wide { "job" } else { "process" }
         ),
     );
     Ok(())
+}
+
+/// Installs `specs` as channels: in the shared buckets of `job` (uid, id) when given and
+/// its segment can be used, else in buckets of this process. `Ok(true)` if they bind
+/// the job.
+pub(crate) fn install_limits(
+    specs: &[ChannelSpec],
+    job: Option<&(u32, String)>,
+) -> Result<bool, String> {
+    let job_buckets = job.and_then(|(uid, id)| {
+        shared::attach(*uid, id, specs)
+            .map_err(|e| {
+                log(
+                    LogLevel::Error,
+                    &format!("job-wide limits unavailable ({e}); this process keeps its own"),
+                )
+            })
+            .ok()
+    });
+    for (i, spec) in specs.iter().enumerate() {
+        match &job_buckets {
+            Some(buckets) => channels::add_shared(spec.clone(), buckets[i])?,
+            None => channels::add(spec.clone())?,
+        };
+    }
+    Ok(job_buckets.is_some())
 }
 
 /// Descriptors inherited across `exec` (`exec 3</scratch/f` in a batch script) are

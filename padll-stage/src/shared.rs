@@ -89,23 +89,37 @@ pub fn attach(
     if specs.is_empty() {
         return Ok(Vec::new());
     }
-    let path = segment_path(uid, job);
+    if let Some(attached) = ATTACHED.get() {
+        // Attached already (for the configured limits): claim these under byte 0 too.
+        let fd = LOCK_FD.load(Ordering::Relaxed);
+        let shown = attached.path.to_string_lossy();
+        wait_for_lock(fd, 0, ATTACH_PATIENCE_MS).map_err(|e| format!("{shown}: {e}"))?;
+        let buckets = claim(attached.segment, specs).map_err(|e| format!("{shown}: {e}"));
+        unlock(fd, 0);
+        return buckets;
+    }
+    let path = job_file("padll", uid, job);
     let shown = path.to_string_lossy().into_owned();
     let attached = open_segment(&path, uid).map_err(|e| format!("{shown}: {e}"))?;
-    let buckets = specs
-        .iter()
-        .map(|spec| attached.segment.bucket_for(spec))
-        .collect::<Result<Vec<_>, String>>()
-        .map_err(|e| format!("{shown}: {e}"));
+    let buckets = claim(attached.segment, specs).map_err(|e| format!("{shown}: {e}"));
     unlock(LOCK_FD.load(Ordering::Relaxed), 0);
     let buckets = buckets?;
     let _ = ATTACHED.set(attached);
     Ok(buckets)
 }
 
-/// `/dev/shm/padll-<uid>-<job>`: the job id as is when it is short and plain, else its
-/// plain characters followed by a hash of the whole id (ids never collide by spelling).
-fn segment_path(uid: u32, job: &str) -> CString {
+/// The shared bucket of each limit in `specs`, in order (byte 0 held).
+fn claim(
+    segment: &'static Segment,
+    specs: &[ChannelSpec],
+) -> Result<Vec<&'static TokenBucket>, String> {
+    specs.iter().map(|spec| segment.bucket_for(spec)).collect()
+}
+
+/// `/dev/shm/<kind>-<uid>-<job>` (the segment is kind `padll`): the job id as is when it
+/// is short and plain, else its plain characters followed by a hash of the whole id (ids
+/// never collide by spelling; kinds never collide either, as a uid is all digits).
+pub(crate) fn job_file(kind: &str, uid: u32, job: &str) -> CString {
     let plain: String = job
         .chars()
         .take(MAX_NAME_JOB)
@@ -118,9 +132,9 @@ fn segment_path(uid: u32, job: &str) -> CString {
         })
         .collect();
     let name = if plain == job && !job.is_empty() && !job.starts_with('.') {
-        format!("padll-{uid}-{job}")
+        format!("{kind}-{uid}-{job}")
     } else {
-        format!("padll-{uid}-{plain}-{:016x}", fnv(job.as_bytes()))
+        format!("{kind}-{uid}-{plain}-{:016x}", fnv(job.as_bytes()))
     };
     CString::new(format!("{DIRECTORY}/{name}")).expect("no NUL in a sanitised name")
 }

@@ -12,8 +12,8 @@ use cheferd_controller::admin::AdminRequest;
 use cheferd_controller::config::GlobalConfig;
 use cheferd_controller::global::Controller;
 use cheferd_controller::proto::LocalMessage;
-use padll_wire::channel::{Unit, MAX_RATE};
-use padll_wire::control::{self, ControlMessage, StageMessage};
+use padll_wire::channel::{Unit, MAX_CHANNELS, MAX_RATE};
+use padll_wire::control::{self, ControlMessage, LastRules, StageMessage};
 use prost::Message;
 use std::sync::Arc;
 
@@ -32,6 +32,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("rate_selector", rate_selector),
     ("allocate", allocate),
     ("place", place),
+    ("last_rules", last_rules),
 ];
 
 /// A line as the sockets see it (they drop lines that are not UTF-8).
@@ -230,7 +231,11 @@ pub fn stage_config(data: &[u8]) {
         return;
     };
     assert!(config.mounts.iter().all(|m| m.starts_with('/')));
-    for spec in &config.limits {
+    for spec in config
+        .limits
+        .iter()
+        .chain(config.default_limits.iter().flatten())
+    {
         assert!((1..=MAX_RATE).contains(&spec.rate), "{spec:?}");
         assert!(spec.burst >= 1, "{spec:?}");
         if let Some(mount) = &spec.mount {
@@ -322,4 +327,21 @@ pub fn place(data: &[u8]) {
     }
     let result: serde_json::Value = serde_json::from_slice(&out).expect("place prints JSON");
     assert!(result["placements"].is_array(), "{result}");
+}
+
+/// A job's last-rules file (`LastRules::decode`): at most 255 rules with rates in
+/// 1 … 2⁴⁸ and bursts ≥ 1; they re-encode to a file that decodes to the same.
+pub fn last_rules(data: &[u8]) {
+    let Ok(rules) = LastRules::decode(data) else {
+        return;
+    };
+    assert!(rules.len() <= MAX_CHANNELS);
+    for spec in &rules {
+        assert!(
+            (1..=MAX_RATE).contains(&spec.rate) && spec.burst >= 1,
+            "{spec:?}"
+        );
+    }
+    let again = LastRules::decode(LastRules::encode(&rules).as_bytes());
+    assert_eq!(again, Ok(rules));
 }

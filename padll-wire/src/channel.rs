@@ -8,6 +8,9 @@ use std::fmt;
 /// Largest rate a channel can hold, tokens per second (2⁴⁸ ≈ 256 TiB/s in bytes).
 pub const MAX_RATE: u64 = 1 << 48;
 
+/// Most channels a stage holds at once.
+pub const MAX_CHANNELS: usize = 255;
+
 /// Which operations a channel serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

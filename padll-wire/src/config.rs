@@ -11,6 +11,7 @@
 //! | `PADLL_STATS` | write statistics at exit: a table, or JSON lines if the name ends in `.json`; `%p` → pid |
 //! | `PADLL_CONTROLLER` | Unix socket of the node's local controller (`cheferd local`): rules then come from the control plane |
 //! | `PADLL_CONTROLLER_UID` | the uid `cheferd local` runs as, if not root: rules are taken only from a controller running as root, this uid or the stage's own uid |
+//! | `PADLL_DEFAULT_LIMIT` | limits (as `PADLL_RULES`) for a program whose controller gives it no rules at start and whose job has no last known rules on this node; `0` = unthrottled; unset: `PADLL_RULES` stand |
 //! | `PADLL_LOG` | `error` (default), `warn`, `info`, `debug`, or `off` |
 //! | `PADLL_CONFIG` | a TOML file with the same settings (variables override it) |
 
@@ -201,6 +202,10 @@ pub struct Config {
     /// The uid the local controller runs as, if not root (rules from a peer of another
     /// uid are refused).
     pub controller_uid: Option<u32>,
+    /// Limits for a program under a controller that gives it no rules at start when its
+    /// job has no last known rules on this node (`PADLL_DEFAULT_LIMIT`): `None` keeps
+    /// [`Config::limits`]; an empty list (`0`) means unthrottled.
+    pub default_limits: Option<Vec<ChannelSpec>>,
 }
 
 /// The TOML file's shape (`PADLL_CONFIG`).
@@ -218,6 +223,7 @@ struct FileConfig {
     controller_uid: Option<u32>,
     burst_ms: Option<u64>,
     limit_scope: Option<String>,
+    default_limit: Option<String>,
     #[serde(default)]
     limit: Vec<FileLimit>,
 }
@@ -334,7 +340,21 @@ pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, String> {
             }
         }
     }
-    for spec in &limits {
+    let default_limits = match var("PADLL_DEFAULT_LIMIT") {
+        Some(text) => Some(
+            parse_default_limit(&text, burst_ms)
+                .map_err(|e| format!("PADLL_DEFAULT_LIMIT: {e}"))?,
+        ),
+        None => file
+            .default_limit
+            .as_deref()
+            .map(|text| {
+                parse_default_limit(text, burst_ms)
+                    .map_err(|e| format!("PADLL_CONFIG: default_limit: {e}"))
+            })
+            .transpose()?,
+    };
+    for spec in limits.iter().chain(default_limits.iter().flatten()) {
         if let Some(mount) = &spec.mount {
             if !mounts.contains(mount) {
                 return Err(format!(
@@ -424,7 +444,27 @@ pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, String> {
             .filter(|p| !p.is_empty())
             .or(file.controller),
         log,
+        default_limits,
     })
+}
+
+/// `SELECTOR=RATE[,…]` limits, or `0` for none (unthrottled).
+fn parse_default_limit(text: &str, burst_ms: u64) -> Result<Vec<ChannelSpec>, String> {
+    if text.trim() == "0" {
+        return Ok(Vec::new());
+    }
+    let limits = text
+        .split(',')
+        .map(str::trim)
+        .filter(|rule| !rule.is_empty())
+        .map(|rule| parse_rule(rule, burst_ms))
+        .collect::<Result<Vec<_>, _>>()?;
+    if limits.is_empty() {
+        return Err(format!(
+            "'{text}' names no limit (give SELECTOR=RATE limits, or 0 for none)"
+        ));
+    }
+    Ok(limits)
 }
 
 fn hostname() -> String {
@@ -583,6 +623,26 @@ mod tests {
     }
 
     #[test]
+    fn default_limit() {
+        assert_eq!(load_from(&[]).unwrap().default_limits, None);
+        let config = load_from(&[("PADLL_DEFAULT_LIMIT", " 0 ")]).unwrap();
+        assert_eq!(config.default_limits, Some(Vec::new()));
+        let config = load_from(&[
+            ("PADLL_MOUNTS", "/scratch"),
+            (
+                "PADLL_DEFAULT_LIMIT",
+                "/scratch:metadata=200/s, data=1MiB/s",
+            ),
+        ])
+        .unwrap();
+        let limits = config.default_limits.unwrap();
+        assert_eq!(limits.len(), 2);
+        assert_eq!(limits[0].mount.as_deref(), Some("/scratch"));
+        assert_eq!((limits[0].rate, limits[0].unit), (200, Unit::Requests));
+        assert_eq!((limits[1].rate, limits[1].unit), (1 << 20, Unit::Bytes));
+    }
+
+    #[test]
     fn errors_name_the_bad_value() {
         for (pairs, needle) in [
             (vec![("PADLL_MOUNTS", "scratch")], "'scratch'"),
@@ -596,6 +656,12 @@ mod tests {
             (vec![("PADLL_JOB_SIZE", "x")], "'x'"),
             (vec![("PADLL_LIMIT_SCOPE", "node")], "'node'"),
             (vec![("PADLL_CONTROLLER_UID", "cheferd")], "'cheferd'"),
+            (vec![("PADLL_DEFAULT_LIMIT", "open=fast")], "'fast'"),
+            (vec![("PADLL_DEFAULT_LIMIT", " , ")], "' , '"),
+            (
+                vec![("PADLL_MOUNTS", "/a"), ("PADLL_DEFAULT_LIMIT", "/b:open=1")],
+                "'/b'",
+            ),
             (
                 vec![("PADLL_CONFIG", "/nonexistent/padll.toml")],
                 "/nonexistent/padll.toml",
@@ -613,7 +679,7 @@ mod tests {
         let path = dir.join("padll.toml");
         std::fs::write(
             &path,
-            "mounts = [\"/scratch\"]\njob_id = \"j1\"\n[[limit]]\nselector = \"/scratch:metadata\"\nrate = \"2k\"\nburst = 7\n",
+            "mounts = [\"/scratch\"]\njob_id = \"j1\"\ndefault_limit = \"metadata=300/s\"\n[[limit]]\nselector = \"/scratch:metadata\"\nrate = \"2k\"\nburst = 7\n",
         )
         .unwrap();
         let config = load_from(&[("PADLL_CONFIG", path.to_str().unwrap())]).unwrap();
@@ -621,6 +687,7 @@ mod tests {
         assert_eq!(config.identity.job_id, "j1");
         assert_eq!(config.limits[0].rate, 2000);
         assert_eq!(config.limits[0].burst, 7);
+        assert_eq!(config.default_limits.unwrap()[0].rate, 300);
         std::fs::write(&path, "mounts = [\"/scratch\"]\nbogus = 1\n").unwrap();
         let err = load_from(&[("PADLL_CONFIG", path.to_str().unwrap())]).unwrap_err();
         assert!(err.contains("bogus"), "{err}");

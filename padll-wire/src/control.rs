@@ -16,7 +16,7 @@
 //! stage → {"type":"applied","seq":3,"error":null}
 //! ```
 
-use crate::channel::{ChannelInfo, ChannelSpec};
+use crate::channel::{ChannelInfo, ChannelSpec, MAX_CHANNELS, MAX_RATE};
 use crate::config::Identity;
 use crate::report::OpStats;
 use serde::{Deserialize, Serialize};
@@ -91,6 +91,68 @@ pub enum ControlMessage {
     },
 }
 
+/// The rules a job's stages last received from the controller on this node, which the
+/// job's processes starting while the controller is unreachable apply (fail closed).
+/// The stage keeps them as JSON in a file only the job's uid can write.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LastRules {
+    /// [`LAST_RULES_VERSION`].
+    pub version: u32,
+    /// The full channel set, as in [`ControlMessage::SetRules`].
+    pub rules: Vec<ChannelSpec>,
+}
+
+/// Version of the [`LastRules`] format; a file of another version is not used.
+pub const LAST_RULES_VERSION: u32 = 1;
+
+/// Largest [`LastRules`] file read, in bytes (the maximum 255 channels fit in ≈ 30 KiB).
+pub const MAX_LAST_RULES_BYTES: usize = 64 * 1024;
+
+impl LastRules {
+    /// The file's contents for `rules`.
+    pub fn encode(rules: &[ChannelSpec]) -> String {
+        encode(&LastRules {
+            version: LAST_RULES_VERSION,
+            rules: rules.to_vec(),
+        })
+    }
+
+    /// Reads a file's contents back: at most [`MAX_LAST_RULES_BYTES`], this version, at
+    /// most [`MAX_CHANNELS`] rules, each with a rate in 1 … [`MAX_RATE`] and a burst of
+    /// at least 1. Whether their mountpoints are the stage's is the stage's to check.
+    pub fn decode(bytes: &[u8]) -> Result<Vec<ChannelSpec>, String> {
+        if bytes.len() > MAX_LAST_RULES_BYTES {
+            return Err(format!(
+                "{} bytes exceeds {MAX_LAST_RULES_BYTES}",
+                bytes.len()
+            ));
+        }
+        let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())?;
+        let saved: LastRules = decode(text.trim_end())?;
+        if saved.version != LAST_RULES_VERSION {
+            return Err(format!(
+                "format version {} (this stage reads {LAST_RULES_VERSION})",
+                saved.version
+            ));
+        }
+        if saved.rules.len() > MAX_CHANNELS {
+            return Err(format!(
+                "{} rules (a stage holds at most {MAX_CHANNELS})",
+                saved.rules.len()
+            ));
+        }
+        if let Some(bad) = saved
+            .rules
+            .iter()
+            .find(|r| r.rate == 0 || r.rate > MAX_RATE || r.burst == 0)
+        {
+            return Err(format!("rule '{bad}' has a rate or burst out of range"));
+        }
+        Ok(saved.rules)
+    }
+}
+
 /// Encodes a message as one line (with its `\n`).
 pub fn encode<T: Serialize>(message: &T) -> String {
     let mut line = serde_json::to_string(message).unwrap_or_default();
@@ -159,6 +221,45 @@ mod tests {
             decode::<StageMessage>(encode(&hello).trim_end()).unwrap(),
             hello
         );
+    }
+
+    #[test]
+    fn last_rules_are_bounded_and_checked() {
+        let rule = ChannelSpec {
+            mount: Some("/scratch".into()),
+            scope: Scope::Class(Class::Metadata),
+            rate: 300,
+            unit: Unit::Requests,
+            burst: 3,
+        };
+        let text = LastRules::encode(std::slice::from_ref(&rule));
+        assert_eq!(
+            LastRules::decode(text.as_bytes()).unwrap(),
+            vec![rule.clone()]
+        );
+        assert_eq!(
+            LastRules::decode(LastRules::encode(&[]).as_bytes()).unwrap(),
+            vec![]
+        );
+        let with = |version: u32, rules: Vec<ChannelSpec>| {
+            LastRules::decode(encode(&LastRules { version, rules }).as_bytes()).unwrap_err()
+        };
+        assert!(with(2, vec![]).contains("version 2"));
+        assert!(with(1, vec![rule.clone(); MAX_CHANNELS + 1]).contains("256 rules"));
+        for (rate, burst) in [(0, 1), (MAX_RATE + 1, 1), (1, 0)] {
+            let bad = ChannelSpec {
+                rate,
+                burst,
+                ..rule.clone()
+            };
+            assert!(with(1, vec![bad]).contains("out of range"));
+        }
+        let big = vec![b' '; MAX_LAST_RULES_BYTES + 1];
+        assert!(LastRules::decode(&big).unwrap_err().contains("exceeds"));
+        assert!(LastRules::decode(b"\xff").unwrap_err().contains("UTF-8"));
+        assert!(LastRules::decode(b"{\"version\":1}")
+            .unwrap_err()
+            .contains("rules"));
     }
 
     #[test]

@@ -239,6 +239,8 @@ Variables (set by the flags above; read by the stage in every process; flags win
   PADLL_CONTROLLER  local controller's Unix socket             (--controller)
   PADLL_CONTROLLER_UID  uid cheferd local runs as, if not root (rules from any
                     other uid but the job's own are refused)
+  PADLL_DEFAULT_LIMIT  limits when the controller gives none at start and the
+                    job has no last rules on this node; 0 = unthrottled
   PADLL_LOG         off, error, warn, info, debug              (--log)
   PADLL_CONFIG      TOML file with the same settings           (--config)
 ",
