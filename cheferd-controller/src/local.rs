@@ -527,6 +527,16 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
                     )
                 }
                 Ok(StageMessage::Applied { .. }) => {}
+                Ok(StageMessage::Place { id, .. }) => {
+                    // No placement service yet: "no advice" at once, so the file is
+                    // created as usual without waiting.
+                    if let Some(entry) = local.lock_stages().get(&stage_id) {
+                        let _ = entry.to_stage.send(ControlMessage::Placed {
+                            id,
+                            targets: Vec::new(),
+                        });
+                    }
+                }
                 Ok(StageMessage::Hello { .. }) => {
                     limited_warn!(PEER_LOG, stage_id, "ignored a second hello")
                 }

@@ -227,11 +227,16 @@ pub fn after_fork_in_child() {
     }
     // No one waits for first rules in the child (only a starting program does).
     SETTLED.store(true, Ordering::Release);
+    let writer = lock(&WRITER)
+        .take()
+        .map(std::os::fd::IntoRawFd::into_raw_fd);
     let fd = CONNECTION_FD.swap(-1, Ordering::AcqRel);
-    if fd >= 0 {
-        // SAFETY: our own socket descriptor, inherited; the raw call bypasses the hooks.
+    for fd in [fd].into_iter().chain(writer).filter(|fd| *fd >= 0) {
+        // SAFETY: our own socket descriptors, inherited; the raw call bypasses the hooks.
         unsafe { libc::syscall(libc::SYS_close, fd) };
     }
+    // The threads that were waiting for placement answers are the parent's.
+    lock(&PENDING.0).clear();
     spawn(CHILD_REGISTRATION_DELAY);
 }
 
@@ -296,6 +301,7 @@ fn session(target: &Target) -> Result<String, Lost> {
     CONNECTION_FD.store(stream.as_raw_fd(), Ordering::Release);
     let result = serve(target, stream);
     CONNECTION_FD.store(-1, Ordering::Release);
+    *lock(&WRITER) = None;
     result
 }
 
@@ -340,7 +346,8 @@ fn trust(stream: &UnixStream, controller_uid: Option<u32>) -> Result<(), String>
 
 fn serve(target: &Target, stream: UnixStream) -> Result<String, Lost> {
     let never = |e: std::io::Error| Lost::NeverConnected(e.to_string());
-    let mut writer = stream.try_clone().map_err(never)?;
+    let writer = stream.try_clone().map_err(never)?;
+    *lock(&WRITER) = Some(writer);
     let mut reader = LineReader::new(stream.try_clone().map_err(never)?);
     let mut identity = target.identity.clone();
     // SAFETY: trivial getters (the pids change across fork).
@@ -354,9 +361,7 @@ fn serve(target: &Target, stream: UnixStream) -> Result<String, Lost> {
         identity,
         mountpoints: target.mountpoints.clone(),
     };
-    writer
-        .write_all(control::encode(&hello).as_bytes())
-        .map_err(never)?;
+    send(&hello).map_err(never)?;
     stream
         .set_read_timeout(Some(HANDSHAKE_TIMEOUT))
         .map_err(never)?;
@@ -388,7 +393,7 @@ fn serve(target: &Target, stream: UnixStream) -> Result<String, Lost> {
         let now = Instant::now();
         if now >= next_report {
             seq += 1;
-            send_usage(&mut writer, seq).map_err(lost)?;
+            send_usage(seq).map_err(lost)?;
             next_report = now + interval;
         }
         stream
@@ -401,7 +406,7 @@ fn serve(target: &Target, stream: UnixStream) -> Result<String, Lost> {
         match reader.next_message() {
             Ok(Some(ControlMessage::CollectUsage)) => {
                 seq += 1;
-                send_usage(&mut writer, seq).map_err(lost)?;
+                send_usage(seq).map_err(lost)?;
             }
             Ok(Some(ControlMessage::SetRules {
                 seq: rules_seq,
@@ -418,10 +423,9 @@ fn serve(target: &Target, stream: UnixStream) -> Result<String, Lost> {
                     seq: rules_seq,
                     error,
                 };
-                writer
-                    .write_all(control::encode(&reply).as_bytes())
-                    .map_err(lost)?;
+                send(&reply).map_err(lost)?;
             }
+            Ok(Some(ControlMessage::Placed { id, targets })) => placement_answered(id, targets),
             Ok(Some(other)) => log(
                 LogLevel::Warn,
                 &format!("ignored unexpected message from the controller: {other:?}"),
@@ -433,13 +437,104 @@ fn serve(target: &Target, stream: UnixStream) -> Result<String, Lost> {
     }
 }
 
-fn send_usage(writer: &mut UnixStream, seq: u64) -> std::io::Result<()> {
+fn send_usage(seq: u64) -> std::io::Result<()> {
     let usage = StageMessage::Usage {
         seq,
         channels: channels::list(),
         ops: stats::snapshot(),
     };
-    writer.write_all(control::encode(&usage).as_bytes())
+    send(&usage)
+}
+
+/// The connection's writing end while connected: the control thread and application
+/// threads asking for placement write whole lines through it, one at a time.
+static WRITER: Mutex<Option<UnixStream>> = Mutex::new(None);
+
+/// Placement requests waiting for their answer: id and, once answered, the targets.
+type Waiting = Vec<(u64, Option<Vec<u32>>)>;
+static PENDING: (Mutex<Waiting>, Condvar) = (Mutex::new(Vec::new()), Condvar::new());
+/// Requests waiting at once, at most (each is an application thread creating a file).
+const MAX_PENDING: usize = 1024;
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Writes one message on the connection (an error when there is none).
+fn send(message: &StageMessage) -> std::io::Result<()> {
+    let line = control::encode(message);
+    match lock(&WRITER).as_mut() {
+        Some(writer) => writer.write_all(line.as_bytes()),
+        None => Err(std::io::Error::new(
+            ErrorKind::NotConnected,
+            "not connected",
+        )),
+    }
+}
+
+/// Asks the controller where a new file on `mount` should go: its `stripes` targets,
+/// or `None` without a connection or an answer within `wait`. Called by an application
+/// thread creating a file (as stage I/O).
+pub(crate) fn ask_placement(mount: &str, stripes: u32, wait: Duration) -> Option<Vec<u32>> {
+    static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    let (pending, answered) = &PENDING;
+    {
+        let mut waiting = lock(pending);
+        if waiting.len() >= MAX_PENDING {
+            return None;
+        }
+        waiting.push((id, None));
+    }
+    let asked = send(&StageMessage::Place {
+        id,
+        mount: mount.to_string(),
+        stripes,
+    });
+    let mut waiting = lock(pending);
+    if asked.is_ok() {
+        waiting = answered
+            .wait_timeout_while(waiting, wait, |w| {
+                w.iter().any(|(i, targets)| *i == id && targets.is_none())
+            })
+            .unwrap_or_else(|p| p.into_inner())
+            .0;
+    }
+    let at = waiting.iter().position(|(i, _)| *i == id)?;
+    waiting.swap_remove(at).1.filter(|t| !t.is_empty())
+}
+
+/// The controller's answer to a placement request (late or unknown ones are dropped).
+fn placement_answered(id: u64, targets: Vec<u32>) {
+    let (pending, answered) = &PENDING;
+    let mut waiting = lock(pending);
+    if let Some(entry) = waiting.iter_mut().find(|(i, _)| *i == id) {
+        entry.1 = Some(targets);
+        answered.notify_all();
+    }
+}
+
+type HeldForFork = (
+    std::sync::MutexGuard<'static, Option<UnixStream>>,
+    std::sync::MutexGuard<'static, Waiting>,
+);
+
+thread_local! {
+    /// The writer and pending-request guards held by the thread calling `fork`.
+    static HELD_FOR_FORK: std::cell::RefCell<Option<HeldForFork>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Takes the writer and pending-request locks before `fork` (a child would otherwise
+/// inherit them held by a thread it does not have).
+pub fn hold_for_fork() {
+    let held = (lock(&WRITER), lock(&PENDING.0));
+    let _ = HELD_FOR_FORK.try_with(|h| *h.borrow_mut() = Some(held));
+}
+
+/// Releases what [`hold_for_fork`] took (in parent and child).
+pub fn release_after_fork() {
+    let _ = HELD_FOR_FORK.try_with(|h| h.borrow_mut().take());
 }
 
 /// Makes the channel set exactly `rules`: matching channels (same mountpoint, scope and

@@ -34,6 +34,9 @@ type DirStream = *mut DIR;
 type Iov = *const iovec;
 type Aio = *mut libc::aiocb;
 
+/// What `creat` opens with.
+const CREAT_FLAGS: c_int = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
+
 /// No operation: the entry point only keeps the descriptor table right.
 const TRACK: Option<Op> = None;
 
@@ -151,16 +154,16 @@ use Target as T;
 hooks! {
     // name(arguments) -> return        => operation, target, effect, bytes requested, result;
     // ---- open family -------------------------------------------------------------------
-    fn open(path: Str, flags: c_int, mode: mode_t) -> c_int => O::Open, T::Path(path), E::NewFd { flags }, 0, status;
-    fn open64(path: Str, flags: c_int, mode: mode_t) -> c_int => O::Open, T::Path(path), E::NewFd { flags }, 0, status;
-    fn openat(dirfd: c_int, path: Str, flags: c_int, mode: mode_t) -> c_int => O::Open, T::At(dirfd, path), E::NewFd { flags }, 0, status;
-    fn openat64(dirfd: c_int, path: Str, flags: c_int, mode: mode_t) -> c_int => O::Open, T::At(dirfd, path), E::NewFd { flags }, 0, status;
+    fn open(path: Str, flags: c_int, mode: mode_t) -> c_int => O::Open, T::Path(path), E::Create { flags, mode }, 0, status;
+    fn open64(path: Str, flags: c_int, mode: mode_t) -> c_int => O::Open, T::Path(path), E::Create { flags, mode }, 0, status;
+    fn openat(dirfd: c_int, path: Str, flags: c_int, mode: mode_t) -> c_int => O::Open, T::At(dirfd, path), E::Create { flags, mode }, 0, status;
+    fn openat64(dirfd: c_int, path: Str, flags: c_int, mode: mode_t) -> c_int => O::Open, T::At(dirfd, path), E::Create { flags, mode }, 0, status;
     fn __open_2(path: Str, flags: c_int) -> c_int => O::Open, T::Path(path), E::NewFd { flags }, 0, status;
     fn __open64_2(path: Str, flags: c_int) -> c_int => O::Open, T::Path(path), E::NewFd { flags }, 0, status;
     fn __openat_2(dirfd: c_int, path: Str, flags: c_int) -> c_int => O::Open, T::At(dirfd, path), E::NewFd { flags }, 0, status;
     fn __openat64_2(dirfd: c_int, path: Str, flags: c_int) -> c_int => O::Open, T::At(dirfd, path), E::NewFd { flags }, 0, status;
-    fn creat(path: Str, mode: mode_t) -> c_int => O::Open, T::Path(path), E::NewFd { flags: 0 }, 0, status;
-    fn creat64(path: Str, mode: mode_t) -> c_int => O::Open, T::Path(path), E::NewFd { flags: 0 }, 0, status;
+    fn creat(path: Str, mode: mode_t) -> c_int => O::Open, T::Path(path), E::Create { flags: CREAT_FLAGS, mode }, 0, status;
+    fn creat64(path: Str, mode: mode_t) -> c_int => O::Open, T::Path(path), E::Create { flags: CREAT_FLAGS, mode }, 0, status;
     fn mkstemp(template: MutStr) -> c_int => O::Open, T::Path(template), E::NewFd { flags: 0 }, 0, status;
     fn mkstemp64(template: MutStr) -> c_int => O::Open, T::Path(template), E::NewFd { flags: 0 }, 0, status;
     fn mkostemp(template: MutStr, flags: c_int) -> c_int => O::Open, T::Path(template), E::NewFd { flags }, 0, status;

@@ -64,6 +64,16 @@ pub enum Effect {
         /// The open flags (`O_DIRECTORY`/`O_PATH` opens keep their path).
         flags: c_int,
     },
+    /// Creates a file if it does not exist, returning a new descriptor (`open` and
+    /// `openat` with their mode, `creat`): as [`Effect::NewFd`], and the one place where
+    /// [`crate::placement`] may make the call itself (only on entry points returning a
+    /// descriptor).
+    Create {
+        /// The open flags.
+        flags: c_int,
+        /// The mode of a file created.
+        mode: libc::mode_t,
+    },
     /// Returns a stream on a new descriptor (fopen).
     NewStream,
     /// Returns a directory stream on a new descriptor (opendir).
@@ -103,11 +113,20 @@ pub trait Returned: Copy {
     fn descriptor(&self) -> Option<c_int> {
         None
     }
+
+    /// The value standing for a new descriptor `fd`, for entry points returning one.
+    fn from_descriptor(_fd: c_int) -> Option<Self> {
+        None
+    }
 }
 
 impl Returned for c_int {
     fn descriptor(&self) -> Option<c_int> {
         (*self >= 0).then_some(*self)
+    }
+
+    fn from_descriptor(fd: c_int) -> Option<c_int> {
+        Some(fd)
     }
 }
 impl Returned for isize {}
@@ -501,7 +520,15 @@ fn tracked_with<R: Returned>(
         _ => before(effect),
     }
 
-    let result = real();
+    let result = match effect {
+        Effect::Create { flags, mode } => {
+            match crate::placement::create(resolved.main(), target, flags, mode) {
+                Some(fd) => R::from_descriptor(fd).unwrap_or_else(real),
+                None => real(),
+            }
+        }
+        _ => real(),
+    };
 
     let outcome = account(&result);
     if main.is_some() {
@@ -529,7 +556,7 @@ fn after_managed<R: Returned>(effect: Effect, target: Target, place: Place, resu
         | Effect::CloseRange(..)
         | Effect::CloseStream(_)
         | Effect::CloseDirStream(_) => {}
-        Effect::NewFd { flags }
+        Effect::NewFd { flags } | Effect::Create { flags, .. }
             if flags & (libc::O_DIRECTORY | libc::O_PATH) == 0
                 && matches!(place, Place::Managed(_)) =>
         {
@@ -796,7 +823,11 @@ fn before(effect: Effect) {
 #[inline(always)]
 pub fn after_unrelated<R: Returned>(effect: Effect, result: &R) {
     match effect {
-        Effect::NewFd { .. } | Effect::NewStream | Effect::NewDirStream | Effect::Reopen(_) => {
+        Effect::NewFd { .. }
+        | Effect::Create { .. }
+        | Effect::NewStream
+        | Effect::NewDirStream
+        | Effect::Reopen(_) => {
             if let Some(fd) = result.descriptor() {
                 fdtable::forget(fd);
             }
@@ -817,7 +848,7 @@ pub fn after_unrelated<R: Returned>(effect: Effect, result: &R) {
 /// Effects that need the call's result: record new descriptors, follow `chdir`.
 fn after<R: Returned>(effect: Effect, target: Target, place: Place, result: &R) {
     match effect {
-        Effect::NewFd { flags } => {
+        Effect::NewFd { flags } | Effect::Create { flags, .. } => {
             if let Some(fd) = result.descriptor() {
                 let keeps_path = flags & (libc::O_DIRECTORY | libc::O_PATH) != 0;
                 record(fd, place, target, keeps_path);

@@ -21,6 +21,7 @@ mod hooks;
 pub mod intercept;
 mod last_rules;
 pub mod paths;
+mod placement;
 mod real;
 pub mod report;
 mod shared;
@@ -166,6 +167,7 @@ fn start(config: &Config) -> Result<(), String> {
         );
         return Ok(());
     }
+    placement::configure(table.names(), &config.placement, config.placement_wait_ms);
     let _ = MOUNTS.set(table);
     let mut key: libc::pthread_key_t = 0;
     // SAFETY: valid out-pointer and a destructor that never unwinds.
@@ -269,15 +271,18 @@ fn adopt_inherited_descriptors() {
 /// released on both sides.
 extern "C" fn before_fork() {
     channels::hold_registry_for_fork();
+    control::hold_for_fork();
 }
 
 extern "C" fn after_fork_in_parent() {
+    control::release_after_fork();
     channels::release_registry_after_fork();
 }
 
 /// The child of `fork` keeps the rules and descriptors but starts its own account and
 /// its own control connection.
 extern "C" fn after_fork_in_child() {
+    control::release_after_fork();
     channels::release_registry_after_fork();
     stats::reset();
     channels::reset_counters();

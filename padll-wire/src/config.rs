@@ -11,6 +11,8 @@
 //! | `PADLL_STATS` | write statistics at exit: a table, or JSON lines if the name ends in `.json`; `%p` → pid |
 //! | `PADLL_CONTROLLER` | Unix socket of the node's local controller (`cheferd local`): rules then come from the control plane |
 //! | `PADLL_CONTROLLER_UID` | the uid `cheferd local` runs as, if not root: rules are taken only from a controller running as root, this uid or the stage's own uid |
+//! | `PADLL_PLACEMENT` | `,`-separated `MOUNT[=STRIPES]`: new files under these (Lustre) mountpoints get their storage targets from the controller (see [`Placement`]) |
+//! | `PADLL_PLACEMENT_WAIT_MS` | how long a file creation waits for its targets (default 50; no answer → created as usual) |
 //! | `PADLL_DEFAULT_LIMIT` | limits (as `PADLL_RULES`) for a program whose controller gives it no rules at start and whose job has no last known rules on this node; `0` = unthrottled; unset: `PADLL_RULES` stand |
 //! | `PADLL_LOG` | `error` (default), `warn`, `info`, `debug`, or `off` |
 //! | `PADLL_CONFIG` | a TOML file with the same settings (variables override it) |
@@ -206,7 +208,24 @@ pub struct Config {
     /// job has no last known rules on this node (`PADLL_DEFAULT_LIMIT`): `None` keeps
     /// [`Config::limits`]; an empty list (`0`) means unthrottled.
     pub default_limits: Option<Vec<ChannelSpec>>,
+    /// Mountpoints whose new files are placed by the control plane.
+    pub placement: Vec<Placement>,
+    /// How long a file creation waits for its targets.
+    pub placement_wait_ms: u64,
 }
+
+/// A mountpoint whose new files get their storage targets (Lustre OSTs) from the
+/// control plane's placement service (issue 10; Paul et al., paper 004).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// The mountpoint (one of [`Config::mounts`]).
+    pub mount: String,
+    /// Targets per new file (stripe count, 1 … [`crate::control::MAX_STRIPES`]).
+    pub stripes: u32,
+}
+
+/// Default for [`Config::placement_wait_ms`].
+pub const DEFAULT_PLACEMENT_WAIT_MS: u64 = 50;
 
 /// The TOML file's shape (`PADLL_CONFIG`).
 #[derive(Debug, Default, Deserialize)]
@@ -224,6 +243,8 @@ struct FileConfig {
     burst_ms: Option<u64>,
     limit_scope: Option<String>,
     default_limit: Option<String>,
+    placement: Option<String>,
+    placement_wait_ms: Option<u64>,
     #[serde(default)]
     limit: Vec<FileLimit>,
 }
@@ -354,6 +375,35 @@ pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, String> {
             })
             .transpose()?,
     };
+    let placement = match var("PADLL_PLACEMENT") {
+        Some(text) => parse_placement(&text).map_err(|e| format!("PADLL_PLACEMENT: {e}"))?,
+        None => match &file.placement {
+            Some(text) => {
+                parse_placement(text).map_err(|e| format!("PADLL_CONFIG: placement: {e}"))?
+            }
+            None => Vec::new(),
+        },
+    };
+    if let Some(bad) = placement.iter().find(|p| !mounts.contains(&p.mount)) {
+        return Err(format!(
+            "PADLL_PLACEMENT: '{}' is not among the mountpoints ({})",
+            bad.mount,
+            mounts.join(":")
+        ));
+    }
+    let wait_text =
+        var("PADLL_PLACEMENT_WAIT_MS").or_else(|| file.placement_wait_ms.map(|ms| ms.to_string()));
+    let placement_wait_ms = match wait_text {
+        Some(text) => text
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|ms| (1..=10_000).contains(ms))
+            .ok_or_else(|| {
+                format!("PADLL_PLACEMENT_WAIT_MS: bad value '{text}' (1 to 10000 milliseconds)")
+            })?,
+        None => DEFAULT_PLACEMENT_WAIT_MS,
+    };
     for spec in limits.iter().chain(default_limits.iter().flatten()) {
         if let Some(mount) = &spec.mount {
             if !mounts.contains(mount) {
@@ -445,7 +495,45 @@ pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, String> {
             .or(file.controller),
         log,
         default_limits,
+        placement,
+        placement_wait_ms,
     })
+}
+
+/// `MOUNT[=STRIPES][,…]` (one stripe when not given).
+fn parse_placement(text: &str) -> Result<Vec<Placement>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(|item| {
+            let (mount, stripes) = match item.rsplit_once('=') {
+                Some((mount, count)) => {
+                    let stripes = count
+                        .trim()
+                        .parse::<u32>()
+                        .ok()
+                        .filter(|n| (1..=crate::control::MAX_STRIPES).contains(n))
+                        .ok_or_else(|| {
+                            format!(
+                                "bad stripe count '{count}' in '{item}' (1 to {})",
+                                crate::control::MAX_STRIPES
+                            )
+                        })?;
+                    (mount.trim(), stripes)
+                }
+                None => (item, 1),
+            };
+            if !mount.starts_with('/') {
+                return Err(format!(
+                    "'{mount}' is not an absolute mountpoint (as in /lustre=4)"
+                ));
+            }
+            Ok(Placement {
+                mount: normalize_mount(mount),
+                stripes,
+            })
+        })
+        .collect()
 }
 
 /// `SELECTOR=RATE[,…]` limits, or `0` for none (unthrottled).
@@ -623,6 +711,33 @@ mod tests {
     }
 
     #[test]
+    fn placement() {
+        let config = load_from(&[]).unwrap();
+        assert!(config.placement.is_empty());
+        assert_eq!(config.placement_wait_ms, DEFAULT_PLACEMENT_WAIT_MS);
+        let config = load_from(&[
+            ("PADLL_MOUNTS", "/lustre:/scratch"),
+            ("PADLL_PLACEMENT", "/lustre/=4, /scratch"),
+            ("PADLL_PLACEMENT_WAIT_MS", "200"),
+        ])
+        .unwrap();
+        assert_eq!(
+            config.placement,
+            vec![
+                Placement {
+                    mount: "/lustre".into(),
+                    stripes: 4
+                },
+                Placement {
+                    mount: "/scratch".into(),
+                    stripes: 1
+                }
+            ]
+        );
+        assert_eq!(config.placement_wait_ms, 200);
+    }
+
+    #[test]
     fn default_limit() {
         assert_eq!(load_from(&[]).unwrap().default_limits, None);
         let config = load_from(&[("PADLL_DEFAULT_LIMIT", " 0 ")]).unwrap();
@@ -657,6 +772,16 @@ mod tests {
             (vec![("PADLL_LIMIT_SCOPE", "node")], "'node'"),
             (vec![("PADLL_CONTROLLER_UID", "cheferd")], "'cheferd'"),
             (vec![("PADLL_DEFAULT_LIMIT", "open=fast")], "'fast'"),
+            (vec![("PADLL_PLACEMENT", "lustre")], "'lustre'"),
+            (
+                vec![("PADLL_MOUNTS", "/a"), ("PADLL_PLACEMENT", "/a=0")],
+                "'0'",
+            ),
+            (
+                vec![("PADLL_MOUNTS", "/a"), ("PADLL_PLACEMENT", "/b")],
+                "'/b'",
+            ),
+            (vec![("PADLL_PLACEMENT_WAIT_MS", "0")], "'0'"),
             (vec![("PADLL_DEFAULT_LIMIT", " , ")], "' , '"),
             (
                 vec![("PADLL_MOUNTS", "/a"), ("PADLL_DEFAULT_LIMIT", "/b:open=1")],

@@ -24,6 +24,9 @@ use serde::{Deserialize, Serialize};
 /// Version of this protocol; a controller rejects stages of another version.
 pub const PROTOCOL_VERSION: u32 = 1;
 
+/// Most stripes (storage targets) one file can have (Lustre's `LOV_MAX_STRIPE_COUNT`).
+pub const MAX_STRIPES: u32 = 2000;
+
 /// Longest line either side accepts, in bytes (a stage with the maximum 255 channels
 /// reports well under this).
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
@@ -51,6 +54,16 @@ pub enum StageMessage {
         channels: Vec<ChannelInfo>,
         /// Per-operation cumulative counters.
         ops: Vec<OpStats>,
+    },
+    /// Where should a new file on `mount` go? (Placement, issue 10: answered with
+    /// [`ControlMessage::Placed`].)
+    Place {
+        /// Echoed in the answer.
+        id: u64,
+        /// The mountpoint the file is created under.
+        mount: String,
+        /// Storage targets wanted (stripe count, 1 … [`MAX_STRIPES`]).
+        stripes: u32,
     },
     /// Outcome of a [`ControlMessage::SetRules`].
     Applied {
@@ -81,6 +94,14 @@ pub enum ControlMessage {
     },
     /// Send a [`StageMessage::Usage`] now.
     CollectUsage,
+    /// The targets (OST indices) for the new file of a [`StageMessage::Place`]; empty =
+    /// no advice (the file is created as usual).
+    Placed {
+        /// The request's `id`.
+        id: u64,
+        /// Target indices, one per stripe (at most [`MAX_STRIPES`] are used).
+        targets: Vec<u32>,
+    },
     /// Replace the stage's channels with exactly these (declarative: channels whose
     /// selector and unit match are re-rated in place, others added or removed).
     SetRules {

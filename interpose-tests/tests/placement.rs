@@ -1,0 +1,339 @@
+//! Placement of new files (issue 10 part 2) end to end in the stage, without Lustre: a
+//! scripted controller answers the stage's placement requests, and a test double
+//! preloaded after the stage (`ioctl` in a small C library built here with `cc`) records
+//! every `LL_IOC_LOV_SETSTRIPE` with the layout it was given. A C program makes the
+//! creation calls (`open`, `openat`, `creat`, an existing file, `O_EXCL` on it) and
+//! prints what it saw; its output must be what it is natively, whatever the ioctl does.
+
+mod common;
+
+use common::*;
+use padll_wire::control::{self, ControlMessage, StageMessage, PROTOCOL_VERSION};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The targets the scripted controller gives (the first `stripes` of them).
+const TARGETS: [u32; 4] = [5, 1, 3, 0x1234];
+
+/// Stands in for a Lustre client: `statfs` reports `LL_SUPER_MAGIC`; `F_GETFL` does not
+/// show the layout-delay flags (Lustre clears them from the file at open); each
+/// `LL_IOC_LOV_SETSTRIPE` is recorded as one line of hex (the whole layout) in
+/// `$PLACEMENT_LOG`, then fails with `$PLACEMENT_ERRNO` if set, else succeeds. Anything
+/// else goes to the real function.
+const DOUBLE: &str = r#"
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statfs.h>
+#define REAL(name) ((__typeof__(&name))dlsym(RTLD_NEXT, #name))
+int statfs(const char *path, struct statfs *buf) {
+    int result = REAL(statfs)(path, buf);
+    buf->f_type = 0x0BD00BD0;
+    return result;
+}
+int fcntl(int fd, int cmd, ...) {
+    va_list ap;
+    va_start(ap, cmd);
+    long arg = va_arg(ap, long);
+    va_end(ap);
+    int result = REAL(fcntl)(fd, cmd, arg);
+    return cmd == F_GETFL && result >= 0 ? result & ~(O_NOCTTY | O_ASYNC) : result;
+}
+int ioctl(int fd, unsigned long request, ...) {
+    va_list ap;
+    va_start(ap, request);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    if (request != 0x4008669aUL) {
+        return REAL(ioctl)(fd, request, arg);
+    }
+    const unsigned char *lum = arg;
+    unsigned short count;
+    memcpy(&count, lum + 28, 2);
+    FILE *log = fopen(getenv("PLACEMENT_LOG"), "a");
+    for (size_t i = 0; i < 48 + 24 * (size_t)count; i++) fprintf(log, "%02x", lum[i]);
+    fprintf(log, "\n");
+    fclose(log);
+    const char *fail = getenv("PLACEMENT_ERRNO");
+    if (fail) { errno = atoi(fail); return -1; }
+    return 0;
+}
+"#;
+
+/// Creation calls, each followed by what the program can see of its result.
+const PROGRAM: &str = r#"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+static void show(const char *what, int fd) {
+    int saved = errno;
+    int flags = fd >= 0 ? fcntl(fd, F_GETFL) : -1;
+    printf("%s: ok=%d errno=%d flags=%#x", what, fd >= 0, saved, flags);
+    if (fd >= 0) printf(" wrote=%zd", write(fd, "data", 4));
+    printf("\n");
+    if (fd >= 0) close(fd);
+}
+int main(int argc, char **argv) {
+    if (chdir(argv[1]) != 0) return 2;
+    errno = 0; show("open", open("a", O_CREAT | O_WRONLY | O_EXCL, 0640));
+    int dir = open(".", O_RDONLY | O_DIRECTORY);
+    errno = 0; show("openat", openat(dir, "b", O_CREAT | O_RDWR | O_APPEND, 0600));
+    errno = 0; show("creat", creat("c", 0600));
+    errno = 0; show("existing", open("a", O_CREAT | O_WRONLY, 0600));
+    errno = 0; show("exclusive", open("a", O_CREAT | O_EXCL | O_WRONLY, 0600));
+    errno = 0; show("missing dir", open("no/such", O_CREAT | O_WRONLY, 0600));
+    return 0;
+}
+"#;
+
+/// `source` compiled with `cc` into `out` (`-shared` for a library).
+fn build(dir: &Path, name: &str, source: &str, shared: bool) -> PathBuf {
+    let c = dir.join(format!("{name}.c"));
+    std::fs::write(&c, source).unwrap();
+    let out = dir.join(name);
+    let mut cc = Command::new("cc");
+    if shared {
+        cc.args(["-shared", "-fPIC"]);
+    }
+    let status = cc
+        .arg("-O1")
+        .arg("-o")
+        .arg(&out)
+        .arg(&c)
+        .arg("-ldl")
+        .status()
+        .expect("cc");
+    assert!(status.success(), "cc {name} failed");
+    out
+}
+
+/// A local controller that welcomes every stage (no limits) and answers each placement request
+/// with the first `stripes` of [`TARGETS`] (or never, if `answer` is false). Runs until
+/// the test ends.
+fn scripted_controller(socket: &Path, answer: bool) {
+    let listener = UnixListener::bind(socket).unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            std::thread::spawn(move || {
+                let mut writer = stream.try_clone().unwrap();
+                for line in BufReader::new(stream).lines() {
+                    let Ok(line) = line else { return };
+                    let replies = match control::decode::<StageMessage>(&line) {
+                        Ok(StageMessage::Hello { .. }) => vec![
+                            ControlMessage::Welcome {
+                                version: PROTOCOL_VERSION,
+                                stage_id: 1,
+                                report_interval_ms: 1000,
+                            },
+                            ControlMessage::SetRules {
+                                seq: 1,
+                                rules: Vec::new(),
+                            },
+                        ],
+                        Ok(StageMessage::Place { id, stripes, .. }) if answer => {
+                            vec![ControlMessage::Placed {
+                                id,
+                                targets: TARGETS[..stripes as usize].to_vec(),
+                            }]
+                        }
+                        _ => Vec::new(),
+                    };
+                    for reply in replies {
+                        let _ = writer.write_all(control::encode(&reply).as_bytes());
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// One scenario's set-up: a scratch mount, the program, the double and a controller.
+struct Setup {
+    scratch: Scratch,
+    /// The program's output when run natively.
+    native: String,
+    program: PathBuf,
+    double: PathBuf,
+    socket: PathBuf,
+    log: PathBuf,
+}
+
+impl Setup {
+    fn new(name: &str, answer: bool) -> Setup {
+        let scratch = Scratch::new(&format!("placement-{name}"));
+        let tools = scratch.join("tools");
+        std::fs::create_dir(&tools).unwrap();
+        let program = build(&tools, "create", PROGRAM, false);
+        let double = build(&tools, "libioctl-double.so", DOUBLE, true);
+        let socket = tools.join("controller.sock");
+        scripted_controller(&socket, answer);
+        let log = tools.join("ioctl.log");
+        let mut setup = Setup {
+            scratch,
+            native: String::new(),
+            program,
+            double,
+            socket,
+            log,
+        };
+        setup.native = setup.run("native", None, false);
+        setup
+    }
+
+    /// `PADLL_PLACEMENT` for the mount with `stripes`.
+    fn placement(&self, stripes: u32) -> (&'static str, String) {
+        let mount = self.scratch.path().display();
+        ("PADLL_PLACEMENT", format!("{mount}={stripes}"))
+    }
+
+    /// The program's output in a fresh directory `name` under the mount, natively or
+    /// under the stage (`stage` = extra variables, the double preloaded after it if
+    /// `double`).
+    fn run(&self, name: &str, stage: Option<&[(&str, &str)]>, double: bool) -> String {
+        let (stdout, stderr) = self.run_with_stderr(name, stage, double);
+        assert!(stderr.is_empty(), "{stderr}");
+        stdout
+    }
+
+    /// [`Setup::run`], returning what the program wrote on stderr too.
+    fn run_with_stderr(
+        &self,
+        name: &str,
+        stage: Option<&[(&str, &str)]>,
+        double: bool,
+    ) -> (String, String) {
+        let dir = self.scratch.join(name);
+        std::fs::create_dir(&dir).unwrap();
+        let mut env: Vec<(String, String)> = Vec::new();
+        if let Some(vars) = stage {
+            env = stage_env(self.scratch.path(), "", None);
+            env.push(("PADLL_CONTROLLER".into(), self.socket.display().to_string()));
+            env.extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        }
+        if double {
+            let preload = env
+                .iter()
+                .find(|(k, _)| k == "LD_PRELOAD")
+                .map_or(String::new(), |(_, v)| format!("{v} "));
+            env.retain(|(k, _)| k != "LD_PRELOAD");
+            env.push((
+                "LD_PRELOAD".into(),
+                format!("{preload}{}", self.double.display()),
+            ));
+            env.push(("PLACEMENT_LOG".into(), self.log.display().to_string()));
+        }
+        let program = self.program.to_str().unwrap();
+        let out = run(program, &[dir.to_str().unwrap()], &dir, &env);
+        assert!(out.status.success());
+        (
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// The layouts the double recorded, as hex lines.
+    fn recorded(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .map(|text| text.lines().map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// The layout for `targets` as the double prints it: the `lov_user_md_v3` fields at
+/// lustre_user.h's offsets, little-endian, then one `lov_user_ost_data_v1` per target.
+fn expected_layout(targets: &[u32]) -> String {
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(&0x0BD5_0BD0u32.to_le_bytes()); // LOV_USER_MAGIC_SPECIFIC
+    bytes.extend_from_slice(&[0; 4 + 16 + 4]); // pattern, lmm_oi, stripe size
+    bytes.extend_from_slice(&(targets.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(&(targets[0] as u16).to_le_bytes()); // stripe offset
+    bytes.extend_from_slice(&[0; 16]); // pool name
+    for target in targets {
+        bytes.extend_from_slice(&[0; 16 + 4]); // l_ost_oi, l_ost_gen
+        bytes.extend_from_slice(&target.to_le_bytes());
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+#[cfg_attr(not(has_cc), ignore = "cc not installed")]
+fn created_files_get_the_controllers_targets_and_nothing_else_changes() {
+    let setup = Setup::new("placed", true);
+    let (name, value) = setup.placement(3);
+    assert_eq!(
+        setup.run("placed", Some(&[(name, &value)]), true),
+        setup.native
+    );
+    // open, openat and creat made a new file: one layout each, the controller's three
+    // targets; the existing file, the refused O_EXCL and the missing directory none.
+    let layout = expected_layout(&TARGETS[..3]);
+    assert_eq!(
+        setup.recorded(),
+        vec![layout.clone(), layout.clone(), layout]
+    );
+}
+
+#[test]
+#[cfg_attr(not(has_cc), ignore = "cc not installed")]
+fn without_placement_no_layout_call_is_made() {
+    let setup = Setup::new("unplaced", true);
+    assert_eq!(setup.run("managed", Some(&[]), true), setup.native);
+    assert!(setup.recorded().is_empty(), "{:?}", setup.recorded());
+}
+
+#[test]
+#[cfg_attr(not(has_cc), ignore = "cc not installed")]
+fn layout_errors_never_reach_the_program() {
+    let setup = Setup::new("refused", true);
+    let (name, value) = setup.placement(2);
+    let failing = [(name, value.as_str()), ("PLACEMENT_ERRNO", "22")];
+    assert_eq!(setup.run("einval", Some(&failing), true), setup.native);
+    assert_eq!(setup.recorded().len(), 3);
+}
+
+#[test]
+#[cfg_attr(not(has_cc), ignore = "cc not installed")]
+fn a_file_system_without_the_interface_sees_no_change() {
+    let setup = Setup::new("not-lustre", true);
+    let (name, value) = setup.placement(2);
+    let (stdout, stderr) = setup.run_with_stderr("plain", Some(&[(name, &value)]), false);
+    assert_eq!(stdout, setup.native);
+    let mount = setup.scratch.path().display();
+    assert!(
+        stderr.contains(&format!(
+            "no placement on {mount}: not a Lustre file system"
+        )) && stderr.lines().count() == 1,
+        "{stderr}"
+    );
+}
+
+#[test]
+#[cfg_attr(not(has_cc), ignore = "cc not installed")]
+fn without_an_answer_files_are_created_as_usual() {
+    let setup = Setup::new("silent", false);
+    let (name, value) = setup.placement(2);
+    let started = Instant::now();
+    let placed = setup.run(
+        "silent",
+        Some(&[(name, &value), ("PADLL_PLACEMENT_WAIT_MS", "100")]),
+        true,
+    );
+    assert_eq!(placed, setup.native);
+    assert!(setup.recorded().is_empty());
+    // Three creations waited 100 ms each for an answer, and no longer.
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}
