@@ -26,6 +26,19 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// The job of the loop working in `dir`: one per test (the job's last rules on the node
+/// are kept across its processes).
+fn job(dir: &Path) -> String {
+    dir.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+/// Where the stage keeps the last rules of the job working in `dir`.
+fn last_rules(dir: &Path) -> PathBuf {
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    PathBuf::from(format!("/dev/shm/padll-rules-{uid}-{}", job(dir)))
+}
+
 /// `padll mdloop DIR SECONDS` (stat + open + close in a loop) under the stage, limited
 /// to 500 metadata ops/s by its configuration until the controller says otherwise.
 fn spawn_loop(dir: &Path, socket: &Path, seconds: u32) -> Child {
@@ -35,7 +48,7 @@ fn spawn_loop(dir: &Path, socket: &Path, seconds: u32) -> Child {
         .env("PADLL_MOUNTS", dir)
         .env("PADLL_RULES", "metadata=500/s")
         .env("PADLL_CONTROLLER", socket)
-        .env("PADLL_JOB_ID", "job-under-test")
+        .env("PADLL_JOB_ID", job(dir))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -156,7 +169,7 @@ fn stage_follows_the_controller_and_survives_its_loss() {
             ..
         } => {
             assert_eq!(version, PROTOCOL_VERSION);
-            assert_eq!(identity.job_id, "job-under-test");
+            assert_eq!(identity.job_id, job(&dir));
             assert_eq!(identity.pid, child.id());
             assert_eq!(mountpoints, vec![dir.display().to_string()]);
         }
@@ -248,6 +261,9 @@ fn stage_follows_the_controller_and_survives_its_loss() {
         1,
         "said once: {stderr}"
     );
+    // The job's last rules were kept for its next processes.
+    assert!(last_rules(&dir).is_file());
+    let _ = std::fs::remove_file(last_rules(&dir));
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -624,6 +624,7 @@ impl Drop for Cluster {
         self.jobs.clear();
         self.locals.clear();
         self.global = None;
+        self.remove_last_rules();
         if std::thread::panicking() {
             let mut logs: Vec<PathBuf> = std::fs::read_dir(self.dir.path())
                 .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
@@ -637,6 +638,27 @@ impl Drop for Cluster {
                 for line in &lines[lines.len().saturating_sub(30)..] {
                     eprintln!("{line}");
                 }
+            }
+        }
+    }
+}
+
+impl Cluster {
+    /// Removes the last rules its jobs' stages kept in `/dev/shm` (they name its scratch
+    /// directory), so no later test starts a job of the same id under them.
+    fn remove_last_rules(&self) {
+        // SAFETY: geteuid takes no arguments and cannot fail.
+        let prefix = format!("padll-rules-{}-", unsafe { libc::geteuid() });
+        let scratch = self.scratch.display().to_string();
+        let Ok(entries) = std::fs::read_dir("/dev/shm") else {
+            return;
+        };
+        for path in entries.flatten().map(|e| e.path()) {
+            let ours = path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&prefix));
+            if ours && std::fs::read_to_string(&path).is_ok_and(|text| text.contains(&scratch)) {
+                let _ = std::fs::remove_file(&path);
             }
         }
     }
