@@ -290,7 +290,7 @@ async fn attach_once(url: &str, node: &str, stages: usize) -> bool {
                     cycle,
                     stages: plans.len() as u32,
                 })),
-                Some(global_message::Body::Registered(_)) => {}
+                Some(global_message::Body::Registered(_) | global_message::Body::PlaceReply(_)) => {}
                 None => return true,
             },
             cycle = clock.next() => send(local_message::Body::Usage(proto::Usage {

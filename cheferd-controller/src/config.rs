@@ -26,6 +26,10 @@
 //! job = "4242"
 //! resource = "/scratch:metadata"
 //! limit = "5k"                      # or "none" to lift it
+//!
+//! [placement]                       # optional: the placement service (placement_service)
+//! mount = "/lustre"
+//! feed = "/run/cheferd/ost-load"
 //! ```
 
 use crate::usage::Resource;
@@ -91,6 +95,9 @@ pub struct GlobalConfig {
     /// Mutual TLS on the gRPC port (`[tls]`; the `--tls-…` flags override it).
     #[serde(default)]
     pub tls: TlsSettings,
+    /// The placement service (`[placement]`, see `placement_service`), if any.
+    #[serde(default)]
+    pub placement: Option<crate::placement_service::PlacementConfig>,
 }
 
 /// `[tls]`: the global controller's certificate, key and the CA of node certificates
@@ -145,6 +152,7 @@ impl Default for GlobalConfig {
             rules: Vec::new(),
             limits: GlobalLimits::default(),
             tls: TlsSettings::default(),
+            placement: None,
         }
     }
 }
@@ -168,6 +176,7 @@ struct RawConfig {
     rule: Vec<RawRule>,
     #[serde(default)]
     tls: TlsSettings,
+    placement: Option<crate::placement_service::PlacementConfig>,
 }
 
 #[derive(Deserialize)]
@@ -246,6 +255,10 @@ impl GlobalConfig {
         }
         config.admins = raw.admins;
         config.tls = raw.tls;
+        if let Some(placement) = &raw.placement {
+            placement.validate()?;
+        }
+        config.placement = raw.placement;
         for (key, value, slot) in [
             ("max_nodes", raw.max_nodes, &mut config.limits.max_nodes),
             (

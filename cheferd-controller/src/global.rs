@@ -176,6 +176,8 @@ pub struct Controller {
     state: Mutex<State>,
     replies: Notify,
     started: Instant,
+    /// The placement service (`[placement]`), if configured.
+    placement: Option<crate::placement_service::PlacementService>,
 }
 
 impl Controller {
@@ -189,7 +191,13 @@ impl Controller {
                 PolicyRunner::new(&r.policy).map_err(|e| format!("{}: {e}", r.resource))?,
             );
         }
+        let placement = config
+            .placement
+            .clone()
+            .map(crate::placement_service::PlacementService::new)
+            .transpose()?;
         Ok(Arc::new(Controller {
+            placement,
             state: Mutex::new(State {
                 config,
                 policies,
@@ -426,7 +434,26 @@ impl Controller {
 
     fn handle(&self, name: &str, session: u64, message: LocalMessage) {
         let size = message.encoded_len() as u64;
+        // Placement reads its feed: chosen outside the state lock.
+        let placed = match (&message.body, &self.placement) {
+            (Some(local_message::Body::PlaceRequest(request)), Some(service)) => {
+                Some((request.request, service.answer(request)))
+            }
+            (Some(local_message::Body::PlaceRequest(request)), None) => {
+                Some((request.request, Vec::new()))
+            }
+            _ => None,
+        };
         let mut state = self.lock();
+        if let Some((request, targets)) = placed {
+            if let Some(node) = state.nodes.get_mut(name).filter(|n| n.session == session) {
+                node.bytes_in += size;
+                let reply =
+                    global_message::Body::PlaceReply(proto::PlaceReply { request, targets });
+                let _ = node.outbox.send(Ok(GlobalMessage { body: Some(reply) }));
+            }
+            return;
+        }
         let mut job = 0;
         // A stage re-registering after its local controller came back still runs on its
         // last rules: it needs no provisional ones.
@@ -544,6 +571,7 @@ impl Controller {
                     acked = node.unacked.take() == Some(last_cycle);
                 }
             }
+            Some(local_message::Body::PlaceRequest(_)) => {} // answered before the lock
             Some(local_message::Body::Register(_)) => {
                 warn!(node = name, "ignored a second register")
             }

@@ -13,6 +13,7 @@ pub mod lines;
 pub mod local;
 pub mod metrics;
 mod outbox;
+pub mod placement_service;
 pub mod plan;
 pub mod policy;
 pub mod replay;

@@ -184,6 +184,8 @@ pub struct Local {
     next_stage_id: AtomicU64,
     stages: Mutex<HashMap<u64, StageEntry>>,
     upstream: Mutex<Option<mpsc::UnboundedSender<LocalMessage>>>,
+    /// Placement requests relayed to the global controller.
+    placements: crate::placement_service::Relay,
 }
 
 impl Local {
@@ -257,6 +259,37 @@ impl Local {
         Ok(())
     }
 
+    /// Relays a stage's placement request to the global controller; without one (or
+    /// with too many in flight) answers "no advice" at once, so the stage does not wait.
+    fn relay_placement(&self, stage_id: u64, id: u64, mount: String, stripes: u32) {
+        let upstream = self
+            .upstream
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let Some((to, request)) =
+            upstream.and_then(|to| Some((to, self.placements.ask(stage_id, id)?)))
+        else {
+            return self.placed(stage_id, id, Vec::new());
+        };
+        let body = local_message::Body::PlaceRequest(proto::PlaceRequest {
+            request,
+            mount,
+            stripes,
+        });
+        if to.send(LocalMessage { body: Some(body) }).is_err() {
+            self.placements.answered(request);
+            self.placed(stage_id, id, Vec::new());
+        }
+    }
+
+    /// Hands a stage the answer to its placement request `id`.
+    fn placed(&self, stage_id: u64, id: u64, targets: Vec<u32>) {
+        if let Some(entry) = self.lock_stages().get(&stage_id) {
+            let _ = entry.to_stage.send(ControlMessage::Placed { id, targets });
+        }
+    }
+
     fn send_upstream(&self, body: local_message::Body) {
         if let Some(upstream) = self
             .upstream
@@ -317,6 +350,7 @@ pub async fn run(mut options: LocalOptions) -> Result<(), String> {
         next_stage_id: AtomicU64::new(1),
         stages: Mutex::new(HashMap::new()),
         upstream: Mutex::new(None),
+        placements: Default::default(),
     });
     let secured = if local.options.tls.is_some() {
         "mutual TLS"
@@ -527,15 +561,8 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
                     )
                 }
                 Ok(StageMessage::Applied { .. }) => {}
-                Ok(StageMessage::Place { id, .. }) => {
-                    // No placement service yet: "no advice" at once, so the file is
-                    // created as usual without waiting.
-                    if let Some(entry) = local.lock_stages().get(&stage_id) {
-                        let _ = entry.to_stage.send(ControlMessage::Placed {
-                            id,
-                            targets: Vec::new(),
-                        });
-                    }
+                Ok(StageMessage::Place { id, mount, stripes }) => {
+                    local.relay_placement(stage_id, id, mount, stripes)
                 }
                 Ok(StageMessage::Hello { .. }) => {
                     limited_warn!(PEER_LOG, stage_id, "ignored a second hello")
@@ -634,6 +661,7 @@ async fn upstream_loop(local: Arc<Local>, endpoint: tonic::transport::Endpoint) 
                     ),
                 }
                 *local.upstream.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                local.placements.clear();
             }
             Err(e) => {
                 if !reported_unreachable {
@@ -784,6 +812,11 @@ fn handle_global(
                     })
                 })
                 .collect();
+        }
+        Some(global_message::Body::PlaceReply(reply)) => {
+            if let Some((stage_id, id)) = local.placements.answered(reply.request) {
+                local.placed(stage_id, id, reply.targets);
+            }
         }
         None => warn!("empty message from the global controller"),
     }

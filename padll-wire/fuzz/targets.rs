@@ -33,6 +33,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("allocate", allocate),
     ("place", place),
     ("last_rules", last_rules),
+    ("placement_feed", placement_feed),
 ];
 
 /// A line as the sockets see it (they drop lines that are not UTF-8).
@@ -344,4 +345,17 @@ pub fn last_rules(data: &[u8]) {
     }
     let again = LastRules::decode(LastRules::encode(&rules).as_bytes());
     assert_eq!(again, Ok(rules));
+}
+
+/// The placement service's per-target load feed (`placement_service::parse_feed`): at
+/// most 65 536 targets, each with finite space, used ≤ capacity, on a server named.
+pub fn placement_feed(data: &[u8]) {
+    let Some(text) = text(data) else { return };
+    let Ok(loads) = cheferd_controller::placement_service::parse_feed(text) else {
+        return;
+    };
+    assert!(loads.targets.len() <= cheferd_controller::placement_service::MAX_TARGETS);
+    for target in &loads.targets {
+        assert!(target.capacity.is_finite() && (0.0..=target.capacity).contains(&target.used));
+    }
 }

@@ -1,0 +1,509 @@
+//! Placement of new files across storage targets (issue 10 part 2; Paul et al., paper
+//! 004 §III): the global controller's mapper. A stage creating a file on a mountpoint
+//! configured for placement asks its local controller (`place` on the stage socket),
+//! which relays the request upstream ([`Relay`], `PlaceRequest` on the gRPC stream);
+//! the global controller answers with the targets [`PlacementService::answer`] chooses
+//! (`PlaceReply` → `placed`). No answer, or an empty one, means "create as usual".
+//!
+//! ```toml
+//! [placement]
+//! mount = "/lustre"              # the mountpoint whose new files are placed
+//! placer = "mcmf"                # mcmf[:ORDER[,PREDICT]], round-robin, random[:SEED]
+//! feed = "/run/cheferd/ost-load" # per-target load, re-read every refresh_ms
+//! refresh_ms = 5000
+//! ```
+//!
+//! **The feed** is what the operator points the service at: a text file (written by a
+//! cron job or a collector on the servers) in the form of `lctl get_param` output, each
+//! server's lines after one naming it:
+//!
+//! ```text
+//! oss=0 cpu=35 memory=60
+//! obdfilter.lustre-OST0000.kbytestotal=976762584
+//! obdfilter.lustre-OST0000.kbytesavail=512000000
+//! ```
+//!
+//! Target indices are the hexadecimal after `OST`; other lines (other parameters,
+//! `stats` blocks, comments) are ignored; a malformed known line is an error naming its
+//! line. `simulated:OSSES:TARGETS` instead makes a feed of `OSSES × TARGETS` 1 TiB targets,
+//! target `i` being `(i mod 10) × 5 %` full (for tests and demos). Between refreshes every
+//! placed stripe counts as one stripe size used on its target, so consecutive files do
+//! not all go to the target that looked emptiest at the last refresh.
+//!
+//! Departures from the paper: loads come from a file the site fills rather than from a
+//! publisher on every OSS; requests carry no size (a stage cannot know it at `open`), so
+//! each counts one stripe size per stripe, and with no size history the Markov
+//! prediction has nothing to predict from (MCMF then places the current request alone).
+
+use crate::bounds::LogLimit;
+use crate::proto;
+use policies::placement::{self, Oss, PlaceInput, Placer, PlacerState, Request, Target};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Largest feed file read.
+pub const MAX_FEED_BYTES: u64 = 4 << 20;
+/// Most targets in a feed.
+pub const MAX_TARGETS: usize = 65_536;
+/// Most placement requests a local controller relays at once.
+pub const MAX_RELAYED: usize = 4096;
+
+/// Feed problems, at most 5 lines per 5 s.
+static FEED_LOG: LogLimit = LogLimit::new(5, Duration::from_secs(5));
+
+/// `[placement]` of `global.toml`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlacementConfig {
+    /// The mountpoint whose new files are placed (as the stages name it).
+    pub mount: String,
+    /// The placer (`policies::placement::Placer::parse`).
+    #[serde(default = "default_placer")]
+    pub placer: String,
+    /// A feed file, or `simulated:OSSES:TARGETS`.
+    pub feed: String,
+    /// How often the feed is re-read, ms.
+    #[serde(default = "default_refresh_ms")]
+    pub refresh_ms: u64,
+}
+
+fn default_placer() -> String {
+    "mcmf".into()
+}
+
+fn default_refresh_ms() -> u64 {
+    5000
+}
+
+impl PlacementConfig {
+    /// `Ok` if usable; else one line naming the key and value.
+    pub fn validate(&self) -> Result<(), String> {
+        if !self.mount.starts_with('/') {
+            return Err(format!(
+                "placement.mount = '{}': not an absolute mountpoint",
+                self.mount
+            ));
+        }
+        Placer::parse(&self.placer).map_err(|e| format!("placement.placer: {e}"))?;
+        if !(100..=3_600_000).contains(&self.refresh_ms) {
+            return Err(format!(
+                "placement.refresh_ms = {}: must be between 100 and 3600000",
+                self.refresh_ms
+            ));
+        }
+        if let Some(spec) = self.feed.strip_prefix("simulated:") {
+            simulated(spec).map_err(|e| format!("placement.feed: {e}"))?;
+        } else if !self.feed.starts_with('/') {
+            return Err(format!(
+                "placement.feed = '{}': an absolute path or simulated:OSSES:TARGETS",
+                self.feed
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Servers and targets as the feed describes them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Loads {
+    /// The servers.
+    pub osses: Vec<Oss>,
+    /// The targets.
+    pub targets: Vec<Target>,
+}
+
+/// `OSSES:TARGETS`: `OSSES × TARGETS` 1 TiB targets, target `i` `(i mod 10) × 5 %` full.
+fn simulated(spec: &str) -> Result<Loads, String> {
+    let bad = || format!("'simulated:{spec}': expected simulated:OSSES:TARGETS_PER_OSS");
+    let (osses, per_oss) = spec.split_once(':').ok_or_else(bad)?;
+    let osses: u32 = osses.trim().parse().map_err(|_| bad())?;
+    let per_oss: u32 = per_oss.trim().parse().map_err(|_| bad())?;
+    if osses == 0 || per_oss == 0 || osses as usize * per_oss as usize > MAX_TARGETS {
+        return Err(format!(
+            "'simulated:{spec}': 1 to {MAX_TARGETS} targets in all"
+        ));
+    }
+    let capacity = (1u64 << 40) as f64;
+    Ok(Loads {
+        osses: (0..osses)
+            .map(|id| Oss {
+                id,
+                cpu: 0.0,
+                memory: 0.0,
+            })
+            .collect(),
+        targets: (0..osses * per_oss)
+            .map(|id| Target {
+                id,
+                oss: id / per_oss,
+                capacity,
+                used: capacity * f64::from(id % 10) * 0.05,
+                load: 0.0,
+            })
+            .collect(),
+    })
+}
+
+/// Parses a feed (see the module's documentation).
+pub fn parse_feed(text: &str) -> Result<Loads, String> {
+    let mut loads = Loads::default();
+    let mut oss = 0u32;
+    // Per target: (server, kbytestotal, kbytesavail).
+    let mut targets: std::collections::BTreeMap<u32, (u32, Option<f64>, Option<f64>)> =
+        Default::default();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        let at = |why: String| format!("line {}: {why}", n + 1);
+        if let Some(rest) = line.strip_prefix("oss=") {
+            let mut words = rest.split_whitespace();
+            oss = words
+                .next()
+                .and_then(|id| id.parse().ok())
+                .ok_or_else(|| at(format!("bad server id in '{}'", short(line))))?;
+            let mut server = Oss {
+                id: oss,
+                cpu: 0.0,
+                memory: 0.0,
+            };
+            for word in words {
+                let (key, value) = word
+                    .split_once('=')
+                    .ok_or_else(|| at(format!("'{}' is not KEY=VALUE", short(word))))?;
+                let value = percent(value).ok_or_else(|| at(format!("bad {key} '{value}'")))?;
+                match key {
+                    "cpu" => server.cpu = value,
+                    "memory" => server.memory = value,
+                    _ => return Err(at(format!("unknown server key '{}'", short(key)))),
+                }
+            }
+            if loads.osses.iter().any(|o| o.id == oss) {
+                return Err(at(format!("server {oss} named twice")));
+            }
+            if loads.osses.len() == MAX_TARGETS {
+                return Err(at(format!("more than {MAX_TARGETS} servers")));
+            }
+            loads.osses.push(server);
+            continue;
+        }
+        let Some(rest) = line.strip_prefix("obdfilter.") else {
+            continue;
+        };
+        let Some((name, value)) = rest.split_once('=') else {
+            continue;
+        };
+        let Some((device, key)) = name.rsplit_once('.') else {
+            continue;
+        };
+        if key != "kbytestotal" && key != "kbytesavail" {
+            continue;
+        }
+        let index = device
+            .rsplit_once("OST")
+            .and_then(|(_, hex)| u32::from_str_radix(hex, 16).ok())
+            .ok_or_else(|| at(format!("no OST index in '{}'", short(device))))?;
+        let kbytes: f64 = value
+            .trim()
+            .parse::<u64>()
+            .map_err(|_| at(format!("bad {key} '{}'", short(value))))?
+            as f64;
+        if !targets.contains_key(&index) && targets.len() == MAX_TARGETS {
+            return Err(at(format!("more than {MAX_TARGETS} targets")));
+        }
+        let entry = targets.entry(index).or_insert((oss, None, None));
+        let slot = if key == "kbytestotal" {
+            &mut entry.1
+        } else {
+            &mut entry.2
+        };
+        *slot = Some(kbytes * 1024.0);
+    }
+    for (id, (oss, total, avail)) in targets {
+        let (Some(capacity), Some(avail)) = (total, avail) else {
+            return Err(format!(
+                "OST{id:04x}: needs both kbytestotal and kbytesavail"
+            ));
+        };
+        if avail > capacity {
+            return Err(format!("OST{id:04x}: kbytesavail exceeds kbytestotal"));
+        }
+        loads.targets.push(Target {
+            id,
+            oss,
+            capacity,
+            used: capacity - avail,
+            load: 0.0,
+        });
+    }
+    Ok(loads)
+}
+
+fn percent(text: &str) -> Option<f64> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|v| (0.0..=100.0).contains(v))
+}
+
+fn short(text: &str) -> String {
+    padll_wire::control::short(text)
+}
+
+/// Reads a feed file: regular, at most [`MAX_FEED_BYTES`], opened non-blocking.
+fn read_feed(path: &str) -> Result<Loads, String> {
+    let text =
+        padll_wire::config::read_config_file(path).map_err(|e| format!("feed '{path}': {e}"))?;
+    parse_feed(&text).map_err(|e| format!("feed '{path}': {e}"))
+}
+
+/// What the service knows between requests.
+struct State {
+    loads: Loads,
+    loaded_at: Option<Instant>,
+    placer: PlacerState,
+}
+
+/// The mapper: answers placement requests from the feed's loads.
+pub struct PlacementService {
+    config: PlacementConfig,
+    placer: Placer,
+    state: Mutex<State>,
+}
+
+impl PlacementService {
+    /// A service for a validated configuration (the feed is read at the first request).
+    pub fn new(config: PlacementConfig) -> Result<PlacementService, String> {
+        config.validate()?;
+        Ok(PlacementService {
+            placer: Placer::parse(&config.placer)?,
+            config,
+            state: Mutex::new(State {
+                loads: Loads::default(),
+                loaded_at: None,
+                placer: PlacerState::default(),
+            }),
+        })
+    }
+
+    /// The targets for a new file of `request` (empty: no advice).
+    pub fn answer(&self, request: &proto::PlaceRequest) -> Vec<u32> {
+        if request.mount != self.config.mount {
+            return Vec::new();
+        }
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let refresh = Duration::from_millis(self.config.refresh_ms);
+        if state.loaded_at.is_none_or(|at| at.elapsed() >= refresh) {
+            let loaded = match self.config.feed.strip_prefix("simulated:") {
+                Some(spec) => simulated(spec),
+                None => read_feed(&self.config.feed),
+            };
+            match loaded {
+                Ok(loads) => state.loads = loads,
+                Err(e) => crate::limited_warn!(FEED_LOG, "placement: {e}; keeping the last loads"),
+            }
+            state.loaded_at = Some(Instant::now());
+        }
+        let available = state
+            .loads
+            .targets
+            .len()
+            .min(padll_wire::control::MAX_STRIPES as usize);
+        if available == 0 {
+            return Vec::new();
+        }
+        let input = PlaceInput {
+            stripe_size: placement::DEFAULT_STRIPE_SIZE,
+            osses: state.loads.osses.clone(),
+            targets: state.loads.targets.clone(),
+            requests: vec![Request {
+                id: request.request,
+                app: 0,
+                stripes: request.stripes.clamp(1, available as u32),
+                bytes: 0.0,
+            }],
+            history: Vec::new(),
+        };
+        let decision = placement::place(&self.placer, &input, &mut state.placer);
+        let Some(chosen) = decision.ok().and_then(|d| d.placements.into_iter().next()) else {
+            return Vec::new();
+        };
+        for id in &chosen.targets {
+            if let Some(target) = state.loads.targets.iter_mut().find(|t| t.id == *id) {
+                target.used = (target.used + placement::DEFAULT_STRIPE_SIZE).min(target.capacity);
+            }
+        }
+        chosen.targets
+    }
+}
+
+/// A local controller's placement requests in flight upstream: which stage asked, under
+/// which of its ids. Bounded; emptied when the upstream stream ends (no answer will
+/// come, and the stages stop waiting on their own).
+#[derive(Default)]
+pub struct Relay {
+    next: AtomicU64,
+    waiting: Mutex<HashMap<u64, (u64, u64)>>,
+}
+
+impl Relay {
+    /// The upstream id for stage `stage`'s request `id`; `None` when too many wait.
+    pub fn ask(&self, stage: u64, id: u64) -> Option<u64> {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        if waiting.len() >= MAX_RELAYED {
+            return None;
+        }
+        let request = self.next.fetch_add(1, Ordering::Relaxed);
+        waiting.insert(request, (stage, id));
+        Some(request)
+    }
+
+    /// Who asked upstream request `request` (stage, its id), once.
+    pub fn answered(&self, request: u64) -> Option<(u64, u64)> {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        waiting.remove(&request)
+    }
+
+    /// Forgets every request (the stream they went on ended).
+    pub fn clear(&self) {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn feeds_parse_and_name_their_errors() {
+        let loads = parse_feed(
+            "# two servers\noss=0 cpu=35 memory=60\nobdfilter.lustre-OST0000.kbytestotal=1000\n\
+             obdfilter.lustre-OST0000.kbytesavail=250\nobdfilter.lustre-OST0000.stats=\n\
+             write_bytes 8 samples [bytes] 4096 1048576 4198400\noss=1\n\
+             obdfilter.lustre-OST000a.kbytestotal=2000\nobdfilter.lustre-OST000a.kbytesavail=2000\n",
+        )
+        .unwrap();
+        assert_eq!(loads.osses.len(), 2);
+        assert_eq!((loads.osses[0].cpu, loads.osses[0].memory), (35.0, 60.0));
+        assert_eq!(loads.targets.len(), 2);
+        assert_eq!(
+            (
+                loads.targets[0].id,
+                loads.targets[0].oss,
+                loads.targets[0].used
+            ),
+            (0, 0, 750.0 * 1024.0)
+        );
+        assert_eq!((loads.targets[1].id, loads.targets[1].oss), (10, 1));
+        for (text, needle) in [
+            ("oss=x", "line 1: bad server id"),
+            ("oss=0 cpu=150", "bad cpu '150'"),
+            ("oss=0 disk=3", "unknown server key 'disk'"),
+            ("oss=0\noss=0", "line 2: server 0 named twice"),
+            ("obdfilter.lustre-OSTzz.kbytestotal=1", "no OST index"),
+            (
+                "obdfilter.lustre-OST0000.kbytesavail=-1",
+                "bad kbytesavail '-1'",
+            ),
+            (
+                "obdfilter.lustre-OST0001.kbytestotal=1",
+                "OST0001: needs both",
+            ),
+            (
+                "obdfilter.l-OST0000.kbytestotal=1\nobdfilter.l-OST0000.kbytesavail=2",
+                "exceeds",
+            ),
+        ] {
+            let error = parse_feed(text).unwrap_err();
+            assert!(error.contains(needle), "{text}: {error}");
+        }
+    }
+
+    fn request(stripes: u32) -> proto::PlaceRequest {
+        proto::PlaceRequest {
+            request: 1,
+            mount: "/lustre".into(),
+            stripes,
+        }
+    }
+
+    fn service(placer: &str, feed: &str) -> PlacementService {
+        PlacementService::new(PlacementConfig {
+            mount: "/lustre".into(),
+            placer: placer.into(),
+            feed: feed.into(),
+            refresh_ms: 60_000,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn mcmf_places_on_the_emptiest_targets_of_distinct_servers() {
+        // Targets 0 and 10 are empty (i mod 10 = 0), on servers 0 and 2 of 4 × 5.
+        let mapper = service("mcmf", "simulated:4:5");
+        let mut first = mapper.answer(&request(2));
+        first.sort();
+        assert_eq!(first, vec![0, 10]);
+        // Another mount, or no targets wanted beyond what exists: no advice / clamped.
+        let mut other = request(1);
+        other.mount = "/scratch".into();
+        assert!(mapper.answer(&other).is_empty());
+        assert_eq!(mapper.answer(&request(100)).len(), 20);
+    }
+
+    #[test]
+    fn round_robin_goes_round() {
+        let mapper = service("round-robin", "simulated:2:2");
+        let picks: Vec<u32> = (0..4).flat_map(|_| mapper.answer(&request(1))).collect();
+        let mut sorted = picks.clone();
+        sorted.sort();
+        assert_eq!(sorted, vec![0, 1, 2, 3], "{picks:?}");
+    }
+
+    #[test]
+    fn a_missing_feed_gives_no_advice() {
+        let mapper = service("mcmf", "/nonexistent/feed");
+        assert!(mapper.answer(&request(1)).is_empty());
+    }
+
+    #[test]
+    fn bad_configurations_are_named() {
+        let config = |mount: &str, placer: &str, feed: &str, refresh_ms| PlacementConfig {
+            mount: mount.into(),
+            placer: placer.into(),
+            feed: feed.into(),
+            refresh_ms,
+        };
+        for (bad, needle) in [
+            (config("lustre", "mcmf", "/f", 5000), "placement.mount"),
+            (config("/l", "fastest", "/f", 5000), "placement.placer"),
+            (config("/l", "mcmf", "/f", 10), "placement.refresh_ms = 10"),
+            (
+                config("/l", "mcmf", "feed", 5000),
+                "placement.feed = 'feed'",
+            ),
+            (config("/l", "mcmf", "simulated:0:4", 5000), "1 to 65536"),
+            (config("/l", "mcmf", "simulated:x", 5000), "simulated:OSSES"),
+        ] {
+            let error = bad.validate().unwrap_err();
+            assert!(error.contains(needle), "{error}");
+        }
+    }
+
+    #[test]
+    fn the_relay_is_bounded_and_answers_once() {
+        let relay = Relay::default();
+        let first = relay.ask(7, 1).unwrap();
+        assert_eq!(relay.answered(first), Some((7, 1)));
+        assert_eq!(relay.answered(first), None);
+        for i in 0..MAX_RELAYED as u64 {
+            relay.ask(1, i).unwrap();
+        }
+        assert_eq!(relay.ask(1, 0), None);
+        relay.clear();
+        assert!(relay.ask(1, 0).is_some());
+    }
+}

@@ -1,0 +1,155 @@
+//! The placement service end to end (issue 10 part 2): a stage's `place` on its local
+//! controller's socket is relayed over the gRPC stream to the global controller, whose
+//! mapper answers from the per-target load feed the operator pointed it at; the answer
+//! comes back as `placed`. Without a service, or without a global controller, the answer
+//! is "no advice" (empty), at once.
+
+mod common;
+
+use common::*;
+use padll_wire::config::Identity;
+use padll_wire::control::{self, ControlMessage, StageMessage, PROTOCOL_VERSION};
+use std::io::{BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Two servers of three targets; the emptiest are OST 0x4 (server 1) and OST 0x1
+/// (server 0), the fullest OST 0x0.
+const FEED: &str = "\
+oss=0 cpu=10 memory=20
+obdfilter.lustre-OST0000.kbytestotal=1000000
+obdfilter.lustre-OST0000.kbytesavail=100000
+obdfilter.lustre-OST0001.kbytestotal=1000000
+obdfilter.lustre-OST0001.kbytesavail=900000
+obdfilter.lustre-OST0002.kbytestotal=1000000
+obdfilter.lustre-OST0002.kbytesavail=500000
+oss=1 cpu=10 memory=20
+obdfilter.lustre-OST0003.kbytestotal=1000000
+obdfilter.lustre-OST0003.kbytesavail=400000
+obdfilter.lustre-OST0004.kbytestotal=1000000
+obdfilter.lustre-OST0004.kbytesavail=950000
+obdfilter.lustre-OST0005.kbytestotal=1000000
+obdfilter.lustre-OST0005.kbytesavail=300000
+";
+
+/// A stage's side of the socket, registered as a process of `job` on `mount`.
+struct Stage {
+    stream: UnixStream,
+    reader: BufReader<UnixStream>,
+}
+
+impl Stage {
+    fn register(socket: &Path, job: &str, mount: &Path) -> Stage {
+        let mut stream = UnixStream::connect(socket).expect("connect to the stage socket");
+        let hello = StageMessage::Hello {
+            version: PROTOCOL_VERSION,
+            stage_name: "placement-test".into(),
+            identity: Identity {
+                job_id: job.into(),
+                job_size: 1,
+                ..Identity::default()
+            },
+            mountpoints: vec![mount.display().to_string()],
+        };
+        stream
+            .write_all(control::encode(&hello).as_bytes())
+            .unwrap();
+        let mut stage = Stage {
+            reader: BufReader::new(stream.try_clone().unwrap()),
+            stream,
+        };
+        let welcome = stage.next();
+        assert!(
+            matches!(welcome, ControlMessage::Welcome { .. }),
+            "{welcome:?}"
+        );
+        stage
+    }
+
+    fn next(&mut self) -> ControlMessage {
+        let line = read_line_with_timeout(&mut self.reader, Duration::from_secs(20))
+            .expect("the controller closed the connection");
+        control::decode(line.trim_end()).unwrap()
+    }
+
+    /// Asks where a new file with `stripes` stripes on `mount` goes; the targets.
+    fn place(&mut self, id: u64, mount: &Path, stripes: u32) -> Vec<u32> {
+        let ask = StageMessage::Place {
+            id,
+            mount: mount.display().to_string(),
+            stripes,
+        };
+        self.stream
+            .write_all(control::encode(&ask).as_bytes())
+            .unwrap();
+        loop {
+            // Rules the global sends the new stage may come first.
+            match self.next() {
+                ControlMessage::Placed {
+                    id: answered,
+                    targets,
+                } if answered == id => return targets,
+                ControlMessage::SetRules { .. } | ControlMessage::CollectUsage => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+}
+
+fn cluster(placement: &str) -> Cluster {
+    let mut cluster = Cluster::new(&format!(
+        r#"
+interval_ms = 500
+[[resource]]
+name = "{{scratch}}:metadata"
+max_rate = "1000"
+policy = "psfa"
+{placement}
+"#
+    ));
+    cluster.start_global();
+    cluster.start_local("n1");
+    wait_for(Duration::from_secs(20), "the node attached", || {
+        cluster
+            .try_snapshot()
+            .filter(|s| s.nodes.iter().any(|n| n.node == "n1" && n.attached))
+    });
+    cluster
+}
+
+#[test]
+fn new_files_go_to_the_emptiest_targets_of_the_feed() {
+    let _serial = serialize();
+    let feed = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(feed.path(), FEED).unwrap();
+    let mut cluster = cluster(&format!(
+        "[placement]\nmount = \"{{scratch}}\"\nplacer = \"mcmf\"\nfeed = \"{}\"\n",
+        feed.path().display()
+    ));
+    let mut stage = Stage::register(&cluster.local_socket("n1"), "placed", &cluster.scratch);
+    let mut first = stage.place(1, &cluster.scratch, 2);
+    first.sort();
+    assert_eq!(first, vec![1, 4], "the emptiest target of each server");
+    // Another mountpoint is not the service's: no advice.
+    assert!(stage.place(2, Path::new("/elsewhere"), 1).is_empty());
+    assert!(cluster.controllers_alive());
+}
+
+#[test]
+fn without_a_service_or_a_global_controller_the_answer_is_empty_at_once() {
+    let _serial = serialize();
+    let mut cluster = cluster("");
+    let mut stage = Stage::register(&cluster.local_socket("n1"), "unplaced", &cluster.scratch);
+    assert!(stage.place(1, &cluster.scratch, 2).is_empty());
+    cluster.kill_global();
+    // The local controller notices the stream ended, then answers by itself.
+    std::thread::sleep(Duration::from_secs(1));
+    let asked = Instant::now();
+    assert!(stage.place(2, &cluster.scratch, 2).is_empty());
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+}
