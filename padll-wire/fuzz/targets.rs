@@ -232,6 +232,10 @@ pub fn stage_config(data: &[u8]) {
         return;
     };
     assert!(config.mounts.iter().all(|m| m.starts_with('/')));
+    for placement in &config.placement {
+        assert!(config.mounts.contains(&placement.mount), "{placement:?}");
+        assert!((1..=padll_wire::control::MAX_STRIPES).contains(&placement.stripes));
+    }
     for spec in config
         .limits
         .iter()

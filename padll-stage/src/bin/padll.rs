@@ -241,6 +241,8 @@ Variables (set by the flags above; read by the stage in every process; flags win
                     other uid but the job's own are refused)
   PADLL_DEFAULT_LIMIT  limits when the controller gives none at start and the
                     job has no last rules on this node; 0 = unthrottled
+  PADLL_PLACEMENT   MOUNT[=STRIPES],…: new files on these Lustre mounts get their
+                    OSTs from the controller (PADLL_PLACEMENT_WAIT_MS, default 50)
   PADLL_LOG         off, error, warn, info, debug              (--log)
   PADLL_CONFIG      TOML file with the same settings           (--config)
 ",
