@@ -50,6 +50,8 @@ pub const MAX_FEED_BYTES: u64 = 4 << 20;
 pub const MAX_TARGETS: usize = 65_536;
 /// Most placement requests a local controller relays at once.
 pub const MAX_RELAYED: usize = 4096;
+/// Most of them from one stage (its threads creating files at the same time).
+pub const MAX_RELAYED_PER_STAGE: usize = 64;
 
 /// Feed problems, at most 5 lines per 5 s.
 static FEED_LOG: LogLimit = LogLimit::new(5, Duration::from_secs(5));
@@ -347,10 +349,12 @@ pub struct Relay {
 }
 
 impl Relay {
-    /// The upstream id for stage `stage`'s request `id`; `None` when too many wait.
+    /// The upstream id for stage `stage`'s request `id`; `None` when too many wait (on
+    /// this node, or from this stage).
     pub fn ask(&self, stage: u64, id: u64) -> Option<u64> {
         let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
-        if waiting.len() >= MAX_RELAYED {
+        let from_stage = waiting.values().filter(|(s, _)| *s == stage).count();
+        if waiting.len() >= MAX_RELAYED || from_stage >= MAX_RELAYED_PER_STAGE {
             return None;
         }
         let request = self.next.fetch_add(1, Ordering::Relaxed);
@@ -499,10 +503,16 @@ mod tests {
         let first = relay.ask(7, 1).unwrap();
         assert_eq!(relay.answered(first), Some((7, 1)));
         assert_eq!(relay.answered(first), None);
-        for i in 0..MAX_RELAYED as u64 {
+        for i in 0..MAX_RELAYED_PER_STAGE as u64 {
             relay.ask(1, i).unwrap();
         }
-        assert_eq!(relay.ask(1, 0), None);
+        assert_eq!(relay.ask(1, 0), None, "one stage's share is full");
+        for stage in 2..(MAX_RELAYED / MAX_RELAYED_PER_STAGE) as u64 + 1 {
+            for i in 0..MAX_RELAYED_PER_STAGE as u64 {
+                relay.ask(stage, i).unwrap();
+            }
+        }
+        assert_eq!(relay.ask(999, 0), None, "the node's share is full");
         relay.clear();
         assert!(relay.ask(1, 0).is_some());
     }
