@@ -346,8 +346,7 @@ fn trust(stream: &UnixStream, controller_uid: Option<u32>) -> Result<(), String>
 
 fn serve(target: &Target, stream: UnixStream) -> Result<String, Lost> {
     let never = |e: std::io::Error| Lost::NeverConnected(e.to_string());
-    let writer = stream.try_clone().map_err(never)?;
-    *lock(&WRITER) = Some(writer);
+    let mut writer = stream.try_clone().map_err(never)?;
     let mut reader = LineReader::new(stream.try_clone().map_err(never)?);
     let mut identity = target.identity.clone();
     // SAFETY: trivial getters (the pids change across fork).
@@ -361,7 +360,9 @@ fn serve(target: &Target, stream: UnixStream) -> Result<String, Lost> {
         identity,
         mountpoints: target.mountpoints.clone(),
     };
-    send(&hello).map_err(never)?;
+    writer
+        .write_all(control::encode(&hello).as_bytes())
+        .map_err(never)?;
     stream
         .set_read_timeout(Some(HANDSHAKE_TIMEOUT))
         .map_err(never)?;
@@ -381,6 +382,8 @@ fn serve(target: &Target, stream: UnixStream) -> Result<String, Lost> {
             )))
         }
     };
+    // Only now may application threads write (a `place` before `hello` would be refused).
+    *lock(&WRITER) = Some(writer);
     log(
         LogLevel::Info,
         &format!("registered with the controller at {}", target.socket),
