@@ -148,6 +148,8 @@ struct State {
     sent: Sent,
     /// The last cycles, oldest first.
     history: VecDeque<Phases>,
+    /// Every cycle's latency since start, for the metrics endpoint.
+    latency: crate::metrics::LatencyHistogram,
     /// The last cycle's tick, and the next one expected.
     tick: Option<Instant>,
     next_tick: Option<Instant>,
@@ -203,6 +205,7 @@ impl Controller {
                 layout: plan::Layout::default(),
                 sent: Sent::default(),
                 history: VecDeque::new(),
+                latency: Default::default(),
                 tick: None,
                 next_tick: None,
                 collecting: None,
@@ -305,6 +308,7 @@ impl Controller {
         if state.history.len() == LATENCY_HISTORY {
             state.history.pop_front();
         }
+        state.latency.observe(latency);
         state.history.push_back(Phases {
             cycle,
             collect: collected - started,
@@ -674,6 +678,12 @@ impl Controller {
                 .back()
                 .map_or(0.0, |p| p.latency.as_secs_f64() * 1e3),
         }
+    }
+
+    /// What the metrics endpoint shows: the snapshot and every cycle's latency.
+    pub fn metrics(&self) -> (Snapshot, crate::metrics::LatencyHistogram) {
+        let latency = self.lock().latency.clone();
+        (self.snapshot(), latency)
     }
 
     /// The phases of the last `cycles` cycles (at most the last 1000), oldest first.
