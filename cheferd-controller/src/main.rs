@@ -605,6 +605,9 @@ async fn run_global(
         .map_err(|e| usage_error(format!("cannot read --config {}: {e}", config.display())))?;
     let parsed = GlobalConfig::parse(&text, &policy::check)
         .map_err(|e| usage_error(format!("{}: {e}", config.display())))?;
+    for warning in parsed.warnings() {
+        tracing::warn!("{}: {warning}", config.display());
+    }
     let server_tls = global_tls(&config, &parsed.tls, tls).map_err(usage_error)?;
     let grpc = tokio::net::TcpListener::bind(&listen)
         .await

@@ -37,6 +37,13 @@ pub fn parse_rate(text: &str) -> Result<Rate, String> {
     let bad = |why: &str| format!("bad rate '{text}': {why}");
     let trimmed = text.trim();
     let body = trimmed.strip_suffix("/s").unwrap_or(trimmed).trim();
+    if body.starts_with('-') {
+        return Err(bad("must not be negative"));
+    }
+    let lowered = body.trim_start_matches('+').to_ascii_lowercase();
+    if ["inf", "infinity", "nan"].contains(&lowered.as_str()) {
+        return Err(bad("must be a finite number"));
+    }
     let split = body
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(body.len());
@@ -75,6 +82,55 @@ pub fn parse_rate(text: &str) -> Result<Rate, String> {
         per_second: per_second as u64,
         unit,
     })
+}
+
+/// A rate as a configuration file writes it: a number of tokens per second (`110000`)
+/// or a string in the [`parse_rate`] syntax (`"110k"`, `"20GiB/s"`). Kept as text until
+/// the key it belongs to is known, so an error can name the key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RateText(pub String);
+
+impl<'de> Deserialize<'de> for RateText {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = RateText;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(
+                    "a rate: a number per second or a string such as \"110k\" or \"20GiB/s\"",
+                )
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<RateText, E> {
+                Ok(RateText(text.to_string()))
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<RateText, E> {
+                Ok(RateText(n.to_string()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<RateText, E> {
+                Ok(RateText(n.to_string()))
+            }
+            fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<RateText, E> {
+                Ok(RateText(n.to_string()))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+/// A TOML error as one line: the line it is on (with its text, which shows the key)
+/// and what is wrong.
+pub fn toml_error(text: &str, error: &toml::de::Error) -> String {
+    let Some(at) = error.span().map(|s| s.start.min(text.len())) else {
+        return error.message().to_string();
+    };
+    let line = text.as_bytes()[..at]
+        .iter()
+        .filter(|b| **b == b'\n')
+        .count()
+        + 1;
+    let content = text.lines().nth(line - 1).unwrap_or_default().trim();
+    let content: String = content.chars().take(80).collect();
+    format!("line {line} `{content}`: {}", error.message())
 }
 
 /// A selector: an operation, class or `all`, optionally scoped to one mountpoint
@@ -226,7 +282,7 @@ struct FileConfig {
 #[serde(deny_unknown_fields)]
 struct FileLimit {
     selector: String,
-    rate: String,
+    rate: RateText,
     burst: Option<u64>,
 }
 
@@ -274,7 +330,7 @@ pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, String> {
             let text = read_config_file(&path)
                 .map_err(|e| format!("PADLL_CONFIG: cannot read '{path}': {e}"))?;
             toml::from_str::<FileConfig>(&text)
-                .map_err(|e| format!("PADLL_CONFIG: '{path}': {}", e.message()))?
+                .map_err(|e| format!("PADLL_CONFIG: '{path}': {}", toml_error(&text, &e)))?
         }
         None => FileConfig::default(),
     };
@@ -319,8 +375,9 @@ pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, String> {
         }
         None => {
             for limit in &file.limit {
-                let mut spec = parse_rule(&format!("{}={}", limit.selector, limit.rate), burst_ms)
-                    .map_err(|e| format!("PADLL_CONFIG: {e}"))?;
+                let mut spec =
+                    parse_rule(&format!("{}={}", limit.selector, limit.rate.0), burst_ms)
+                        .map_err(|e| format!("PADLL_CONFIG: {e}"))?;
                 if let Some(burst) = limit.burst {
                     if burst == 0 {
                         return Err(format!(
