@@ -178,6 +178,7 @@ enum Command {
     Ctl {
         /// The global controller's admin socket.
         #[arg(long, value_name = "PATH", default_value = "/tmp/cheferd-admin.sock")]
+        #[arg(global = true)]
         socket: PathBuf,
         #[command(subcommand)]
         command: CtlCommand,
@@ -293,7 +294,8 @@ enum CtlCommand {
     SetMaxRate {
         /// `MOUNT:CLASS`.
         resource: String,
-        /// Rate (`110k`, `20GiB/s`).
+        /// Rate (`110000`, `110k`, `20GiB/s`).
+        #[arg(allow_negative_numbers = true)]
         rate: String,
     },
     /// Change a job's priority, or its demand / static limit on a resource.
@@ -301,16 +303,16 @@ enum CtlCommand {
         /// Job id.
         job: String,
         /// New priority (> 0).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         priority: Option<f64>,
         /// The resource for --demand / --limit.
         #[arg(long)]
         resource: Option<String>,
-        /// New demand.
-        #[arg(long)]
+        /// New demand (a rate: `40000`, `40k`, `1GiB/s`).
+        #[arg(long, allow_negative_numbers = true)]
         demand: Option<String>,
-        /// New static limit, or `none` to lift it.
-        #[arg(long)]
+        /// New static limit (a rate), or `none` to lift it.
+        #[arg(long, allow_negative_numbers = true)]
         limit: Option<String>,
     },
 }
@@ -712,7 +714,12 @@ async fn ctl(socket: &std::path::Path, command: CtlCommand) -> Result<(), CtlErr
                 print!("{table}");
                 break;
             }
-            print!("\x1b[2J\x1b[H{table}");
+            // Clear the screen only on a terminal: a pipe or file gets one table a second.
+            if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+                print!("\x1b[2J\x1b[H{table}");
+            } else {
+                println!("{table}");
+            }
             tokio::time::sleep(Duration::from_secs(1)).await;
         },
         CtlCommand::Dump => {
@@ -757,38 +764,50 @@ async fn ctl(socket: &std::path::Path, command: CtlCommand) -> Result<(), CtlErr
 /// (exit 2) naming the value; the controller still validates everything (and refuses,
 /// exit 1, what only it can judge, such as a resource it does not share).
 fn check_ctl(command: &CtlCommand) -> Result<(), String> {
-    use cheferd_controller::config::rate;
+    use cheferd_controller::config::rate_of;
     use cheferd_controller::usage::Resource;
     match command {
         CtlCommand::SetPolicy { resource, policy } => {
             Resource::parse(resource)?;
             policy::check(policy)
         }
-        CtlCommand::SetMaxRate { resource, rate: r } => {
-            Resource::parse(resource)?;
-            rate("rate", r).map(|_| ())
+        CtlCommand::SetMaxRate { resource, rate } => {
+            rate_of("rate", rate, &Resource::parse(resource)?).map(|_| ())
         }
         CtlCommand::SetJob {
+            job,
             priority,
             resource,
             demand,
             limit,
-            ..
         } => {
+            if priority.is_none() && demand.is_none() && limit.is_none() {
+                return Err(format!(
+                    "set-job {job}: nothing to change: give --priority P, or --resource R \
+                     with --demand D or --limit L|none"
+                ));
+            }
             if let Some(p) = priority.filter(|p| !(*p > 0.0 && p.is_finite())) {
                 return Err(format!("--priority {p} must be positive"));
             }
-            if let Some(r) = resource {
-                Resource::parse(r)?;
-            } else if demand.is_some() || limit.is_some() {
-                return Err("--resource is needed with --demand or --limit".into());
+            let resource = match resource {
+                Some(r) => Resource::parse(r)?,
+                None if demand.is_some() || limit.is_some() => {
+                    return Err("--resource is needed with --demand or --limit".into())
+                }
+                None => return Ok(()),
+            };
+            if demand.is_none() && limit.is_none() {
+                return Err(format!(
+                    "--resource {resource} needs --demand or --limit (what to change on it)"
+                ));
             }
             if let Some(d) = demand {
-                rate("--demand", d)?;
+                rate_of("--demand", d, &resource)?;
             }
             match limit.as_deref() {
                 Some("none") | None => Ok(()),
-                Some(l) => rate("--limit", l).map(|_| ()),
+                Some(l) => rate_of("--limit", l, &resource).map(|_| ()),
             }
         }
         CtlCommand::Nodes
