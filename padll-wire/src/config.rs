@@ -325,9 +325,16 @@ pub fn read_config_file(path: &str) -> Result<String, String> {
 /// Reads the configuration through `var` (the environment, or a map in tests).
 /// Errors name the variable and the bad value.
 pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, String> {
-    let file = match var("PADLL_CONFIG").filter(|p| !p.is_empty()) {
+    let config_path = var("PADLL_CONFIG").filter(|p| !p.is_empty());
+    let in_file = |what: String| {
+        format!(
+            "PADLL_CONFIG: '{}': {what}",
+            config_path.as_deref().unwrap_or_default()
+        )
+    };
+    let file = match &config_path {
         Some(path) => {
-            let text = read_config_file(&path)
+            let text = read_config_file(path)
                 .map_err(|e| format!("PADLL_CONFIG: cannot read '{path}': {e}"))?;
             toml::from_str::<FileConfig>(&text)
                 .map_err(|e| format!("PADLL_CONFIG: '{path}': {}", toml_error(&text, &e)))?
@@ -374,16 +381,16 @@ pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, String> {
             }
         }
         None => {
-            for limit in &file.limit {
+            for (i, limit) in file.limit.iter().enumerate() {
                 let mut spec =
                     parse_rule(&format!("{}={}", limit.selector, limit.rate.0), burst_ms)
-                        .map_err(|e| format!("PADLL_CONFIG: {e}"))?;
+                        .map_err(|e| in_file(format!("limit[{i}]: {e}")))?;
                 if let Some(burst) = limit.burst {
                     if burst == 0 {
-                        return Err(format!(
-                            "PADLL_CONFIG: burst of '{}' must be at least 1",
+                        return Err(in_file(format!(
+                            "limit[{i}].burst = 0: must be at least 1 (selector '{}')",
                             limit.selector
-                        ));
+                        )));
                     }
                     spec.burst = burst;
                 }
@@ -681,6 +688,28 @@ mod tests {
         std::fs::write(&path, "mounts = [\"/scratch\"]\nbogus = 1\n").unwrap();
         let err = load_from(&[("PADLL_CONFIG", path.to_str().unwrap())]).unwrap_err();
         assert!(err.contains("bogus"), "{err}");
+        let limit = |rate: &str| {
+            let text =
+                format!("mounts = [\"/scratch\"]\n[[limit]]\nselector = \"open\"\nrate = {rate}\n");
+            std::fs::write(&path, text).unwrap();
+            load_from(&[("PADLL_CONFIG", path.to_str().unwrap())])
+        };
+        assert_eq!(limit("5000").unwrap().limits[0].rate, 5000);
+        assert_eq!(limit("\"5k\"").unwrap().limits[0].rate, 5000);
+        for (rate, why) in [
+            ("-5", "bad rate '-5': must not be negative"),
+            ("nan", "bad rate 'NaN': must be a finite number"),
+            (
+                "true",
+                "line 4 `rate = true`: invalid type: boolean `true`, expected a rate",
+            ),
+        ] {
+            let err = limit(rate).unwrap_err();
+            assert!(
+                err.contains(path.to_str().unwrap()) && err.contains(why),
+                "{err}"
+            );
+        }
         std::fs::remove_dir_all(dir).unwrap();
     }
 }
