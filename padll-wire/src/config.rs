@@ -594,9 +594,20 @@ mod tests {
                 unit: Unit::Bytes
             }
         );
-        for bad in ["", "fast", "5x/s", "0/s", "0.1", "-5", "1e99GB"] {
+        for bad in [
+            "", "fast", "5x/s", "0/s", "0.1", "-5", "1e99GB", "inf", "NaN", "-inf/s",
+        ] {
             let err = parse_rate(bad).unwrap_err();
             assert!(err.contains(&format!("'{bad}'")), "{err}");
+        }
+        for (bad, why) in [
+            ("-5", "must not be negative"),
+            ("-inf/s", "must not be negative"),
+            ("inf", "must be a finite number"),
+            ("NaN/s", "must be a finite number"),
+        ] {
+            let err = parse_rate(bad).unwrap_err();
+            assert!(err.ends_with(why), "{err}");
         }
     }
 
