@@ -6,6 +6,8 @@
 //! metadata resource counts operations, a data resource bytes (README.md, *Metrics*).
 
 use crate::global::{Controller, Snapshot};
+use crate::plan::JobShare;
+use crate::usage::Resource;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
@@ -130,6 +132,32 @@ fn escape(value: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// A per-job gauge: its name between `cheferd_job_` and the unit, its help, and its
+/// value in a share.
+struct JobGauge {
+    name: &'static str,
+    help: &'static str,
+    value: fn(&JobShare) -> f64,
+}
+
+const JOB_GAUGES: [JobGauge; 3] = [
+    JobGauge {
+        name: "usage",
+        help: "A job's usage of a resource over the last interval (all its stages).",
+        value: |j| j.usage,
+    },
+    JobGauge {
+        name: "assigned_rate",
+        help: "The rate assigned to a job on a resource in the last cycle.",
+        value: |j| j.assigned,
+    },
+    JobGauge {
+        name: "demand",
+        help: "A job's demand (QoS reservation) on a resource; Max_R when not configured.",
+        value: |j| j.demand,
+    },
+];
+
 /// A rate's unit in metric names: operations or bytes per second.
 fn unit(counts_bytes: bool) -> &'static str {
     if counts_bytes {
@@ -206,8 +234,7 @@ pub fn render(s: &Snapshot, latency: &LatencyHistogram) -> String {
             .resources
             .iter()
             .filter(|r| {
-                crate::usage::Resource::parse(&r.resource)
-                    .is_ok_and(|r| r.counts_bytes() == counts_bytes)
+                Resource::parse(&r.resource).is_ok_and(|r| r.counts_bytes() == counts_bytes)
             })
             .map(|r| {
                 (
@@ -230,33 +257,21 @@ pub fn render(s: &Snapshot, latency: &LatencyHistogram) -> String {
             .filter(|j| j.resource.counts_bytes() == counts_bytes)
             .map(|j| (j.job.as_str(), j.resource.to_string(), j))
             .collect();
-        for (metric, help, value) in [
-            (
-                "usage",
-                "A job's usage of a resource over the last interval (all its stages).",
-                (|j| j.usage) as fn(&crate::plan::JobShare) -> f64,
-            ),
-            (
-                "assigned_rate",
-                "The rate assigned to a job on a resource in the last cycle.",
-                |j| j.assigned,
-            ),
-            (
-                "demand",
-                "A job's demand (QoS reservation) on a resource; Max_R when not configured.",
-                |j| j.demand,
-            ),
-        ] {
+        for gauge in JOB_GAUGES {
             let rows: Vec<_> = shares
                 .iter()
                 .map(|(job, resource, share)| {
                     (
                         vec![("job", *job), ("resource", resource.as_str())],
-                        value(share),
+                        (gauge.value)(share),
                     )
                 })
                 .collect();
-            out.gauge(&format!("cheferd_job_{metric}_{unit}"), help, &rows);
+            out.gauge(
+                &format!("cheferd_job_{}_{unit}", gauge.name),
+                gauge.help,
+                &rows,
+            );
         }
     }
 
