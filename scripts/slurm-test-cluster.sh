@@ -107,6 +107,11 @@ ConstrainCores=yes
 ConstrainRAMSpace=yes
 ConstrainDevices=no
 EOF
+    # On cgroup v2 Slurm 22.05 asks systemd for its scope unless told not to (only v1
+    # was at hand when this was written: the v2 branch is untested).
+    if [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ]; then
+      echo "IgnoreSystemd=yes" >>"$BASE/etc/cgroup.conf"
+    fi
   else
     proctrack=proctrack/linuxproc task=task/none select=CR_Core
   fi
