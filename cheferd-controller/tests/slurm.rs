@@ -409,16 +409,33 @@ fn slurm_jobs_under_the_plugin_carry_slurms_identity_and_follow_the_policy() {
         cluster.local_log("node")
     );
 
+    // The library is appended to a user's LD_PRELOAD, once also in a step of the job.
+    let finished = |name: &str, args: &[&str]| {
+        let job = slurm
+            .sbatch(&[&["-o", &output(name)], args].concat())
+            .expect("sbatch");
+        assert_eq!(slurm.wait_for_end(&job), "COMPLETED", "job {name}");
+        std::fs::read_to_string(out.join(format!("{name}-{job}.out"))).expect("job output")
+    };
+    let text = finished(
+        "preload",
+        &[
+            "--padll",
+            "--export=ALL,LD_PRELOAD=libm.so.6",
+            "--wrap",
+            "echo \"$LD_PRELOAD\"; srun bash -c 'echo \"$LD_PRELOAD\"'",
+        ],
+    );
+    let want = format!("libm.so.6 {}", stage_library().display());
+    let preloads: Vec<&str> = text.lines().filter(|l| l.starts_with("libm")).collect();
+    assert_eq!(preloads, [want.as_str(), want.as_str()], "{text}");
+
     // Without libpadll.so a job still runs, after one line on its stderr.
     slurm.set_plugstack(&format!(
         "required {} library=/nonexistent/libpadll.so default=on",
         plugin.display()
     ));
-    let plain = slurm
-        .sbatch(&["-o", &output("plain"), "--wrap", "echo ran"])
-        .expect("sbatch without padll");
-    assert_eq!(slurm.wait_for_end(&plain), "COMPLETED");
-    let text = std::fs::read_to_string(out.join(format!("plain-{plain}.out"))).unwrap();
+    let text = finished("plain", &["--wrap", "echo ran"]);
     let padll_lines: Vec<&str> = text.lines().filter(|l| l.starts_with("padll:")).collect();
     assert_eq!(padll_lines.len(), 1, "{text}");
     assert!(
@@ -426,6 +443,14 @@ fn slurm_jobs_under_the_plugin_carry_slurms_identity_and_follow_the_policy() {
         "{text}"
     );
     assert!(text.lines().any(|l| l == "ran"), "{text}");
+
+    // A plugstack.conf typo is named, and leaves PADLL off rather than failing jobs.
+    slurm.set_plugstack(&plugstack("bogus=1"));
+    let text = finished("typo", &["--padll", "--wrap", "echo \"[$LD_PRELOAD]\""]);
+    assert!(text.lines().any(|l| l == "[]"), "{text}");
+    let typo = slurm.client("sbatch", &["--padll", "--wrap", "true"]);
+    let stderr = String::from_utf8_lossy(&typo.stderr);
+    assert!(stderr.contains("unknown argument 'bogus=1'"), "{stderr}");
 
     // A site that runs every job under PADLL refuses --padll=off, naming why.
     slurm.set_plugstack(&plugstack("default=always"));

@@ -184,13 +184,16 @@ static int set_env(spank_t sp, const char *name, const char *value)
 }
 
 /* LD_PRELOAD with the library appended (once: an srun inside a batch script inherits
- * it), or NULL when it does not fit. */
+ * it), or NULL when it cannot be read whole or the result does not fit. */
 static char *preload_with_library(spank_t sp)
 {
     static char preload[8192];
     char current[sizeof preload];
-    if (spank_getenv(sp, "LD_PRELOAD", current, sizeof current) != ESPANK_SUCCESS)
+    spank_err_t rc = spank_getenv(sp, "LD_PRELOAD", current, sizeof current);
+    if (rc == ESPANK_ENV_NOEXIST)
         current[0] = '\0';
+    else if (rc != ESPANK_SUCCESS)
+        return NULL; /* longer than the buffer: never drop the user's preloads */
     const char *sep = " :";
     char copy[sizeof current];
     strcpy(copy, current);
