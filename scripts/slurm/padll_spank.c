@@ -74,7 +74,6 @@ static struct spank_option padll_spank_option = {
 static int padll_option(int val, const char *optarg, int remote)
 {
     (void)val;
-    (void)remote;
     /* Slurm 22.05 hands a bare --padll on to job steps (srun inside sbatch) as the
      * text "(null)". */
     if (optarg == NULL || *optarg == '\0' || strcmp(optarg, "(null)") == 0 ||
@@ -82,6 +81,10 @@ static int padll_option(int val, const char *optarg, int remote)
         user_choice = 1;
     } else if (strcmp(optarg, "off") == 0) {
         if (site_default == SITE_ALWAYS) {
+            /* Refused at submission; a job submitted before the site switched to
+             * `always` still starts, under PADLL. */
+            if (remote)
+                return 0;
             slurm_error("padll: --padll=off: this site runs every job under PADLL");
             return -1;
         }
