@@ -16,8 +16,8 @@
 # Environment (optional):
 #   CTLD_PORT, SLURMD_PORT  ports of slurmctld and slurmd (default 26817, 26818: not the
 #                           packaged 6817/6818, so a site's Slurm is left alone)
-#   NODE                    the node's name (default padll-test; its cgroups are
-#                           slurm_NODE, so a real slurmd's are never touched)
+#   NODE                    the node's name for `up` (default padll-test; its cgroups
+#                           are slurm_NODE, so a real slurmd's are never touched)
 #   PLUGSTACK               lines for BASE/etc/plugstack.conf (SPANK plugins)
 # Needs: slurmctld slurmd slurm-client munge (Debian packages).
 set -euo pipefail
@@ -30,7 +30,12 @@ usage() {
 ACTION=$1
 BASE=$2
 MODE=${3:-linuxproc}
-NODE=${NODE:-padll-test}
+# `down` uses the node name `up` recorded.
+if [ "$ACTION" = down ] && [ -f "$BASE/run/node" ]; then
+  NODE=$(cat "$BASE/run/node")
+else
+  NODE=${NODE:-padll-test}
+fi
 case "$MODE" in linuxproc | cgroup) ;; *) echo "$0: unknown mode '$MODE' (linuxproc or cgroup)" >&2; exit 2 ;; esac
 
 # Stops the daemon whose PID `up` recorded in BASE/run/NAME.bgpid.
@@ -82,6 +87,7 @@ up() {
     exit 1
   fi
   mkdir -p "$BASE"/{etc,state,spool,log,run} "$BASE"/munge/{etc,run,lib,log}
+  echo "$NODE" >"$BASE/run/node"
   # munged refuses key and state directories others can write (or read, for the key).
   chmod 700 "$BASE"/munge/etc "$BASE"/munge/lib "$BASE"/munge/log
   chmod 755 "$BASE" "$BASE"/munge "$BASE"/munge/run

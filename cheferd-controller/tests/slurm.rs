@@ -42,7 +42,6 @@ fn free_port() -> u16 {
 /// the test fails).
 struct Slurm {
     base: PathBuf,
-    node: String,
 }
 
 impl Slurm {
@@ -51,8 +50,6 @@ impl Slurm {
         let (ctld, slurmd) = (free_port(), free_port());
         let slurm = Slurm {
             base: base.to_path_buf(),
-            // The node's cgroups are slurm_<node>: unique per run.
-            node: format!("padll-{ctld}"),
         };
         let mut up = Command::new(scripts().join("slurm-test-cluster.sh"));
         up.arg("up")
@@ -60,7 +57,8 @@ impl Slurm {
             .arg("cgroup")
             .env("CTLD_PORT", ctld.to_string())
             .env("SLURMD_PORT", slurmd.to_string())
-            .env("NODE", &slurm.node)
+            // The node's cgroups are slurm_<node>: unique per run.
+            .env("NODE", format!("padll-{ctld}"))
             .env("PLUGSTACK", plugstack);
         let output = run_with_timeout(&mut up, Duration::from_secs(60));
         assert!(
@@ -125,7 +123,7 @@ impl Slurm {
 impl Drop for Slurm {
     fn drop(&mut self) {
         let mut down = Command::new(scripts().join("slurm-test-cluster.sh"));
-        down.arg("down").arg(&self.base).env("NODE", &self.node);
+        down.arg("down").arg(&self.base);
         let output = run_with_timeout(&mut down, Duration::from_secs(60));
         if !output.status.success() {
             eprintln!(
@@ -270,16 +268,14 @@ fn slurm_jobs_under_the_plugin_carry_slurms_identity_and_follow_the_policy() {
             cluster.scratch.display()
         )
     };
+    for name in ["a", "b", "claim"] {
+        let work = cluster.scratch.join(name);
+        std::fs::create_dir(&work).expect("work dir");
+        open(&work, 0o777);
+    }
     let script = |name: &str, body: String| {
         let path = dir.join(name);
-        std::fs::write(
-            &path,
-            format!(
-                "#!/bin/bash\nmkdir -p {}/{name}\n{body}\n",
-                cluster.scratch.display()
-            ),
-        )
-        .expect("job script");
+        std::fs::write(&path, format!("#!/bin/bash\n{body}\n")).expect("job script");
         open(&path, 0o755);
         path.display().to_string()
     };
@@ -287,10 +283,8 @@ fn slurm_jobs_under_the_plugin_carry_slurms_identity_and_follow_the_policy() {
     let job_b_script = script(
         "b",
         format!(
-            "mkdir -p {scratch}/claim\n\
-             PADLL_JOB_ID=$1 PADLL_JOB_SIZE=64 {claim} >{out}/claimer.out 2>&1 &\n\
+            "PADLL_JOB_ID=$1 PADLL_JOB_SIZE=64 {claim} >{out}/claimer.out 2>&1 &\n\
              exec {own}",
-            scratch = cluster.scratch.display(),
             claim = replay("claim"),
             out = out.display(),
             own = replay("b"),
@@ -314,21 +308,23 @@ fn slurm_jobs_under_the_plugin_carry_slurms_identity_and_follow_the_policy() {
         ])
         .expect("sbatch job B");
 
-    // The stages as the global controller lists them: A's replayer, B's two.
+    // The stages as the global controller lists them, once the batch scripts' shells
+    // have become replayers: A's one, B's two.
     let stages = wait_for(
         Duration::from_secs(30),
-        "one stage of job A and two of job B",
+        "one replayer of job A and two of job B",
         || {
             let stages = ctl_json(&cluster, &["stages"]);
-            let count = |job: &str| {
-                stages
-                    .as_array()
-                    .map_or(0, |s| s.iter().filter(|s| s["job"] == job).count())
-            };
-            (count(&a) == 1 && count(&b) == 2 && stages.as_array()?.len() == 3).then_some(stages)
+            let stages = stages.as_array()?;
+            let replayers = stages
+                .iter()
+                .all(|s| s["name"] == cheferd.to_str().unwrap());
+            let count = |job: &str| stages.iter().filter(|s| s["job"] == job).count();
+            (replayers && count(&a) == 1 && count(&b) == 2 && stages.len() == 3)
+                .then(|| stages.clone())
         },
     );
-    for stage in stages.as_array().unwrap() {
+    for stage in &stages {
         let pid = stage["pid"].as_u64().unwrap();
         let job = stage["job"].as_str().unwrap();
         // Slurm's id, as the kernel's cgroup of that process names it …
