@@ -1,6 +1,6 @@
 #!/bin/bash
-# A throwaway single-node Slurm (Debian 12's Slurm 22.05 + munge) for tests, without
-# systemd, as root, in about a second:
+# A throwaway Slurm (Debian 12's Slurm 22.05 + munge) on this machine for tests, without
+# systemd, as root, in about a second; one node, or several slurmd on this host:
 #
 #   scripts/slurm-test-cluster.sh up BASE [linuxproc|cgroup]
 #   export SLURM_CONF=BASE/etc/slurm.conf      # then sbatch, srun, squeue, scontrol work
@@ -8,16 +8,19 @@
 #
 # Everything lives in BASE (configuration, state, logs, munge key and socket). `down`
 # cancels the cluster's jobs, then stops only the daemons `up` started (by the PIDs it
-# recorded) and, in cgroup mode, whatever is left in this node's own cgroups.
+# recorded) and, in cgroup mode, whatever is left in its nodes' own cgroups.
 #
 # `cgroup` mode uses proctrack/cgroup: a task's /proc/PID/cgroup then names its job
 # (…/slurm_NODE/uid_U/job_N/step_S/… on cgroup v1), which `cheferd local` reads.
 #
 # Environment (optional):
-#   CTLD_PORT, SLURMD_PORT  ports of slurmctld and slurmd (default 26817, 26818: not the
-#                           packaged 6817/6818, so a site's Slurm is left alone)
+#   CTLD_PORT, SLURMD_PORT  ports of slurmctld and the first slurmd (default 26817,
+#                           26818: not the packaged 6817/6818, so a site's Slurm is left
+#                           alone); the k-th slurmd listens on SLURMD_PORT + k - 1
 #   NODE                    the node's name for `up` (default padll-test; its cgroups
 #                           are slurm_NODE, so a real slurmd's are never touched)
+#   NODES                   how many nodes (default 1): NODE, NODE-2, …, NODE-N, each a
+#                           slurmd of this host claiming all its CPUs
 #   PLUGSTACK               lines for BASE/etc/plugstack.conf (SPANK plugins)
 # Needs: slurmctld slurmd slurm-client munge (Debian packages).
 set -euo pipefail
@@ -30,11 +33,12 @@ usage() {
 ACTION=$1
 BASE=$2
 MODE=${3:-linuxproc}
-# `down` uses the node name `up` recorded.
-if [ "$ACTION" = down ] && [ -f "$BASE/run/node" ]; then
-  NODE=$(cat "$BASE/run/node")
+# `down` uses the node names `up` recorded.
+if [ "$ACTION" = down ] && [ -f "$BASE/run/nodes" ]; then
+  read -r -a NAMES <"$BASE/run/nodes"
 else
-  NODE=${NODE:-padll-test}
+  NAMES=("${NODE:-padll-test}")
+  for i in $(seq 2 "${NODES:-1}"); do NAMES+=("${NAMES[0]}-$i"); done
 fi
 case "$MODE" in linuxproc | cgroup) ;; *) echo "$0: unknown mode '$MODE' (linuxproc or cgroup)" >&2; exit 2 ;; esac
 
@@ -55,13 +59,14 @@ down() {
     scancel --full --quiet $(squeue -h -o %i 2>/dev/null) 2>/dev/null || true
     for _ in $(seq 1 50); do [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.2; done
   fi
-  stop slurmd
+  local name
+  for name in "${NAMES[@]}"; do stop "slurmd-$name"; done
   stop slurmctld
   stop munged
   # Job steps (slurmstepd and tasks) outlive slurmd: in cgroup mode they are exactly the
-  # processes in this node's cgroups. Kill them, then remove the empty cgroups.
+  # processes in its nodes' cgroups. Kill them, then remove the empty cgroups.
   local dir pids
-  for dir in /sys/fs/cgroup/*/slurm_"$NODE" /sys/fs/cgroup/unified/slurm_"$NODE"; do
+  for dir in $(for name in "${NAMES[@]}"; do echo /sys/fs/cgroup/*/slurm_"$name"; done); do
     [ -d "$dir" ] || continue
     pids=$(find "$dir" -name cgroup.procs -exec cat {} + 2>/dev/null || true)
     [ -n "$pids" ] && kill -9 $pids 2>/dev/null || true
@@ -86,8 +91,9 @@ up() {
     echo "$0: a test cluster already runs in $BASE (stop it with: $0 down $BASE)" >&2
     exit 1
   fi
-  mkdir -p "$BASE"/{etc,state,spool,log,run} "$BASE"/munge/{etc,run,lib,log}
-  echo "$NODE" >"$BASE/run/node"
+  mkdir -p "$BASE"/{etc,state,log,run} "$BASE"/munge/{etc,run,lib,log}
+  for name in "${NAMES[@]}"; do mkdir -p "$BASE/spool/$name"; done
+  echo "${NAMES[*]}" >"$BASE/run/nodes"
   # munged refuses key and state directories others can write (or read, for the key).
   chmod 700 "$BASE"/munge/etc "$BASE"/munge/lib "$BASE"/munge/log
   chmod 755 "$BASE" "$BASE"/munge "$BASE"/munge/run
@@ -134,11 +140,11 @@ AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$sock
 StateSaveLocation=$BASE/state
-SlurmdSpoolDir=$BASE/spool
+SlurmdSpoolDir=$BASE/spool/%n
 SlurmctldPidFile=$BASE/run/slurmctld.pid
-SlurmdPidFile=$BASE/run/slurmd.pid
+SlurmdPidFile=$BASE/run/slurmd-%n.pid
 SlurmctldLogFile=$BASE/log/slurmctld.log
-SlurmdLogFile=$BASE/log/slurmd.log
+SlurmdLogFile=$BASE/log/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
 MailProg=/bin/true
@@ -157,24 +163,30 @@ SlurmdTimeout=30
 InactiveLimit=0
 KillWait=5
 MinJobAge=300
-NodeName=$NODE NodeHostname=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE OverSubscribe=FORCE:4 State=UP
 EOF
+  local i=0
+  for name in "${NAMES[@]}"; do
+    echo "NodeName=$name NodeHostname=$host NodeAddr=127.0.0.1 Port=$((slurmd_port + i)) CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN" >>"$BASE/etc/slurm.conf"
+    i=$((i + 1))
+  done
+  echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE OverSubscribe=FORCE:4 State=UP" >>"$BASE/etc/slurm.conf"
   printf '%s\n' "${PLUGSTACK:-}" >"$BASE/etc/plugstack.conf"
 
   export SLURM_CONF="$BASE/etc/slurm.conf"
   slurmctld -D -c -f "$SLURM_CONF" >"$BASE/log/slurmctld.out" 2>&1 &
   echo $! >"$BASE/run/slurmctld.bgpid"
-  slurmd -D -N "$NODE" -f "$SLURM_CONF" >"$BASE/log/slurmd.out" 2>&1 &
-  echo $! >"$BASE/run/slurmd.bgpid"
+  for name in "${NAMES[@]}"; do
+    slurmd -D -N "$name" -f "$SLURM_CONF" >"$BASE/log/slurmd-$name.out" 2>&1 &
+    echo $! >"$BASE/run/slurmd-$name.bgpid"
+  done
   for _ in $(seq 1 100); do
-    if sinfo -h -o '%T' 2>/dev/null | grep -q '^idle'; then
-      echo "slurm test cluster up in $(awk "BEGIN{print $(date +%s.%N)-$t0}") s ($MODE): export SLURM_CONF=$SLURM_CONF"
+    if [ "$(sinfo -h -N -t idle -o '%N' 2>/dev/null | wc -l)" = "${#NAMES[@]}" ]; then
+      echo "slurm test cluster of ${#NAMES[@]} node(s) up in $(awk "BEGIN{print $(date +%s.%N)-$t0}") s ($MODE): export SLURM_CONF=$SLURM_CONF"
       return 0
     fi
     sleep 0.2
   done
-  echo "slurm did not become idle within 20 s; logs:" >&2
+  echo "slurm's nodes did not all become idle within 20 s; logs:" >&2
   tail -n 20 "$BASE"/log/*.out "$BASE"/log/*.log >&2 || true
   down >/dev/null
   exit 1

@@ -1,5 +1,5 @@
 //! The Slurm integration against a real Slurm (issue 9 "Slurm", issue 8 identity): a
-//! single-node Slurm with `proctrack/cgroup` (`scripts/slurm-test-cluster.sh`), the SPANK
+//! two-node Slurm on this host with `proctrack/cgroup` (`scripts/slurm-test-cluster.sh`), the SPANK
 //! plugin (`scripts/slurm/build.sh`) in its plugstack.conf, a global and a local
 //! controller, and jobs submitted with `sbatch --padll` that replay metadata operations
 //! on the managed directory. Everything is checked through `cheferd ctl … --json`.
@@ -45,7 +45,8 @@ struct Slurm {
 }
 
 impl Slurm {
-    /// Brings up Slurm in cgroup mode in `base`, with `plugstack` as its plugstack.conf.
+    /// Brings up a two-node Slurm (two slurmd on this host) in cgroup mode in `base`,
+    /// with `plugstack` as its plugstack.conf.
     fn up(base: &Path, plugstack: &str) -> Slurm {
         let (ctld, slurmd) = (free_port(), free_port());
         let slurm = Slurm {
@@ -59,6 +60,7 @@ impl Slurm {
             .env("SLURMD_PORT", slurmd.to_string())
             // The node's cgroups are slurm_<node>: unique per run.
             .env("NODE", format!("padll-{ctld}"))
+            .env("NODES", "2")
             .env("PLUGSTACK", plugstack);
         let output = run_with_timeout(&mut up, Duration::from_secs(60));
         assert!(
@@ -258,8 +260,8 @@ fn slurm_jobs_under_the_plugin_carry_slurms_identity_and_follow_the_policy() {
     cluster.start_global();
     cluster.start_local("node");
 
-    // Job A (root) replays; job B (another user) replays too, and a second process of
-    // B claims to be job A, with 64 nodes.
+    // Job A (root, two nodes) replays; job B (another user, one node) replays too, and
+    // a second process of B claims to be job A, with 64 nodes.
     let cheferd = common::cheferd();
     let replay = |dir: &str| {
         format!(
@@ -292,7 +294,14 @@ fn slurm_jobs_under_the_plugin_carry_slurms_identity_and_follow_the_policy() {
     );
     let output = |name: &str| format!("{}/{name}-%j.out", out.display());
     let a = slurm
-        .sbatch(&["--padll", "--mem=300M", "-o", &output("a"), &job_a_script])
+        .sbatch(&[
+            "--padll",
+            "--nodes=2",
+            "--mem=300M",
+            "-o",
+            &output("a"),
+            &job_a_script,
+        ])
         .expect("sbatch job A");
     let uid = NOBODY.to_string();
     let b = slurm
@@ -329,10 +338,10 @@ fn slurm_jobs_under_the_plugin_carry_slurms_identity_and_follow_the_policy() {
         let job = stage["job"].as_str().unwrap();
         // Slurm's id, as the kernel's cgroup of that process names it …
         assert_eq!(cgroup_job(pid).as_deref(), Some(job), "stage {stage}");
-        // … its size from Slurm (1 node), not the 64 B's claimer claims …
-        assert_eq!(stage["job_size"], 1, "stage {stage}");
-        // … and another user's job apart from root's.
-        let owner = if job == a { 0 } else { NOBODY };
+        // … its size and owner from Slurm (B's claimer claims 64 nodes), and another
+        // user's job apart from root's.
+        let (size, owner) = if job == a { (2, 0) } else { (1, NOBODY) };
+        assert_eq!(stage["job_size"], size, "stage {stage}");
         assert_eq!(stage["uid"], owner, "stage {stage}");
     }
 
