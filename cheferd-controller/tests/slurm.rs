@@ -449,6 +449,14 @@ fn slurm_jobs_under_the_plugin_carry_slurms_identity_and_follow_the_policy() {
     );
     assert!(text.lines().any(|l| l == "ran"), "{text}");
 
+    // Where the site's default is on, a job may opt out.
+    slurm.set_plugstack(&plugstack("default=on"));
+    let text = finished(
+        "opt-out",
+        &["--padll=off", "--wrap", "echo \"[$LD_PRELOAD]\""],
+    );
+    assert!(text.lines().any(|l| l == "[]"), "{text}");
+
     // A plugstack.conf typo is named, and leaves PADLL off rather than failing jobs.
     slurm.set_plugstack(&plugstack("bogus=1"));
     let text = finished("typo", &["--padll", "--wrap", "echo \"[$LD_PRELOAD]\""]);
