@@ -657,6 +657,7 @@ impl Controller {
                             node: name.clone(),
                             stage_id: s.stage_id,
                             job: s.job_id.clone(),
+                            job_size: s.job_size,
                             pid: s.pid,
                             uid: s.uid,
                             name: s.stage_name.clone(),
@@ -1346,6 +1347,9 @@ pub struct StageSnapshot {
     pub stage_id: u64,
     /// Job id.
     pub job: String,
+    /// The job's size in nodes, as its local controller resolved it (the scheduler's).
+    #[serde(default)]
+    pub job_size: u32,
     /// Process id (from `SO_PEERCRED`).
     pub pid: u32,
     /// User id (from `SO_PEERCRED`).

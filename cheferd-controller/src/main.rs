@@ -180,6 +180,9 @@ enum Command {
         #[arg(long, value_name = "PATH", default_value = "/tmp/cheferd-admin.sock")]
         #[arg(global = true)]
         socket: PathBuf,
+        /// Print the views (nodes, jobs, stages, top, dump) and replies as JSON.
+        #[arg(long, global = true)]
+        json: bool,
         #[command(subcommand)]
         command: CtlCommand,
     },
@@ -453,9 +456,13 @@ fn main() -> ExitCode {
                     .await
                     .map_err(|e| (e, 1))
             }
-            Command::Ctl { socket, command } => {
-                ctl(&socket, command).await.map_err(|e| (e.message, e.code))
-            }
+            Command::Ctl {
+                socket,
+                json,
+                command,
+            } => ctl(&socket, command, json)
+                .await
+                .map_err(|e| (e.message, e.code)),
         }
     });
     report(result)
@@ -701,10 +708,21 @@ async fn run_local(
     .map_err(usage_error)
 }
 
-async fn ctl(socket: &std::path::Path, command: CtlCommand) -> Result<(), CtlError> {
+async fn ctl(socket: &std::path::Path, command: CtlCommand, json: bool) -> Result<(), CtlError> {
     check_ctl(&command).map_err(|message| CtlError { message, code: 2 })?;
     let change = |change: Change| AdminRequest::Change { change };
+    // `--json`: each view prints the part of the admin socket's snapshot it shows.
+    let snapshot_json = || admin::request(socket, &AdminRequest::Snapshot);
     match command {
+        CtlCommand::Nodes if json => println!("{}", snapshot_json().await?["nodes"]),
+        CtlCommand::Stages if json => println!("{}", snapshot_json().await?["stages"]),
+        CtlCommand::Jobs | CtlCommand::Top { once: true } if json => {
+            println!("{}", jobs_json(snapshot_json().await?))
+        }
+        CtlCommand::Top { .. } if json => loop {
+            println!("{}", jobs_json(snapshot_json().await?));
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        },
         CtlCommand::Nodes => print!("{}", admin::nodes_table(&admin::snapshot(socket).await?)),
         CtlCommand::Jobs => print!("{}", admin::jobs_table(&admin::snapshot(socket).await?)),
         CtlCommand::Stages => print!("{}", admin::stages_table(&admin::snapshot(socket).await?)),
@@ -731,12 +749,14 @@ async fn ctl(socket: &std::path::Path, command: CtlCommand) -> Result<(), CtlErr
                 serde_json::to_string_pretty(&dump).unwrap_or_default()
             );
         }
-        CtlCommand::SetPolicy { resource, policy } => {
-            print_ok(admin::request(socket, &change(Change::Policy { resource, policy })).await?)
-        }
-        CtlCommand::SetMaxRate { resource, rate } => {
-            print_ok(admin::request(socket, &change(Change::MaxRate { resource, rate })).await?)
-        }
+        CtlCommand::SetPolicy { resource, policy } => print_ok(
+            admin::request(socket, &change(Change::Policy { resource, policy })).await?,
+            json,
+        ),
+        CtlCommand::SetMaxRate { resource, rate } => print_ok(
+            admin::request(socket, &change(Change::MaxRate { resource, rate })).await?,
+            json,
+        ),
         CtlCommand::SetJob {
             job,
             priority,
@@ -755,9 +775,24 @@ async fn ctl(socket: &std::path::Path, command: CtlCommand) -> Result<(), CtlErr
                 }),
             )
             .await?,
+            json,
         ),
     }
     Ok(())
+}
+
+/// The jobs view of a snapshot for `ctl jobs --json` and `ctl top --json`: what the
+/// table shows (cycle, latency, resources, every job's share of each).
+fn jobs_json(mut snapshot: serde_json::Value) -> serde_json::Value {
+    let keys = [
+        "cycle",
+        "latency_ms_p50",
+        "latency_ms_p99",
+        "resources",
+        "shares",
+    ];
+    let view = keys.map(|key| (key.to_string(), snapshot[key].take()));
+    serde_json::Value::Object(view.into_iter().collect())
 }
 
 /// Checks a change's values before contacting the controller, so a typo is bad usage
@@ -818,9 +853,9 @@ fn check_ctl(command: &CtlCommand) -> Result<(), String> {
     }
 }
 
-fn print_ok(value: serde_json::Value) {
+fn print_ok(value: serde_json::Value, json: bool) {
     match value {
-        serde_json::Value::String(s) => println!("{s}"),
+        serde_json::Value::String(s) if !json => println!("{s}"),
         other => println!("{other}"),
     }
 }
