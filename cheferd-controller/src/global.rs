@@ -148,6 +148,8 @@ struct State {
     sent: Sent,
     /// The last cycles, oldest first.
     history: VecDeque<Phases>,
+    /// Every cycle's latency since start, for the metrics endpoint.
+    latency: crate::metrics::LatencyHistogram,
     /// The last cycle's tick, and the next one expected.
     tick: Option<Instant>,
     next_tick: Option<Instant>,
@@ -211,6 +213,7 @@ impl Controller {
                 layout: plan::Layout::default(),
                 sent: Sent::default(),
                 history: VecDeque::new(),
+                latency: Default::default(),
                 tick: None,
                 next_tick: None,
                 collecting: None,
@@ -313,6 +316,7 @@ impl Controller {
         if state.history.len() == LATENCY_HISTORY {
             state.history.pop_front();
         }
+        state.latency.observe(latency);
         state.history.push_back(Phases {
             cycle,
             collect: collected - started,
@@ -681,6 +685,7 @@ impl Controller {
                             node: name.clone(),
                             stage_id: s.stage_id,
                             job: s.job_id.clone(),
+                            job_size: s.job_size,
                             pid: s.pid,
                             uid: s.uid,
                             name: s.stage_name.clone(),
@@ -702,6 +707,12 @@ impl Controller {
                 .back()
                 .map_or(0.0, |p| p.latency.as_secs_f64() * 1e3),
         }
+    }
+
+    /// What the metrics endpoint shows: the snapshot and every cycle's latency.
+    pub fn metrics(&self) -> (Snapshot, crate::metrics::LatencyHistogram) {
+        let latency = self.lock().latency.clone();
+        (self.snapshot(), latency)
     }
 
     /// The phases of the last `cycles` cycles (at most the last 1000), oldest first.
@@ -1364,6 +1375,9 @@ pub struct StageSnapshot {
     pub stage_id: u64,
     /// Job id.
     pub job: String,
+    /// The job's size in nodes, as its local controller resolved it (the scheduler's).
+    #[serde(default)]
+    pub job_size: u32,
     /// Process id (from `SO_PEERCRED`).
     pub pid: u32,
     /// User id (from `SO_PEERCRED`).

@@ -178,7 +178,11 @@ enum Command {
     Ctl {
         /// The global controller's admin socket.
         #[arg(long, value_name = "PATH", default_value = "/tmp/cheferd-admin.sock")]
+        #[arg(global = true)]
         socket: PathBuf,
+        /// Print the views (nodes, jobs, stages, top, dump) and replies as JSON.
+        #[arg(long, global = true)]
+        json: bool,
         #[command(subcommand)]
         command: CtlCommand,
     },
@@ -293,7 +297,8 @@ enum CtlCommand {
     SetMaxRate {
         /// `MOUNT:CLASS`.
         resource: String,
-        /// Rate (`110k`, `20GiB/s`).
+        /// Rate (`110000`, `110k`, `20GiB/s`).
+        #[arg(allow_negative_numbers = true)]
         rate: String,
     },
     /// Change a job's priority, or its demand / static limit on a resource.
@@ -301,16 +306,16 @@ enum CtlCommand {
         /// Job id.
         job: String,
         /// New priority (> 0).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         priority: Option<f64>,
         /// The resource for --demand / --limit.
         #[arg(long)]
         resource: Option<String>,
-        /// New demand.
-        #[arg(long)]
+        /// New demand (a rate: `40000`, `40k`, `1GiB/s`).
+        #[arg(long, allow_negative_numbers = true)]
         demand: Option<String>,
-        /// New static limit, or `none` to lift it.
-        #[arg(long)]
+        /// New static limit (a rate), or `none` to lift it.
+        #[arg(long, allow_negative_numbers = true)]
         limit: Option<String>,
     },
 }
@@ -451,9 +456,13 @@ fn main() -> ExitCode {
                     .await
                     .map_err(|e| (e, 1))
             }
-            Command::Ctl { socket, command } => {
-                ctl(&socket, command).await.map_err(|e| (e.message, e.code))
-            }
+            Command::Ctl {
+                socket,
+                json,
+                command,
+            } => ctl(&socket, command, json)
+                .await
+                .map_err(|e| (e.message, e.code)),
         }
     });
     report(result)
@@ -605,6 +614,9 @@ async fn run_global(
         .map_err(|e| usage_error(format!("cannot read --config {}: {e}", config.display())))?;
     let parsed = GlobalConfig::parse(&text, &policy::check)
         .map_err(|e| usage_error(format!("{}: {e}", config.display())))?;
+    for warning in parsed.warnings() {
+        tracing::warn!("{}: {warning}", config.display());
+    }
     let server_tls = global_tls(&config, &parsed.tls, tls).map_err(usage_error)?;
     let grpc = tokio::net::TcpListener::bind(&listen)
         .await
@@ -696,10 +708,21 @@ async fn run_local(
     .map_err(usage_error)
 }
 
-async fn ctl(socket: &std::path::Path, command: CtlCommand) -> Result<(), CtlError> {
+async fn ctl(socket: &std::path::Path, command: CtlCommand, json: bool) -> Result<(), CtlError> {
     check_ctl(&command).map_err(|message| CtlError { message, code: 2 })?;
     let change = |change: Change| AdminRequest::Change { change };
+    // `--json`: each view prints the part of the admin socket's snapshot it shows.
+    let snapshot_json = || admin::request(socket, &AdminRequest::Snapshot);
     match command {
+        CtlCommand::Nodes if json => println!("{}", snapshot_json().await?["nodes"]),
+        CtlCommand::Stages if json => println!("{}", snapshot_json().await?["stages"]),
+        CtlCommand::Jobs | CtlCommand::Top { once: true } if json => {
+            println!("{}", jobs_json(snapshot_json().await?))
+        }
+        CtlCommand::Top { .. } if json => loop {
+            println!("{}", jobs_json(snapshot_json().await?));
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        },
         CtlCommand::Nodes => print!("{}", admin::nodes_table(&admin::snapshot(socket).await?)),
         CtlCommand::Jobs => print!("{}", admin::jobs_table(&admin::snapshot(socket).await?)),
         CtlCommand::Stages => print!("{}", admin::stages_table(&admin::snapshot(socket).await?)),
@@ -709,7 +732,12 @@ async fn ctl(socket: &std::path::Path, command: CtlCommand) -> Result<(), CtlErr
                 print!("{table}");
                 break;
             }
-            print!("\x1b[2J\x1b[H{table}");
+            // Clear the screen only on a terminal: a pipe or file gets one table a second.
+            if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+                print!("\x1b[2J\x1b[H{table}");
+            } else {
+                println!("{table}");
+            }
             tokio::time::sleep(Duration::from_secs(1)).await;
         },
         CtlCommand::Dump => {
@@ -721,12 +749,14 @@ async fn ctl(socket: &std::path::Path, command: CtlCommand) -> Result<(), CtlErr
                 serde_json::to_string_pretty(&dump).unwrap_or_default()
             );
         }
-        CtlCommand::SetPolicy { resource, policy } => {
-            print_ok(admin::request(socket, &change(Change::Policy { resource, policy })).await?)
-        }
-        CtlCommand::SetMaxRate { resource, rate } => {
-            print_ok(admin::request(socket, &change(Change::MaxRate { resource, rate })).await?)
-        }
+        CtlCommand::SetPolicy { resource, policy } => print_ok(
+            admin::request(socket, &change(Change::Policy { resource, policy })).await?,
+            json,
+        ),
+        CtlCommand::SetMaxRate { resource, rate } => print_ok(
+            admin::request(socket, &change(Change::MaxRate { resource, rate })).await?,
+            json,
+        ),
         CtlCommand::SetJob {
             job,
             priority,
@@ -745,47 +775,74 @@ async fn ctl(socket: &std::path::Path, command: CtlCommand) -> Result<(), CtlErr
                 }),
             )
             .await?,
+            json,
         ),
     }
     Ok(())
+}
+
+/// The jobs view of a snapshot for `ctl jobs --json` and `ctl top --json`: what the
+/// table shows (cycle, latency, resources, every job's share of each).
+fn jobs_json(mut snapshot: serde_json::Value) -> serde_json::Value {
+    let keys = [
+        "cycle",
+        "latency_ms_p50",
+        "latency_ms_p99",
+        "resources",
+        "shares",
+    ];
+    let view = keys.map(|key| (key.to_string(), snapshot[key].take()));
+    serde_json::Value::Object(view.into_iter().collect())
 }
 
 /// Checks a change's values before contacting the controller, so a typo is bad usage
 /// (exit 2) naming the value; the controller still validates everything (and refuses,
 /// exit 1, what only it can judge, such as a resource it does not share).
 fn check_ctl(command: &CtlCommand) -> Result<(), String> {
-    use cheferd_controller::config::rate;
+    use cheferd_controller::config::rate_of;
     use cheferd_controller::usage::Resource;
     match command {
         CtlCommand::SetPolicy { resource, policy } => {
             Resource::parse(resource)?;
             policy::check(policy)
         }
-        CtlCommand::SetMaxRate { resource, rate: r } => {
-            Resource::parse(resource)?;
-            rate("rate", r).map(|_| ())
+        CtlCommand::SetMaxRate { resource, rate } => {
+            rate_of("rate", rate, &Resource::parse(resource)?).map(|_| ())
         }
         CtlCommand::SetJob {
+            job,
             priority,
             resource,
             demand,
             limit,
-            ..
         } => {
+            if priority.is_none() && demand.is_none() && limit.is_none() {
+                return Err(format!(
+                    "set-job {job}: nothing to change: give --priority P, or --resource R \
+                     with --demand D or --limit L|none"
+                ));
+            }
             if let Some(p) = priority.filter(|p| !(*p > 0.0 && p.is_finite())) {
                 return Err(format!("--priority {p} must be positive"));
             }
-            if let Some(r) = resource {
-                Resource::parse(r)?;
-            } else if demand.is_some() || limit.is_some() {
-                return Err("--resource is needed with --demand or --limit".into());
+            let resource = match resource {
+                Some(r) => Resource::parse(r)?,
+                None if demand.is_some() || limit.is_some() => {
+                    return Err("--resource is needed with --demand or --limit".into())
+                }
+                None => return Ok(()),
+            };
+            if demand.is_none() && limit.is_none() {
+                return Err(format!(
+                    "--resource {resource} needs --demand or --limit (what to change on it)"
+                ));
             }
             if let Some(d) = demand {
-                rate("--demand", d)?;
+                rate_of("--demand", d, &resource)?;
             }
             match limit.as_deref() {
                 Some("none") | None => Ok(()),
-                Some(l) => rate("--limit", l).map(|_| ()),
+                Some(l) => rate_of("--limit", l, &resource).map(|_| ()),
             }
         }
         CtlCommand::Nodes
@@ -796,9 +853,9 @@ fn check_ctl(command: &CtlCommand) -> Result<(), String> {
     }
 }
 
-fn print_ok(value: serde_json::Value) {
+fn print_ok(value: serde_json::Value, json: bool) {
     match value {
-        serde_json::Value::String(s) => println!("{s}"),
+        serde_json::Value::String(s) if !json => println!("{s}"),
         other => println!("{other}"),
     }
 }
