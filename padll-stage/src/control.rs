@@ -95,17 +95,19 @@ pub fn start(target: Target) {
     let (mut guard, _) = signal
         .wait_timeout_while(guard, FIRST_RULES_PATIENCE, |s| *s == FirstRules::Waiting)
         .unwrap_or_else(|p| p.into_inner());
+    // A controller that is only slow (its global controller away) is worth a warning;
+    // one that cannot be used, an error.
     let why = match &*guard {
         FirstRules::Settled => None,
-        FirstRules::Waiting => Some(format!(
-            "none within {} ms",
-            FIRST_RULES_PATIENCE.as_millis()
+        FirstRules::Waiting => Some((
+            LogLevel::Warn,
+            format!("none within {} ms", FIRST_RULES_PATIENCE.as_millis()),
         )),
-        FirstRules::Refused(why) => Some(why.clone()),
+        FirstRules::Refused(why) => Some((LogLevel::Error, why.clone())),
     };
-    if let (Some(why), Some(target)) = (why, TARGET.get()) {
+    if let (Some((level, why)), Some(target)) = (why, TARGET.get()) {
         // Under the lock: rules the controller sends meanwhile are applied after these.
-        fall_back(target, &why);
+        fall_back(target, level, &why);
     }
     *guard = FirstRules::Settled;
     SETTLED.store(true, Ordering::Release);
@@ -158,8 +160,8 @@ fn apply_from_controller(target: &Target, rules: &[ChannelSpec]) -> Result<(), S
 }
 
 /// Puts the starting program under the job's last rules on this node, else the
-/// default limit, else leaves its configured limits; says which in one line.
-fn fall_back(target: &Target, why: &str) {
+/// default limit, else leaves its configured limits; says which in one line at `level`.
+fn fall_back(target: &Target, level: LogLevel, why: &str) {
     let fallback = &target.fallback;
     let saved = fallback.job.as_ref().and_then(|(uid, job)| {
         last_rules::load(*uid, job)
@@ -199,7 +201,7 @@ fn fall_back(target: &Target, why: &str) {
         }
     };
     log(
-        LogLevel::Error,
+        level,
         &format!(
             "no rules from the controller at {} ({why}): running under {running}",
             target.socket

@@ -649,10 +649,10 @@ impl Drop for Cluster {
 
 impl Cluster {
     /// Removes the last rules its jobs' stages kept in `/dev/shm` (they name its scratch
-    /// directory), so no later test starts a job of the same id under them.
+    /// directory), of every uid and half-written ones included, so no later test starts
+    /// a job of the same id under them.
     fn remove_last_rules(&self) {
-        // SAFETY: geteuid takes no arguments and cannot fail.
-        let prefix = format!("padll-rules-{}-", unsafe { libc::geteuid() });
+        let prefix = "padll-rules-";
         let scratch = self.scratch.display().to_string();
         let Ok(entries) = std::fs::read_dir("/dev/shm") else {
             return;
@@ -660,7 +660,7 @@ impl Cluster {
         for path in entries.flatten().map(|e| e.path()) {
             let ours = path
                 .file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with(&prefix));
+                .is_some_and(|n| n.to_string_lossy().starts_with(prefix));
             if ours && std::fs::read_to_string(&path).is_ok_and(|text| text.contains(&scratch)) {
                 let _ = std::fs::remove_file(&path);
             }
