@@ -2,7 +2,9 @@
 //! controller's socket is relayed over the gRPC stream to the global controller, whose
 //! mapper answers from the per-target load feed the operator pointed it at; the answer
 //! comes back as `placed`. Without a service, or without a global controller, the answer
-//! is "no advice" (empty), at once.
+//! is "no advice" (empty), at once. The whole chain, from a shell creating files under
+//! the stage to the layout given to the file system, runs with the test double of a
+//! Lustre client that `interpose-tests` uses.
 
 mod common;
 
@@ -12,6 +14,7 @@ use padll_wire::control::{self, ControlMessage, StageMessage, PROTOCOL_VERSION};
 use std::io::{BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Two servers of three targets; the emptiest are OST 0x4 (server 1) and OST 0x1
@@ -152,4 +155,85 @@ fn without_a_service_or_a_global_controller_the_answer_is_empty_at_once() {
         "{:?}",
         asked.elapsed()
     );
+}
+
+/// The OST indices of a `lov_user_md_v3` the double recorded (hex): stripe count at byte
+/// 28, each `lov_user_ost_data_v1` (24 bytes from byte 48) with its index at byte 20.
+fn recorded_targets(hex: &str) -> Vec<u32> {
+    let bytes: Vec<u8> = (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    let count = u16::from_le_bytes([bytes[28], bytes[29]]) as usize;
+    (0..count)
+        .map(|i| {
+            let at = 48 + 24 * i + 20;
+            u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+#[cfg_attr(not(all(has_cc, has_bash)), ignore = "cc or bash not installed")]
+fn files_a_shell_creates_get_the_services_targets() {
+    let _serial = serialize();
+    let feed = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(feed.path(), FEED).unwrap();
+    let cluster = cluster(&format!(
+        "[placement]\nmount = \"{{scratch}}\"\nplacer = \"mcmf\"\nfeed = \"{}\"\n",
+        feed.path().display()
+    ));
+    let tools = tempfile::tempdir().unwrap();
+    let source = tools.path().join("lustre_double.c");
+    std::fs::write(
+        &source,
+        include_str!("../../interpose-tests/tests/lustre_double.c"),
+    )
+    .unwrap();
+    let double = tools.path().join("liblustre-double.so");
+    let built = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&double)
+        .arg(&source)
+        .arg("-ldl")
+        .status()
+        .expect("cc");
+    assert!(built.success(), "cc failed");
+    let log = tools.path().join("layouts.log");
+    let out = run_with_timeout(
+        Command::new("bash")
+            .args([
+                "-c",
+                "echo one > first && echo two > second && echo again > first",
+            ])
+            .current_dir(&cluster.scratch)
+            .env(
+                "LD_PRELOAD",
+                format!("{} {}", stage_library().display(), double.display()),
+            )
+            .env("PADLL_MOUNTS", &cluster.scratch)
+            .env("PADLL_CONTROLLER", cluster.local_socket("n1"))
+            .env("PADLL_JOB_ID", "placed-by-shell")
+            .env(
+                "PADLL_PLACEMENT",
+                format!("{}=2", cluster.scratch.display()),
+            )
+            .env("PADLL_PLACEMENT_WAIT_MS", "5000")
+            .env("PLACEMENT_LOG", &log),
+        Duration::from_secs(60),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && stderr.is_empty(), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(cluster.scratch.join("first")).unwrap(),
+        "again\n"
+    );
+    // Two files created (the third redirection opens an existing one): each laid out on
+    // the two emptiest targets, one per server.
+    let layouts = std::fs::read_to_string(&log).unwrap();
+    let layouts: Vec<Vec<u32>> = layouts.lines().map(recorded_targets).collect();
+    assert_eq!(layouts.len(), 2, "{layouts:?}");
+    for mut targets in layouts {
+        targets.sort();
+        assert_eq!(targets, vec![1, 4]);
+    }
 }
