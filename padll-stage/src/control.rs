@@ -229,8 +229,11 @@ pub fn after_fork_in_child() {
     }
     // No one waits for first rules in the child (only a starting program does).
     SETTLED.store(true, Ordering::Release);
-    let writer = lock(&WRITER)
-        .take()
+    // Not waited for: one held at `fork` by another thread stays held in this process.
+    let writer = WRITER
+        .try_lock()
+        .ok()
+        .and_then(|mut w| w.take())
         .map(std::os::fd::IntoRawFd::into_raw_fd);
     let fd = CONNECTION_FD.swap(-1, Ordering::AcqRel);
     for fd in [fd].into_iter().chain(writer).filter(|fd| *fd >= 0) {
@@ -368,6 +371,10 @@ fn serve(target: &Target, stream: UnixStream) -> Result<String, Lost> {
     stream
         .set_read_timeout(Some(HANDSHAKE_TIMEOUT))
         .map_err(never)?;
+    // A controller that stops reading cannot hold the writer (and a `fork`) for ever.
+    stream
+        .set_write_timeout(Some(HANDSHAKE_TIMEOUT))
+        .map_err(never)?;
     let interval = match reader
         .next_message()
         .map_err(|e| Lost::NeverConnected(e.to_string()))?
@@ -491,15 +498,18 @@ pub(crate) fn ask_placement(mount: &str, stripes: u32, wait: Duration) -> Option
         }
         waiting.push((id, None));
     }
-    let asked = send(&StageMessage::Place {
+    let deadline = Instant::now() + wait;
+    let line = control::encode(&StageMessage::Place {
         id,
         mount: mount.to_string(),
         stripes,
     });
+    let asked = send_within(line.as_bytes(), deadline);
     let mut waiting = lock(pending);
-    if asked.is_ok() {
+    if asked {
+        let left = deadline.saturating_duration_since(Instant::now());
         waiting = answered
-            .wait_timeout_while(waiting, wait, |w| {
+            .wait_timeout_while(waiting, left, |w| {
                 w.iter().any(|(i, targets)| *i == id && targets.is_none())
             })
             .unwrap_or_else(|p| p.into_inner())
@@ -507,6 +517,41 @@ pub(crate) fn ask_placement(mount: &str, stripes: u32, wait: Duration) -> Option
     }
     let at = waiting.iter().position(|(i, _)| *i == id)?;
     waiting.swap_remove(at).1.filter(|t| !t.is_empty())
+}
+
+/// Writes `line` for an application thread, never waiting past `deadline`: the writer
+/// is taken only when free (the control thread may be in a write to a controller that
+/// does not read), and the line goes out without blocking (a short line on a Unix
+/// socket goes whole or not at all; a rare partial one is finished).
+fn send_within(line: &[u8], deadline: Instant) -> bool {
+    loop {
+        match WRITER.try_lock() {
+            Ok(mut writer) => {
+                let Some(stream) = writer.as_mut() else {
+                    return false;
+                };
+                // SAFETY: our connected socket and a buffer of the stated length.
+                let sent = unsafe {
+                    libc::send(
+                        stream.as_raw_fd(),
+                        line.as_ptr().cast(),
+                        line.len(),
+                        libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                    )
+                };
+                return match usize::try_from(sent) {
+                    Ok(n) if n == line.len() => true,
+                    Ok(n) if n > 0 => stream.write_all(&line[n..]).is_ok(),
+                    _ => false,
+                };
+            }
+            Err(std::sync::TryLockError::Poisoned(_)) => return false,
+            Err(std::sync::TryLockError::WouldBlock) if Instant::now() >= deadline => return false,
+            Err(std::sync::TryLockError::WouldBlock) => {
+                std::thread::sleep(Duration::from_micros(100))
+            }
+        }
+    }
 }
 
 /// The controller's answer to a placement request (late or unknown ones are dropped).
@@ -520,7 +565,7 @@ fn placement_answered(id: u64, targets: Vec<u32>) {
 }
 
 type HeldForFork = (
-    std::sync::MutexGuard<'static, Option<UnixStream>>,
+    Option<std::sync::MutexGuard<'static, Option<UnixStream>>>,
     std::sync::MutexGuard<'static, Waiting>,
 );
 
@@ -533,7 +578,20 @@ thread_local! {
 /// Takes the writer and pending-request locks before `fork` (a child would otherwise
 /// inherit them held by a thread it does not have).
 pub fn hold_for_fork() {
-    let held = (lock(&WRITER), lock(&PENDING.0));
+    // The writer may be held by the control thread in a write (bounded by its send
+    // timeout): `fork` waits for it at most a few milliseconds. Without it the child's
+    // control thread cannot write (it stays under its inherited rules) and its file
+    // creations are not placed; the application never waits.
+    let deadline = Instant::now() + Duration::from_millis(10);
+    let writer = loop {
+        match WRITER.try_lock() {
+            Ok(guard) => break Some(guard),
+            Err(std::sync::TryLockError::Poisoned(p)) => break Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) if Instant::now() >= deadline => break None,
+            Err(std::sync::TryLockError::WouldBlock) => std::thread::yield_now(),
+        }
+    };
+    let held = (writer, lock(&PENDING.0));
     let _ = HELD_FOR_FORK.try_with(|h| *h.borrow_mut() = Some(held));
 }
 
