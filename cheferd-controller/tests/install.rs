@@ -200,12 +200,15 @@ fn installed_units_pass_systemd_analyze_verify() {
     }
 }
 
-/// Without an installed layout `padll` names every place it looked; an explicit
-/// library that does not exist is named too.
+/// Without an installed layout `padll` names every place it looked; `--library` is
+/// preloaded; an explicit library that does not exist is named.
 #[test]
 fn padll_without_its_library_says_where_it_looked() {
     let dir = tempfile::tempdir().unwrap();
-    let padll = dir.path().join("padll");
+    // In a bin/ of its own, so that ../lib/padll/ is inside the temporary directory too.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let padll = bin.join("padll");
     std::fs::copy(profile_dir().join("padll"), &padll).unwrap();
     let out = run(Command::new(&padll)
         .args(["run", "--mount", "/tmp", "--", "true"])
@@ -218,11 +221,27 @@ fn padll_without_its_library_says_where_it_looked() {
         "../lib/padll/libpadll.so",
     ] {
         assert!(
-            stderr.contains(&dir.path().join(looked).display().to_string()),
+            stderr.contains(&bin.join(looked).display().to_string()),
             "{stderr}"
         );
     }
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    // --library names it.
+    let library = padll_wire::find_stage_library(&profile_dir()).expect("built");
+    let out = run(Command::new(&padll)
+        .args(["run", "--mount", "/tmp", "--library"])
+        .arg(&library)
+        .args(["--", "printenv", "LD_PRELOAD"])
+        .env_remove("LD_PRELOAD"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim_end(),
+        library.canonicalize().unwrap().display().to_string()
+    );
     let missing = dir.path().join("missing.so");
     let out = run(Command::new(&padll)
         .args(["run", "--mount", "/tmp", "--", "true"])
