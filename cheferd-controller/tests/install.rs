@@ -73,6 +73,20 @@ impl Installed {
     }
 }
 
+/// `LD_PRELOAD` as the program `padll run` ran saw it: `padll_run` with the program
+/// (`printenv`) added; fails the test unless it succeeds.
+fn preloaded_by(padll_run: &mut Command) -> String {
+    let out = run(padll_run
+        .args(["--", "printenv", "LD_PRELOAD"])
+        .env_remove("LD_PRELOAD"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim_end().to_string()
+}
+
 /// What `--version` must print: the crate's version and the commit (when git can tell).
 fn expected_version(program: &str) -> String {
     let commit = Command::new("git")
@@ -98,23 +112,15 @@ fn installed_padll_runs_a_program_under_the_installed_stage() {
     let scratch = installed.prefix.parent().unwrap().join("scratch");
     std::fs::create_dir(&scratch).unwrap();
     let stats = scratch.parent().unwrap().join("stats.json");
-    let out = run(Command::new(installed.path("bin/padll"))
-        .args(["run", "--limit", "metadata=1000/s", "--mount"])
-        .arg(&scratch)
-        .arg("--stats")
-        .arg(&stats)
-        .args(["--", "printenv", "LD_PRELOAD"])
-        .env_remove("LD_PRELOAD")
-        .env_remove("PADLL_LIBRARY"));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let preloaded = preloaded_by(
+        Command::new(installed.path("bin/padll"))
+            .args(["run", "--limit", "metadata=1000/s", "--mount"])
+            .arg(&scratch)
+            .arg("--stats")
+            .arg(&stats)
+            .env_remove("PADLL_LIBRARY"),
     );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim_end(),
-        library.display().to_string()
-    );
+    assert_eq!(preloaded, library.display().to_string());
     // The stage ran in the program: it wrote its statistics at exit.
     let report = std::fs::read_to_string(&stats).expect("the stage wrote its statistics");
     assert!(report.contains("\"program\":\"printenv\""), "{report}");
@@ -228,18 +234,13 @@ fn padll_without_its_library_says_where_it_looked() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     // --library names it.
     let library = padll_wire::find_stage_library(&profile_dir()).expect("built");
-    let out = run(Command::new(&padll)
-        .args(["run", "--mount", "/tmp", "--library"])
-        .arg(&library)
-        .args(["--", "printenv", "LD_PRELOAD"])
-        .env_remove("LD_PRELOAD"));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let preloaded = preloaded_by(
+        Command::new(&padll)
+            .args(["run", "--mount", "/tmp", "--library"])
+            .arg(&library),
     );
     assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim_end(),
+        preloaded,
         library.canonicalize().unwrap().display().to_string()
     );
     let missing = dir.path().join("missing.so");
