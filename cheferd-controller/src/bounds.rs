@@ -106,25 +106,24 @@ pub fn bind_unix(
     let file = SocketFile {
         path: path.to_path_buf(),
         identity: (created.dev(), created.ino()),
+        _bound: listener
+            .try_clone()
+            .map_err(|e| format!("cannot listen on {shown}: {e}"))?,
     };
     Ok((listener, file))
 }
 
 /// A socket file [`bind_unix`] created: removed when dropped (at shutdown, or when a
-/// start fails half-way), unless it is no longer ours (another controller replaced it
-/// after we stopped listening).
+/// start fails half-way), unless it is no longer ours (removed by someone else, and
+/// perhaps bound again by another controller).
 #[derive(Debug)]
 pub struct SocketFile {
     path: PathBuf,
     /// Device and inode of the file we bound.
     identity: (u64, u64),
-}
-
-impl SocketFile {
-    /// Its path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
+    /// The bound socket, kept open until the file is removed: it pins the file's inode,
+    /// so a file made at the path meanwhile never has our inode number.
+    _bound: std::os::unix::net::UnixListener,
 }
 
 impl Drop for SocketFile {

@@ -48,11 +48,16 @@ impl Controller {
         }
     }
 
-    /// Sends `signal` and waits for the process to end.
-    fn stop(&mut self, signal: libc::c_int) -> ExitStatus {
+    /// Sends `signal`; the process must exit 0, having removed `socket` and logged
+    /// `stop_line`.
+    fn stop_cleanly(&mut self, signal: libc::c_int, socket: &Path, stop_line: &str) {
         // SAFETY: kill has no memory arguments; the pid is our own unreaped child.
         assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
-        self.wait()
+        let status = self.wait();
+        let log = self.log();
+        assert!(status.success(), "{status:?}\n{log}");
+        assert!(!socket.exists(), "{} was left behind", socket.display());
+        assert!(log.contains(stop_line), "no '{stop_line}' in:\n{log}");
     }
 
     /// Waits (30 s at most) for the process to end.
@@ -129,18 +134,10 @@ fn global_refuses_a_live_admin_socket_and_removes_its_own_at_sigterm() {
         "the first stopped answering"
     );
 
-    let status = first.stop(libc::SIGTERM);
-    assert!(status.success(), "{status:?}\n{}", first.log());
-    assert!(
-        !Path::new(admin).exists(),
-        "the admin socket was left behind"
-    );
-    assert!(
-        first
-            .log()
-            .contains("global controller stopped signal=\"SIGTERM\""),
-        "{}",
-        first.log()
+    first.stop_cleanly(
+        libc::SIGTERM,
+        Path::new(admin),
+        "global controller stopped signal=\"SIGTERM\"",
     );
 }
 
@@ -168,14 +165,34 @@ fn local_removes_its_socket_at_sigint() {
         UnixStream::connect(&socket).ok()
     });
     local.assert_start_line("local controller started", &[socket.to_str().unwrap()]);
-    let status = local.stop(libc::SIGINT);
-    assert!(status.success(), "{status:?}\n{}", local.log());
-    assert!(!socket.exists(), "the socket was left behind");
+    local.stop_cleanly(
+        libc::SIGINT,
+        &socket,
+        "local controller stopped signal=\"SIGINT\"",
+    );
+}
+
+/// A socket file is removed when its owner drops it, but not one that replaced it
+/// (someone removed the owner's file and another controller bound the path).
+#[test]
+fn a_socket_file_is_removed_only_while_it_is_ours() {
+    use cheferd_controller::bounds::bind_unix;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("controller.sock");
+    let (listener, file) = bind_unix(&path, 0o600).unwrap();
+    drop(listener);
+    drop(file);
+    assert!(!path.exists(), "the socket file was left behind");
+
+    // The owner's accept loop ended (its listener is gone) but it has not dropped the
+    // file yet, when someone removes the file and another controller binds the path.
+    let (listener, old) = bind_unix(&path, 0o600).unwrap();
+    drop(listener);
+    std::fs::remove_file(&path).unwrap();
+    let (_listener, _new) = bind_unix(&path, 0o600).expect("the path is free again");
+    drop(old);
     assert!(
-        local
-            .log()
-            .contains("local controller stopped signal=\"SIGINT\""),
-        "{}",
-        local.log()
+        UnixStream::connect(&path).is_ok(),
+        "the old owner removed its successor's socket"
     );
 }
