@@ -16,7 +16,7 @@
 
 use crate::intercept::account::*;
 use crate::intercept::{
-    admit_only, dispatch, intercept, intercept_resolved, Account, Effect, Target,
+    admit_only, dispatch, intercept, intercept_resolved, intercept_rest, Account, Effect, Target,
 };
 use crate::real::{Real, Unavailable};
 use libc::{
@@ -45,11 +45,12 @@ macro_rules! hooks {
         $(
             pub(crate) mod $name {
                 use super::*;
-                pub(crate) static REAL: Real = Real::new(
+                pub(crate) static REAL: Real = Real::with_fallback(
                     match std::ffi::CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
                         Ok(name) => name,
                         Err(_) => panic!("symbol name"),
                     },
+                    unresolved as *mut c_void,
                 );
                 pub(crate) type Signature = unsafe extern "C" fn($($ty),*) -> $ret;
 
@@ -60,18 +61,16 @@ macro_rules! hooks {
                 /// pass on the application's arguments unchanged).
                 #[inline(always)]
                 pub(crate) unsafe fn call($($arg: $ty),*) -> $ret {
-                    match REAL.resolved() {
-                        // SAFETY: the address is libc's definition of this very symbol
-                        // (resolved by name), so it has this signature; the arguments
-                        // are our caller's, under the real function's contract.
-                        Some(address) => unsafe { std::mem::transmute::<*mut c_void, Signature>(address)($($arg),*) },
-                        // SAFETY: `unresolved` has this function's contract.
-                        None => unsafe { unresolved($($arg),*) },
-                    }
+                    // SAFETY: the entry is libc's definition of this very symbol
+                    // (resolved by name), or `unresolved` below, so it has this
+                    // signature; the arguments are our caller's, under the real
+                    // function's contract, which `unresolved` shares.
+                    unsafe { std::mem::transmute::<*mut c_void, Signature>(REAL.entry())($($arg),*) }
                 }
 
-                /// Resolves the real function first (a call before the constructor ran).
-                /// (`extern "C"` like the hook, so the hook can jump to it.)
+                /// Resolves the real function first (a call before the constructor ran),
+                /// or fails as [`Unavailable`] if libc has no such symbol: the entry
+                /// [`call`] jumps to until then.
                 ///
                 /// # Safety
                 /// As for [`call`].
@@ -108,10 +107,34 @@ macro_rules! hooks {
                     // SAFETY: the application's arguments, passed on unchanged and valid
                     // for the duration of the hook: the table line's target and effect
                     // hold its pointers (what it reads of them — a path, an iovec array,
-                    // an aiocb — libc's `$name` reads too), and the closure calls the
-                    // real function with exactly those arguments.
+                    // an aiocb — libc's `$name` reads too), and the closures call the
+                    // real function and `rest` with exactly those arguments.
                     unsafe {
                         intercept_resolved(
+                            found,
+                            Option::<Op>::from($op),
+                            $target,
+                            $effect,
+                            $requested as u64,
+                            $account,
+                            move || $name::call($($arg),*),
+                            move || rest($($arg,)* found),
+                        )
+                    }
+                }
+
+                /// What `slow` does not handle inline, out of line again (see
+                /// [`intercept_rest`]). (`extern "C"` like the hook, so `slow` can jump
+                /// to it.)
+                ///
+                /// # Safety
+                /// As for `slow`.
+                #[cold]
+                #[inline(never)]
+                unsafe extern "C" fn rest($($arg: $ty,)* found: u32) -> $ret {
+                    // SAFETY: as in `slow`.
+                    unsafe {
+                        intercept_rest(
                             found,
                             Option::<Op>::from($op),
                             $target,
