@@ -2,7 +2,7 @@
 //! requests its selector matches — a mountpoint (or every mountpoint) and an operation,
 //! a class of operations, or all of them.
 //!
-//! The data path reads two static tables and takes no lock: `ROUTES[mount][op]` packs
+//! The data path reads two static tables and takes no lock: `ROUTES[op][mount]` packs
 //! the (up to four) channels a request must pass, and each channel's slot holds its
 //! bucket and counters. Adding, removing or re-rating a channel (configuration at
 //! start-up, later the control plane) rewrites those atomics under a control-path mutex;
@@ -37,7 +37,7 @@ use crate::{stats, tsc};
 use padll_wire::channel::{ChannelId, ChannelInfo, ChannelSpec, LimitScope, Unit};
 use padll_wire::ops::Op;
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// Most channels a stage can hold.
@@ -64,11 +64,6 @@ const MIN_LEASE: u64 = 8;
 /// back-to-back calls), so at 1 000 ops/s a thread sleeps once per 32 requests.
 const BATCH_SPAN_NS: u64 = 32_000_000;
 
-/// [`Slot::flags`]: the slot holds a channel.
-const IN_USE: u8 = 1;
-/// [`Slot::flags`]: the channel counts bytes.
-const COUNTS_BYTES: u8 = 2;
-
 /// One channel. Its counters are kept per thread in [`stats`] (a shared counter would
 /// be one more contended cache line per request); `counted_before` holds the totals
 /// when the slot was (re)used, which [`list`] subtracts.
@@ -81,9 +76,6 @@ struct Slot {
     changes: AtomicU32,
     in_use: AtomicBool,
     counts_bytes: AtomicBool,
-    /// `in_use` and `counts_bytes` in one byte ([`IN_USE`], [`COUNTS_BYTES`]), for
-    /// the managed path's one load; written with them.
-    flags: AtomicU8,
     /// The most bytes charged before a call (the burst); a larger request pays the
     /// rest once it returns. Byte counts asked for can be huge (`cat` and `cp` call
     /// `copy_file_range` with `SSIZE_MAX`): charged whole, they would block the
@@ -109,7 +101,6 @@ static SLOTS: [Slot; SLOT_COUNT] = [const {
         changes: AtomicU32::new(0),
         in_use: AtomicBool::new(false),
         counts_bytes: AtomicBool::new(false),
-        flags: AtomicU8::new(0),
         byte_charge_cap: AtomicU64::new(u64::MAX),
         lease: AtomicU64::new(0),
         lease_ttl_ns: AtomicU64::new(0),
@@ -120,11 +111,13 @@ static SLOTS: [Slot; SLOT_COUNT] = [const {
     }
 }; SLOT_COUNT];
 
-/// `ROUTES[mount][op]`: up to four channel slot numbers + 1, one per byte, in the low
-/// half; the byte-counting ones among them (packed the same way) in the high half, so
-/// the managed path learns which channels need settling from the same load.
-static ROUTES: [[AtomicU64; Op::COUNT]; MAX_MOUNTS] =
-    [const { [const { AtomicU64::new(0) }; Op::COUNT] }; MAX_MOUNTS];
+/// `ROUTES[op][mount]`: the channels a request passes, as slot numbers + 1, one per
+/// byte — those counting requests in the low half, those counting bytes in the high
+/// half (four at most in all) — so the managed path learns from one load what each
+/// channel charges and which need settling. Indexed by operation first: a hook's
+/// operation is a constant, so its row's address is too.
+static ROUTES: [[AtomicU64; MAX_MOUNTS]; Op::COUNT] =
+    [const { [const { AtomicU64::new(0) }; MAX_MOUNTS] }; Op::COUNT];
 
 /// Control-path registry: the spec of each slot in use and the mount names.
 struct Registry {
@@ -212,12 +205,6 @@ fn add_with(spec: ChannelSpec, shared: Option<&'static TokenBucket>) -> Result<C
     slot.counted_before[0].store(admitted, Ordering::Relaxed);
     slot.counted_before[1].store(tokens, Ordering::Relaxed);
     slot.in_use.store(true, Ordering::Release);
-    let bytes_flag = if spec.unit == Unit::Bytes {
-        COUNTS_BYTES
-    } else {
-        0
-    };
-    slot.flags.store(IN_USE | bytes_flag, Ordering::Release);
     slot.changed();
     publish_routes(&reg);
     Ok(ChannelId(free as u8))
@@ -235,7 +222,6 @@ pub fn remove(id: ChannelId) -> bool {
     let _ = rebuild_routes(&reg);
     publish_routes(&reg);
     SLOTS[index].in_use.store(false, Ordering::Release);
-    SLOTS[index].flags.fetch_and(!IN_USE, Ordering::Release);
     SLOTS[index]
         .shared
         .store(std::ptr::null_mut(), Ordering::Release);
@@ -329,9 +315,10 @@ fn compute_routes(reg: &Registry) -> Result<Vec<[u64; Op::COUNT]>, String> {
     let mut routes = vec![[0u64; Op::COUNT]; reg.mounts.len()];
     for (mount_index, mount_name) in reg.mounts.iter().enumerate() {
         for op in Op::ALL {
-            let mut packed = 0u32;
+            let mut requests = 0u32;
             let mut bytes = 0u32;
             let mut count = 0;
+            let mut request_count = 0;
             let mut byte_count = 0;
             for (slot, spec) in reg.specs.iter().enumerate() {
                 let Some(spec) = spec else { continue };
@@ -342,15 +329,17 @@ fn compute_routes(reg: &Registry) -> Result<Vec<[u64; Op::COUNT]>, String> {
                             "more than {MAX_CHANNELS_PER_REQUEST} channels would apply to '{op}' on {mount_name}"
                         ));
                     }
-                    packed |= (slot as u32 + 1) << (8 * count);
                     count += 1;
                     if spec.unit == Unit::Bytes {
                         bytes |= (slot as u32 + 1) << (8 * byte_count);
                         byte_count += 1;
+                    } else {
+                        requests |= (slot as u32 + 1) << (8 * request_count);
+                        request_count += 1;
                     }
                 }
             }
-            routes[mount_index][*op as usize] = packed as u64 | (bytes as u64) << 32;
+            routes[mount_index][*op as usize] = requests as u64 | (bytes as u64) << 32;
         }
     }
     Ok(routes)
@@ -362,7 +351,7 @@ fn publish_routes(reg: &Registry) {
     };
     for (mount, row) in routes.iter().enumerate() {
         for (op, packed) in row.iter().enumerate() {
-            ROUTES[mount][op].store(*packed, Ordering::Release);
+            ROUTES[op][mount].store(*packed, Ordering::Release);
         }
     }
 }
@@ -373,10 +362,10 @@ pub fn has_route(mount: u16, op: Op) -> bool {
     route(mount, op) != 0
 }
 
-#[inline]
+#[inline(always)]
 fn route(mount: u16, op: Op) -> u64 {
-    match ROUTES.get(mount as usize) {
-        Some(row) => row[op as usize].load(Ordering::Acquire),
+    match ROUTES[op as usize].get(mount as usize) {
+        Some(word) => word.load(Ordering::Acquire),
         None => 0,
     }
 }
@@ -387,7 +376,8 @@ fn route(mount: u16, op: Op) -> u64 {
 pub struct Admission {
     /// Nanoseconds spent waiting.
     pub waited: u64,
-    /// The byte-counting channels passed (slot number + 1 per byte, as in `ROUTES`).
+    /// The byte-counting channels passed (slot number + 1 per byte, as in the high half
+    /// of a `ROUTES` word).
     byte_route: u32,
     /// Every one of them charged all the bytes requested (none was capped at its
     /// burst), so a call that moved exactly that many needs no settling.
@@ -409,8 +399,9 @@ impl Admission {
 ///
 /// Inlined into the hooks' managed path: a channel whose cost the thread's leased
 /// credit pays is passed with loads and plain stores in the thread's shard (no call
-/// but the clock read, no panic, `errno` untouched); anything else — reserving in the
-/// bucket, leasing, waiting — is [`pass_reserving`], out of line and shielded.
+/// but the clock read, no panic, `errno` untouched); anything else — a channel removed
+/// meanwhile, reserving in the bucket, leasing, waiting — is [`pass_reserving`], out of
+/// line and shielded.
 #[inline(always)]
 pub fn admit(counters: stats::Counters, mount: u16, op: Op, bytes: u64) -> Admission {
     let word = route(mount, op);
@@ -419,47 +410,78 @@ pub fn admit(counters: stats::Counters, mount: u16, op: Op, bytes: u64) -> Admis
         byte_route: (word >> 32) as u32,
         uncapped: true,
     };
-    let mut packed = word as u32;
-    if packed == 0 {
+    if word == 0 {
         return admission;
     }
-    // The credit check's clock: one `rdtsc` against tick deadlines once they are
-    // calibrated (`tsc`), else `CLOCK_MONOTONIC`.
-    let mut stamp = tsc::stamp();
-    while packed != 0 {
-        // A byte of 0 (never in a route) would index the unused last slot.
-        let index = (packed as u8).wrapping_sub(1) as usize;
-        let slot = &SLOTS[index];
-        let flags = slot.flags.load(Ordering::Acquire);
-        if flags & IN_USE != 0 {
-            let cost = if flags & COUNTS_BYTES != 0 {
-                let cap = slot.byte_charge_cap.load(Ordering::Relaxed);
-                admission.uncapped &= bytes <= cap;
-                bytes.min(cap)
-            } else {
-                1
-            };
-            let generation = slot.generation.load(Ordering::Acquire);
-            if counters.spend_at(index, generation, cost, stamp) {
-                counters.admitted(index, cost);
-            } else {
-                let wait = pass_reserving(counters, index, bytes, generation, cost);
-                if wait != 0 {
-                    admission.waited = admission.waited.wrapping_add(wait);
-                    stamp = tsc::stamp();
-                }
-            }
-        }
-        packed >>= 8;
+    // The credit check's clock: one `rdtsc` against tick deadlines (`tsc`).
+    let mut stamp = tsc::ticks();
+    let mut requests = word as u32;
+    while requests != 0 {
+        pass(
+            counters,
+            slot_index(requests),
+            1,
+            0,
+            &mut stamp,
+            &mut admission,
+        );
+        requests >>= 8;
+    }
+    let mut byte_channels = admission.byte_route;
+    while byte_channels != 0 {
+        let index = slot_index(byte_channels);
+        let cap = SLOTS[index].byte_charge_cap.load(Ordering::Relaxed);
+        admission.uncapped &= bytes <= cap;
+        pass(
+            counters,
+            index,
+            bytes.min(cap),
+            bytes,
+            &mut stamp,
+            &mut admission,
+        );
+        byte_channels >>= 8;
     }
     admission
 }
 
-/// The rest of passing one channel when the managed path's credit check failed (the
-/// channel was in use under `generation`): read the clock, take `cost` (from credit
-/// if it is still good by the clock, else reserving in the bucket and leasing or
-/// batching for later requests), then wait if the reservation starts later. Returns
-/// the time spent waiting. `errno` is kept and a panic means "admitted".
+/// The slot named by the low byte of a packed route (slot number + 1). A byte of 0,
+/// never in a route, would index the unused last slot: no bounds check is needed.
+#[inline(always)]
+fn slot_index(packed: u32) -> usize {
+    (packed as u8).wrapping_sub(1) as usize
+}
+
+/// Passes channel `index` at a cost of `cost` tokens: from the thread's credit if it
+/// pays (checked against `stamp`), else [`pass_reserving`], which may wait (then the
+/// time waited is added to `admission` and `stamp` is read again).
+#[inline(always)]
+fn pass(
+    counters: stats::Counters,
+    index: usize,
+    cost: u64,
+    bytes: u64,
+    stamp: &mut u64,
+    admission: &mut Admission,
+) {
+    let generation = SLOTS[index].generation.load(Ordering::Acquire);
+    if counters.spend_at(index, generation, cost, *stamp) {
+        counters.admitted(index, cost);
+        return;
+    }
+    let wait = pass_reserving(counters, index, bytes, generation, cost);
+    if wait != 0 {
+        admission.waited = admission.waited.wrapping_add(wait);
+        *stamp = tsc::ticks();
+    }
+}
+
+/// The rest of passing one channel when the managed path's credit check failed
+/// (`generation` was read before the check): nothing if the channel was removed
+/// meanwhile; else read the clock, take `cost` (from credit if it is still good by the
+/// clock, else reserving in the bucket and leasing or batching for later requests),
+/// then wait if the reservation starts later. Returns the time spent waiting. `errno`
+/// is kept and a panic means "admitted".
 #[cold]
 #[inline(never)]
 fn pass_reserving(
@@ -471,6 +493,9 @@ fn pass_reserving(
 ) -> u64 {
     crate::intercept::shielded(|| {
         let slot = &SLOTS[index];
+        if !slot.in_use.load(Ordering::Acquire) {
+            return 0;
+        }
         let ticks = tsc::ticks();
         let now = bucket::now_ns();
         let start = slot.take(counters, index, generation, cost, now, ticks);
@@ -586,7 +611,7 @@ impl Slot {
         let lease = self.lease.load(Ordering::Relaxed);
         let reservation = self.bucket().reserve(cost, lease, batch, now);
         let expires = reservation.start_ns.max(now).saturating_add(ttl);
-        let until = tsc::until(ticks, now, expires);
+        let until = tsc::deadline(ticks, now, expires);
         counters.lease(index, generation, reservation.leased, expires, until);
         if reservation.leased != 0 {
             crate::return_credit_at_thread_exit();

@@ -52,8 +52,8 @@ struct ChannelCounters {
     credit: AtomicU64,
     credit_generation: AtomicU64,
     credit_expires: AtomicU64,
-    /// Until when the managed path may spend the credit: `credit_expires` itself, or,
-    /// tagged with [`crate::tsc::TAG`], a time-stamp counter value reached no later.
+    /// Until when the managed path may spend the credit: a time-stamp counter value
+    /// reached no later than `credit_expires` ([`crate::tsc::deadline`]; 0 = never).
     credit_deadline: AtomicU64,
     /// Tokens of the last lease or batch (what `credit` started from).
     granted: AtomicU64,
@@ -183,10 +183,8 @@ impl Counters {
         true
     }
 
-    /// [`Self::spend`] for the managed path: `stamp` is [`crate::tsc::stamp`], compared
-    /// with the credit's deadline (a tagged tick deadline only ever compares as "not
-    /// yet" with a tagged tick stamp; an untagged ns expiry is always past for one).
-    /// Loads and one plain store; cannot panic.
+    /// [`Self::spend`] for the managed path: `stamp` is [`crate::tsc::ticks`], compared
+    /// with the credit's tick deadline. Loads and one plain store; cannot panic.
     #[inline(always)]
     pub fn spend_at(self, slot: usize, generation: u64, cost: u64, stamp: u64) -> bool {
         let Some(row) = self.shard.channels.get(slot) else {
