@@ -107,16 +107,19 @@ pub fn record(fd: i32, place: Place, path: Option<&[u8]>) {
     PLACES[i].store(place.encode(), Ordering::Relaxed);
 }
 
-/// [`record`] without a path, for the managed path: a bounds check, a load of the high
-/// water mark, a look at the descriptor's path slot if its chunk exists, one store. No
-/// allocation, no panic, `errno` untouched (a stale path is freed; `free` keeps `errno`).
+/// [`record`] without a path, for the managed path: a bounds check, a load of the
+/// descriptor's old place, a load of the high water mark, one store. No allocation, no
+/// panic, `errno` untouched. A descriptor with no place has no path either (a path is
+/// only kept beside a place, and forgotten with it); one that still has a place was
+/// closed without our seeing it, and its stale path is freed out of line (`free` keeps
+/// `errno`).
 #[inline(always)]
 pub fn record_place(fd: i32, place: Place) {
     let Some(i) = index(fd) else { return };
-    raise_high_water(i);
-    let (c, slot) = split(i);
-    if let Some(chunk) = chunk(c) {
-        chunk.paths[slot].set(None);
+    if PLACES[i].load(Ordering::Relaxed) == 0 {
+        raise_high_water(i);
+    } else {
+        forget_known(i);
     }
     PLACES[i].store(place.encode(), Ordering::Relaxed);
 }
