@@ -371,75 +371,70 @@ fn route(mount: u16, op: Op) -> u64 {
 }
 
 /// What [`admit`] did, for [`settle`]: the time spent waiting, and which byte-counting
-/// channels charged the request before the call.
+/// channels charged the request before the call. Two words, so that it travels in
+/// registers.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Admission {
     /// Nanoseconds spent waiting.
     pub waited: u64,
     /// The byte-counting channels passed (slot number + 1 per byte, as in the high half
-    /// of a `ROUTES` word).
-    byte_route: u32,
-    /// Every one of them charged all the bytes requested (none was capped at its
-    /// burst), so a call that moved exactly that many needs no settling.
-    uncapped: bool,
+    /// of a `ROUTES` word) in the low half; [`CAPPED`] if one of them charged less than
+    /// the bytes requested (its burst capped the charge), so that even a call that
+    /// moved exactly that many needs settling.
+    byte_channels: u64,
 }
+
+/// [`Admission::byte_channels`]: a byte channel's charge was capped.
+const CAPPED: u64 = 1 << 32;
 
 impl Admission {
     /// Nothing admitted (no channel, or not managed).
     pub const NONE: Admission = Admission {
         waited: 0,
-        byte_route: 0,
-        uncapped: true,
+        byte_channels: 0,
     };
+
+    /// The byte channels passed, packed as in a route.
+    #[inline(always)]
+    fn byte_route(self) -> u32 {
+        self.byte_channels as u32
+    }
 }
 
 /// Passes a request through every channel that serves it, sleeping until each admits
 /// it. `bytes` is the request's size for byte-counting channels; `counters` are the
 /// calling thread's. The clock is read once unless the request waits.
 ///
-/// Inlined into the hooks' managed path: a channel whose cost the thread's leased
-/// credit pays is passed with loads and plain stores in the thread's shard (no call
-/// but the clock read, no panic, `errno` untouched); anything else — a channel removed
-/// meanwhile, reserving in the bucket, leasing, waiting — is [`pass_reserving`], out of
-/// line and shielded.
+/// Inlined into the hooks' managed path: channels whose cost the thread's leased
+/// credit pays are passed with loads and plain stores in the thread's shard (no call,
+/// no panic, `errno` untouched); from the first one it does not pay, the rest is
+/// [`admit_rest`], out of line (so the inlined loops keep nothing alive across a call).
 #[inline(always)]
 pub fn admit(counters: stats::Counters, mount: u16, op: Op, bytes: u64) -> Admission {
     let word = route(mount, op);
     let mut admission = Admission {
         waited: 0,
-        byte_route: (word >> 32) as u32,
-        uncapped: true,
+        byte_channels: word >> 32,
     };
     if word == 0 {
         return admission;
     }
     // The credit check's clock: one `rdtsc` against tick deadlines (`tsc`).
-    let mut stamp = tsc::ticks();
+    let stamp = tsc::ticks();
     let mut requests = word as u32;
     while requests != 0 {
-        pass(
-            counters,
-            slot_index(requests),
-            1,
-            0,
-            &mut stamp,
-            &mut admission,
-        );
+        if !paid_from_credit(counters, slot_index(requests), 1, stamp) {
+            return admit_rest(counters, requests, admission.byte_route(), bytes, admission);
+        }
         requests >>= 8;
     }
-    let mut byte_channels = admission.byte_route;
+    let mut byte_channels = admission.byte_route();
     while byte_channels != 0 {
         let index = slot_index(byte_channels);
-        let cap = SLOTS[index].byte_charge_cap.load(Ordering::Relaxed);
-        admission.uncapped &= bytes <= cap;
-        pass(
-            counters,
-            index,
-            bytes.min(cap),
-            bytes,
-            &mut stamp,
-            &mut admission,
-        );
+        let cost = byte_cost(index, bytes, &mut admission);
+        if !paid_from_credit(counters, index, cost, stamp) {
+            return admit_rest(counters, 0, byte_channels, bytes, admission);
+        }
         byte_channels >>= 8;
     }
     admission
@@ -452,28 +447,65 @@ fn slot_index(packed: u32) -> usize {
     (packed as u8).wrapping_sub(1) as usize
 }
 
-/// Passes channel `index` at a cost of `cost` tokens: from the thread's credit if it
-/// pays (checked against `stamp`), else [`pass_reserving`], which may wait (then the
-/// time waited is added to `admission` and `stamp` is read again).
+/// What a request of `bytes` bytes costs in byte channel `index` before the call: the
+/// bytes up to its charge cap (`admission` notes whether the cap cut them).
 #[inline(always)]
-fn pass(
-    counters: stats::Counters,
-    index: usize,
-    cost: u64,
-    bytes: u64,
-    stamp: &mut u64,
-    admission: &mut Admission,
-) {
+fn byte_cost(index: usize, bytes: u64, admission: &mut Admission) -> u64 {
+    let cap = SLOTS[index].byte_charge_cap.load(Ordering::Relaxed);
+    if bytes > cap {
+        admission.byte_channels |= CAPPED;
+    }
+    bytes.min(cap)
+}
+
+/// Spends `cost` tokens of the thread's credit in channel `index` and counts the
+/// request, if the credit pays (checked against `stamp`).
+#[inline(always)]
+fn paid_from_credit(counters: stats::Counters, index: usize, cost: u64, stamp: u64) -> bool {
     let generation = SLOTS[index].generation.load(Ordering::Acquire);
-    if counters.spend_at(index, generation, cost, *stamp) {
+    let paid = counters.spend_at(index, generation, cost, stamp);
+    if paid {
         counters.admitted(index, cost);
-        return;
     }
-    let wait = pass_reserving(counters, index, bytes, generation, cost);
-    if wait != 0 {
-        admission.waited = admission.waited.wrapping_add(wait);
-        *stamp = tsc::ticks();
+    paid
+}
+
+/// [`admit`] from the first channel the thread's credit did not pay (`requests` and
+/// `byte_channels`: the request and byte channels left, packed as in a route): each is
+/// passed from credit if it pays, else by [`pass_reserving`], which may wait (then the
+/// time waited is added to the admission and the clock is read again).
+#[cold]
+#[inline(never)]
+fn admit_rest(
+    counters: stats::Counters,
+    mut requests: u32,
+    mut byte_channels: u32,
+    bytes: u64,
+    mut admission: Admission,
+) -> Admission {
+    let mut stamp = tsc::ticks();
+    let mut pass = |index: usize, cost: u64, admission: &mut Admission| {
+        if paid_from_credit(counters, index, cost, stamp) {
+            return;
+        }
+        let generation = SLOTS[index].generation.load(Ordering::Acquire);
+        let wait = pass_reserving(counters, index, bytes, generation, cost);
+        if wait != 0 {
+            admission.waited = admission.waited.wrapping_add(wait);
+            stamp = tsc::ticks();
+        }
+    };
+    while requests != 0 {
+        pass(slot_index(requests), 1, &mut admission);
+        requests >>= 8;
     }
+    while byte_channels != 0 {
+        let index = slot_index(byte_channels);
+        let cost = byte_cost(index, bytes, &mut admission);
+        pass(index, cost, &mut admission);
+        byte_channels >>= 8;
+    }
+    admission
 }
 
 /// The rest of passing one channel when the managed path's credit check failed
@@ -684,10 +716,11 @@ fn wait(
 /// costs two compares.
 #[inline]
 pub fn settle(counters: stats::Counters, admission: &Admission, requested: u64, moved: u64) -> u64 {
-    if admission.byte_route == 0 || (admission.uncapped && moved == requested) {
+    if admission.byte_channels == 0 || (admission.byte_channels & CAPPED == 0 && moved == requested)
+    {
         return 0;
     }
-    settle_shielded(counters, admission.byte_route, requested, moved)
+    settle_shielded(counters, admission.byte_route(), requested, moved)
 }
 
 /// [`settle_bytes`] keeping `errno`; a panic means "settled".

@@ -530,7 +530,8 @@ fn tracked_with<R: Returned>(
         None => channels::Admission::NONE,
     };
     match effect {
-        Effect::Close(fd) => fdtable::forget_inline(fd),
+        // The descriptor closing is the call's managed target.
+        Effect::Close(fd) => fdtable::forget_placed(fd),
         _ => before(effect),
     }
 
