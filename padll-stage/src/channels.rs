@@ -370,13 +370,10 @@ fn route(mount: u16, op: Op) -> u64 {
     }
 }
 
-/// What [`admit`] did, for [`settle`]: the time spent waiting, and which byte-counting
-/// channels charged the request before the call. Two words, so that it travels in
-/// registers.
+/// What [`admit`] did, for [`settle`]: which byte-counting channels charged the
+/// request before the call. One word, so that it stays in a register across the call.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Admission {
-    /// Nanoseconds spent waiting.
-    pub waited: u64,
     /// The byte-counting channels passed (slot number + 1 per byte, as in the high half
     /// of a `ROUTES` word) in the low half; [`CAPPED`] if one of them charged less than
     /// the bytes requested (its burst capped the charge), so that even a call that
@@ -389,10 +386,7 @@ const CAPPED: u64 = 1 << 32;
 
 impl Admission {
     /// Nothing admitted (no channel, or not managed).
-    pub const NONE: Admission = Admission {
-        waited: 0,
-        byte_channels: 0,
-    };
+    pub const NONE: Admission = Admission { byte_channels: 0 };
 
     /// The byte channels passed, packed as in a route.
     #[inline(always)]
@@ -401,9 +395,10 @@ impl Admission {
     }
 }
 
-/// Passes a request through every channel that serves it, sleeping until each admits
-/// it. `bytes` is the request's size for byte-counting channels; `counters` are the
-/// calling thread's. The clock is read once unless the request waits.
+/// Passes a request of operation `op` through every channel that serves it, sleeping
+/// until each admits it (the time is counted as the operation's wait). `bytes` is the
+/// request's size for byte-counting channels; `counters` are the calling thread's. The
+/// clock is read once unless the request waits.
 ///
 /// Inlined into the hooks' managed path: channels whose cost the thread's leased
 /// credit pays are passed with loads and plain stores in the thread's shard (no call,
@@ -413,7 +408,6 @@ impl Admission {
 pub fn admit(counters: stats::Counters, mount: u16, op: Op, bytes: u64) -> Admission {
     let word = route(mount, op);
     let mut admission = Admission {
-        waited: 0,
         byte_channels: word >> 32,
     };
     if word == 0 {
@@ -424,7 +418,14 @@ pub fn admit(counters: stats::Counters, mount: u16, op: Op, bytes: u64) -> Admis
     let mut requests = word as u32;
     while requests != 0 {
         if !paid_from_credit(counters, slot_index(requests), 1, stamp) {
-            return admit_rest(counters, requests, admission.byte_route(), bytes, admission);
+            return admit_rest(
+                counters,
+                op,
+                requests,
+                admission.byte_route(),
+                bytes,
+                admission,
+            );
         }
         requests >>= 8;
     }
@@ -433,7 +434,7 @@ pub fn admit(counters: stats::Counters, mount: u16, op: Op, bytes: u64) -> Admis
         let index = slot_index(byte_channels);
         let cost = byte_cost(index, bytes, &mut admission);
         if !paid_from_credit(counters, index, cost, stamp) {
-            return admit_rest(counters, 0, byte_channels, bytes, admission);
+            return admit_rest(counters, op, 0, byte_channels, bytes, admission);
         }
         byte_channels >>= 8;
     }
@@ -473,36 +474,37 @@ fn paid_from_credit(counters: stats::Counters, index: usize, cost: u64, stamp: u
 /// [`admit`] from the first channel the thread's credit did not pay (`requests` and
 /// `byte_channels`: the request and byte channels left, packed as in a route): each is
 /// passed from credit if it pays, else by [`pass_reserving`], which may wait (then the
-/// time waited is added to the admission and the clock is read again).
+/// time is counted as `op`'s wait and the clock is read again).
 #[cold]
 #[inline(never)]
 fn admit_rest(
     counters: stats::Counters,
+    op: Op,
     mut requests: u32,
     mut byte_channels: u32,
     bytes: u64,
     mut admission: Admission,
 ) -> Admission {
     let mut stamp = tsc::ticks();
-    let mut pass = |index: usize, cost: u64, admission: &mut Admission| {
+    let mut pass = |index: usize, cost: u64| {
         if paid_from_credit(counters, index, cost, stamp) {
             return;
         }
         let generation = SLOTS[index].generation.load(Ordering::Acquire);
         let wait = pass_reserving(counters, index, bytes, generation, cost);
         if wait != 0 {
-            admission.waited = admission.waited.wrapping_add(wait);
+            counters.waited(op, wait);
             stamp = tsc::ticks();
         }
     };
     while requests != 0 {
-        pass(slot_index(requests), 1, &mut admission);
+        pass(slot_index(requests), 1);
         requests >>= 8;
     }
     while byte_channels != 0 {
         let index = slot_index(byte_channels);
         let cost = byte_cost(index, bytes, &mut admission);
-        pass(index, cost, &mut admission);
+        pass(index, cost);
         byte_channels >>= 8;
     }
     admission
@@ -708,26 +710,30 @@ fn wait(
     }
 }
 
-/// Settles a data request of `requested` bytes once its real size is known: returns
-/// unused bytes to the byte-counting channels that charged it, or takes (and waits for)
-/// the extra — including what was above a channel's charge cap. Whether the charge came
-/// from the bucket or from credit, it was charged to the bucket, so a refund goes
-/// there. Nothing to do (no byte channel, or every one charged exactly what moved)
-/// costs two compares.
-#[inline]
-pub fn settle(counters: stats::Counters, admission: &Admission, requested: u64, moved: u64) -> u64 {
+/// Settles a data request of operation `op` and `requested` bytes once its real size
+/// is known: returns unused bytes to the byte-counting channels that charged it, or
+/// takes (and waits for, counted as `op`'s wait) the extra — including what was above
+/// a channel's charge cap. Whether the charge came from the bucket or from credit, it
+/// was charged to the bucket, so a refund goes there. Nothing to do (no byte channel,
+/// or every one charged exactly what moved) costs two compares.
+#[inline(always)]
+pub fn settle(counters: stats::Counters, op: Op, admission: Admission, requested: u64, moved: u64) {
     if admission.byte_channels == 0 || (admission.byte_channels & CAPPED == 0 && moved == requested)
     {
-        return 0;
+        return;
     }
-    settle_shielded(counters, admission.byte_route(), requested, moved)
+    settle_shielded(counters, op, admission.byte_route(), requested, moved);
 }
 
 /// [`settle_bytes`] keeping `errno`; a panic means "settled".
 #[cold]
 #[inline(never)]
-fn settle_shielded(counters: stats::Counters, packed: u32, requested: u64, moved: u64) -> u64 {
-    crate::intercept::shielded(|| settle_bytes(counters, packed, requested, moved)).unwrap_or(0)
+fn settle_shielded(counters: stats::Counters, op: Op, packed: u32, requested: u64, moved: u64) {
+    let waited = crate::intercept::shielded(|| settle_bytes(counters, packed, requested, moved))
+        .unwrap_or(0);
+    if waited != 0 {
+        counters.waited(op, waited);
+    }
 }
 
 fn settle_bytes(counters: stats::Counters, mut packed: u32, requested: u64, moved: u64) -> u64 {
@@ -855,10 +861,10 @@ mod tests {
         // A slow channel delays; raising its rate releases a waiter promptly.
         set_limit(meta, 1, 1).unwrap();
         admit(stats::local(), 0, Op::Getattr, 0); // uses the burst
-        let waiter = std::thread::spawn(|| admit(stats::local(), 0, Op::Getattr, 0));
+        let waiter = std::thread::spawn(|| waited(|| admit(stats::local(), 0, Op::Getattr, 0)));
         std::thread::sleep(std::time::Duration::from_millis(50));
         set_limit(meta, 1_000_000, 1).unwrap();
-        let waited = waiter.join().unwrap().waited;
+        let waited = waiter.join().unwrap();
         assert!(waited < 900_000_000, "waiter was not released: {waited} ns");
 
         // Five channels on one request are refused.
@@ -879,6 +885,13 @@ mod tests {
         assert!(!has_route(0, Op::Open));
     }
 
+    /// How long `f` took (ns): at least the time it waited.
+    fn waited<T>(f: impl FnOnce() -> T) -> u64 {
+        let start = bucket::now_ns();
+        f();
+        bucket::now_ns() - start
+    }
+
     fn getattr_channel(rate: u64, burst: u64) -> ChannelId {
         set_mounts(&["/scratch".into()]).unwrap();
         add(ChannelSpec {
@@ -897,7 +910,7 @@ mod tests {
         let id = getattr_channel(1_000_000, 10_000);
         let index = id.0 as usize;
         let credit = || stats::local().credit(index);
-        let stat = || admit(stats::local(), 0, Op::Getattr, 0).waited;
+        let stat = || waited(|| admit(stats::local(), 0, Op::Getattr, 0));
 
         // A full bucket leases 256 more tokens with the first request; the next one is
         // paid from credit.
@@ -993,10 +1006,10 @@ mod tests {
         // rest goes back to the bucket.
         let admission = admit(counters, 0, Op::Read, 4096);
         assert_eq!(counters.credit(index), 640 << 10);
-        settle(counters, &admission, 4096, 100);
+        settle(counters, Op::Read, admission, 4096, 100);
         // A read of unknown size that moved 5000 bytes pays them from credit.
         let admission = admit(counters, 0, Op::Read, 0);
-        settle(counters, &admission, 0, 5000);
+        settle(counters, Op::Read, admission, 0, 5000);
         assert_eq!(counters.credit(index), (640 << 10) - 5000);
         let info = list().into_iter().find(|c| c.id == id).unwrap();
         assert_eq!((info.admitted, info.tokens), (2, 5100));

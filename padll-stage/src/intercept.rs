@@ -539,14 +539,18 @@ fn tracked_with<R: Returned>(
 
     let outcome = account(&result);
     if main.is_some() {
-        let waited = main_admission.waited
-            + channels::settle(counters, &main_admission, requested, outcome.bytes);
-        counters.managed(main_op, outcome.failed, outcome.bytes, waited);
+        channels::settle(counters, main_op, main_admission, requested, outcome.bytes);
+        counters.managed(main_op, outcome.failed, outcome.bytes);
     }
     if source.is_some() {
-        let waited = source_admission.waited
-            + channels::settle(counters, &source_admission, requested, outcome.bytes);
-        counters.managed(source_op, outcome.failed, outcome.bytes, waited);
+        channels::settle(
+            counters,
+            source_op,
+            source_admission,
+            requested,
+            outcome.bytes,
+        );
+        counters.managed(source_op, outcome.failed, outcome.bytes);
     }
     after_managed(effect, target, resolved.main(), &result);
     result
@@ -614,8 +618,8 @@ pub unsafe fn admit_only(op: Op, target: Target, bytes: u64) {
     let saved = errno::get();
     guarded(|| {
         if let Some(mount) = resolve(target).main_mount() {
-            let waited = channels::admit(counters, mount, op, bytes).waited;
-            counters.managed(op, false, bytes, waited);
+            channels::admit(counters, mount, op, bytes);
+            counters.managed(op, false, bytes);
         }
     });
     errno::set(saved);

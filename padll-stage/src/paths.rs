@@ -85,6 +85,9 @@ struct Prefixes {
     need: [u32; PREFIXES],
     /// The spelling's length if it is at most 16 bytes (the prefix is all of it), else 0.
     short_len: [usize; PREFIXES],
+    /// Bit `short_len − 1` (0 when `short_len` is): among a path's first 16 bytes, the
+    /// last a path needs to hold all of the spelling.
+    end_bit: [u32; PREFIXES],
     /// Its mountpoint index.
     index: [u16; PREFIXES],
     count: usize,
@@ -104,6 +107,7 @@ impl Prefixes {
         bytes: [[0; 16]; PREFIXES],
         need: [0; PREFIXES],
         short_len: [0; PREFIXES],
+        end_bit: [0; PREFIXES],
         index: [0; PREFIXES],
         count: 0,
         near: [false; 256],
@@ -128,11 +132,10 @@ impl Prefixes {
             prefixes.bytes[i][..n].copy_from_slice(&mount[..n]);
             prefixes.need[i] = (1u32 << n) - 1;
             // "/" (length 1) is left to the full comparison.
-            prefixes.short_len[i] = if (2..=16).contains(&mount.len()) {
-                mount.len()
-            } else {
-                0
-            };
+            if (2..=16).contains(&mount.len()) {
+                prefixes.short_len[i] = mount.len();
+                prefixes.end_bit[i] = 1 << (mount.len() - 1);
+            }
             prefixes.index[i] = *index;
         }
         prefixes.count = mounts.len();
@@ -281,13 +284,13 @@ impl MountTable {
         let mut i = 0;
         while i < prefixes.count.min(PREFIXES) {
             if mismatches(head, &prefixes.bytes[i]) & prefixes.need[i] & within == 0 {
-                // The first min(len, 16, mount length) bytes agree.
-                let mount_len = prefixes.short_len[i];
-                // The string is shorter than the mountpoint (byte mount_len − 1 is at or
-                // after its NUL): it may lie above it.
-                if mount_len == 0 || within >> (mount_len - 1) & 1 == 0 {
+                // The first min(len, 16, mount length) bytes agree. A mountpoint longer
+                // than 16 bytes, or one longer than the string (its last byte is at or
+                // after the string's NUL), which it may lie above: compare in full.
+                if within & prefixes.end_bit[i] == 0 {
                     return None;
                 }
+                let mount_len = prefixes.short_len[i];
                 // SAFETY: the string is at least mount_len bytes long: at most the NUL.
                 if matches!(unsafe { *path.add(mount_len) }, b'/' | 0) {
                     return Some(Place::Managed(prefixes.index[i]));

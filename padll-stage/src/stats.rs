@@ -131,7 +131,7 @@ impl Counters {
 
     /// Counts a managed call once it has completed.
     #[inline]
-    pub fn managed(self, op: Op, failed: bool, bytes: u64, wait_ns: u64) {
+    pub fn managed(self, op: Op, failed: bool, bytes: u64) {
         let row = &self.shard.ops[op as usize];
         self.add(&row.managed, 1);
         if failed {
@@ -140,9 +140,12 @@ impl Counters {
         if bytes != 0 {
             self.add(&row.bytes, bytes);
         }
-        if wait_ns != 0 {
-            self.add(&row.wait_ns, wait_ns);
-        }
+    }
+
+    /// Counts time a managed call of `op` spent waiting (where it waited, out of line).
+    #[inline]
+    pub fn waited(self, op: Op, wait_ns: u64) {
+        self.add(&self.shard.ops[op as usize].wait_ns, wait_ns);
     }
 
     /// Counts a request admitted by channel `slot`, costing `tokens`.
@@ -576,7 +579,7 @@ mod tests {
             .map(|_| {
                 std::thread::spawn(|| {
                     for _ in 0..10_000 {
-                        local().managed(Op::Read, false, 1, 0);
+                        local().managed(Op::Read, false, 1);
                     }
                 })
             })
