@@ -359,7 +359,7 @@ fn prefix_word(bytes: &[u8]) -> u64 {
 /// same argument glibc's `strlen` relies on. Bytes outside the string (before `path`,
 /// after its NUL) are masked off and never influence the result. Such a load is outside
 /// the Rust abstract machine's bounds for the object, so it is done in inline assembly
-/// (`movdqa`), whose semantics are the hardware's; the compiler sees an opaque read.
+/// (`movdqu`), whose semantics are the hardware's; the compiler sees an opaque read.
 /// Memory checkers that track object bounds (ASan, Valgrind's memcheck) would flag it
 /// like they flag glibc's `strlen` without their interceptors; under Miri, and off
 /// x86-64, a byte-by-byte version runs instead.
@@ -411,10 +411,10 @@ unsafe fn scan_sse2(path: *const u8) -> Option<usize> {
     // a row are reported: that covers every `//` and `/.`, and also `..` and `./`
     // inside a name (`a..b`), which are rare and only cost the exact check.
     let masks = |block: usize| {
-        // SAFETY: `block` is 16-byte aligned and lies in a page holding a byte of the
-        // string (the first block holds its first byte; a later one is loaded only if
-        // the string did not end before it), so it is mapped.
-        let v = unsafe { load_aligned(block as *const u8) };
+        // SAFETY: `block` is 16-byte aligned, so its 16 bytes lie in one page, which
+        // holds a byte of the string (the first block holds its first byte; a later one
+        // is loaded only if the string did not end before it), so it is mapped.
+        let v = unsafe { load16(block as *const u8) };
         (zeros(v), specials(v))
     };
     let (nul, special) = masks(block);
@@ -437,36 +437,14 @@ unsafe fn scan_sse2(path: *const u8) -> Option<usize> {
     Some(block + nul.trailing_zeros() as usize - start)
 }
 
-/// One aligned 16-byte load that may extend past the object it starts in (see
-/// [`scan`]).
-///
-/// # Safety
-/// `block` must be 16-byte aligned and lie in a mapped page.
-#[cfg(all(target_arch = "x86_64", not(miri)))]
-#[inline(always)]
-unsafe fn load_aligned(block: *const u8) -> std::arch::x86_64::__m128i {
-    let v: std::arch::x86_64::__m128i;
-    // SAFETY: an aligned 16-byte read of a mapped page (our caller's contract) cannot
-    // fault; it writes nothing and touches no stack or flags (the options say so).
-    unsafe {
-        std::arch::asm!(
-            "movdqa {v}, xmmword ptr [{p}]",
-            p = in(reg) block,
-            v = out(xmm_reg) v,
-            options(nostack, readonly, preserves_flags, pure),
-        );
-    }
-    v
-}
-
-/// One unaligned 16-byte load that may extend past the object it starts in (see
-/// [`scan`]).
+/// One 16-byte load that may extend past the object it starts in (see [`scan`]);
+/// aligned or not (`movdqu` costs the same as `movdqa` on aligned data).
 ///
 /// # Safety
 /// The 16 bytes at `at` must lie in mapped pages.
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 #[inline(always)]
-unsafe fn load_unaligned(at: *const u8) -> std::arch::x86_64::__m128i {
+unsafe fn load16(at: *const u8) -> std::arch::x86_64::__m128i {
     let v: std::arch::x86_64::__m128i;
     // SAFETY: a 16-byte read of mapped memory (our caller's contract) cannot fault; it
     // writes nothing and touches no stack or flags (the options say so).
@@ -499,7 +477,7 @@ unsafe fn head16(path: *const u8) -> Option<Head> {
     // SAFETY: the 16 bytes at `path` lie in its page (checked above), which is mapped
     // since it holds the string's first byte.
     unsafe {
-        Some(load_unaligned(path))
+        Some(load16(path))
     }
     #[cfg(not(all(target_arch = "x86_64", not(miri))))]
     {
@@ -540,15 +518,12 @@ unsafe fn scan_head(path: *const u8) -> Option<Head> {
             // No NUL among the first 16 bytes: the string goes on past them.
             let mut block = (path as usize + 16) & !15;
             loop {
-                // SAFETY: `block` is 16-byte aligned and holds a byte of the string (the
-                // previous 16 bytes had no NUL), so its page is mapped; the byte before
-                // it is in the previous block or the first 16 bytes, both read already.
-                let (this, before) = unsafe {
-                    (
-                        load_aligned(block as *const u8),
-                        load_unaligned((block - 1) as *const u8),
-                    )
-                };
+                // SAFETY: `block` is 16-byte aligned, so its 16 bytes lie in one page,
+                // which holds a byte of the string (the previous 16 bytes had no NUL), so
+                // it is mapped; the byte before it is in the previous block or the first
+                // 16 bytes, both read already.
+                let (this, before) =
+                    unsafe { (load16(block as *const u8), load16((block - 1) as *const u8)) };
                 nul = zeros(this);
                 dirty = specials(this) & specials(before);
                 if nul | dirty != 0 {
