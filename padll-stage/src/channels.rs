@@ -24,13 +24,13 @@
 //! **Batches.** A thread that must wait anyway reserves tokens for its next requests
 //! too and sleeps until the last of them conforms (one wake-up per batch, see `take`
 //! and ARCHITECTURE.md, "Throttled threads"); a batch's tokens are spent no earlier
-//! than GCRA would admit them, and within τ/4 of that.
+//! than GCRA would admit them, and within τ/4 of its thread's waking.
 //!
 //! Credit is tagged with the slot's generation, so a re-rate or removal voids it.
 //! Expired or insufficient credit of the current generation goes back to the bucket
 //! when the thread next takes from it, ends, or the process exits (a refund only
-//! cancels debt, never fills a bucket beyond full; without it a thread woken late on a
-//! loaded machine would lose its batch); counters count tokens when spent.
+//! cancels debt, never fills a bucket beyond full; without it a thread that did not
+//! spend its credit in time would lose it); counters count tokens when spent.
 
 use crate::bucket::{self, Limit, TokenBucket};
 use crate::{stats, tsc};
@@ -532,12 +532,23 @@ fn pass_reserving(
         }
         let ticks = tsc::ticks();
         let now = bucket::now_ns();
-        let start = slot.take(counters, index, generation, cost, now, ticks);
-        if start <= now {
+        let reservation = slot.take(counters, index, generation, cost, now, ticks);
+        if reservation.start_ns <= now {
             counters.admitted(index, cost);
             return 0;
         }
-        wait(counters, index, bytes, generation, start, now)
+        let waited = wait(
+            counters,
+            index,
+            bytes,
+            generation,
+            reservation.start_ns,
+            now,
+        );
+        if reservation.leased != 0 {
+            slot.relet_after_waking(counters, index, generation, reservation.leased);
+        }
+        waited
     })
     .unwrap_or(0)
 }
@@ -626,12 +637,15 @@ impl Slot {
         cost: u64,
         now: u64,
         ticks: u64,
-    ) -> u64 {
+    ) -> bucket::Reservation {
         if counters.spend(index, generation, cost, now) {
-            return now;
+            return bucket::Reservation {
+                start_ns: now,
+                leased: 0,
+            };
         }
         if !counters.holds_credit() {
-            return self.bucket().reserve(cost, 0, 0, now).start_ns;
+            return self.bucket().reserve(cost, 0, 0, now);
         }
         let ttl = self.lease_ttl_ns.load(Ordering::Relaxed);
         let max_batch = self.batch_max.load(Ordering::Relaxed);
@@ -650,7 +664,26 @@ impl Slot {
         if reservation.leased != 0 {
             crate::return_credit_at_thread_exit();
         }
-        reservation.start_ns
+        reservation
+    }
+
+    /// Makes the `tokens` a thread reserved with the request it just waited for
+    /// spendable for τ/4 from now, when it woke, rather than from when the last of them
+    /// conformed: a thread woken late (a loaded machine) would otherwise find its batch
+    /// expired, give it back and sleep again. The tokens are still spent no earlier than
+    /// they conform, only later.
+    fn relet_after_waking(
+        &self,
+        counters: stats::Counters,
+        index: usize,
+        generation: u64,
+        tokens: u64,
+    ) {
+        let ticks = tsc::ticks();
+        let now = bucket::now_ns();
+        let expires = now.saturating_add(self.lease_ttl_ns.load(Ordering::Relaxed));
+        let until = tsc::deadline(ticks, now, expires);
+        counters.lease(index, generation, tokens, expires, until);
     }
 }
 
@@ -764,7 +797,9 @@ fn pass_bytes_only(counters: stats::Counters, index: usize, bytes: u64) -> u64 {
     let ticks = tsc::ticks();
     let entered = bucket::now_ns();
     let generation = slot.generation.load(Ordering::Acquire);
-    let start = slot.take(counters, index, generation, bytes, entered, ticks);
+    let start = slot
+        .take(counters, index, generation, bytes, entered, ticks)
+        .start_ns;
     counters.adjust_tokens(index, bytes as i64);
     loop {
         let seen = slot.changes.load(Ordering::Acquire);
