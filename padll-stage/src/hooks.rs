@@ -16,7 +16,8 @@
 
 use crate::intercept::account::*;
 use crate::intercept::{
-    admit_only, dispatch, intercept, intercept_resolved, intercept_rest, Account, Effect, Target,
+    admit_only, dispatch, intercept, intercept_resolved, intercept_rest, Account, Call, Effect,
+    Target,
 };
 use crate::real::{Real, Unavailable};
 use libc::{
@@ -53,6 +54,26 @@ macro_rules! hooks {
                     unresolved as *mut c_void,
                 );
                 pub(crate) type Signature = unsafe extern "C" fn($($ty),*) -> $ret;
+
+                /// The table line's description of a call with these arguments (not
+                /// every argument is in it; for some lines nothing in it is unsafe).
+                ///
+                /// # Safety
+                /// The application's arguments: what the line reads of them (a stream,
+                /// an iovec array, an aiocb), libc's `$name` reads too.
+                #[inline(always)]
+                #[allow(unused_variables, unused_unsafe)]
+                pub(crate) unsafe fn line($($arg: $ty),*) -> Call {
+                    // SAFETY: our caller's contract.
+                    unsafe {
+                        Call {
+                            op: Option::<Op>::from($op),
+                            target: $target,
+                            effect: $effect,
+                            requested: $requested as u64,
+                        }
+                    }
+                }
 
                 /// Calls the real function.
                 ///
@@ -112,10 +133,7 @@ macro_rules! hooks {
                     unsafe {
                         intercept_resolved(
                             found,
-                            Option::<Op>::from($op),
-                            $target,
-                            $effect,
-                            $requested as u64,
+                            $name::line($($arg),*),
                             $account,
                             move || $name::call($($arg),*),
                             move || rest($($arg,)* found),
@@ -134,15 +152,9 @@ macro_rules! hooks {
                 unsafe extern "C" fn rest($($arg: $ty,)* found: u32) -> $ret {
                     // SAFETY: as in `slow`.
                     unsafe {
-                        intercept_rest(
-                            found,
-                            Option::<Op>::from($op),
-                            $target,
-                            $effect,
-                            $requested as u64,
-                            $account,
-                            move || $name::call($($arg),*),
-                        )
+                        intercept_rest(found, $name::line($($arg),*), $account, move || {
+                            $name::call($($arg),*)
+                        })
                     }
                 }
                 // SAFETY: the application's arguments, passed on unchanged and valid for
@@ -560,10 +572,12 @@ unsafe fn hooked_mmap(
     // real `mmap` with the application's arguments, unchanged.
     unsafe {
         intercept(
-            Some(Op::Mmap),
-            Target::Fd(fd),
-            Effect::None,
-            0,
+            Call {
+                op: Some(Op::Mmap),
+                target: Target::Fd(fd),
+                effect: Effect::None,
+                requested: 0,
+            },
             mapped(len),
             || real_mmap(real, addr, len, prot, flags, fd, offset),
         )

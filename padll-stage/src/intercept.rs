@@ -54,6 +54,20 @@ pub enum Target {
     },
 }
 
+/// What a hook's table line says about one call.
+#[derive(Clone, Copy)]
+pub struct Call {
+    /// The operation counted and throttled (`None`: the call only keeps the
+    /// descriptor table right).
+    pub op: Option<Op>,
+    /// What it operates on.
+    pub target: Target,
+    /// What it does to the descriptor table or the current directory.
+    pub effect: Effect,
+    /// The bytes it asks to move (what byte channels charge before the call).
+    pub requested: u64,
+}
+
 /// What a call does to the descriptor table or the current directory.
 #[derive(Clone, Copy)]
 pub enum Effect {
@@ -271,14 +285,11 @@ pub unsafe fn dispatch<R: Returned>(
 /// The hook body: see the module documentation.
 ///
 /// # Safety
-/// `target` and `effect` must hold the pointers the application passed, and `real`
-/// must call the real function with the application's arguments.
+/// `call`'s target and effect must hold the pointers the application passed, and
+/// `real` must call the real function with the application's arguments.
 #[inline(always)]
 pub unsafe fn intercept<R: Returned>(
-    op: Option<Op>,
-    target: Target,
-    effect: Effect,
-    requested: u64,
+    call: Call,
     account: impl FnOnce(&R) -> Account,
     real: impl FnOnce() -> R,
 ) -> R {
@@ -286,17 +297,7 @@ pub unsafe fn intercept<R: Returned>(
         return real();
     }
     // SAFETY: our caller's contract, passed on unchanged.
-    unsafe {
-        intercept_rest(
-            Resolved::UNKNOWN,
-            op,
-            target,
-            effect,
-            requested,
-            account,
-            real,
-        )
-    }
+    unsafe { intercept_rest(Resolved::UNKNOWN, call, account, real) }
 }
 
 /// [`intercept`] once the stage is known to be active (the hooks' `slow`, reached only
@@ -312,23 +313,26 @@ pub unsafe fn intercept<R: Returned>(
 ///
 /// # Safety
 /// As for [`intercept`]; `rest` must call [`intercept_rest`] with the same arguments.
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub unsafe fn intercept_resolved<R: Returned>(
     found: u32,
-    op: Option<Op>,
-    target: Target,
-    effect: Effect,
-    requested: u64,
+    call: Call,
     account: impl FnOnce(&R) -> Account,
     real: impl FnOnce() -> R,
     rest: impl FnOnce() -> R,
 ) -> R {
-    if let (Some(op), Some(counters)) = (op, stats::cached()) {
-        if is_common(found, effect) && counters.stage_io() == Some(false) {
-            let resolved = Resolved(found);
+    if let (Some(op), Some(counters)) = (call.op, stats::cached()) {
+        if is_common(found, call.effect) && counters.stage_io() == Some(false) {
+            let (target, effect, resolved) = (call.target, call.effect, Resolved(found));
             return tracked_with(
-                counters, op, target, effect, resolved, requested, account, real,
+                counters,
+                op,
+                target,
+                effect,
+                resolved,
+                call.requested,
+                account,
+                real,
             );
         }
     }
@@ -369,13 +373,16 @@ fn is_common(found: u32, effect: Effect) -> bool {
 #[inline(always)]
 pub unsafe fn intercept_rest<R: Returned>(
     found: u32,
-    op: Option<Op>,
-    target: Target,
-    effect: Effect,
-    requested: u64,
+    call: Call,
     account: impl FnOnce(&R) -> Account,
     real: impl FnOnce() -> R,
 ) -> R {
+    let Call {
+        op,
+        target,
+        effect,
+        requested,
+    } = call;
     let resolved = match op {
         Some(_) if found != Resolved::UNKNOWN => Resolved(found),
         Some(_) => resolve(target),

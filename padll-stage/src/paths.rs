@@ -868,6 +868,18 @@ mod tests {
         }
     }
 
+    /// A buffer holding `path` `offset` bytes past a 16-byte boundary, NUL-terminated,
+    /// with `garbage` after its NUL, and where the path starts in it.
+    fn placed(path: &str, offset: usize, garbage: &str) -> (Vec<u8>, usize) {
+        let mut storage = vec![b'/'; 256];
+        let base = (16 - storage.as_ptr() as usize % 16) % 16 + offset;
+        storage[base..base + path.len()].copy_from_slice(path.as_bytes());
+        storage[base + path.len()] = 0;
+        let tail = base + path.len() + 1;
+        storage[tail..tail + garbage.len()].copy_from_slice(garbage.as_bytes());
+        (storage, base)
+    }
+
     #[test]
     fn place_encoding_round_trips() {
         for place in [
@@ -913,12 +925,7 @@ mod tests {
             offset in 0usize..16,
             garbage in "[a./]{0,20}",
         ) {
-            let mut storage = vec![b'/'; 256];
-            let base = (16 - storage.as_ptr() as usize % 16) % 16 + offset;
-            storage[base..base + path.len()].copy_from_slice(path.as_bytes());
-            storage[base + path.len()] = 0;
-            let tail = base + path.len() + 1;
-            storage[tail..tail + garbage.len()].copy_from_slice(garbage.as_bytes());
+            let (storage, base) = placed(&path, offset, &garbage);
             // SAFETY: NUL-terminated inside `storage`.
             let scanned = unsafe { scan(storage[base..].as_ptr()) };
             let bytes = path.as_bytes();
@@ -966,12 +973,7 @@ mod tests {
                 "/tmp/x-m/p/-".into(),
             ])
             .unwrap();
-            let mut storage = vec![b'/'; 256];
-            let base = (16 - storage.as_ptr() as usize % 16) % 16 + offset;
-            storage[base..base + path.len()].copy_from_slice(path.as_bytes());
-            storage[base + path.len()] = 0;
-            let tail = base + path.len() + 1;
-            storage[tail..tail + garbage.len()].copy_from_slice(garbage.as_bytes());
+            let (storage, base) = placed(&path, offset, &garbage);
             let start = storage[base..].as_ptr();
             // SAFETY: NUL-terminated inside `storage`, starting with `/`.
             let quick = unsafe { table.quick_absolute(start) };
