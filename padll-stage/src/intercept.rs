@@ -483,9 +483,8 @@ unsafe fn quick_path(mounts: &MountTable, dirfd: c_int, path: *const c_char) -> 
 /// The common case — a thread that owns its counter shard, every channel paid from the
 /// thread's leased credit, no byte count to settle, no path to remember — runs only
 /// code that cannot panic and does not touch `errno` (bounded table lookups, plain
-/// loads and stores in the thread's shard, one `clock_gettime`, which never fails for
-/// `CLOCK_MONOTONIC` and so leaves `errno` alone): it needs neither a panic guard nor
-/// an `errno` save. Everything else (reserving in a bucket, waiting, settling a byte
+/// loads and stores in the thread's shard, one `rdtsc`): it needs neither a panic
+/// guard nor an `errno` save. Everything else (reserving in a bucket, waiting, settling a byte
 /// count, allocating a path, a thread's first call) is out of line and [`shielded`].
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
