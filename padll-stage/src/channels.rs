@@ -545,7 +545,7 @@ fn pass_reserving(
             reservation.start_ns,
             now,
         );
-        if reservation.leased != 0 {
+        if counters.holds_credit() {
             slot.relet_after_waking(counters, index, generation, reservation.leased);
         }
         waited
@@ -667,11 +667,15 @@ impl Slot {
         reservation
     }
 
-    /// Makes the `tokens` a thread reserved with the request it just waited for
-    /// spendable for τ/4 from now, when it woke, rather than from when the last of them
-    /// conformed: a thread woken late (a loaded machine) would otherwise find its batch
-    /// expired, give it back and sleep again. The tokens are still spent no earlier than
-    /// they conform, only later.
+    /// Makes the `tokens` a thread reserved with the request it just waited for (its
+    /// batch, or none) spendable for τ/4 from now, when it woke, rather than from when
+    /// the last of them conformed: a thread woken late (a loaded machine) would
+    /// otherwise find its batch expired, give it back and sleep again. The tokens are
+    /// still spent no earlier than they conform, only later. Its pace is measured from
+    /// now too: counted from the reservation's start, the timer's lateness (tens of µs)
+    /// would read as the time of its calls, and a thread given no batch once (its first
+    /// wait, behind another process's batch) would then ask for batches too small to
+    /// be granted behind it, and sleep once per call.
     fn relet_after_waking(
         &self,
         counters: stats::Counters,
