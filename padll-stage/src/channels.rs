@@ -2,7 +2,7 @@
 //! requests its selector matches — a mountpoint (or every mountpoint) and an operation,
 //! a class of operations, or all of them.
 //!
-//! The data path reads two static tables and takes no lock: `ROUTES[mount][op]` packs
+//! The data path reads two static tables and takes no lock: `ROUTES[op][mount]` packs
 //! the (up to four) channels a request must pass, and each channel's slot holds its
 //! bucket and counters. Adding, removing or re-rating a channel (configuration at
 //! start-up, later the control plane) rewrites those atomics under a control-path mutex;
@@ -24,20 +24,20 @@
 //! **Batches.** A thread that must wait anyway reserves tokens for its next requests
 //! too and sleeps until the last of them conforms (one wake-up per batch, see `take`
 //! and ARCHITECTURE.md, "Throttled threads"); a batch's tokens are spent no earlier
-//! than GCRA would admit them, and within τ/4 of that.
+//! than GCRA would admit them, and within τ/4 of its thread's waking.
 //!
 //! Credit is tagged with the slot's generation, so a re-rate or removal voids it.
 //! Expired or insufficient credit of the current generation goes back to the bucket
 //! when the thread next takes from it, ends, or the process exits (a refund only
-//! cancels debt, never fills a bucket beyond full; without it a thread woken late on a
-//! loaded machine would lose its batch); counters count tokens when spent.
+//! cancels debt, never fills a bucket beyond full; without it a thread that did not
+//! spend its credit in time would lose it); counters count tokens when spent.
 
 use crate::bucket::{self, Limit, TokenBucket};
 use crate::{stats, tsc};
 use padll_wire::channel::{ChannelId, ChannelInfo, ChannelSpec, LimitScope, Unit};
 use padll_wire::ops::Op;
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 pub use padll_wire::channel::MAX_CHANNELS;
@@ -63,11 +63,6 @@ const MIN_LEASE: u64 = 8;
 /// back-to-back calls), so at 1 000 ops/s a thread sleeps once per 32 requests.
 const BATCH_SPAN_NS: u64 = 32_000_000;
 
-/// [`Slot::flags`]: the slot holds a channel.
-const IN_USE: u8 = 1;
-/// [`Slot::flags`]: the channel counts bytes.
-const COUNTS_BYTES: u8 = 2;
-
 /// One channel. Its counters are kept per thread in [`stats`] (a shared counter would
 /// be one more contended cache line per request); `counted_before` holds the totals
 /// when the slot was (re)used, which [`list`] subtracts.
@@ -80,9 +75,6 @@ struct Slot {
     changes: AtomicU32,
     in_use: AtomicBool,
     counts_bytes: AtomicBool,
-    /// `in_use` and `counts_bytes` in one byte ([`IN_USE`], [`COUNTS_BYTES`]), for
-    /// the managed path's one load; written with them.
-    flags: AtomicU8,
     /// The most bytes charged before a call (the burst); a larger request pays the
     /// rest once it returns. Byte counts asked for can be huge (`cat` and `cp` call
     /// `copy_file_range` with `SSIZE_MAX`): charged whole, they would block the
@@ -108,7 +100,6 @@ static SLOTS: [Slot; SLOT_COUNT] = [const {
         changes: AtomicU32::new(0),
         in_use: AtomicBool::new(false),
         counts_bytes: AtomicBool::new(false),
-        flags: AtomicU8::new(0),
         byte_charge_cap: AtomicU64::new(u64::MAX),
         lease: AtomicU64::new(0),
         lease_ttl_ns: AtomicU64::new(0),
@@ -119,11 +110,13 @@ static SLOTS: [Slot; SLOT_COUNT] = [const {
     }
 }; SLOT_COUNT];
 
-/// `ROUTES[mount][op]`: up to four channel slot numbers + 1, one per byte, in the low
-/// half; the byte-counting ones among them (packed the same way) in the high half, so
-/// the managed path learns which channels need settling from the same load.
-static ROUTES: [[AtomicU64; Op::COUNT]; MAX_MOUNTS] =
-    [const { [const { AtomicU64::new(0) }; Op::COUNT] }; MAX_MOUNTS];
+/// `ROUTES[op][mount]`: the channels a request passes, as slot numbers + 1, one per
+/// byte — those counting requests in the low half, those counting bytes in the high
+/// half (four at most in all) — so the managed path learns from one load what each
+/// channel charges and which need settling. Indexed by operation first: a hook's
+/// operation is a constant, so its row's address is too.
+static ROUTES: [[AtomicU64; MAX_MOUNTS]; Op::COUNT] =
+    [const { [const { AtomicU64::new(0) }; MAX_MOUNTS] }; Op::COUNT];
 
 /// Control-path registry: the spec of each slot in use and the mount names.
 struct Registry {
@@ -211,12 +204,6 @@ fn add_with(spec: ChannelSpec, shared: Option<&'static TokenBucket>) -> Result<C
     slot.counted_before[0].store(admitted, Ordering::Relaxed);
     slot.counted_before[1].store(tokens, Ordering::Relaxed);
     slot.in_use.store(true, Ordering::Release);
-    let bytes_flag = if spec.unit == Unit::Bytes {
-        COUNTS_BYTES
-    } else {
-        0
-    };
-    slot.flags.store(IN_USE | bytes_flag, Ordering::Release);
     slot.changed();
     publish_routes(&reg);
     Ok(ChannelId(free as u8))
@@ -234,7 +221,6 @@ pub fn remove(id: ChannelId) -> bool {
     let _ = rebuild_routes(&reg);
     publish_routes(&reg);
     SLOTS[index].in_use.store(false, Ordering::Release);
-    SLOTS[index].flags.fetch_and(!IN_USE, Ordering::Release);
     SLOTS[index]
         .shared
         .store(std::ptr::null_mut(), Ordering::Release);
@@ -328,9 +314,10 @@ fn compute_routes(reg: &Registry) -> Result<Vec<[u64; Op::COUNT]>, String> {
     let mut routes = vec![[0u64; Op::COUNT]; reg.mounts.len()];
     for (mount_index, mount_name) in reg.mounts.iter().enumerate() {
         for op in Op::ALL {
-            let mut packed = 0u32;
+            let mut requests = 0u32;
             let mut bytes = 0u32;
             let mut count = 0;
+            let mut request_count = 0;
             let mut byte_count = 0;
             for (slot, spec) in reg.specs.iter().enumerate() {
                 let Some(spec) = spec else { continue };
@@ -341,15 +328,17 @@ fn compute_routes(reg: &Registry) -> Result<Vec<[u64; Op::COUNT]>, String> {
                             "more than {MAX_CHANNELS_PER_REQUEST} channels would apply to '{op}' on {mount_name}"
                         ));
                     }
-                    packed |= (slot as u32 + 1) << (8 * count);
                     count += 1;
                     if spec.unit == Unit::Bytes {
                         bytes |= (slot as u32 + 1) << (8 * byte_count);
                         byte_count += 1;
+                    } else {
+                        requests |= (slot as u32 + 1) << (8 * request_count);
+                        request_count += 1;
                     }
                 }
             }
-            routes[mount_index][*op as usize] = packed as u64 | (bytes as u64) << 32;
+            routes[mount_index][*op as usize] = requests as u64 | (bytes as u64) << 32;
         }
     }
     Ok(routes)
@@ -361,7 +350,7 @@ fn publish_routes(reg: &Registry) {
     };
     for (mount, row) in routes.iter().enumerate() {
         for (op, packed) in row.iter().enumerate() {
-            ROUTES[mount][op].store(*packed, Ordering::Release);
+            ROUTES[op][mount].store(*packed, Ordering::Release);
         }
     }
 }
@@ -372,93 +361,160 @@ pub fn has_route(mount: u16, op: Op) -> bool {
     route(mount, op) != 0
 }
 
-#[inline]
+#[inline(always)]
 fn route(mount: u16, op: Op) -> u64 {
-    match ROUTES.get(mount as usize) {
-        Some(row) => row[op as usize].load(Ordering::Acquire),
+    match ROUTES[op as usize].get(mount as usize) {
+        Some(word) => word.load(Ordering::Acquire),
         None => 0,
     }
 }
 
-/// What [`admit`] did, for [`settle`]: the time spent waiting, and which byte-counting
-/// channels charged the request before the call.
+/// What [`admit`] did, for [`settle`]: which byte-counting channels charged the
+/// request before the call. One word, so that it stays in a register across the call.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Admission {
-    /// Nanoseconds spent waiting.
-    pub waited: u64,
-    /// The byte-counting channels passed (slot number + 1 per byte, as in `ROUTES`).
-    byte_route: u32,
-    /// Every one of them charged all the bytes requested (none was capped at its
-    /// burst), so a call that moved exactly that many needs no settling.
-    uncapped: bool,
+    /// The byte-counting channels passed (slot number + 1 per byte, as in the high half
+    /// of a `ROUTES` word) in the low half; [`CAPPED`] if one of them charged less than
+    /// the bytes requested (its burst capped the charge), so that even a call that
+    /// moved exactly that many needs settling.
+    byte_channels: u64,
 }
+
+/// [`Admission::byte_channels`]: a byte channel's charge was capped.
+const CAPPED: u64 = 1 << 32;
 
 impl Admission {
     /// Nothing admitted (no channel, or not managed).
-    pub const NONE: Admission = Admission {
-        waited: 0,
-        byte_route: 0,
-        uncapped: true,
-    };
+    pub const NONE: Admission = Admission { byte_channels: 0 };
+
+    /// The byte channels passed, packed as in a route.
+    #[inline(always)]
+    fn byte_route(self) -> u32 {
+        self.byte_channels as u32
+    }
 }
 
-/// Passes a request through every channel that serves it, sleeping until each admits
-/// it. `bytes` is the request's size for byte-counting channels; `counters` are the
-/// calling thread's. The clock is read once unless the request waits.
+/// Passes a request of operation `op` through every channel that serves it, sleeping
+/// until each admits it (the time is counted as the operation's wait). `bytes` is the
+/// request's size for byte-counting channels; `counters` are the calling thread's. The
+/// clock is read once unless the request waits.
 ///
-/// Inlined into the hooks' managed path: a channel whose cost the thread's leased
-/// credit pays is passed with loads and plain stores in the thread's shard (no call
-/// but the clock read, no panic, `errno` untouched); anything else — reserving in the
-/// bucket, leasing, waiting — is [`pass_reserving`], out of line and shielded.
+/// Inlined into the hooks' managed path: channels whose cost the thread's leased
+/// credit pays are passed with loads and plain stores in the thread's shard (no call,
+/// no panic, `errno` untouched); from the first one it does not pay, the rest is
+/// [`admit_rest`], out of line (so the inlined loops keep nothing alive across a call).
 #[inline(always)]
 pub fn admit(counters: stats::Counters, mount: u16, op: Op, bytes: u64) -> Admission {
     let word = route(mount, op);
     let mut admission = Admission {
-        waited: 0,
-        byte_route: (word >> 32) as u32,
-        uncapped: true,
+        byte_channels: word >> 32,
     };
-    let mut packed = word as u32;
-    if packed == 0 {
+    if word == 0 {
         return admission;
     }
-    // The credit check's clock: one `rdtsc` against tick deadlines once they are
-    // calibrated (`tsc`), else `CLOCK_MONOTONIC`.
-    let mut stamp = tsc::stamp();
-    while packed != 0 {
-        // A byte of 0 (never in a route) would index the unused last slot.
-        let index = (packed as u8).wrapping_sub(1) as usize;
-        let slot = &SLOTS[index];
-        let flags = slot.flags.load(Ordering::Acquire);
-        if flags & IN_USE != 0 {
-            let cost = if flags & COUNTS_BYTES != 0 {
-                let cap = slot.byte_charge_cap.load(Ordering::Relaxed);
-                admission.uncapped &= bytes <= cap;
-                bytes.min(cap)
-            } else {
-                1
-            };
-            let generation = slot.generation.load(Ordering::Acquire);
-            if counters.spend_at(index, generation, cost, stamp) {
-                counters.admitted(index, cost);
-            } else {
-                let wait = pass_reserving(counters, index, bytes, generation, cost);
-                if wait != 0 {
-                    admission.waited = admission.waited.wrapping_add(wait);
-                    stamp = tsc::stamp();
-                }
-            }
+    // The credit check's clock: one `rdtsc` against tick deadlines (`tsc`).
+    let stamp = tsc::ticks();
+    let mut requests = word as u32;
+    while requests != 0 {
+        if !paid_from_credit(counters, slot_index(requests), 1, stamp) {
+            return admit_rest(
+                counters,
+                op,
+                requests,
+                admission.byte_route(),
+                bytes,
+                admission,
+            );
         }
-        packed >>= 8;
+        requests >>= 8;
+    }
+    let mut byte_channels = admission.byte_route();
+    while byte_channels != 0 {
+        let index = slot_index(byte_channels);
+        let cost = byte_cost(index, bytes, &mut admission);
+        if !paid_from_credit(counters, index, cost, stamp) {
+            return admit_rest(counters, op, 0, byte_channels, bytes, admission);
+        }
+        byte_channels >>= 8;
     }
     admission
 }
 
-/// The rest of passing one channel when the managed path's credit check failed (the
-/// channel was in use under `generation`): read the clock, take `cost` (from credit
-/// if it is still good by the clock, else reserving in the bucket and leasing or
-/// batching for later requests), then wait if the reservation starts later. Returns
-/// the time spent waiting. `errno` is kept and a panic means "admitted".
+/// The slot named by the low byte of a packed route (slot number + 1). A byte of 0,
+/// never in a route, would index the unused last slot: no bounds check is needed.
+#[inline(always)]
+fn slot_index(packed: u32) -> usize {
+    (packed as u8).wrapping_sub(1) as usize
+}
+
+/// What a request of `bytes` bytes costs in byte channel `index` before the call: the
+/// bytes up to its charge cap (`admission` notes whether the cap cut them).
+#[inline(always)]
+fn byte_cost(index: usize, bytes: u64, admission: &mut Admission) -> u64 {
+    let cap = SLOTS[index].byte_charge_cap.load(Ordering::Relaxed);
+    if bytes > cap {
+        admission.byte_channels |= CAPPED;
+    }
+    bytes.min(cap)
+}
+
+/// Spends `cost` tokens of the thread's credit in channel `index` and counts the
+/// request, if the credit pays (checked against `stamp`).
+#[inline(always)]
+fn paid_from_credit(counters: stats::Counters, index: usize, cost: u64, stamp: u64) -> bool {
+    let generation = SLOTS[index].generation.load(Ordering::Acquire);
+    let paid = counters.spend_at(index, generation, cost, stamp);
+    if paid {
+        counters.admitted(index, cost);
+    }
+    paid
+}
+
+/// [`admit`] from the first channel the thread's credit did not pay (`requests` and
+/// `byte_channels`: the request and byte channels left, packed as in a route): each is
+/// passed from credit if it pays, else by [`pass_reserving`], which may wait (then the
+/// time is counted as `op`'s wait and the clock is read again).
+#[cold]
+#[inline(never)]
+fn admit_rest(
+    counters: stats::Counters,
+    op: Op,
+    mut requests: u32,
+    mut byte_channels: u32,
+    bytes: u64,
+    mut admission: Admission,
+) -> Admission {
+    let mut stamp = tsc::ticks();
+    let mut pass = |index: usize, cost: u64| {
+        if paid_from_credit(counters, index, cost, stamp) {
+            return;
+        }
+        let generation = SLOTS[index].generation.load(Ordering::Acquire);
+        let wait = pass_reserving(counters, index, bytes, generation, cost);
+        if wait != 0 {
+            counters.waited(op, wait);
+            stamp = tsc::ticks();
+        }
+    };
+    while requests != 0 {
+        pass(slot_index(requests), 1);
+        requests >>= 8;
+    }
+    while byte_channels != 0 {
+        let index = slot_index(byte_channels);
+        let cost = byte_cost(index, bytes, &mut admission);
+        pass(index, cost);
+        byte_channels >>= 8;
+    }
+    admission
+}
+
+/// The rest of passing one channel when the managed path's credit check failed
+/// (`generation` was read before the check): nothing if the channel was removed
+/// meanwhile; else read the clock, take `cost` (from credit if it is still good by the
+/// clock, else reserving in the bucket and leasing or batching for later requests),
+/// then wait if the reservation starts later. Returns the time spent waiting. `errno`
+/// is kept and a panic means "admitted".
 #[cold]
 #[inline(never)]
 fn pass_reserving(
@@ -470,14 +526,28 @@ fn pass_reserving(
 ) -> u64 {
     crate::intercept::shielded(|| {
         let slot = &SLOTS[index];
+        if !slot.in_use.load(Ordering::Acquire) {
+            return 0;
+        }
         let ticks = tsc::ticks();
         let now = bucket::now_ns();
-        let start = slot.take(counters, index, generation, cost, now, ticks);
-        if start <= now {
+        let reservation = slot.take(counters, index, generation, cost, now, ticks);
+        if reservation.start_ns <= now {
             counters.admitted(index, cost);
             return 0;
         }
-        wait(counters, index, bytes, generation, start, now)
+        let waited = wait(
+            counters,
+            index,
+            bytes,
+            generation,
+            reservation.start_ns,
+            now,
+        );
+        if counters.holds_credit() {
+            slot.relet_after_waking(counters, index, generation, reservation.leased);
+        }
+        waited
     })
     .unwrap_or(0)
 }
@@ -566,12 +636,15 @@ impl Slot {
         cost: u64,
         now: u64,
         ticks: u64,
-    ) -> u64 {
+    ) -> bucket::Reservation {
         if counters.spend(index, generation, cost, now) {
-            return now;
+            return bucket::Reservation {
+                start_ns: now,
+                leased: 0,
+            };
         }
         if !counters.holds_credit() {
-            return self.bucket().reserve(cost, 0, 0, now).start_ns;
+            return self.bucket().reserve(cost, 0, 0, now);
         }
         let ttl = self.lease_ttl_ns.load(Ordering::Relaxed);
         let max_batch = self.batch_max.load(Ordering::Relaxed);
@@ -585,12 +658,35 @@ impl Slot {
         let lease = self.lease.load(Ordering::Relaxed);
         let reservation = self.bucket().reserve(cost, lease, batch, now);
         let expires = reservation.start_ns.max(now).saturating_add(ttl);
-        let until = tsc::until(ticks, now, expires);
+        let until = tsc::deadline(ticks, now, expires);
         counters.lease(index, generation, reservation.leased, expires, until);
         if reservation.leased != 0 {
             crate::return_credit_at_thread_exit();
         }
-        reservation.start_ns
+        reservation
+    }
+
+    /// Makes the `tokens` a thread reserved with the request it just waited for (its
+    /// batch, or none) spendable for τ/4 from now, when it woke, rather than from when
+    /// the last of them conformed: a thread woken late (a loaded machine) would
+    /// otherwise find its batch expired, give it back and sleep again. The tokens are
+    /// still spent no earlier than they conform, only later. Its pace is measured from
+    /// now too: counted from the reservation's start, the timer's lateness (tens of µs)
+    /// would read as the time of its calls, and a thread given no batch once (its first
+    /// wait, behind another process's batch) would then ask for batches too small to
+    /// be granted behind it, and sleep once per call.
+    fn relet_after_waking(
+        &self,
+        counters: stats::Counters,
+        index: usize,
+        generation: u64,
+        tokens: u64,
+    ) {
+        let ticks = tsc::ticks();
+        let now = bucket::now_ns();
+        let expires = now.saturating_add(self.lease_ttl_ns.load(Ordering::Relaxed));
+        let until = tsc::deadline(ticks, now, expires);
+        counters.lease(index, generation, tokens, expires, until);
     }
 }
 
@@ -650,25 +746,30 @@ fn wait(
     }
 }
 
-/// Settles a data request of `requested` bytes once its real size is known: returns
-/// unused bytes to the byte-counting channels that charged it, or takes (and waits for)
-/// the extra — including what was above a channel's charge cap. Whether the charge came
-/// from the bucket or from credit, it was charged to the bucket, so a refund goes
-/// there. Nothing to do (no byte channel, or every one charged exactly what moved)
-/// costs two compares.
-#[inline]
-pub fn settle(counters: stats::Counters, admission: &Admission, requested: u64, moved: u64) -> u64 {
-    if admission.byte_route == 0 || (admission.uncapped && moved == requested) {
-        return 0;
+/// Settles a data request of operation `op` and `requested` bytes once its real size
+/// is known: returns unused bytes to the byte-counting channels that charged it, or
+/// takes (and waits for, counted as `op`'s wait) the extra — including what was above
+/// a channel's charge cap. Whether the charge came from the bucket or from credit, it
+/// was charged to the bucket, so a refund goes there. Nothing to do (no byte channel,
+/// or every one charged exactly what moved) costs two compares.
+#[inline(always)]
+pub fn settle(counters: stats::Counters, op: Op, admission: Admission, requested: u64, moved: u64) {
+    if admission.byte_channels == 0 || (admission.byte_channels & CAPPED == 0 && moved == requested)
+    {
+        return;
     }
-    settle_shielded(counters, admission.byte_route, requested, moved)
+    settle_shielded(counters, op, admission.byte_route(), requested, moved);
 }
 
 /// [`settle_bytes`] keeping `errno`; a panic means "settled".
 #[cold]
 #[inline(never)]
-fn settle_shielded(counters: stats::Counters, packed: u32, requested: u64, moved: u64) -> u64 {
-    crate::intercept::shielded(|| settle_bytes(counters, packed, requested, moved)).unwrap_or(0)
+fn settle_shielded(counters: stats::Counters, op: Op, packed: u32, requested: u64, moved: u64) {
+    let waited = crate::intercept::shielded(|| settle_bytes(counters, packed, requested, moved))
+        .unwrap_or(0);
+    if waited != 0 {
+        counters.waited(op, waited);
+    }
 }
 
 fn settle_bytes(counters: stats::Counters, mut packed: u32, requested: u64, moved: u64) -> u64 {
@@ -699,7 +800,9 @@ fn pass_bytes_only(counters: stats::Counters, index: usize, bytes: u64) -> u64 {
     let ticks = tsc::ticks();
     let entered = bucket::now_ns();
     let generation = slot.generation.load(Ordering::Acquire);
-    let start = slot.take(counters, index, generation, bytes, entered, ticks);
+    let start = slot
+        .take(counters, index, generation, bytes, entered, ticks)
+        .start_ns;
     counters.adjust_tokens(index, bytes as i64);
     loop {
         let seen = slot.changes.load(Ordering::Acquire);
@@ -796,10 +899,10 @@ mod tests {
         // A slow channel delays; raising its rate releases a waiter promptly.
         set_limit(meta, 1, 1).unwrap();
         admit(stats::local(), 0, Op::Getattr, 0); // uses the burst
-        let waiter = std::thread::spawn(|| admit(stats::local(), 0, Op::Getattr, 0));
+        let waiter = std::thread::spawn(|| waited(|| admit(stats::local(), 0, Op::Getattr, 0)));
         std::thread::sleep(std::time::Duration::from_millis(50));
         set_limit(meta, 1_000_000, 1).unwrap();
-        let waited = waiter.join().unwrap().waited;
+        let waited = waiter.join().unwrap();
         assert!(waited < 900_000_000, "waiter was not released: {waited} ns");
 
         // Five channels on one request are refused.
@@ -820,6 +923,13 @@ mod tests {
         assert!(!has_route(0, Op::Open));
     }
 
+    /// How long `f` took (ns): at least the time it waited.
+    fn waited<T>(f: impl FnOnce() -> T) -> u64 {
+        let start = bucket::now_ns();
+        f();
+        bucket::now_ns() - start
+    }
+
     fn getattr_channel(rate: u64, burst: u64) -> ChannelId {
         set_mounts(&["/scratch".into()]).unwrap();
         add(ChannelSpec {
@@ -838,7 +948,7 @@ mod tests {
         let id = getattr_channel(1_000_000, 10_000);
         let index = id.0 as usize;
         let credit = || stats::local().credit(index);
-        let stat = || admit(stats::local(), 0, Op::Getattr, 0).waited;
+        let stat = || waited(|| admit(stats::local(), 0, Op::Getattr, 0));
 
         // A full bucket leases 256 more tokens with the first request; the next one is
         // paid from credit.
@@ -934,10 +1044,10 @@ mod tests {
         // rest goes back to the bucket.
         let admission = admit(counters, 0, Op::Read, 4096);
         assert_eq!(counters.credit(index), 640 << 10);
-        settle(counters, &admission, 4096, 100);
+        settle(counters, Op::Read, admission, 4096, 100);
         // A read of unknown size that moved 5000 bytes pays them from credit.
         let admission = admit(counters, 0, Op::Read, 0);
-        settle(counters, &admission, 0, 5000);
+        settle(counters, Op::Read, admission, 0, 5000);
         assert_eq!(counters.credit(index), (640 << 10) - 5000);
         let info = list().into_iter().find(|c| c.id == id).unwrap();
         assert_eq!((info.admitted, info.tokens), (2, 5100));

@@ -12,7 +12,7 @@
 use crate::paths::Place;
 use std::ffi::{c_char, CStr, CString};
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, AtomicU16, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU16, AtomicUsize, Ordering};
 
 const CHUNK_BITS: usize = 10;
 const CHUNK_SIZE: usize = 1 << CHUNK_BITS;
@@ -31,6 +31,10 @@ struct Chunk {
 }
 
 static PATHS: [AtomicPtr<Chunk>; CHUNKS] = [const { AtomicPtr::new(ptr::null_mut()) }; CHUNKS];
+/// Some chunk of [`PATHS`] exists (a path was kept once): until then, forgetting a
+/// managed descriptor need not look for its path. (A descriptor's path is recorded and
+/// forgotten by threads that agree on the descriptor, so they agree on this flag.)
+static PATHS_KEPT: AtomicBool = AtomicBool::new(false);
 
 #[inline(always)]
 fn index(fd: i32) -> Option<usize> {
@@ -58,8 +62,11 @@ fn chunk_or_create(index: usize) -> &'static Chunk {
     }));
     match PATHS[index].compare_exchange(ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire)
     {
-        // SAFETY: just published; never freed.
-        Ok(_) => unsafe { &*fresh },
+        Ok(_) => {
+            PATHS_KEPT.store(true, Ordering::Relaxed);
+            // SAFETY: just published; never freed.
+            unsafe { &*fresh }
+        }
         Err(winner) => {
             // SAFETY: `fresh` was never shared.
             drop(unsafe { Box::from_raw(fresh) });
@@ -107,16 +114,19 @@ pub fn record(fd: i32, place: Place, path: Option<&[u8]>) {
     PLACES[i].store(place.encode(), Ordering::Relaxed);
 }
 
-/// [`record`] without a path, for the managed path: a bounds check, a load of the high
-/// water mark, a look at the descriptor's path slot if its chunk exists, one store. No
-/// allocation, no panic, `errno` untouched (a stale path is freed; `free` keeps `errno`).
+/// [`record`] without a path, for the managed path: a bounds check, a load of the
+/// descriptor's old place, a load of the high water mark, one store. No allocation, no
+/// panic, `errno` untouched. A descriptor with no place has no path either (a path is
+/// only kept beside a place, and forgotten with it); one that still has a place was
+/// closed without our seeing it, and its stale path is freed out of line (`free` keeps
+/// `errno`).
 #[inline(always)]
 pub fn record_place(fd: i32, place: Place) {
     let Some(i) = index(fd) else { return };
-    raise_high_water(i);
-    let (c, slot) = split(i);
-    if let Some(chunk) = chunk(c) {
-        chunk.paths[slot].set(None);
+    if PLACES[i].load(Ordering::Relaxed) == 0 {
+        raise_high_water(i);
+    } else {
+        forget_known(i);
     }
     PLACES[i].store(place.encode(), Ordering::Relaxed);
 }
@@ -140,17 +150,16 @@ pub fn forget(fd: i32) {
     }
 }
 
-/// [`forget`] inlined, for the managed path (where the descriptor is known: closing a
-/// managed file).
+/// [`forget`] for the managed path, of a descriptor known to have a place (closing a
+/// managed file): a bounds check and one store, and a look for its path only once
+/// some path was kept.
 #[inline(always)]
-pub fn forget_inline(fd: i32) {
+pub fn forget_placed(fd: i32) {
     let Some(i) = index(fd) else { return };
-    if PLACES[i].load(Ordering::Relaxed) != 0 {
+    if PATHS_KEPT.load(Ordering::Relaxed) {
+        forget_known(i);
+    } else {
         PLACES[i].store(0, Ordering::Relaxed);
-        let (c, slot) = split(i);
-        if let Some(chunk) = chunk(c) {
-            chunk.paths[slot].set(None);
-        }
     }
 }
 

@@ -16,7 +16,8 @@
 
 use crate::intercept::account::*;
 use crate::intercept::{
-    admit_only, dispatch, intercept, intercept_resolved, Account, Effect, Target,
+    admit_only, dispatch, intercept, intercept_resolved, intercept_rest, Account, Call, Effect,
+    Target,
 };
 use crate::real::{Real, Unavailable};
 use libc::{
@@ -48,13 +49,34 @@ macro_rules! hooks {
         $(
             pub(crate) mod $name {
                 use super::*;
-                pub(crate) static REAL: Real = Real::new(
+                pub(crate) static REAL: Real = Real::with_fallback(
                     match std::ffi::CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
                         Ok(name) => name,
                         Err(_) => panic!("symbol name"),
                     },
+                    unresolved as *mut c_void,
                 );
                 pub(crate) type Signature = unsafe extern "C" fn($($ty),*) -> $ret;
+
+                /// The table line's description of a call with these arguments (not
+                /// every argument is in it; for some lines nothing in it is unsafe).
+                ///
+                /// # Safety
+                /// The application's arguments: what the line reads of them (a stream,
+                /// an iovec array, an aiocb), libc's `$name` reads too.
+                #[inline(always)]
+                #[allow(unused_variables, unused_unsafe)]
+                pub(crate) unsafe fn line($($arg: $ty),*) -> Call {
+                    // SAFETY: our caller's contract.
+                    unsafe {
+                        Call {
+                            op: Option::<Op>::from($op),
+                            target: $target,
+                            effect: $effect,
+                            requested: $requested as u64,
+                        }
+                    }
+                }
 
                 /// Calls the real function.
                 ///
@@ -63,18 +85,16 @@ macro_rules! hooks {
                 /// pass on the application's arguments unchanged).
                 #[inline(always)]
                 pub(crate) unsafe fn call($($arg: $ty),*) -> $ret {
-                    match REAL.resolved() {
-                        // SAFETY: the address is libc's definition of this very symbol
-                        // (resolved by name), so it has this signature; the arguments
-                        // are our caller's, under the real function's contract.
-                        Some(address) => unsafe { std::mem::transmute::<*mut c_void, Signature>(address)($($arg),*) },
-                        // SAFETY: `unresolved` has this function's contract.
-                        None => unsafe { unresolved($($arg),*) },
-                    }
+                    // SAFETY: the entry is libc's definition of this very symbol
+                    // (resolved by name), or `unresolved` below, so it has this
+                    // signature; the arguments are our caller's, under the real
+                    // function's contract, which `unresolved` shares.
+                    unsafe { std::mem::transmute::<*mut c_void, Signature>(REAL.entry())($($arg),*) }
                 }
 
-                /// Resolves the real function first (a call before the constructor ran).
-                /// (`extern "C"` like the hook, so the hook can jump to it.)
+                /// Resolves the real function first (a call before the constructor ran),
+                /// or fails as [`Unavailable`] if libc has no such symbol: the entry
+                /// [`call`] jumps to until then.
                 ///
                 /// # Safety
                 /// As for [`call`].
@@ -111,18 +131,33 @@ macro_rules! hooks {
                     // SAFETY: the application's arguments, passed on unchanged and valid
                     // for the duration of the hook: the table line's target and effect
                     // hold its pointers (what it reads of them — a path, an iovec array,
-                    // an aiocb — libc's `$name` reads too), and the closure calls the
-                    // real function with exactly those arguments.
+                    // an aiocb — libc's `$name` reads too), and the closures call the
+                    // real function and `rest` with exactly those arguments.
                     unsafe {
                         intercept_resolved(
                             found,
-                            Option::<Op>::from($op),
-                            $target,
-                            $effect,
-                            $requested as u64,
+                            $name::line($($arg),*),
                             $account,
                             move || $name::call($($arg),*),
+                            move || rest($($arg,)* found),
                         )
+                    }
+                }
+
+                /// What `slow` does not handle inline, out of line again (see
+                /// [`intercept_rest`]). (`extern "C"` like the hook, so `slow` can jump
+                /// to it.)
+                ///
+                /// # Safety
+                /// As for `slow`.
+                #[cold]
+                #[inline(never)]
+                unsafe extern "C" fn rest($($arg: $ty,)* found: u32) -> $ret {
+                    // SAFETY: as in `slow`.
+                    unsafe {
+                        intercept_rest(found, $name::line($($arg),*), $account, move || {
+                            $name::call($($arg),*)
+                        })
                     }
                 }
                 // SAFETY: the application's arguments, passed on unchanged and valid for
@@ -540,10 +575,12 @@ unsafe fn hooked_mmap(
     // real `mmap` with the application's arguments, unchanged.
     unsafe {
         intercept(
-            Some(Op::Mmap),
-            Target::Fd(fd),
-            Effect::None,
-            0,
+            Call {
+                op: Some(Op::Mmap),
+                target: Target::Fd(fd),
+                effect: Effect::None,
+                requested: 0,
+            },
             mapped(len),
             || real_mmap(real, addr, len, prot, flags, fd, offset),
         )

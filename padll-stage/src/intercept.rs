@@ -54,6 +54,20 @@ pub enum Target {
     },
 }
 
+/// What a hook's table line says about one call.
+#[derive(Clone, Copy)]
+pub struct Call {
+    /// The operation counted and throttled (`None`: the call only keeps the
+    /// descriptor table right).
+    pub op: Option<Op>,
+    /// What it operates on.
+    pub target: Target,
+    /// What it does to the descriptor table or the current directory.
+    pub effect: Effect,
+    /// The bytes it asks to move (what byte channels charge before the call).
+    pub requested: u64,
+}
+
 /// What a call does to the descriptor table or the current directory.
 #[derive(Clone, Copy)]
 pub enum Effect {
@@ -290,14 +304,11 @@ pub unsafe fn dispatch<R: Returned>(
 /// The hook body: see the module documentation.
 ///
 /// # Safety
-/// `target` and `effect` must hold the pointers the application passed, and `real`
-/// must call the real function with the application's arguments.
+/// `call`'s target and effect must hold the pointers the application passed, and
+/// `real` must call the real function with the application's arguments.
 #[inline(always)]
 pub unsafe fn intercept<R: Returned>(
-    op: Option<Op>,
-    target: Target,
-    effect: Effect,
-    requested: u64,
+    call: Call,
     account: impl FnOnce(&R) -> Account,
     real: impl FnOnce() -> R,
 ) -> R {
@@ -305,17 +316,7 @@ pub unsafe fn intercept<R: Returned>(
         return real();
     }
     // SAFETY: our caller's contract, passed on unchanged.
-    unsafe {
-        intercept_resolved(
-            Resolved::UNKNOWN,
-            op,
-            target,
-            effect,
-            requested,
-            account,
-            real,
-        )
-    }
+    unsafe { intercept_rest(Resolved::UNKNOWN, call, account, real) }
 }
 
 /// [`intercept`] once the stage is known to be active (the hooks' `slow`, reached only
@@ -323,18 +324,84 @@ pub unsafe fn intercept<R: Returned>(
 /// `ACTIVE` is set, and `ACTIVE` is never cleared), when the fast path may already have
 /// found where the target lies (`found`, else [`Resolved::UNKNOWN`]).
 ///
+/// Inlined into each hook's `slow`, it holds only the common managed call (see
+/// [`is_common`]) of a thread that owns its shard and is not doing the stage's own
+/// I/O; everything else is `rest` (the hook's own out-of-line call of
+/// [`intercept_rest`] with the same arguments), so that the common path keeps few
+/// values alive across the real call and its target and effect stay constants.
+///
 /// # Safety
-/// As for [`intercept`].
+/// As for [`intercept`]; `rest` must call [`intercept_rest`] with the same arguments.
 #[inline(always)]
 pub unsafe fn intercept_resolved<R: Returned>(
     found: u32,
-    op: Option<Op>,
-    target: Target,
-    effect: Effect,
-    requested: u64,
+    call: Call,
+    account: impl FnOnce(&R) -> Account,
+    real: impl FnOnce() -> R,
+    rest: impl FnOnce() -> R,
+) -> R {
+    if let (Some(op), Some(counters)) = (call.op, stats::cached()) {
+        if is_common(found, call.effect) && counters.stage_io() == Some(false) {
+            let (target, effect, resolved) = (call.target, call.effect, Resolved(found));
+            return tracked_with(
+                counters,
+                op,
+                target,
+                effect,
+                resolved,
+                call.requested,
+                account,
+                real,
+            );
+        }
+    }
+    rest()
+}
+
+/// A call the hooks' `slow` handles inline: its target (or a copy's source) is managed
+/// and its effect needs at most one store in the descriptor table (no path to
+/// remember, nothing to duplicate, no directory change).
+#[inline(always)]
+fn is_common(found: u32, effect: Effect) -> bool {
+    if found == Resolved::UNKNOWN {
+        return false;
+    }
+    let resolved = Resolved(found);
+    let main_managed = resolved.main_mount().is_some();
+    if !main_managed && resolved.source_mount().is_none() {
+        return false;
+    }
+    match effect {
+        Effect::None
+        | Effect::Close(_)
+        | Effect::CloseRange(..)
+        | Effect::CloseStream(_)
+        | Effect::CloseDirStream(_) => true,
+        Effect::NewFd { flags } => main_managed && flags & (libc::O_DIRECTORY | libc::O_PATH) == 0,
+        Effect::NewStream => main_managed,
+        _ => false,
+    }
+}
+
+/// [`intercept_resolved`] for every call that is not [`is_common`]: resolving the
+/// target in full, unrelated targets, directories above a mountpoint, effects that
+/// remember paths, a thread's first call, the stage's own I/O.
+///
+/// # Safety
+/// As for [`intercept`].
+#[inline(always)]
+pub unsafe fn intercept_rest<R: Returned>(
+    found: u32,
+    call: Call,
     account: impl FnOnce(&R) -> Account,
     real: impl FnOnce() -> R,
 ) -> R {
+    let Call {
+        op,
+        target,
+        effect,
+        requested,
+    } = call;
     let resolved = match op {
         Some(_) if found != Resolved::UNKNOWN => Resolved(found),
         Some(_) => resolve(target),
@@ -342,7 +409,13 @@ pub unsafe fn intercept_resolved<R: Returned>(
     };
     match op {
         Some(op) if !resolved.is_unrelated() => {
-            tracked(op, target, effect, resolved, requested, account, real)
+            let counters = stats::local();
+            if in_stage_io(counters) {
+                return real();
+            }
+            tracked_with(
+                counters, op, target, effect, resolved, requested, account, real,
+            )
         }
         _ => {
             if let Some(op) = op {
@@ -406,10 +479,8 @@ unsafe fn quick_path(mounts: &MountTable, dirfd: c_int, path: *const c_char) -> 
     // SAFETY: the application's non-null path argument, NUL-terminated and valid for
     // the duration of the hook: its first byte is readable.
     if unsafe { *path } == b'/' as c_char {
-        // SAFETY: the application's path, NUL-terminated (scan_absolute's contract).
-        unsafe { paths::scan_absolute(path.cast()) }?;
-        // SAFETY: the same path, just scanned: absolute and clean (quick_absolute's
-        // contract).
+        // SAFETY: the application's path: NUL-terminated, starting with `/`
+        // (quick_absolute's contract).
         return unsafe { mounts.quick_absolute(path.cast()) };
     }
     // SAFETY: the application's path, NUL-terminated (scan's contract).
@@ -424,45 +495,16 @@ unsafe fn quick_path(mounts: &MountTable, dirfd: c_int, path: *const c_char) -> 
 }
 
 /// Calls whose target is managed, or a directory above a mountpoint (whose new
-/// descriptor must remember its path). Inlined into each hook's out-of-line `slow`,
-/// so the operation, target kind and effect are constants there.
+/// descriptor must remember its path), counted in `counters` (the calling thread's,
+/// not doing the stage's own I/O). Inlined into each hook's out-of-line `slow`, so the
+/// operation, target kind and effect are constants there.
 ///
 /// The common case — a thread that owns its counter shard, every channel paid from the
 /// thread's leased credit, no byte count to settle, no path to remember — runs only
 /// code that cannot panic and does not touch `errno` (bounded table lookups, plain
-/// loads and stores in the thread's shard, one `clock_gettime`, which never fails for
-/// `CLOCK_MONOTONIC` and so leaves `errno` alone): it needs neither a panic guard nor
-/// an `errno` save. Everything else (reserving in a bucket, waiting, settling a byte
+/// loads and stores in the thread's shard, one `rdtsc`): it needs neither a panic
+/// guard nor an `errno` save. Everything else (reserving in a bucket, waiting, settling a byte
 /// count, allocating a path, a thread's first call) is out of line and [`shielded`].
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn tracked<R: Returned>(
-    op: Op,
-    target: Target,
-    effect: Effect,
-    resolved: Resolved,
-    requested: u64,
-    account: impl FnOnce(&R) -> Account,
-    real: impl FnOnce() -> R,
-) -> R {
-    match stats::cached() {
-        // `owned` is a constant here: every count is a plain increment.
-        Some(counters) => tracked_with(
-            counters, op, target, effect, resolved, requested, account, real,
-        ),
-        None => tracked_with(
-            stats::local(),
-            op,
-            target,
-            effect,
-            resolved,
-            requested,
-            account,
-            real,
-        ),
-    }
-}
-
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn tracked_with<R: Returned>(
@@ -475,9 +517,6 @@ fn tracked_with<R: Returned>(
     account: impl FnOnce(&R) -> Account,
     real: impl FnOnce() -> R,
 ) -> R {
-    if in_stage_io(counters) {
-        return real();
-    }
     // A copy is a read of its source and a write of its destination; only a copy has
     // a source (a constant for every other hook).
     let (main, main_op, source, source_op) = match target {
@@ -516,7 +555,8 @@ fn tracked_with<R: Returned>(
         None => channels::Admission::NONE,
     };
     match effect {
-        Effect::Close(fd) => fdtable::forget_inline(fd),
+        // The descriptor closing is the call's managed target.
+        Effect::Close(fd) => fdtable::forget_placed(fd),
         _ => before(effect),
     }
 
@@ -532,14 +572,18 @@ fn tracked_with<R: Returned>(
 
     let outcome = account(&result);
     if main.is_some() {
-        let waited = main_admission.waited
-            + channels::settle(counters, &main_admission, requested, outcome.bytes);
-        counters.managed(main_op, outcome.failed, outcome.bytes, waited);
+        channels::settle(counters, main_op, main_admission, requested, outcome.bytes);
+        counters.managed(main_op, outcome.failed, outcome.bytes);
     }
     if source.is_some() {
-        let waited = source_admission.waited
-            + channels::settle(counters, &source_admission, requested, outcome.bytes);
-        counters.managed(source_op, outcome.failed, outcome.bytes, waited);
+        channels::settle(
+            counters,
+            source_op,
+            source_admission,
+            requested,
+            outcome.bytes,
+        );
+        counters.managed(source_op, outcome.failed, outcome.bytes);
     }
     after_managed(effect, target, resolved.main(), &result);
     result
@@ -607,8 +651,8 @@ pub unsafe fn admit_only(op: Op, target: Target, bytes: u64) {
     let saved = errno::get();
     guarded(|| {
         if let Some(mount) = resolve(target).main_mount() {
-            let waited = channels::admit(counters, mount, op, bytes).waited;
-            counters.managed(op, false, bytes, waited);
+            channels::admit(counters, mount, op, bytes);
+            counters.managed(op, false, bytes);
         }
     });
     errno::set(saved);

@@ -3,20 +3,32 @@
 //! allocator is initialising, e.g. jemalloc calling `mmap`).
 
 use std::ffi::{c_void, CStr};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 /// One real function: its symbol name and, once resolved, its address.
 pub struct Real {
     name: &'static CStr,
-    address: AtomicUsize,
+    /// The real function once resolved; until then `unresolved`.
+    address: AtomicPtr<c_void>,
+    /// What `address` holds until the symbol is resolved: a function with the real
+    /// one's signature that resolves it first (so a hook can always jump to
+    /// `address`, with no check), or null.
+    unresolved: AtomicPtr<c_void>,
 }
 
 impl Real {
     /// An unresolved entry for `name`.
     pub const fn new(name: &'static CStr) -> Real {
+        Real::with_fallback(name, std::ptr::null_mut())
+    }
+
+    /// An unresolved entry for `name` whose [`Real::entry`] is `unresolved` until the
+    /// symbol is resolved.
+    pub const fn with_fallback(name: &'static CStr, unresolved: *mut c_void) -> Real {
         Real {
             name,
-            address: AtomicUsize::new(0),
+            address: AtomicPtr::new(unresolved),
+            unresolved: AtomicPtr::new(unresolved),
         }
     }
 
@@ -24,19 +36,21 @@ impl Real {
     /// before the library's constructor ran; `None` if libc lacks the symbol.
     #[inline]
     pub fn address(&self) -> Option<*mut c_void> {
-        match self.address.load(Ordering::Relaxed) {
-            0 => self.resolve(),
-            a => Some(a as *mut c_void),
-        }
+        self.resolved().or_else(|| self.resolve())
     }
 
     /// The address if already resolved; never calls `dlsym`.
     #[inline]
     pub fn resolved(&self) -> Option<*mut c_void> {
-        match self.address.load(Ordering::Relaxed) {
-            0 => None,
-            a => Some(a as *mut c_void),
-        }
+        let address = self.address.load(Ordering::Relaxed);
+        (address != self.unresolved.load(Ordering::Relaxed)).then_some(address)
+    }
+
+    /// What a hook calls: the real function, or the fallback given to
+    /// [`Real::with_fallback`] until it is resolved (one load, no branch).
+    #[inline(always)]
+    pub fn entry(&self) -> *mut c_void {
+        self.address.load(Ordering::Relaxed)
     }
 
     /// Looks the symbol up in the objects loaded after this one (normally libc).
@@ -54,7 +68,7 @@ impl Real {
         if address.is_null() {
             return None;
         }
-        self.address.store(address as usize, Ordering::Relaxed);
+        self.address.store(address, Ordering::Relaxed);
         Some(address)
     }
 }

@@ -52,8 +52,8 @@ struct ChannelCounters {
     credit: AtomicU64,
     credit_generation: AtomicU64,
     credit_expires: AtomicU64,
-    /// Until when the managed path may spend the credit: `credit_expires` itself, or,
-    /// tagged with [`crate::tsc::TAG`], a time-stamp counter value reached no later.
+    /// Until when the managed path may spend the credit: a time-stamp counter value
+    /// reached no later than `credit_expires` ([`crate::tsc::deadline`]; 0 = never).
     credit_deadline: AtomicU64,
     /// Tokens of the last lease or batch (what `credit` started from).
     granted: AtomicU64,
@@ -131,7 +131,7 @@ impl Counters {
 
     /// Counts a managed call once it has completed.
     #[inline]
-    pub fn managed(self, op: Op, failed: bool, bytes: u64, wait_ns: u64) {
+    pub fn managed(self, op: Op, failed: bool, bytes: u64) {
         let row = &self.shard.ops[op as usize];
         self.add(&row.managed, 1);
         if failed {
@@ -140,9 +140,12 @@ impl Counters {
         if bytes != 0 {
             self.add(&row.bytes, bytes);
         }
-        if wait_ns != 0 {
-            self.add(&row.wait_ns, wait_ns);
-        }
+    }
+
+    /// Counts time a managed call of `op` spent waiting (where it waited, out of line).
+    #[inline]
+    pub fn waited(self, op: Op, wait_ns: u64) {
+        self.add(&self.shard.ops[op as usize].wait_ns, wait_ns);
     }
 
     /// Counts a request admitted by channel `slot`, costing `tokens`.
@@ -183,10 +186,8 @@ impl Counters {
         true
     }
 
-    /// [`Self::spend`] for the managed path: `stamp` is [`crate::tsc::stamp`], compared
-    /// with the credit's deadline (a tagged tick deadline only ever compares as "not
-    /// yet" with a tagged tick stamp; an untagged ns expiry is always past for one).
-    /// Loads and one plain store; cannot panic.
+    /// [`Self::spend`] for the managed path: `stamp` is [`crate::tsc::ticks`], compared
+    /// with the credit's tick deadline. Loads and one plain store; cannot panic.
     #[inline(always)]
     pub fn spend_at(self, slot: usize, generation: u64, cost: u64, stamp: u64) -> bool {
         let Some(row) = self.shard.channels.get(slot) else {
@@ -578,7 +579,7 @@ mod tests {
             .map(|_| {
                 std::thread::spawn(|| {
                     for _ in 0..10_000 {
-                        local().managed(Op::Read, false, 1, 0);
+                        local().managed(Op::Read, false, 1);
                     }
                 })
             })

@@ -20,8 +20,9 @@
 //!   the deadline is reached at or before `expires`.
 //!
 //! Until the rate is measured (the first 10 ms after load) and where ticks are not
-//! usable (another clock source, not x86-64), [`enabled`] is false and the managed
-//! path reads `CLOCK_MONOTONIC` as before.
+//! usable (another clock source, not x86-64), credit has no tick deadline (0: always
+//! past), so the managed path's check fails and the out-of-line path spends the credit
+//! after checking `expires` against `CLOCK_MONOTONIC` itself.
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
@@ -40,40 +41,8 @@ const CALIBRATION_NS: u64 = 10_000_000;
 /// Taken off every deadline: more than `rdtsc` may run ahead of the code around it.
 const SLACK_NS: u64 = 1_000;
 
-/// The managed path compares [`ticks`] with tick deadlines (else it reads the clock).
-#[inline(always)]
-pub fn enabled() -> bool {
-    TICKS_PER_NS.load(Ordering::Relaxed) != 0
-}
-
-/// The top bit, set on tick values compared with tick deadlines: ns times (< 2⁶³ for
-/// 292 years) never have it, so an expiry in ns is past for any tagged stamp, and the
-/// managed path needs no second field or branch to tell the units apart. (Ticks stay
-/// below 2⁶³ for decades at any real rate.)
-pub const TAG: u64 = 1 << 63;
-
-/// The managed path's credit clock: the tagged time-stamp counter once [`enabled`],
-/// else `CLOCK_MONOTONIC` in ns.
-#[inline(always)]
-pub fn stamp() -> u64 {
-    if enabled() {
-        ticks() | TAG
-    } else {
-        crate::bucket::now_ns()
-    }
-}
-
-/// What the managed path compares [`stamp`] with for credit expiring at `expires_ns`,
-/// granted at `now_ns` (`now_ticks` read before it): a tagged tick deadline, or the
-/// expiry itself while ticks are not usable.
-pub fn until(now_ticks: u64, now_ns: u64, expires_ns: u64) -> u64 {
-    match deadline(now_ticks, now_ns, expires_ns) {
-        0 => expires_ns,
-        ticks => ticks | TAG,
-    }
-}
-
-/// The time-stamp counter (0 where there is none).
+/// The time-stamp counter (0 where there is none): the managed path's credit clock,
+/// compared with [`deadline`]s.
 #[inline(always)]
 pub fn ticks() -> u64 {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
@@ -180,7 +149,6 @@ mod tests {
         if deadline == 0 {
             return; // ticks not usable here: the clock is read instead
         }
-        assert!(enabled());
         // Every tick read after the clock passed the expiry has reached the deadline.
         loop {
             let clock = crate::bucket::now_ns();

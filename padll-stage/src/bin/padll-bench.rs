@@ -13,7 +13,8 @@
 //! preloaded, and prints the slopes against the overhead targets, for the cases that
 //! matter: unmanaged path calls far from the mountpoint (`/dev/shm/…`, mount under
 //! `/tmp`) and beside it (`/tmp/x-u…` next to mount `/tmp/x-m…`), unmanaged fd calls,
-//! and managed calls through a channel that never limits.
+//! and managed calls through a request channel that never limits (and a read through
+//! a byte channel).
 
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
@@ -399,73 +400,96 @@ enum Where {
     Managed,
 }
 
-/// One row of the instruction table: a call, where its file is, and the most
-/// instructions the stage may add to it (the overhead targets; `None`: no target).
+/// One row of the instruction table: a call, where its file is, the stage's rules, and
+/// the most instructions the stage may add to it (the overhead targets; `None`: no
+/// target).
 struct Case {
     call: &'static str,
     place: Where,
+    rules: &'static str,
     what: &'static str,
     target: Option<u64>,
 }
 
-const CASES: [Case; 10] = [
+/// The rules of every case but one: a request channel that never limits (`G` without
+/// `B` counts requests).
+const NEVER_LIMITS: &str = "all=100G/s";
+
+const CASES: [Case; 11] = [
     Case {
         call: "stat",
         place: Where::Far,
+        rules: NEVER_LIMITS,
         what: "unmanaged path call, far from the mountpoint",
         target: Some(60),
     },
     Case {
         call: "stat",
         place: Where::Sibling,
+        rules: NEVER_LIMITS,
         what: "unmanaged path call, beside the mountpoint",
         target: Some(100),
     },
     Case {
         call: "open+close",
         place: Where::Far,
+        rules: NEVER_LIMITS,
         what: "unmanaged path call + fd call, far",
         target: Some(80),
     },
     Case {
         call: "open+close",
         place: Where::Sibling,
+        rules: NEVER_LIMITS,
         what: "unmanaged path call + fd call, beside",
         target: Some(120),
     },
     Case {
         call: "pread4k",
         place: Where::Sibling,
+        rules: NEVER_LIMITS,
         what: "unmanaged fd call",
         target: Some(20),
     },
     Case {
         call: "fstat",
         place: Where::Sibling,
+        rules: NEVER_LIMITS,
         what: "unmanaged fd call",
         target: Some(20),
     },
     Case {
         call: "stat",
         place: Where::Managed,
+        rules: NEVER_LIMITS,
         what: "managed path call",
         target: None,
     },
     Case {
         call: "open+close",
         place: Where::Managed,
+        rules: NEVER_LIMITS,
         what: "managed open + close",
         target: Some(300),
     },
     Case {
         call: "pread4k",
         place: Where::Managed,
-        what: "managed 4 KiB read (byte-counted)",
+        rules: NEVER_LIMITS,
+        what: "managed 4 KiB read (request channel; bytes counted in the statistics)",
+        target: Some(150),
+    },
+    Case {
+        call: "pread4k",
+        place: Where::Managed,
+        rules: "read=100GiB/s",
+        what: "managed 4 KiB read through a byte channel",
         target: Some(150),
     },
     Case {
         call: "fstat",
         place: Where::Managed,
+        rules: NEVER_LIMITS,
         what: "managed fd call",
         target: None,
     },
@@ -498,12 +522,14 @@ fn instructions(filter: &[String]) {
         std::fs::write(dir.join("file"), vec![7u8; 1 << 20]).expect("bench file");
     }
     // One configuration for every preloaded run (a job with a channel, most of whose
-    // calls are elsewhere); only where the file lies changes.
-    let preload = [
-        ("LD_PRELOAD", library.display().to_string()),
-        ("PADLL_MOUNTS", mount.display().to_string()),
-        ("PADLL_RULES", "all=100G/s".to_string()),
-    ];
+    // calls are elsewhere); only where the file lies changes, and for one case the rule.
+    let preload = |rules: &str| {
+        [
+            ("LD_PRELOAD", library.display().to_string()),
+            ("PADLL_MOUNTS", mount.display().to_string()),
+            ("PADLL_RULES", rules.to_string()),
+        ]
+    };
     // Instructions of the extra calls between the two runs (exact integers).
     let span = (COUNTS[1] - COUNTS[0]) as i64;
     let delta = |call: &str, dir: &Path, env: &[(&str, String)]| -> i64 {
@@ -512,7 +538,7 @@ fn instructions(filter: &[String]) {
     };
 
     println!(
-        "Mountpoint {}; far file {}/file; sibling file {}/file; rules all=100G/s.",
+        "Mountpoint {}; far file {}/file; sibling file {}/file; rules {NEVER_LIMITS} unless named.",
         mount.display(),
         far.display(),
         sibling.display()
@@ -535,7 +561,7 @@ fn instructions(filter: &[String]) {
             Where::Managed => &mount,
         };
         let native = delta(case.call, dir, &[]);
-        let staged = delta(case.call, dir, &preload);
+        let staged = delta(case.call, dir, &preload(case.rules));
         let added = staged - native;
         if std::env::var_os("PADLL_BENCH_RAW").is_some() {
             eprintln!(
@@ -556,8 +582,13 @@ fn instructions(filter: &[String]) {
             ),
             None => ("–".to_string(), ""),
         };
+        let rules = if case.rules == NEVER_LIMITS {
+            String::new()
+        } else {
+            format!(" (`{}`)", case.rules)
+        };
         println!(
-            "| {} | {} | {} | {:.1} | {:.1} | {:+.1} | {target} | {met} |",
+            "| {} | {} | {}{rules} | {:.1} | {:.1} | {:+.1} | {target} | {met} |",
             case.call,
             match case.place {
                 Where::Far => "`/dev/shm/…`",
