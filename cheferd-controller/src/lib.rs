@@ -16,6 +16,7 @@ mod outbox;
 pub mod plan;
 pub mod policy;
 pub mod replay;
+pub mod supervise;
 pub mod tls;
 pub mod usage;
 

@@ -17,6 +17,7 @@ use crate::lines::{self, Line};
 use crate::proto::{
     self, global_client::GlobalClient, global_message, local_message, GlobalMessage, LocalMessage,
 };
+use crate::supervise::Supervisor;
 use crate::usage::{Resource, UsageTracker};
 use padll_wire::channel::{ChannelSpec, Scope, Unit};
 use padll_wire::control::{
@@ -174,6 +175,10 @@ async fn trim_loop() {
     }
 }
 
+/// A task panicked while it held the local controller's state, leaving it half-changed:
+/// no one goes on with it (the panic reaches the supervisor, which ends the process).
+const POISONED: &str = "the local controller's state was left inconsistent by a panic";
+
 /// The local controller's state, shared by its tasks.
 pub struct Local {
     options: LocalOptions,
@@ -188,11 +193,17 @@ pub struct Local {
 
 impl Local {
     fn lock_stages(&self) -> std::sync::MutexGuard<'_, HashMap<u64, StageEntry>> {
-        self.stages.lock().unwrap_or_else(|p| p.into_inner())
+        self.stages.lock().expect(POISONED)
     }
 
     fn lock_peers(&self) -> std::sync::MutexGuard<'_, Peers> {
-        self.peers.lock().unwrap_or_else(|p| p.into_inner())
+        self.peers.lock().expect(POISONED)
+    }
+
+    fn lock_upstream(
+        &self,
+    ) -> std::sync::MutexGuard<'_, Option<mpsc::UnboundedSender<LocalMessage>>> {
+        self.upstream.lock().expect(POISONED)
     }
 
     /// Counts a new connection of `uid`, or says which cap refuses it.
@@ -258,12 +269,7 @@ impl Local {
     }
 
     fn send_upstream(&self, body: local_message::Body) {
-        if let Some(upstream) = self
-            .upstream
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-        {
+        if let Some(upstream) = self.lock_upstream().as_ref() {
             let _ = upstream.send(LocalMessage { body: Some(body) });
         }
     }
@@ -274,8 +280,9 @@ impl Local {
     }
 }
 
-/// Runs a local controller until the process is stopped. Fails at once (with a
-/// message naming the path) if the socket cannot be created.
+/// Runs a local controller until the process is stopped, or until one of its tasks
+/// ends (the error says which). Fails at once (with a message naming the path) if the
+/// socket cannot be created.
 pub async fn run(mut options: LocalOptions) -> Result<(), String> {
     // The TLS files are checked before anything else is done, and the node name must
     // be one the certificate carries (the global controller would refuse any other).
@@ -324,8 +331,28 @@ pub async fn run(mut options: LocalOptions) -> Result<(), String> {
         "PLAINTEXT"
     };
     info!(node = %local.options.node, socket = %local.options.socket.display(), global = %local.options.global, upstream = secured, "local controller started");
-    tokio::spawn(upstream_loop(local.clone(), endpoint));
-    tokio::spawn(trim_loop());
+    // Each task runs for the life of the process: the first to end (or panic) ends it.
+    let mut tasks = Supervisor::default();
+    {
+        let local = local.clone();
+        tasks.spawn("the upstream loop", async move {
+            upstream_loop(local, endpoint).await;
+            Ok(())
+        });
+    }
+    tasks.spawn("the memory trim loop", async {
+        trim_loop().await;
+        Ok(())
+    });
+    tasks.spawn("the stage socket", async move {
+        accept_stages(local, listener).await;
+        Ok(())
+    });
+    Err(tasks.first_end().await.into_error(|line| line))
+}
+
+/// Serves each stage connecting to `listener` in a task of its own.
+async fn accept_stages(local: Arc<Local>, listener: UnixListener) {
     let mut backoff = AcceptBackoff::default();
     loop {
         match listener.accept().await {
@@ -585,8 +612,7 @@ async fn upstream_loop(local: Arc<Local>, endpoint: tonic::transport::Endpoint) 
                             })),
                         });
                     }
-                    *local.upstream.lock().unwrap_or_else(|p| p.into_inner()) =
-                        Some(sender.clone());
+                    *local.lock_upstream() = Some(sender.clone());
                 }
                 match client.attach(UnboundedReceiverStream::new(receiver)).await {
                     Ok(response) => {
@@ -623,7 +649,7 @@ async fn upstream_loop(local: Arc<Local>, endpoint: tonic::transport::Endpoint) 
                         status.message()
                     ),
                 }
-                *local.upstream.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                *local.lock_upstream() = None;
             }
             Err(e) => {
                 if !reported_unreachable {

@@ -4,6 +4,7 @@ use cheferd_controller::admin::{self, AdminRequest, CtlError};
 use cheferd_controller::config::GlobalConfig;
 use cheferd_controller::global::{self, Change, Controller};
 use cheferd_controller::local::{self, LocalLimits, LocalOptions};
+use cheferd_controller::supervise::Supervisor;
 use cheferd_controller::{metrics, policy};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -625,22 +626,37 @@ async fn run_global(
         "PLAINTEXT"
     };
     tracing::info!(listen = %grpc.local_addr().map(|a| a.to_string()).unwrap_or_default(), grpc = secured, "global controller started");
+    // Each task runs for the life of the process: the first to end (or panic) ends it.
+    let mut tasks = Supervisor::default();
     if let Some(listener) = metrics_listener {
-        tokio::spawn(metrics::serve(controller.clone(), listener));
+        let controller = controller.clone();
+        tasks.spawn("the metrics endpoint", async move {
+            metrics::serve(controller, listener).await;
+            Ok(())
+        });
     }
-    let admin = {
+    {
         let controller = controller.clone();
         let path = admin_socket.clone();
-        tokio::spawn(async move { admin::serve(controller, &path, admins).await })
-    };
-    tokio::spawn(controller.clone().run_loop());
-    tokio::select! {
-        result = global::serve(controller, grpc, server_tls) => result.map_err(|e| (e, 1)),
-        result = admin => match result {
-            Ok(Err(e)) => Err(usage_error(e)),
-            _ => Err(("the admin socket stopped".into(), 1)),
-        },
+        tasks.spawn("the admin socket", async move {
+            admin::serve(controller, &path, admins)
+                .await
+                .map_err(usage_error)
+        });
     }
+    {
+        let controller = controller.clone();
+        tasks.spawn("the control loop", async move {
+            controller.run_loop().await;
+            Ok(())
+        });
+    }
+    tasks.spawn("the gRPC server", async move {
+        global::serve(controller, grpc, server_tls)
+            .await
+            .map_err(|e| (e, 1))
+    });
+    Err(tasks.first_end().await.into_error(|line| (line, 1)))
 }
 
 async fn run_local(

@@ -125,10 +125,13 @@ impl Controller {
         }))
     }
 
-    /// The state. A panic while it was held left it half-changed: the control loop's
-    /// supervisor ends the process then (see `main.rs`), so no one may go on with it.
+    /// The state. A panic while it was held may have left it half-changed, so no one
+    /// goes on with it: the next to lock it panics too, and once that is the control
+    /// loop its supervisor ends the process (`crate::supervise`).
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state
+            .lock()
+            .expect("the global controller's state was left inconsistent by a panic")
     }
 
     /// The control loop: runs cycles forever at the configured interval.
