@@ -11,6 +11,7 @@
 //! re-announces every stage; the stages keep their last rules meanwhile.
 
 use crate::bounds::{self, AcceptBackoff, Budget, LogLimit};
+use crate::config::Resource;
 use crate::identity::{Resolver, SlurmCgroups};
 use crate::limited_warn;
 use crate::lines::{self, Line};
@@ -18,7 +19,7 @@ use crate::proto::{
     self, global_client::GlobalClient, global_message, local_message, GlobalMessage, LocalMessage,
 };
 use crate::supervise::Supervisor;
-use crate::usage::{Resource, UsageTracker};
+use crate::usage::UsageTracker;
 use padll_wire::channel::{ChannelSpec, Scope, Unit};
 use padll_wire::control::{
     self, ControlMessage, StageMessage, MAX_MESSAGE_BYTES, PROTOCOL_VERSION,

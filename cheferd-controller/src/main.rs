@@ -713,17 +713,24 @@ async fn run_local(
 }
 
 async fn ctl(socket: &std::path::Path, command: CtlCommand) -> Result<(), CtlError> {
-    check_ctl(&command).map_err(|message| CtlError { message, code: 2 })?;
-    let change = |change: Change| AdminRequest::Change { change };
-    match command {
-        CtlCommand::Nodes => print!("{}", admin::nodes_table(&admin::snapshot(socket).await?)),
-        CtlCommand::Jobs => print!("{}", admin::jobs_table(&admin::snapshot(socket).await?)),
-        CtlCommand::Stages => print!("{}", admin::stages_table(&admin::snapshot(socket).await?)),
+    let change = match command {
+        CtlCommand::Nodes => {
+            print!("{}", admin::nodes_table(&admin::snapshot(socket).await?));
+            return Ok(());
+        }
+        CtlCommand::Jobs => {
+            print!("{}", admin::jobs_table(&admin::snapshot(socket).await?));
+            return Ok(());
+        }
+        CtlCommand::Stages => {
+            print!("{}", admin::stages_table(&admin::snapshot(socket).await?));
+            return Ok(());
+        }
         CtlCommand::Top { once } => loop {
             let table = admin::jobs_table(&admin::snapshot(socket).await?);
             if once {
                 print!("{table}");
-                break;
+                return Ok(());
             }
             print!("\x1b[2J\x1b[H{table}");
             tokio::time::sleep(Duration::from_secs(1)).await;
@@ -736,80 +743,32 @@ async fn ctl(socket: &std::path::Path, command: CtlCommand) -> Result<(), CtlErr
                 "{}",
                 serde_json::to_string_pretty(&dump).unwrap_or_default()
             );
+            return Ok(());
         }
-        CtlCommand::SetPolicy { resource, policy } => {
-            print_ok(admin::request(socket, &change(Change::Policy { resource, policy })).await?)
-        }
-        CtlCommand::SetMaxRate { resource, rate } => {
-            print_ok(admin::request(socket, &change(Change::MaxRate { resource, rate })).await?)
-        }
+        CtlCommand::SetPolicy { resource, policy } => Change::Policy { resource, policy },
+        CtlCommand::SetMaxRate { resource, rate } => Change::MaxRate { resource, rate },
         CtlCommand::SetJob {
             job,
             priority,
             resource,
             demand,
             limit,
-        } => print_ok(
-            admin::request(
-                socket,
-                &change(Change::Job {
-                    job,
-                    priority,
-                    resource,
-                    demand,
-                    limit,
-                }),
-            )
-            .await?,
-        ),
-    }
-    Ok(())
-}
-
-/// Checks a change's values before contacting the controller, so a typo is bad usage
-/// (exit 2) naming the value; the controller still validates everything (and refuses,
-/// exit 1, what only it can judge, such as a resource it does not share).
-fn check_ctl(command: &CtlCommand) -> Result<(), String> {
-    use cheferd_controller::config::rate;
-    use cheferd_controller::usage::Resource;
-    match command {
-        CtlCommand::SetPolicy { resource, policy } => {
-            Resource::parse(resource)?;
-            policy::check(policy)
-        }
-        CtlCommand::SetMaxRate { resource, rate: r } => {
-            Resource::parse(resource)?;
-            rate("rate", r).map(|_| ())
-        }
-        CtlCommand::SetJob {
+        } => Change::Job {
+            job,
             priority,
             resource,
             demand,
             limit,
-            ..
-        } => {
-            if let Some(p) = priority.filter(|p| !(*p > 0.0 && p.is_finite())) {
-                return Err(format!("--priority {p} must be positive"));
-            }
-            if let Some(r) = resource {
-                Resource::parse(r)?;
-            } else if demand.is_some() || limit.is_some() {
-                return Err("--resource is needed with --demand or --limit".into());
-            }
-            if let Some(d) = demand {
-                rate("--demand", d)?;
-            }
-            match limit.as_deref() {
-                Some("none") | None => Ok(()),
-                Some(l) => rate("--limit", l).map(|_| ()),
-            }
-        }
-        CtlCommand::Nodes
-        | CtlCommand::Jobs
-        | CtlCommand::Stages
-        | CtlCommand::Top { .. }
-        | CtlCommand::Dump => Ok(()),
-    }
+        },
+    };
+    // A typo is bad usage (exit 2) naming the value, found before contacting the
+    // controller; the controller refuses (exit 1) what only it can judge, such as a
+    // resource it does not share.
+    change
+        .check()
+        .map_err(|message| CtlError { message, code: 2 })?;
+    print_ok(admin::request(socket, &AdminRequest::Change { change }).await?);
+    Ok(())
 }
 
 fn print_ok(value: serde_json::Value) {

@@ -16,15 +16,12 @@
 //! few flat vectors: jobs arrive as small integer keys (the global controller interns
 //! job ids once, when a stage joins) and resources as indices into the configuration.
 
+use crate::config::Resource;
 use crate::config::{GlobalConfig, JobConfig};
-use crate::policy::{JobInput, PolicyRunner};
-use crate::usage::Resource;
+use crate::policy::{JobInput, JobKey, PolicyRunner};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::ops::Range;
-
-/// A job id, interned: dense from 0, stable for the controller's lifetime.
-pub type JobKey = u32;
 
 /// A stage's usage of one resource.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

@@ -34,18 +34,14 @@
 
 use crate::bucket::{self, Limit, TokenBucket};
 use crate::{stats, tsc};
-use padll_wire::channel::{ChannelId, ChannelInfo, ChannelSpec, LimitScope, Unit};
+use padll_wire::channel::{
+    ChannelId, ChannelInfo, ChannelSpec, LimitScope, Unit, MAX_CHANNELS, SLOT_COUNT,
+};
 use padll_wire::ops::Op;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-/// Most channels a stage can hold.
-pub const MAX_CHANNELS: usize = 255;
-/// Slots in the tables indexed by channel: one more than [`MAX_CHANNELS`] (the last is
-/// never used), so that any byte of a route minus one indexes them without a bounds
-/// check.
-pub const SLOT_COUNT: usize = MAX_CHANNELS + 1;
 /// Most channels that can apply to one (mountpoint, operation) pair.
 pub const MAX_CHANNELS_PER_REQUEST: usize = 4;
 /// Most mountpoints that can carry channels.

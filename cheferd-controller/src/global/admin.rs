@@ -2,31 +2,22 @@
 //! job's priority, demand or static limit.
 
 use super::{Controller, State};
+use crate::config::{rate_of, Resource};
 use crate::policy::PolicyRunner;
-use crate::usage::Resource;
 use serde::Serialize;
 
 impl Controller {
-    /// Applies an administrative change (validated first; nothing changes on error).
+    /// Applies an administrative change (checked first; nothing changes on error).
     pub fn change(&self, change: Change) -> Result<String, String> {
+        let checked = change.checked()?;
         let mut state = self.lock();
-        let find = |state: &State, name: &str| -> Result<Resource, String> {
-            let resource = Resource::parse(name)?;
-            if state
-                .config
-                .resources
-                .iter()
-                .any(|r| r.resource == resource)
-            {
-                Ok(resource)
-            } else {
-                Err(format!("'{name}' is not a configured resource"))
-            }
-        };
-        match change {
-            Change::Policy { resource, policy } => {
-                let resource = find(&state, &resource)?;
-                let runner = PolicyRunner::new(&policy)?;
+        match checked {
+            Checked::Policy {
+                resource,
+                policy,
+                runner,
+            } => {
+                configured(&state, &resource)?;
                 state.policies.insert(resource.clone(), runner);
                 for r in state
                     .config
@@ -38,25 +29,22 @@ impl Controller {
                 }
                 Ok(format!("{resource}: policy {policy}"))
             }
-            Change::MaxRate { resource, rate } => {
-                let resource = find(&state, &resource)?;
-                let value = crate::config::rate_of("max_rate", &rate, &resource)?;
+            Checked::MaxRate { resource, rate } => {
+                configured(&state, &resource)?;
                 for r in state
                     .config
                     .resources
                     .iter_mut()
                     .filter(|r| r.resource == resource)
                 {
-                    r.max_rate = value;
+                    r.max_rate = rate;
                 }
-                Ok(format!("{resource}: Max_R {value}"))
+                Ok(format!("{resource}: Max_R {rate}"))
             }
-            Change::Job {
+            Checked::Job {
                 job,
                 priority,
-                resource,
-                demand,
-                limit,
+                terms,
             } => {
                 // A typo must not silently configure a job that will never run.
                 let known = state.config.jobs.contains_key(&job)
@@ -71,34 +59,115 @@ impl Controller {
                 }
                 let mut settings = state.config.job(&job);
                 if let Some(p) = priority {
-                    if !(p > 0.0 && p.is_finite()) {
-                        return Err(format!("priority {p} must be positive"));
-                    }
                     settings.priority = p;
                 }
-                if demand.is_some() || limit.is_some() {
-                    let name = resource.ok_or("--resource is needed with --demand or --limit")?;
-                    let r = find(&state, &name)?;
+                if let Some((resource, demand, limit)) = terms {
+                    configured(&state, &resource)?;
                     if let Some(d) = demand {
-                        settings
-                            .demand
-                            .insert(r.clone(), crate::config::rate_of("demand", &d, &r)?);
+                        settings.demand.insert(resource.clone(), d);
                     }
-                    match limit.as_deref() {
-                        Some("none") => {
-                            settings.limit.remove(&r);
-                        }
-                        Some(l) => {
-                            let value = crate::config::rate_of("limit", l, &r)?;
-                            settings.limit.insert(r, value);
-                        }
-                        None => {}
-                    }
+                    match limit {
+                        Some(Some(l)) => settings.limit.insert(resource, l),
+                        Some(None) => settings.limit.remove(&resource),
+                        None => None,
+                    };
                 }
                 state.config.jobs.insert(job.clone(), settings);
                 Ok(format!("job {job} updated"))
             }
         }
+    }
+}
+
+/// `Ok` if the controller shares `resource`.
+fn configured(state: &State, resource: &Resource) -> Result<(), String> {
+    if state
+        .config
+        .resources
+        .iter()
+        .any(|r| &r.resource == resource)
+    {
+        Ok(())
+    } else {
+        Err(format!("'{resource}' is not a configured resource"))
+    }
+}
+
+/// A change with its values parsed and checked.
+enum Checked {
+    Policy {
+        resource: Resource,
+        policy: String,
+        runner: PolicyRunner,
+    },
+    MaxRate {
+        resource: Resource,
+        rate: f64,
+    },
+    Job {
+        job: String,
+        priority: Option<f64>,
+        /// The resource with a new demand and a new static limit (`Some(None)`: lifted).
+        terms: Option<(Resource, Option<f64>, Option<Option<f64>>)>,
+    },
+}
+
+impl Change {
+    /// Checks every value the change carries (resource names, the policy, rates and
+    /// their units, the priority), naming the bad one. What only the running controller
+    /// can judge — whether it shares the resource, whether the job exists — is checked
+    /// when [`Controller::change`] applies it. `cheferd ctl` checks before it sends.
+    pub fn check(&self) -> Result<(), String> {
+        self.checked().map(|_| ())
+    }
+
+    fn checked(&self) -> Result<Checked, String> {
+        Ok(match self {
+            Change::Policy { resource, policy } => Checked::Policy {
+                resource: Resource::parse(resource)?,
+                policy: policy.clone(),
+                runner: PolicyRunner::new(policy)?,
+            },
+            Change::MaxRate { resource, rate } => {
+                let resource = Resource::parse(resource)?;
+                Checked::MaxRate {
+                    rate: rate_of("max_rate", rate, &resource)?,
+                    resource,
+                }
+            }
+            Change::Job {
+                job,
+                priority,
+                resource,
+                demand,
+                limit,
+            } => {
+                if let Some(p) = priority.filter(|p| !(*p > 0.0 && p.is_finite())) {
+                    return Err(format!("priority {p} must be positive"));
+                }
+                let resource = resource.as_deref().map(Resource::parse).transpose()?;
+                let terms = match resource {
+                    Some(r) => {
+                        let demand = demand.as_deref().map(|d| rate_of("demand", d, &r));
+                        let limit = match limit.as_deref() {
+                            Some("none") => Some(None),
+                            Some(l) => Some(Some(rate_of("limit", l, &r)?)),
+                            None => None,
+                        };
+                        Some((r, demand.transpose()?, limit))
+                    }
+                    None if demand.is_some() || limit.is_some() => {
+                        return Err("--resource is needed with --demand or --limit".into())
+                    }
+                    None => None,
+                };
+                Checked::Job {
+                    job: job.clone(),
+                    priority: *priority,
+                    terms,
+                }
+            }
+        })
     }
 }
 

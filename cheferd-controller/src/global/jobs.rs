@@ -1,9 +1,10 @@
 //! Job ids interned to the planner's keys, and the terms (configured settings, static
 //! and scheduled limits) in force for them.
 
+use crate::config::Resource;
 use crate::config::{GlobalConfig, JobConfig, ScheduledRule};
-use crate::plan::{JobKey, JobTerms};
-use crate::usage::Resource;
+use crate::plan::JobTerms;
+use crate::policy::JobKey;
 use std::collections::HashMap;
 
 /// Job ids interned to dense keys, never forgotten: policies keep state by key.

@@ -53,9 +53,9 @@ pub use service::{serve, Service};
 pub use snapshot::{NodeSnapshot, Phases, ResourceSnapshot, Snapshot, StageSnapshot};
 
 use crate::config::GlobalConfig;
+use crate::config::Resource;
 use crate::plan::{self, Share};
 use crate::policy::PolicyRunner;
-use crate::usage::Resource;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};

@@ -6,10 +6,11 @@
 use super::cache::{PlanCache, Slot};
 use super::service::GRPC_LOG;
 use super::{enforce, schedule, Controller, State};
+use crate::config::Resource;
 use crate::outbox;
-use crate::plan::{JobKey, StageUsage};
+use crate::plan::StageUsage;
+use crate::policy::JobKey;
 use crate::proto::{self, global_message, local_message, GlobalMessage, LocalMessage};
-use crate::usage::Resource;
 use padll_wire::ops::Class;
 use prost::Message;
 use std::collections::{BTreeMap, HashMap};
