@@ -6,6 +6,7 @@ pub mod admin;
 pub mod bench;
 pub mod bounds;
 pub mod config;
+#[cfg(feature = "cli")]
 pub mod demo;
 pub mod global;
 pub mod identity;
