@@ -13,7 +13,7 @@
 //! [[resource]]                      # what is shared: one mountpoint x class
 //! name = "/scratch:metadata"
 //! max_rate = "110k"                 # ops/s (bytes/s for data: "20GiB/s")
-//! policy = "psfa"                   # see `cheferd policies`
+//! policy = "psfa"                   # psfa, uniform, adaptbf, … (an unknown name lists them)
 //!
 //! [[job]]                           # optional per-job settings (by job id)
 //! id = "4242"
