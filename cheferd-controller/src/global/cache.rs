@@ -33,9 +33,13 @@ pub(super) struct PlanCache {
     views: Vec<StageView>,
     /// Where the views' usage of each resource is, resolved when they were built.
     layout: plan::Layout,
-    /// `sent[view * resources + resource]`: the rate last sent (0: no rule), `None`
-    /// where the stage was never sent any.
-    sent: Vec<Option<u64>>,
+    /// `sent[view * resources + resource]`: the rate last sent (0: no rule), where
+    /// `was_sent[view]`. Apart from the flags so that a node's rates compare with the
+    /// plan's as one block.
+    sent: Vec<u64>,
+    /// Whether the stage at each view was sent rules (`false`: never, or to be sent all
+    /// again).
+    was_sent: Vec<bool>,
     /// Each view's stage id.
     ids: Vec<u64>,
 }
@@ -61,19 +65,26 @@ impl PlanCache {
 
     fn rebuild(&mut self, config: &GlobalConfig, nodes: &mut BTreeMap<String, Node>) {
         let resources = config.resources.len();
-        let previous = std::mem::take(&mut self.sent);
+        let previous_rates = std::mem::take(&mut self.sent);
+        let previous_was_sent = std::mem::take(&mut self.was_sent);
         self.views.clear();
         self.ids.clear();
         for (index, node) in nodes.values_mut().enumerate() {
             for record in node.stages.values_mut().chain(node.orphans.values_mut()) {
                 let view = self.views.len();
-                match std::mem::replace(&mut record.slot, Slot::Cached(view)) {
-                    Slot::Cached(old) => self
-                        .sent
-                        .extend_from_slice(&previous[old * resources..(old + 1) * resources]),
-                    Slot::New(Some(rates)) => self.sent.extend(rates.into_iter().map(Some)),
-                    Slot::New(None) => self.sent.extend(std::iter::repeat_n(None, resources)),
+                let slot = std::mem::replace(&mut record.slot, Slot::Cached(view));
+                let sent = match slot {
+                    Slot::Cached(old) if previous_was_sent[old] => {
+                        Some(&previous_rates[old * resources..(old + 1) * resources])
+                    }
+                    Slot::New(Some(ref rates)) => Some(&rates[..]),
+                    Slot::Cached(_) | Slot::New(None) => None,
+                };
+                match sent {
+                    Some(rates) => self.sent.extend_from_slice(rates),
+                    None => self.sent.extend(std::iter::repeat_n(0, resources)),
                 }
+                self.was_sent.push(sent.is_some());
                 self.ids.push(record.stage.stage_id);
                 self.views.push(StageView {
                     node: index,
@@ -102,7 +113,7 @@ impl PlanCache {
 
     /// Forgets what the stages at `views` were sent, so all their rules go out again.
     pub(super) fn forget_sent(&mut self, views: Range<usize>) {
-        self.sent[views.start * self.resources..views.end * self.resources].fill(None);
+        self.was_sent[views].fill(false);
     }
 
     /// The rules of those stages at `views` whose planned rates differ from the ones
@@ -115,17 +126,18 @@ impl PlanCache {
     ) -> Vec<proto::StageRules> {
         let resources = self.resources;
         let flat = views.start * resources..views.end * resources;
-        if same(&self.sent[flat.clone()], &plan.rates[flat]) {
+        if self.was_sent[views.clone()].iter().all(|&sent| sent)
+            && self.sent[flat.clone()] == plan.rates[flat]
+        {
             return Vec::new();
         }
         let mut changed = Vec::new();
         for i in views {
             let rates = plan.stage_rates(i, resources);
             let last = &mut self.sent[i * resources..(i + 1) * resources];
-            if !same(last, rates) {
-                for (last, &rate) in last.iter_mut().zip(rates) {
-                    *last = Some(rate);
-                }
+            if !self.was_sent[i] || last != rates {
+                last.copy_from_slice(rates);
+                self.was_sent[i] = true;
                 changed.push(proto::StageRules {
                     stage_id: self.ids[i],
                     rules: super::enforce::rules(config, rates),
@@ -134,9 +146,4 @@ impl PlanCache {
         }
         changed
     }
-}
-
-/// Whether rates `sent` are the `planned` ones.
-fn same(sent: &[Option<u64>], planned: &[u64]) -> bool {
-    sent.iter().zip(planned).all(|(s, p)| *s == Some(*p))
 }
