@@ -1,12 +1,25 @@
 //! Compiles the gRPC protocol with protox (a pure-Rust protobuf compiler): no system
 //! `protoc` is needed. Also probes what tests need (`has_root`: the permission check
-//! runs `ctl` as another uid), see `scripts/test-tools.rs`.
+//! runs `ctl` as another uid; `has_prometheus`, `has_promtool`: the dashboard's queries
+//! run against a real Prometheus; Slurm, munge, `slurm/spank.h` and `cc`:
+//! `tests/slurm.rs`), see `scripts/test-tools.rs`.
 
 #[path = "../scripts/test-tools.rs"]
 mod tools;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tools::probe(&[tools::Need::Root, tools::Need::Program("setpriv")]);
+    tools::probe(&[
+        tools::Need::Root,
+        tools::Need::Program("setpriv"),
+        tools::Need::Program("prometheus"),
+        tools::Need::Program("promtool"),
+        tools::Need::Program("slurmctld"),
+        tools::Need::Program("slurmd"),
+        tools::Need::Program("sbatch"),
+        tools::Need::Program("munged"),
+        tools::Need::Program("cc"),
+        tools::Need::File("spank.h", "/usr/include/slurm/spank.h"),
+    ]);
     println!("cargo:rerun-if-changed=proto/cheferd.proto");
     let descriptors = protox::compile(["proto/cheferd.proto"], ["proto"])?;
     tonic_prost_build::configure().compile_fds(descriptors)?;

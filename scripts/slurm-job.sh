@@ -5,6 +5,9 @@
 #
 #   sbatch scripts/slurm-job.sh
 #
+# Where the site installed the SPANK plugin (README "Slurm"), `sbatch --padll` puts every
+# task under the stage without this wrapper, with the site's mountpoints and controller.
+#
 #SBATCH --job-name=padll-example
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=4

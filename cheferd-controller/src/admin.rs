@@ -228,6 +228,17 @@ async fn exchange(socket: &Path, request: &AdminRequest) -> Result<serde_json::V
             })
         }
     };
+    if padll_wire::control::decode::<padll_wire::control::ControlMessage>(&line).is_ok() {
+        return Err(CtlError {
+            message: format!(
+                "{} is a local controller's stage socket (cheferd local --socket), not the \
+                 global controller's admin socket: give --socket the path of cheferd global \
+                 --admin-socket",
+                socket.display()
+            ),
+            code: 2,
+        });
+    }
     match serde_json::from_str::<AdminReply>(&line) {
         Ok(AdminReply::Ok(value)) => Ok(value),
         Ok(AdminReply::Error(message)) => {
@@ -254,6 +265,13 @@ pub async fn snapshot(socket: &Path) -> Result<Snapshot, CtlError> {
     })
 }
 
+/// A rate or count rounded to a whole number, never written `-0` (an empty sum of
+/// floats is `-0.0`, and a tiny negative rounds to it).
+fn whole(value: f64) -> String {
+    // Adding +0.0 turns -0.0 into +0.0 and leaves every other value as it is.
+    format!("{:.0}", value.round() + 0.0)
+}
+
 /// Renders the jobs table (`ctl jobs`, `ctl top`).
 pub fn jobs_table(snapshot: &Snapshot) -> String {
     let mut out = format!(
@@ -272,12 +290,12 @@ pub fn jobs_table(snapshot: &Snapshot) -> String {
             .collect();
         let used: f64 = shares.iter().map(|s| s.usage).sum();
         out.push_str(&format!(
-            "\n{}  Max_R {:.0}  policy {}  used {:.0} ({:.0} %)\n",
+            "\n{}  Max_R {}  policy {}  used {} ({} %)\n",
             resource.resource,
-            resource.max_rate,
+            whole(resource.max_rate),
             resource.policy,
-            used,
-            100.0 * used / resource.max_rate.max(1.0)
+            whole(used),
+            whole(100.0 * used / resource.max_rate.max(1.0))
         ));
         out.push_str(&format!(
             "  {:<20} {:>7} {:>6} {:>9} {:>12} {:>12} {:>12} {:>10}\n",
@@ -285,16 +303,15 @@ pub fn jobs_table(snapshot: &Snapshot) -> String {
         ));
         for s in shares {
             out.push_str(&format!(
-                "  {:<20} {:>7} {:>6} {:>9} {:>12.0} {:>12.0} {:>12.0} {:>10}\n",
+                "  {:<20} {:>7} {:>6} {:>9} {:>12} {:>12} {:>12} {:>10}\n",
                 s.job,
                 s.stages,
                 s.nodes,
                 s.priority,
-                s.demand,
-                s.usage,
-                s.assigned,
-                s.static_limit
-                    .map_or("-".to_string(), |l| format!("{l:.0}"))
+                whole(s.demand),
+                whole(s.usage),
+                whole(s.assigned),
+                s.static_limit.map_or("-".to_string(), whole)
             ));
         }
     }
@@ -325,7 +342,11 @@ pub fn stages_table(snapshot: &Snapshot) -> String {
         "node", "stage", "job", "pid", "uid", "program"
     );
     for s in &snapshot.stages {
-        let usage: Vec<String> = s.usage.iter().map(|(r, v)| format!("{r}={v:.0}")).collect();
+        let usage: Vec<String> = s
+            .usage
+            .iter()
+            .map(|(r, v)| format!("{r}={}", whole(*v)))
+            .collect();
         out.push_str(&format!(
             "{:<16} {:>6} {:<16} {:>8} {:>6} {:<16} {}\n",
             s.node,

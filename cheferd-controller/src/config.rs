@@ -1,35 +1,9 @@
 //! The global controller's configuration (TOML). Every error names the key and the
-//! bad value; nothing starts on a bad file.
-//!
-//! ```toml
-//! interval_ms = 1000                # the control loop period
-//! burst_ms = 10                     # stage bucket depth, ms of its rate
-//! stage_floor = 0.1                 # part of a job's rate split evenly over its stages
-//! admins = [1000]                   # uids allowed to change settings (root always is)
-//! max_nodes = 4096                  # local controllers registered at once (further refused)
-//! max_stages_per_node = 4096        # stages of one node (further StageJoined ignored)
-//! max_jobs_per_node = 1024          # distinct jobs among one node's stages
-//!
-//! [[resource]]                      # what is shared: one mountpoint x class
-//! name = "/scratch:metadata"
-//! max_rate = "110k"                 # ops/s (bytes/s for data: "20GiB/s")
-//! policy = "psfa"                   # psfa, uniform, adaptbf, … (an unknown name lists them)
-//!
-//! [[job]]                           # optional per-job settings (by job id)
-//! id = "4242"
-//! priority = 2
-//! demand = { "/scratch:metadata" = "40k" }
-//! limit = { "/scratch:metadata" = "10k" }   # static limit: the policy does not move it
-//!
-//! [[rule]]                          # time-scheduled static limits, like Cheferd's files
-//! at = 60                           # seconds after the controller started
-//! job = "4242"
-//! resource = "/scratch:metadata"
-//! limit = "5k"                      # or "none" to lift it
-//! ```
+//! bad value; nothing starts on a bad file. Every key, its type, default and an
+//! example: `etc/README.md`; a sample: `etc/global.toml`.
 
 use padll_wire::channel::Scope;
-use padll_wire::config::{normalize_mount, parse_rate, parse_selector};
+use padll_wire::config::{normalize_mount, parse_rate, parse_selector, toml_error, RateText};
 use padll_wire::ops::Class;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -224,7 +198,7 @@ struct RawConfig {
 #[serde(deny_unknown_fields)]
 struct RawResource {
     name: String,
-    max_rate: String,
+    max_rate: RateText,
     policy: String,
 }
 
@@ -234,9 +208,9 @@ struct RawJob {
     id: String,
     priority: Option<f64>,
     #[serde(default)]
-    demand: BTreeMap<String, String>,
+    demand: BTreeMap<String, RateText>,
     #[serde(default)]
-    limit: BTreeMap<String, String>,
+    limit: BTreeMap<String, RateText>,
 }
 
 #[derive(Deserialize)]
@@ -245,7 +219,7 @@ struct RawRule {
     at: f64,
     job: String,
     resource: String,
-    limit: String,
+    limit: RateText,
 }
 
 /// Parses a rate in the stage's syntax (`110k`, `5000/s`, `20GiB/s`) as tokens/s.
@@ -274,7 +248,7 @@ impl GlobalConfig {
         text: &str,
         policy_exists: &dyn Fn(&str) -> Result<(), String>,
     ) -> Result<GlobalConfig, String> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| e.message().to_string())?;
+        let raw: RawConfig = toml::from_str(text).map_err(|e| toml_error(text, &e))?;
         let mut config = GlobalConfig::default();
         if let Some(ms) = raw.interval_ms {
             if ms == 0 || ms > 3_600_000 {
@@ -324,7 +298,7 @@ impl GlobalConfig {
                     r.name
                 ));
             }
-            let max_rate = rate_of(&format!("resource[{i}].max_rate"), &r.max_rate, &resource)?;
+            let max_rate = rate_of(&format!("resource[{i}].max_rate"), &r.max_rate.0, &resource)?;
             policy_exists(&r.policy).map_err(|e| format!("resource[{i}].policy: {e}"))?;
             config.resources.push(ResourceConfig {
                 resource,
@@ -353,13 +327,13 @@ impl GlobalConfig {
             for (name, value) in &j.demand {
                 let key = format!("job[{i}].demand.\"{name}\"");
                 let resource = known(&key, name, &config.resources)?;
-                let value = rate_of(&key, value, &resource)?;
+                let value = rate_of(&key, &value.0, &resource)?;
                 job.demand.insert(resource, value);
             }
             for (name, value) in &j.limit {
                 let key = format!("job[{i}].limit.\"{name}\"");
                 let resource = known(&key, name, &config.resources)?;
-                let value = rate_of(&key, value, &resource)?;
+                let value = rate_of(&key, &value.0, &resource)?;
                 job.limit.insert(resource, value);
             }
             config.jobs.insert(j.id.clone(), job);
@@ -376,10 +350,10 @@ impl GlobalConfig {
                 &r.resource,
                 &config.resources,
             )?;
-            let limit = if r.limit == "none" {
+            let limit = if r.limit.0 == "none" {
                 None
             } else {
-                Some(rate_of(&format!("rule[{i}].limit"), &r.limit, &resource)?)
+                Some(rate_of(&format!("rule[{i}].limit"), &r.limit.0, &resource)?)
             };
             config.rules.push(ScheduledRule {
                 at: r.at,
@@ -390,6 +364,18 @@ impl GlobalConfig {
         }
         config.rules.sort_by(|a, b| a.at.total_cmp(&b.at));
         Ok(config)
+    }
+
+    /// What is legal but most likely a mistake, one line each, for the log at start.
+    pub fn warnings(&self) -> Vec<String> {
+        if self.resources.is_empty() {
+            vec![
+                "the configuration has no [[resource]]: nothing is shared and no stage is limited"
+                    .into(),
+            ]
+        } else {
+            Vec::new()
+        }
     }
 
     /// The settings of a job (defaults for unknown jobs).
@@ -468,6 +454,41 @@ mod tests {
     }
 
     #[test]
+    fn rates_are_numbers_or_strings() {
+        for (written, expected) in [
+            ("110000", 110_000.0),
+            ("110000.0", 110_000.0),
+            ("\"110000\"", 110_000.0),
+            ("\"110k\"", 110_000.0),
+            ("\"110k/s\"", 110_000.0),
+        ] {
+            let config = parse(&format!(
+                "[[resource]]\nname = \"/s:metadata\"\nmax_rate = {written}\npolicy = \"psfa\"\n\
+                 [[job]]\nid = \"j\"\ndemand = {{ \"/s:metadata\" = {written} }}\n\
+                 [[rule]]\nat = 1\njob = \"j\"\nresource = \"/s:metadata\"\nlimit = {written}"
+            ))
+            .unwrap_or_else(|e| panic!("{written}: {e}"));
+            assert_eq!(config.resources[0].max_rate, expected, "{written}");
+            let job = config.job("j");
+            assert_eq!(job.demand.values().next(), Some(&expected), "{written}");
+            assert_eq!(config.rules[0].limit, Some(expected), "{written}");
+        }
+        let data =
+            parse("[[resource]]\nname = \"/s:data\"\nmax_rate = \"20GiB/s\"\npolicy = \"psfa\"")
+                .unwrap();
+        assert_eq!(data.resources[0].max_rate, (20u64 << 30) as f64);
+    }
+
+    #[test]
+    fn warns_without_resources() {
+        assert_eq!(parse("").unwrap().warnings().len(), 1);
+        assert_eq!(parse("interval_ms = 500").unwrap().warnings().len(), 1);
+        let shared =
+            parse("[[resource]]\nname = \"/s:data\"\nmax_rate = \"1GiB/s\"\npolicy = \"psfa\"");
+        assert!(shared.unwrap().warnings().is_empty());
+    }
+
+    #[test]
     fn errors_name_key_and_value() {
         for (text, needle) in [
             ("interval_ms = 0", "interval_ms = 0"),
@@ -489,6 +510,32 @@ mod tests {
                 "'/nope:data' is not a configured resource",
             ),
             ("[[job]]\nid = \"1\"\npriority = -1", "job[0].priority = -1"),
+            (
+                "[[resource]]\nname = \"/s:metadata\"\nmax_rate = \"20GiB/s\"\npolicy = \"psfa\"",
+                "resource[0].max_rate: '20GiB/s' is a rate of bytes, but /s:metadata counts operations",
+            ),
+            (
+                "[[resource]]\nname = \"/s:metadata\"\nmax_rate = -5\npolicy = \"psfa\"",
+                "resource[0].max_rate: bad rate '-5': must not be negative",
+            ),
+            (
+                "[[resource]]\nname = \"/s:metadata\"\nmax_rate = nan\npolicy = \"psfa\"",
+                "resource[0].max_rate: bad rate 'NaN': must be a finite number",
+            ),
+            (
+                "[[resource]]\nname = \"/s:metadata\"\nmax_rate = inf\npolicy = \"psfa\"",
+                "resource[0].max_rate: bad rate 'inf': must be a finite number",
+            ),
+            (
+                "[[resource]]\nname = \"/s:metadata\"\nmax_rate = \"1k\"\npolicy = \"psfa\"\n\
+                 [[job]]\nid = \"1\"\ndemand = { \"/s:metadata\" = -5 }",
+                "job[0].demand.\"/s:metadata\": bad rate '-5': must not be negative",
+            ),
+            (
+                "interval_ms = 1000\n[[resource]]\nname = \"/s:metadata\"\nmax_rate = true\npolicy = \"psfa\"",
+                "line 4 `max_rate = true`: invalid type: boolean `true`, expected a rate",
+            ),
+            ("interval_ms = -5", "line 1 `interval_ms = -5`"),
         ] {
             let err = parse(text).unwrap_err();
             assert!(err.contains(needle), "{err:?} should contain {needle:?}");

@@ -179,7 +179,11 @@ enum Command {
     Ctl {
         /// The global controller's admin socket.
         #[arg(long, value_name = "PATH", default_value = "/tmp/cheferd-admin.sock")]
+        #[arg(global = true)]
         socket: PathBuf,
+        /// Print the views (nodes, jobs, stages, top, dump) and replies as JSON.
+        #[arg(long, global = true)]
+        json: bool,
         #[command(subcommand)]
         command: CtlCommand,
     },
@@ -294,7 +298,8 @@ enum CtlCommand {
     SetMaxRate {
         /// `MOUNT:CLASS`.
         resource: String,
-        /// Rate (`110k`, `20GiB/s`).
+        /// Rate (`110000`, `110k`, `20GiB/s`).
+        #[arg(allow_negative_numbers = true)]
         rate: String,
     },
     /// Change a job's priority, or its demand / static limit on a resource.
@@ -302,16 +307,16 @@ enum CtlCommand {
         /// Job id.
         job: String,
         /// New priority (> 0).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         priority: Option<f64>,
         /// The resource for --demand / --limit.
         #[arg(long)]
         resource: Option<String>,
-        /// New demand.
-        #[arg(long)]
+        /// New demand (a rate: `40000`, `40k`, `1GiB/s`).
+        #[arg(long, allow_negative_numbers = true)]
         demand: Option<String>,
-        /// New static limit, or `none` to lift it.
-        #[arg(long)]
+        /// New static limit (a rate), or `none` to lift it.
+        #[arg(long, allow_negative_numbers = true)]
         limit: Option<String>,
     },
 }
@@ -452,9 +457,13 @@ fn main() -> ExitCode {
                     .await
                     .map_err(|e| (e, 1))
             }
-            Command::Ctl { socket, command } => {
-                ctl(&socket, command).await.map_err(|e| (e.message, e.code))
-            }
+            Command::Ctl {
+                socket,
+                json,
+                command,
+            } => ctl(&socket, command, json)
+                .await
+                .map_err(|e| (e.message, e.code)),
         }
     });
     report(result)
@@ -606,6 +615,9 @@ async fn run_global(
         .map_err(|e| usage_error(format!("cannot read --config {}: {e}", config.display())))?;
     let parsed = GlobalConfig::parse(&text, &policy::check)
         .map_err(|e| usage_error(format!("{}: {e}", config.display())))?;
+    for warning in parsed.warnings() {
+        tracing::warn!("{}: {warning}", config.display());
+    }
     let server_tls = global_tls(&config, &parsed.tls, tls).map_err(usage_error)?;
     let grpc = tokio::net::TcpListener::bind(&listen)
         .await
@@ -712,27 +724,34 @@ async fn run_local(
     .map_err(usage_error)
 }
 
-async fn ctl(socket: &std::path::Path, command: CtlCommand) -> Result<(), CtlError> {
-    let change = match command {
-        CtlCommand::Nodes => {
-            print!("{}", admin::nodes_table(&admin::snapshot(socket).await?));
-            return Ok(());
+async fn ctl(socket: &std::path::Path, command: CtlCommand, json: bool) -> Result<(), CtlError> {
+    // `--json`: each view prints the part of the admin socket's snapshot it shows.
+    let snapshot_json = || admin::request(socket, &AdminRequest::Snapshot);
+    match command {
+        CtlCommand::Nodes if json => println!("{}", snapshot_json().await?["nodes"]),
+        CtlCommand::Stages if json => println!("{}", snapshot_json().await?["stages"]),
+        CtlCommand::Jobs | CtlCommand::Top { once: true } if json => {
+            println!("{}", jobs_json(snapshot_json().await?))
         }
-        CtlCommand::Jobs => {
-            print!("{}", admin::jobs_table(&admin::snapshot(socket).await?));
-            return Ok(());
-        }
-        CtlCommand::Stages => {
-            print!("{}", admin::stages_table(&admin::snapshot(socket).await?));
-            return Ok(());
-        }
+        CtlCommand::Top { .. } if json => loop {
+            println!("{}", jobs_json(snapshot_json().await?));
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        },
+        CtlCommand::Nodes => print!("{}", admin::nodes_table(&admin::snapshot(socket).await?)),
+        CtlCommand::Jobs => print!("{}", admin::jobs_table(&admin::snapshot(socket).await?)),
+        CtlCommand::Stages => print!("{}", admin::stages_table(&admin::snapshot(socket).await?)),
         CtlCommand::Top { once } => loop {
             let table = admin::jobs_table(&admin::snapshot(socket).await?);
             if once {
                 print!("{table}");
-                return Ok(());
+                break;
             }
-            print!("\x1b[2J\x1b[H{table}");
+            // Clear the screen only on a terminal: a pipe or file gets one table a second.
+            if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+                print!("\x1b[2J\x1b[H{table}");
+            } else {
+                println!("{table}");
+            }
             tokio::time::sleep(Duration::from_secs(1)).await;
         },
         CtlCommand::Dump => {
@@ -743,37 +762,64 @@ async fn ctl(socket: &std::path::Path, command: CtlCommand) -> Result<(), CtlErr
                 "{}",
                 serde_json::to_string_pretty(&dump).unwrap_or_default()
             );
-            return Ok(());
         }
-        CtlCommand::SetPolicy { resource, policy } => Change::Policy { resource, policy },
-        CtlCommand::SetMaxRate { resource, rate } => Change::MaxRate { resource, rate },
+        CtlCommand::SetPolicy { resource, policy } => {
+            send_change(socket, Change::Policy { resource, policy }, json).await?
+        }
+        CtlCommand::SetMaxRate { resource, rate } => {
+            send_change(socket, Change::MaxRate { resource, rate }, json).await?
+        }
         CtlCommand::SetJob {
             job,
             priority,
             resource,
             demand,
             limit,
-        } => Change::Job {
-            job,
-            priority,
-            resource,
-            demand,
-            limit,
-        },
-    };
-    // A typo is bad usage (exit 2) naming the value, found before contacting the
-    // controller; the controller refuses (exit 1) what only it can judge, such as a
-    // resource it does not share.
-    change
-        .check()
-        .map_err(|message| CtlError { message, code: 2 })?;
-    print_ok(admin::request(socket, &AdminRequest::Change { change }).await?);
+        } => {
+            let change = Change::Job {
+                job,
+                priority,
+                resource,
+                demand,
+                limit,
+            };
+            send_change(socket, change, json).await?
+        }
+    }
     Ok(())
 }
 
-fn print_ok(value: serde_json::Value) {
+/// Sends a change, checked first so that a typo is bad usage (exit 2) naming the value;
+/// the controller refuses (exit 1) what only it can judge, such as a resource it does
+/// not share.
+async fn send_change(socket: &std::path::Path, change: Change, json: bool) -> Result<(), CtlError> {
+    change
+        .check()
+        .map_err(|message| CtlError { message, code: 2 })?;
+    print_ok(
+        admin::request(socket, &AdminRequest::Change { change }).await?,
+        json,
+    );
+    Ok(())
+}
+
+/// The jobs view of a snapshot for `ctl jobs --json` and `ctl top --json`: what the
+/// table shows (cycle, latency, resources, every job's share of each).
+fn jobs_json(mut snapshot: serde_json::Value) -> serde_json::Value {
+    let keys = [
+        "cycle",
+        "latency_ms_p50",
+        "latency_ms_p99",
+        "resources",
+        "shares",
+    ];
+    let view = keys.map(|key| (key.to_string(), snapshot[key].take()));
+    serde_json::Value::Object(view.into_iter().collect())
+}
+
+fn print_ok(value: serde_json::Value, json: bool) {
     match value {
-        serde_json::Value::String(s) => println!("{s}"),
+        serde_json::Value::String(s) if !json => println!("{s}"),
         other => println!("{other}"),
     }
 }

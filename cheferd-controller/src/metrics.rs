@@ -1,9 +1,16 @@
 //! Prometheus text metrics over HTTP (`GET /metrics`): per job and resource usage,
-//! assigned rate and demand; cycle latency; connected nodes and stages.
+//! assigned rate and demand; each resource's `Max_R`; cycles and their latency;
+//! attached nodes and registered stages. Names follow Prometheus' conventions: counters
+//! end in `_total`, units are in the name (`_seconds`, `_bytes`, `_ops_per_second`,
+//! `_bytes_per_second`), so a resource's rates appear under the name of its unit: a
+//! metadata resource counts operations, a data resource bytes (README.md, *Metrics*).
 
+use crate::config::Resource;
 use crate::global::{Controller, Snapshot};
+use crate::plan::JobShare;
 use std::fmt::Write as _;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tracing::warn;
@@ -32,7 +39,8 @@ pub async fn serve(controller: Arc<Controller>, listener: TcpListener) {
             let (status, body) = if request_line.starts_with("GET /metrics ")
                 || request_line.starts_with("GET / ")
             {
-                ("200 OK", render(&controller.snapshot()))
+                let (snapshot, latency) = controller.metrics();
+                ("200 OK", render(&snapshot, &latency))
             } else {
                 ("404 Not Found", "only GET /metrics is served\n".to_string())
             };
@@ -47,6 +55,76 @@ pub async fn serve(controller: Arc<Controller>, listener: TcpListener) {
     }
 }
 
+/// Upper bounds (seconds) of the cycle latency histogram's buckets: from a cycle with
+/// nothing to wait for (≈ 100 µs) past the collect deadline (≤ 500 ms); slower cycles
+/// fall in `+Inf`.
+pub const LATENCY_BUCKETS: [f64; 13] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+
+/// The cycle latencies of every cycle since start, as a Prometheus histogram.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LatencyHistogram {
+    /// Observations per bucket of [`LATENCY_BUCKETS`] (not cumulative), and above the
+    /// last bound in the extra last slot.
+    counts: [u64; LATENCY_BUCKETS.len() + 1],
+    /// Sum of all observations, seconds.
+    sum: f64,
+}
+
+impl LatencyHistogram {
+    /// Records one cycle's latency.
+    pub fn observe(&mut self, latency: Duration) {
+        let seconds = latency.as_secs_f64();
+        let bucket = LATENCY_BUCKETS
+            .iter()
+            .position(|bound| seconds <= *bound)
+            .unwrap_or(LATENCY_BUCKETS.len());
+        self.counts[bucket] += 1;
+        self.sum += seconds;
+    }
+
+    /// Cycles observed.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+}
+
+/// Writes metric families in the text exposition format.
+struct Exposition(String);
+
+impl Exposition {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
+        self.0.push_str(name);
+        if !labels.is_empty() {
+            let pairs: Vec<String> = labels
+                .iter()
+                .map(|(key, value)| format!("{key}=\"{}\"", escape(value)))
+                .collect();
+            let _ = write!(self.0, "{{{}}}", pairs.join(","));
+        }
+        // Rust writes infinities as `inf`; the format wants `+Inf`.
+        let value = match value {
+            v if v == f64::INFINITY => "+Inf".to_string(),
+            v if v == f64::NEG_INFINITY => "-Inf".to_string(),
+            v => v.to_string(),
+        };
+        let _ = writeln!(self.0, " {value}");
+    }
+
+    /// One gauge family with a sample per row.
+    fn gauge(&mut self, name: &str, help: &str, rows: &[(Vec<(&str, &str)>, f64)]) {
+        self.family(name, "gauge", help);
+        for (labels, value) in rows {
+            self.sample(name, labels, *value);
+        }
+    }
+}
+
 fn escape(value: &str) -> String {
     value
         .replace('\\', "\\\\")
@@ -54,107 +132,209 @@ fn escape(value: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// The exposition text for a snapshot.
-pub fn render(s: &Snapshot) -> String {
-    let mut out = String::new();
-    let mut gauge = |name: &str, help: &str, rows: Vec<(String, f64)>| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-        for (labels, value) in rows {
-            let _ = writeln!(out, "{name}{labels} {value}");
-        }
-    };
-    gauge(
-        "cheferd_cycles",
-        "Control cycles run.",
-        vec![(String::new(), s.cycle as f64)],
+/// A per-job gauge: its name between `cheferd_job_` and the unit, its help, and its
+/// value in a share.
+struct JobGauge {
+    name: &'static str,
+    help: &'static str,
+    value: fn(&JobShare) -> f64,
+}
+
+const JOB_GAUGES: [JobGauge; 3] = [
+    JobGauge {
+        name: "usage",
+        help: "A job's usage of a resource over the last interval (all its stages).",
+        value: |j| j.usage,
+    },
+    JobGauge {
+        name: "assigned_rate",
+        help: "The rate assigned to a job on a resource in the last cycle.",
+        value: |j| j.assigned,
+    },
+    JobGauge {
+        name: "demand",
+        help: "A job's demand (QoS reservation) on a resource; Max_R when not configured.",
+        value: |j| j.demand,
+    },
+];
+
+/// A rate's unit in metric names: operations or bytes per second.
+fn unit(counts_bytes: bool) -> &'static str {
+    if counts_bytes {
+        "bytes_per_second"
+    } else {
+        "ops_per_second"
+    }
+}
+
+/// The exposition text for a snapshot and the latency histogram.
+pub fn render(s: &Snapshot, latency: &LatencyHistogram) -> String {
+    let mut out = Exposition(String::new());
+    out.family("cheferd_cycles_total", "counter", "Control cycles run.");
+    out.sample("cheferd_cycles_total", &[], s.cycle as f64);
+
+    let name = "cheferd_cycle_latency_seconds";
+    out.family(
+        name,
+        "histogram",
+        "Control cycle latency: from the tick until the last Enforce is queued (collect + compute + enforce).",
     );
-    gauge(
-        "cheferd_cycle_latency_ms",
-        "Control cycle latency (from the tick until the last Enforce is queued: collect + compute + enforce), ms.",
-        vec![
-            ("{quantile=\"0.5\"}".into(), s.latency_ms_p50),
-            ("{quantile=\"0.99\"}".into(), s.latency_ms_p99),
-            ("{quantile=\"last\"}".into(), s.latency_ms_last),
+    let mut cumulative = 0;
+    for (bound, count) in LATENCY_BUCKETS.iter().zip(latency.counts) {
+        cumulative += count;
+        out.sample(
+            "cheferd_cycle_latency_seconds_bucket",
+            &[("le", &bound.to_string())],
+            cumulative as f64,
+        );
+    }
+    let count = latency.count() as f64;
+    out.sample(
+        "cheferd_cycle_latency_seconds_bucket",
+        &[("le", "+Inf")],
+        count,
+    );
+    out.sample("cheferd_cycle_latency_seconds_sum", &[], latency.sum);
+    out.sample("cheferd_cycle_latency_seconds_count", &[], count);
+    out.gauge(
+        "cheferd_last_cycle_latency_seconds",
+        "Latency of the last control cycle.",
+        &[(vec![], s.latency_ms_last / 1e3)],
+    );
+
+    let attached = s.nodes.iter().filter(|n| n.attached).count();
+    out.gauge(
+        "cheferd_nodes",
+        "Local controllers known, by state: attached (stream up) or detached (stream lost, its stages kept as orphans).",
+        &[
+            (vec![("state", "attached")], attached as f64),
+            (
+                vec![("state", "detached")],
+                (s.nodes.len() - attached) as f64,
+            ),
         ],
     );
-    gauge(
-        "cheferd_nodes",
-        "Attached local controllers.",
-        vec![(
-            String::new(),
-            s.nodes.iter().filter(|n| n.attached).count() as f64,
+    out.gauge(
+        "cheferd_stages",
+        "Stages registered through attached local controllers.",
+        &[(vec![], s.stages.len() as f64)],
+    );
+    out.gauge(
+        "cheferd_orphan_stages",
+        "Stages of detached local controllers, still running at their last rates.",
+        &[(
+            vec![],
+            s.nodes.iter().map(|n| n.orphans).sum::<usize>() as f64,
         )],
     );
-    gauge(
-        "cheferd_stages",
-        "Registered stages.",
-        vec![(String::new(), s.stages.len() as f64)],
-    );
-    gauge(
-        "cheferd_resource_max_rate",
-        "Capacity Max_R of each resource (ops/s or bytes/s).",
-        s.resources
+
+    for counts_bytes in [false, true] {
+        let unit = unit(counts_bytes);
+        let rows: Vec<_> = s
+            .resources
             .iter()
+            .filter(|r| {
+                Resource::parse(&r.resource).is_ok_and(|r| r.counts_bytes() == counts_bytes)
+            })
             .map(|r| {
                 (
-                    format!(
-                        "{{resource=\"{}\",policy=\"{}\"}}",
-                        escape(&r.resource),
-                        escape(&r.policy)
-                    ),
+                    vec![
+                        ("resource", r.resource.as_str()),
+                        ("policy", r.policy.as_str()),
+                    ],
                     r.max_rate,
                 )
             })
-            .collect(),
-    );
-    let job_rows = |f: &dyn Fn(&crate::plan::JobShare) -> f64| -> Vec<(String, f64)> {
-        s.shares
+            .collect();
+        out.gauge(
+            &format!("cheferd_resource_max_rate_{unit}"),
+            "Capacity Max_R of each resource, shared by its policy.",
+            &rows,
+        );
+        let shares: Vec<_> = s
+            .shares
             .iter()
-            .map(|j| {
-                (
-                    format!(
-                        "{{job=\"{}\",resource=\"{}\"}}",
-                        escape(&j.job),
-                        escape(&j.resource.to_string())
-                    ),
-                    f(j),
-                )
-            })
-            .collect()
-    };
-    gauge(
-        "cheferd_job_usage",
-        "Job usage over the last interval.",
-        job_rows(&|j| j.usage),
-    );
-    gauge(
-        "cheferd_job_assigned_rate",
-        "Rate assigned to the job this cycle.",
-        job_rows(&|j| j.assigned),
-    );
-    gauge(
-        "cheferd_job_demand",
-        "Job demand (reservation).",
-        job_rows(&|j| j.demand),
-    );
-    gauge(
-        "cheferd_node_protocol_bytes",
+            .filter(|j| j.resource.counts_bytes() == counts_bytes)
+            .map(|j| (j.job.as_str(), j.resource.to_string(), j))
+            .collect();
+        for gauge in JOB_GAUGES {
+            let rows: Vec<_> = shares
+                .iter()
+                .map(|(job, resource, share)| {
+                    (
+                        vec![("job", *job), ("resource", resource.as_str())],
+                        (gauge.value)(share),
+                    )
+                })
+                .collect();
+            out.gauge(
+                &format!("cheferd_job_{}_{unit}", gauge.name),
+                gauge.help,
+                &rows,
+            );
+        }
+    }
+
+    let name = "cheferd_node_protocol_bytes_total";
+    out.family(
+        name,
+        "counter",
         "gRPC payload bytes exchanged with each local controller since it attached.",
-        s.nodes
-            .iter()
-            .flat_map(|n| {
-                [
-                    (
-                        format!("{{node=\"{}\",direction=\"in\"}}", escape(&n.node)),
-                        n.bytes_in as f64,
-                    ),
-                    (
-                        format!("{{node=\"{}\",direction=\"out\"}}", escape(&n.node)),
-                        n.bytes_out as f64,
-                    ),
-                ]
-            })
-            .collect(),
     );
-    out
+    for n in &s.nodes {
+        out.sample(
+            name,
+            &[("node", &n.node), ("direction", "in")],
+            n.bytes_in as f64,
+        );
+        out.sample(
+            name,
+            &[("node", &n.node), ("direction", "out")],
+            n.bytes_out as f64,
+        );
+    }
+    out.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative_and_counted() {
+        let mut histogram = LatencyHistogram::default();
+        for ms in [0.05, 0.2, 3.0, 3.0, 2000.0] {
+            histogram.observe(Duration::from_secs_f64(ms / 1e3));
+        }
+        assert_eq!(histogram.count(), 5);
+        let snapshot: Snapshot = serde_json::from_value(serde_json::json!({
+            "cycle": 5, "uptime_s": 5.0, "interval_ms": 1000, "resources": [], "nodes": [],
+            "stages": [], "shares": [], "latency_ms_p50": 3.0, "latency_ms_p99": 2000.0,
+            "latency_ms_last": 2000.0
+        }))
+        .unwrap();
+        let text = render(&snapshot, &histogram);
+        for line in [
+            "cheferd_cycle_latency_seconds_bucket{le=\"0.0001\"} 1",
+            "cheferd_cycle_latency_seconds_bucket{le=\"0.00025\"} 2",
+            "cheferd_cycle_latency_seconds_bucket{le=\"0.0025\"} 2",
+            "cheferd_cycle_latency_seconds_bucket{le=\"0.005\"} 4",
+            "cheferd_cycle_latency_seconds_bucket{le=\"1\"} 4",
+            "cheferd_cycle_latency_seconds_bucket{le=\"+Inf\"} 5",
+            "cheferd_cycle_latency_seconds_count 5",
+            "cheferd_cycles_total 5",
+            "cheferd_last_cycle_latency_seconds 2",
+            "# TYPE cheferd_cycles_total counter",
+            "# TYPE cheferd_cycle_latency_seconds histogram",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+        }
+        let sum: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("cheferd_cycle_latency_seconds_sum "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((sum - 2.00625).abs() < 1e-9, "{sum}");
+    }
 }

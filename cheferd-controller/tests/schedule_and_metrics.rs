@@ -1,7 +1,8 @@
 //! Time-scheduled static rules (Cheferd's `<id> <time> job <name> <op|class> <limit>`
 //! files, here `[[rule]]` in the TOML) take effect at their time and are lifted at theirs,
 //! and the Prometheus endpoint shows usage, assigned rate and demand per job, cycle
-//! latency, nodes and stages — on real processes on loopback.
+//! latency, nodes and stages, with the types and names Prometheus' conventions ask for
+//! — on real processes on loopback.
 
 mod common;
 
@@ -53,17 +54,25 @@ fn scrape(port: u16) -> Option<String> {
     response.starts_with("HTTP/1.1 200").then_some(response)
 }
 
-/// The value of the sample `name{…job="job"…}` (or `name` alone when `job` is empty).
-fn sample(metrics: &str, name: &str, job: &str) -> Option<f64> {
+/// The value of the sample `name{…label…}` (`label` as in `job="job-a"`), or of `name`
+/// without labels when `label` is empty.
+fn sample(metrics: &str, name: &str, label: &str) -> Option<f64> {
     metrics.lines().find_map(|line| {
         let rest = line.strip_prefix(name)?;
-        let matches = if job.is_empty() {
-            rest.starts_with(' ') || rest.starts_with('{')
+        let matches = if label.is_empty() {
+            rest.starts_with(' ')
         } else {
-            rest.starts_with('{') && rest.contains(&format!("job=\"{job}\""))
+            rest.starts_with('{') && rest.split('}').next()?.contains(label)
         };
         matches.then(|| line.rsplit(' ').next()?.parse().ok())?
     })
+}
+
+/// The `# TYPE` line of a metric family.
+fn family_type<'a>(metrics: &'a str, name: &str) -> Option<&'a str> {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("# TYPE {name} ")))
 }
 
 #[test]
@@ -112,28 +121,60 @@ fn scheduled_rules_apply_at_their_time_and_metrics_show_the_jobs() {
     let metrics = wait_for(Duration::from_secs(10), "the metrics endpoint", || {
         scrape(cluster.metrics_port)
     });
-    for (name, job) in [
-        ("cheferd_job_usage", "job-a"),
-        ("cheferd_job_assigned_rate", "job-b"),
-        ("cheferd_job_demand", "job-b"),
-        ("cheferd_cycle_latency_ms", ""),
-        ("cheferd_cycles", ""),
+    for (name, label) in [
+        ("cheferd_job_usage_ops_per_second", "job=\"job-a\""),
+        ("cheferd_job_assigned_rate_ops_per_second", "job=\"job-b\""),
+        ("cheferd_job_demand_ops_per_second", "job=\"job-b\""),
+        ("cheferd_cycle_latency_seconds_bucket", "le=\"+Inf\""),
+        ("cheferd_cycle_latency_seconds_count", ""),
+        ("cheferd_last_cycle_latency_seconds", ""),
+        ("cheferd_cycles_total", ""),
     ] {
         assert!(
-            sample(&metrics, name, job).is_some(),
-            "no {name} {job} in:\n{metrics}"
+            sample(&metrics, name, label).is_some(),
+            "no {name} {label} in:\n{metrics}"
         );
     }
+    for (name, kind) in [
+        ("cheferd_cycles_total", "counter"),
+        ("cheferd_cycle_latency_seconds", "histogram"),
+        ("cheferd_job_usage_ops_per_second", "gauge"),
+        ("cheferd_node_protocol_bytes_total", "counter"),
+    ] {
+        assert_eq!(family_type(&metrics, name), Some(kind), "{metrics}");
+    }
+    assert!(
+        !metrics.contains("quantile="),
+        "a last value is a gauge, not a quantile: {metrics}"
+    );
+    let resource = format!("resource=\"{}\"", cluster.metadata());
     assert_eq!(
-        sample(&metrics, "cheferd_job_assigned_rate", "job-a"),
+        sample(
+            &metrics,
+            "cheferd_resource_max_rate_ops_per_second",
+            &resource
+        ),
+        Some(2000.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(
+            &metrics,
+            "cheferd_job_assigned_rate_ops_per_second",
+            "job=\"job-a\""
+        ),
         Some(STATIC_LIMIT)
     );
     assert_eq!(
-        sample(&metrics, "cheferd_job_demand", "job-a"),
+        sample(
+            &metrics,
+            "cheferd_job_demand_ops_per_second",
+            "job=\"job-a\""
+        ),
         Some(1000.0)
     );
     assert_eq!(
-        sample(&metrics, "cheferd_nodes", ""),
+        sample(&metrics, "cheferd_nodes", "state=\"attached\""),
         Some(1.0),
         "{metrics}"
     );
@@ -141,6 +182,12 @@ fn scheduled_rules_apply_at_their_time_and_metrics_show_the_jobs() {
         sample(&metrics, "cheferd_stages", ""),
         Some(2.0),
         "{metrics}"
+    );
+    let cycles = sample(&metrics, "cheferd_cycles_total", "").unwrap();
+    let observed = sample(&metrics, "cheferd_cycle_latency_seconds_count", "").unwrap();
+    assert!(
+        cycles >= 8.0 && (cycles - observed).abs() <= 1.0,
+        "{cycles} cycles run, {observed} latencies observed"
     );
 
     // The rule is lifted at its time.

@@ -37,6 +37,13 @@ pub fn parse_rate(text: &str) -> Result<Rate, String> {
     let bad = |why: &str| format!("bad rate '{text}': {why}");
     let trimmed = text.trim();
     let body = trimmed.strip_suffix("/s").unwrap_or(trimmed).trim();
+    if body.starts_with('-') {
+        return Err(bad("must not be negative"));
+    }
+    let lowered = body.trim_start_matches('+').to_ascii_lowercase();
+    if ["inf", "infinity", "nan"].contains(&lowered.as_str()) {
+        return Err(bad("must be a finite number"));
+    }
     let split = body
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(body.len());
@@ -75,6 +82,55 @@ pub fn parse_rate(text: &str) -> Result<Rate, String> {
         per_second: per_second as u64,
         unit,
     })
+}
+
+/// A rate as a configuration file writes it: a number of tokens per second (`110000`)
+/// or a string in the [`parse_rate`] syntax (`"110k"`, `"20GiB/s"`). Kept as text until
+/// the key it belongs to is known, so an error can name the key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RateText(pub String);
+
+impl<'de> Deserialize<'de> for RateText {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = RateText;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(
+                    "a rate: a number per second or a string such as \"110k\" or \"20GiB/s\"",
+                )
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<RateText, E> {
+                Ok(RateText(text.to_string()))
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<RateText, E> {
+                Ok(RateText(n.to_string()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<RateText, E> {
+                Ok(RateText(n.to_string()))
+            }
+            fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<RateText, E> {
+                Ok(RateText(n.to_string()))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+/// A TOML error as one line: the line it is on (with its text, which shows the key)
+/// and what is wrong.
+pub fn toml_error(text: &str, error: &toml::de::Error) -> String {
+    let Some(at) = error.span().map(|s| s.start.min(text.len())) else {
+        return error.message().to_string();
+    };
+    let line = text.as_bytes()[..at]
+        .iter()
+        .filter(|b| **b == b'\n')
+        .count()
+        + 1;
+    let content = text.lines().nth(line - 1).unwrap_or_default().trim();
+    let content: String = content.chars().take(80).collect();
+    format!("line {line} `{content}`: {}", error.message())
 }
 
 /// A selector: an operation, class or `all`, optionally scoped to one mountpoint
@@ -226,7 +282,7 @@ struct FileConfig {
 #[serde(deny_unknown_fields)]
 struct FileLimit {
     selector: String,
-    rate: String,
+    rate: RateText,
     burst: Option<u64>,
 }
 
@@ -269,12 +325,19 @@ pub fn read_config_file(path: &str) -> Result<String, String> {
 /// Reads the configuration through `var` (the environment, or a map in tests).
 /// Errors name the variable and the bad value.
 pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, String> {
-    let file = match var("PADLL_CONFIG").filter(|p| !p.is_empty()) {
+    let config_path = var("PADLL_CONFIG").filter(|p| !p.is_empty());
+    let in_file = |what: String| {
+        format!(
+            "PADLL_CONFIG: '{}': {what}",
+            config_path.as_deref().unwrap_or_default()
+        )
+    };
+    let file = match &config_path {
         Some(path) => {
-            let text = read_config_file(&path)
+            let text = read_config_file(path)
                 .map_err(|e| format!("PADLL_CONFIG: cannot read '{path}': {e}"))?;
             toml::from_str::<FileConfig>(&text)
-                .map_err(|e| format!("PADLL_CONFIG: '{path}': {}", e.message()))?
+                .map_err(|e| format!("PADLL_CONFIG: '{path}': {}", toml_error(&text, &e)))?
         }
         None => FileConfig::default(),
     };
@@ -318,15 +381,16 @@ pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, String> {
             }
         }
         None => {
-            for limit in &file.limit {
-                let mut spec = parse_rule(&format!("{}={}", limit.selector, limit.rate), burst_ms)
-                    .map_err(|e| format!("PADLL_CONFIG: {e}"))?;
+            for (i, limit) in file.limit.iter().enumerate() {
+                let mut spec =
+                    parse_rule(&format!("{}={}", limit.selector, limit.rate.0), burst_ms)
+                        .map_err(|e| in_file(format!("limit[{i}]: {e}")))?;
                 if let Some(burst) = limit.burst {
                     if burst == 0 {
-                        return Err(format!(
-                            "PADLL_CONFIG: burst of '{}' must be at least 1",
+                        return Err(in_file(format!(
+                            "limit[{i}].burst = 0: must be at least 1 (selector '{}')",
                             limit.selector
-                        ));
+                        )));
                     }
                     spec.burst = burst;
                 }
@@ -530,9 +594,20 @@ mod tests {
                 unit: Unit::Bytes
             }
         );
-        for bad in ["", "fast", "5x/s", "0/s", "0.1", "-5", "1e99GB"] {
+        for bad in [
+            "", "fast", "5x/s", "0/s", "0.1", "-5", "1e99GB", "inf", "NaN", "-inf/s",
+        ] {
             let err = parse_rate(bad).unwrap_err();
             assert!(err.contains(&format!("'{bad}'")), "{err}");
+        }
+        for (bad, why) in [
+            ("-5", "must not be negative"),
+            ("-inf/s", "must not be negative"),
+            ("inf", "must be a finite number"),
+            ("NaN/s", "must be a finite number"),
+        ] {
+            let err = parse_rate(bad).unwrap_err();
+            assert!(err.ends_with(why), "{err}");
         }
     }
 
@@ -624,6 +699,28 @@ mod tests {
         std::fs::write(&path, "mounts = [\"/scratch\"]\nbogus = 1\n").unwrap();
         let err = load_from(&[("PADLL_CONFIG", path.to_str().unwrap())]).unwrap_err();
         assert!(err.contains("bogus"), "{err}");
+        let limit = |rate: &str| {
+            let text =
+                format!("mounts = [\"/scratch\"]\n[[limit]]\nselector = \"open\"\nrate = {rate}\n");
+            std::fs::write(&path, text).unwrap();
+            load_from(&[("PADLL_CONFIG", path.to_str().unwrap())])
+        };
+        assert_eq!(limit("5000").unwrap().limits[0].rate, 5000);
+        assert_eq!(limit("\"5k\"").unwrap().limits[0].rate, 5000);
+        for (rate, why) in [
+            ("-5", "bad rate '-5': must not be negative"),
+            ("nan", "bad rate 'NaN': must be a finite number"),
+            (
+                "true",
+                "line 4 `rate = true`: invalid type: boolean `true`, expected a rate",
+            ),
+        ] {
+            let err = limit(rate).unwrap_err();
+            assert!(
+                err.contains(path.to_str().unwrap()) && err.contains(why),
+                "{err}"
+            );
+        }
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

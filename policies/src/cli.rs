@@ -105,7 +105,12 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = 1.0)]
     pub interval: f64,
     /// Capacity Max_R in ops/s (`110000`, `110k`, as in the controller's TOML).
-    #[arg(long, default_value_t = 110_000.0, value_parser = parse_max_rate)]
+    #[arg(
+        long,
+        default_value_t = 110_000.0,
+        value_parser = parse_max_rate,
+        allow_negative_numbers = true
+    )]
     pub max_rate: f64,
     /// Skip the PNG/SVG plots.
     #[arg(long)]
@@ -123,7 +128,7 @@ pub struct AllocateArgs {
     pub policy: String,
     /// Capacity Max_R of the resource (same unit as the rates): a number (`110000`,
     /// `1.1e5`) or a rate in the controller's syntax (`110k`, `5000/s`, `20GiB/s`).
-    #[arg(long, value_parser = parse_max_rate)]
+    #[arg(long, value_parser = parse_max_rate, allow_negative_numbers = true)]
     pub max_rate: f64,
     /// Control interval in seconds (AdapTBF's Δt).
     #[arg(long, default_value_t = 1.0)]

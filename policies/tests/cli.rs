@@ -112,6 +112,20 @@ fn allocate_accepts_max_rate_in_the_controllers_syntax() {
 }
 
 #[test]
+fn a_negative_max_rate_is_refused_naming_it() {
+    // Parsed as a value (not taken for a flag), then validated.
+    for command in ["allocate", "simulate"] {
+        let o = policies(&[command, "--policy", "psfa", "--max-rate", "-5"], "{}");
+        assert_eq!(o.status.code(), Some(2), "{command}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("bad --max-rate `-5`"),
+            "{command}: {}",
+            stderr(&o)
+        );
+    }
+}
+
+#[test]
 fn allocate_drf_prints_data_rates() {
     let input = r#"{"jobs": [{"id": 1, "demand": 100, "data_demand": 400, "usage": 0},
                             {"id": 2, "demand": 300, "data_demand": 100, "usage": 0}]}"#;

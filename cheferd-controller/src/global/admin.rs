@@ -131,7 +131,7 @@ impl Change {
             Change::MaxRate { resource, rate } => {
                 let resource = Resource::parse(resource)?;
                 Checked::MaxRate {
-                    rate: rate_of("max_rate", rate, &resource)?,
+                    rate: rate_of("rate", rate, &resource)?,
                     resource,
                 }
             }
@@ -142,16 +142,27 @@ impl Change {
                 demand,
                 limit,
             } => {
+                if priority.is_none() && demand.is_none() && limit.is_none() {
+                    return Err(format!(
+                        "set-job {job}: nothing to change: give --priority P, or --resource R \
+                         with --demand D or --limit L|none"
+                    ));
+                }
                 if let Some(p) = priority.filter(|p| !(*p > 0.0 && p.is_finite())) {
-                    return Err(format!("priority {p} must be positive"));
+                    return Err(format!("--priority {p} must be positive"));
                 }
                 let resource = resource.as_deref().map(Resource::parse).transpose()?;
                 let terms = match resource {
+                    Some(r) if demand.is_none() && limit.is_none() => {
+                        return Err(format!(
+                            "--resource {r} needs --demand or --limit (what to change on it)"
+                        ))
+                    }
                     Some(r) => {
-                        let demand = demand.as_deref().map(|d| rate_of("demand", d, &r));
+                        let demand = demand.as_deref().map(|d| rate_of("--demand", d, &r));
                         let limit = match limit.as_deref() {
                             Some("none") => Some(None),
-                            Some(l) => Some(Some(rate_of("limit", l, &r)?)),
+                            Some(l) => Some(Some(rate_of("--limit", l, &r)?)),
                             None => None,
                         };
                         Some((r, demand.transpose()?, limit))

@@ -74,6 +74,8 @@ struct State {
     cache: cache::PlanCache,
     /// The last cycles, oldest first.
     history: VecDeque<Phases>,
+    /// Every cycle's latency since start, for the metrics endpoint.
+    latency: crate::metrics::LatencyHistogram,
     /// The last cycle's tick, and the next one expected.
     tick: Option<Instant>,
     next_tick: Option<Instant>,
@@ -114,6 +116,7 @@ impl Controller {
                 shares: Vec::new(),
                 cache: cache::PlanCache::default(),
                 history: VecDeque::new(),
+                latency: Default::default(),
                 tick: None,
                 next_tick: None,
                 collecting: None,
@@ -183,6 +186,7 @@ impl Controller {
         state.shares = plan.shares;
         state.unacked = sent;
         let latency = started.elapsed();
+        state.latency.observe(latency);
         snapshot::record(
             &mut state.history,
             Phases {

@@ -90,6 +90,7 @@ impl Controller {
                             node: name.clone(),
                             stage_id: s.stage_id,
                             job: s.job_id.clone(),
+                            job_size: s.job_size,
                             pid: s.pid,
                             uid: s.uid,
                             name: s.stage_name.clone(),
@@ -111,6 +112,12 @@ impl Controller {
                 .back()
                 .map_or(0.0, |p| p.latency.as_secs_f64() * 1e3),
         }
+    }
+
+    /// What the metrics endpoint shows: the snapshot and every cycle's latency.
+    pub fn metrics(&self) -> (Snapshot, crate::metrics::LatencyHistogram) {
+        let latency = self.lock().latency.clone();
+        (self.snapshot(), latency)
     }
 
     /// The phases of the last `cycles` cycles (at most the last 1000), oldest first.
@@ -214,6 +221,9 @@ pub struct StageSnapshot {
     pub stage_id: u64,
     /// Job id.
     pub job: String,
+    /// The job's size in nodes, as its local controller resolved it (the scheduler's).
+    #[serde(default)]
+    pub job_size: u32,
     /// Process id (from `SO_PEERCRED`).
     pub pid: u32,
     /// User id (from `SO_PEERCRED`).

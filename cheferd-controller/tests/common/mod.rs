@@ -195,6 +195,8 @@ pub struct Cluster {
     pub tls: PathBuf,
     global: Option<Daemon>,
     locals: BTreeMap<String, Daemon>,
+    /// Environment variables for local controllers (e.g. `SLURM_CONF` for `scontrol`).
+    pub local_env: Vec<(String, String)>,
     /// Jobs' processes, in start order.
     pub jobs: Vec<Replayer>,
     restarts: usize,
@@ -239,6 +241,7 @@ impl Cluster {
             dir,
             global: None,
             locals: BTreeMap::new(),
+            local_env: Vec::new(),
             jobs: Vec::new(),
             restarts: 0,
         }
@@ -333,6 +336,7 @@ impl Cluster {
             .arg(&tls.key)
             .arg("--tls-ca")
             .arg(&tls.ca)
+            .envs(self.local_env.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -1,0 +1,239 @@
+//! `cheferd`'s command line as a user meets it: the sample configurations in `etc/`
+//! load; bad rates are refused naming the file, key and value; a configuration without
+//! resources warns; `ctl` mistakes get one clear line (nothing to set, a negative
+//! priority, the wrong socket) and its views read well in a pipe.
+
+mod common;
+
+use cheferd_controller::config::GlobalConfig;
+use common::{cheferd, run_with_timeout, wait_for, Cluster};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+fn etc(file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../etc")
+        .join(file)
+}
+
+/// `cheferd ARGS…`, to completion.
+fn run(args: &[&str]) -> Output {
+    let mut command = Command::new(cheferd());
+    command.args(args);
+    run_with_timeout(&mut command, Duration::from_secs(30))
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn sample_configurations_load() {
+    let text = std::fs::read_to_string(etc("global.toml")).expect("etc/global.toml");
+    let global = GlobalConfig::parse(&text, &cheferd_controller::policy::check)
+        .unwrap_or_else(|e| panic!("etc/global.toml: {e}"));
+    assert_eq!(global.resources.len(), 2);
+    assert!(global.warnings().is_empty());
+    assert!(global.tls.cert.is_some());
+
+    let path = etc("padll.toml");
+    let stage = padll_wire::config::load(&|name| {
+        (name == "PADLL_CONFIG").then(|| path.display().to_string())
+    })
+    .unwrap_or_else(|e| panic!("etc/padll.toml: {e}"));
+    assert_eq!(stage.mounts, ["/scratch"]);
+    assert_eq!(stage.limits.len(), 2);
+    assert!(stage.controller.is_some());
+}
+
+/// `cheferd global` on `config` with nothing else to go wrong (plaintext, free port,
+/// its own admin socket): it must refuse to start.
+fn global_refuses(config: &str) -> (String, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("global.toml");
+    std::fs::write(&path, config).expect("config written");
+    let admin = dir.path().join("admin.sock");
+    let output = run(&[
+        "global",
+        "--config",
+        path.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-socket",
+        admin.to_str().unwrap(),
+        "--insecure-plaintext",
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    (stderr(&output), path.display().to_string())
+}
+
+#[test]
+fn global_refuses_bad_rates_naming_file_key_and_value() {
+    for (max_rate, why) in [
+        (
+            "\"20GiB/s\"",
+            "resource[0].max_rate: '20GiB/s' is a rate of bytes, but /scratch:metadata counts operations",
+        ),
+        ("-5", "resource[0].max_rate: bad rate '-5': must not be negative"),
+        ("inf", "resource[0].max_rate: bad rate 'inf': must be a finite number"),
+        ("\"fast\"", "resource[0].max_rate: bad rate 'fast'"),
+    ] {
+        let (message, file) = global_refuses(&format!(
+            "[[resource]]\nname = \"/scratch:metadata\"\nmax_rate = {max_rate}\npolicy = \"psfa\"\n"
+        ));
+        assert!(
+            message.contains(&file) && message.contains(why),
+            "{max_rate}: {message}"
+        );
+        assert_eq!(message.trim_end().lines().count(), 1, "{message}");
+    }
+}
+
+#[test]
+fn ctl_usage_errors_are_one_clear_line() {
+    for (args, expected) in [
+        (
+            &["ctl", "set-job", "jobA"][..],
+            "set-job jobA: nothing to change",
+        ),
+        (
+            &["ctl", "set-job", "jobA", "--priority", "-1"],
+            "--priority -1 must be positive",
+        ),
+        (
+            &["ctl", "set-job", "jobA", "--resource", "/scratch:metadata"],
+            "set-job jobA: nothing to change",
+        ),
+        (
+            &[
+                "ctl",
+                "set-job",
+                "jobA",
+                "--priority",
+                "2",
+                "--resource",
+                "/scratch:metadata",
+            ],
+            "needs --demand or --limit",
+        ),
+        (
+            &[
+                "ctl",
+                "set-job",
+                "jobA",
+                "--resource",
+                "/scratch:metadata",
+                "--demand",
+                "-5",
+            ],
+            "--demand: bad rate '-5': must not be negative",
+        ),
+        (
+            &["ctl", "set-max-rate", "/scratch:metadata", "20GiB/s"],
+            "is a rate of bytes, but /scratch:metadata counts operations",
+        ),
+    ] {
+        let output = run(args);
+        let message = stderr(&output);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {message}");
+        assert!(message.contains(expected), "{args:?}: {message}");
+        assert_eq!(message.trim_end().lines().count(), 1, "{args:?}: {message}");
+        assert!(!message.contains("tip"), "{args:?}: {message}");
+    }
+    // --socket is accepted after the subcommand too (here: nobody listens on it).
+    let output = run(&["ctl", "nodes", "--socket", "/nonexistent/admin.sock"]);
+    assert_eq!(output.status.code(), Some(69), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("/nonexistent/admin.sock"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn global_without_resources_warns_at_start() {
+    let _serial = common::serialize();
+    let mut cluster = Cluster::new("interval_ms = 1000\n");
+    cluster.start_global();
+    wait_for(Duration::from_secs(10), "the warning", || {
+        cluster
+            .global_log()
+            .lines()
+            .find(|l| l.contains("WARN") && l.contains("no [[resource]]"))
+            .map(|l| assert!(l.contains("global.toml"), "{l}"))
+    });
+}
+
+#[test]
+fn ctl_views_and_the_wrong_socket() {
+    let _serial = common::serialize();
+    let mut cluster = Cluster::new(
+        "[[resource]]\nname = \"{scratch}:metadata\"\nmax_rate = 1000\npolicy = \"psfa\"\n",
+    );
+    cluster.start_global();
+    cluster.start_local("n1");
+    let admin = cluster.admin.to_str().unwrap().to_string();
+
+    // An idle resource: nothing used, written 0 (an empty float sum is -0.0).
+    let jobs = run(&["ctl", "jobs", "--socket", &admin]);
+    assert!(jobs.status.success(), "{}", stderr(&jobs));
+    assert!(
+        stdout(&jobs).contains("used 0 (0 %)") && !stdout(&jobs).contains("-0"),
+        "{}",
+        stdout(&jobs)
+    );
+    assert!(
+        !cluster.global_log().contains("no [[resource]]"),
+        "a configuration with a resource warned"
+    );
+
+    // A local controller's socket is named as such, not answered with a decoding error.
+    let local = cluster.local_socket("n1");
+    let output = run(&["ctl", "jobs", "--socket", local.to_str().unwrap()]);
+    let message = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{message}");
+    assert!(
+        message.contains("local controller") && message.contains("--admin-socket"),
+        "{message}"
+    );
+
+    // `top` into a pipe: a table a second, no terminal control codes.
+    let mut top = Command::new(cheferd())
+        .args(["ctl", "top", "--socket", &admin])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("ctl top starts");
+    let mut pipe = top.stdout.take().expect("piped");
+    let text = Arc::new(Mutex::new(String::new()));
+    let sink = text.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n @ 1..) = pipe.read(&mut buf) {
+            sink.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    wait_for(Duration::from_secs(30), "two tables from ctl top", || {
+        let tables = text
+            .lock()
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with("cycle "))
+            .count();
+        (tables >= 2).then_some(())
+    });
+    let _ = top.kill();
+    let _ = top.wait();
+    let text = text.lock().unwrap();
+    assert!(!text.contains('\x1b'), "{text:?}");
+}

@@ -1,0 +1,67 @@
+//! `cheferd ctl … --json`: every view prints JSON of what the admin socket returned,
+//! against a global and a local controller with one job under the stage.
+
+mod common;
+
+use common::Cluster;
+use serde_json::Value;
+use std::time::Duration;
+
+/// `ctl ARGS…`, which must succeed, parsed as JSON.
+fn json(cluster: &Cluster, args: &[&str]) -> Value {
+    let output = cluster.ctl(args);
+    assert!(
+        output.status.success(),
+        "ctl {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("ctl {args:?} is not JSON ({e}): {:?}", output.stdout))
+}
+
+#[test]
+fn every_ctl_view_prints_json() {
+    let _serial = common::serialize();
+    let mut cluster = Cluster::new(
+        "interval_ms = 500\n[[resource]]\nname = \"{scratch}:metadata\"\n\
+         max_rate = \"1000\"\npolicy = \"uniform\"\n",
+    );
+    cluster.start_global();
+    cluster.start_local("n1");
+    cluster.start_process("job-1", "n1", 300);
+    cluster.wait_for_stages(Duration::from_secs(15), &[("n1", 1)]);
+    let resource = cluster.metadata();
+    common::wait_for(Duration::from_secs(10), "a share for job-1", || {
+        let jobs = json(&cluster, &["jobs", "--json"]);
+        (jobs["shares"][0]["job"] == "job-1").then_some(())
+    });
+
+    let nodes = json(&cluster, &["nodes", "--json"]);
+    assert_eq!(nodes[0]["node"], "n1", "{nodes}");
+    assert_eq!(nodes[0]["attached"], true, "{nodes}");
+    let stages = json(&cluster, &["--json", "stages"]);
+    assert_eq!(stages[0]["job"], "job-1", "{stages}");
+    assert_eq!(stages[0]["job_size"], 1, "{stages}");
+    for view in [&["jobs", "--json"][..], &["top", "--once", "--json"]] {
+        let jobs = json(&cluster, view);
+        assert_eq!(
+            jobs["resources"][0]["resource"],
+            resource.as_str(),
+            "{jobs}"
+        );
+        assert_eq!(jobs["shares"][0]["resource"], resource.as_str(), "{jobs}");
+        assert!(
+            jobs["shares"][0]["assigned"].as_f64().unwrap() > 0.0,
+            "{jobs}"
+        );
+        assert!(jobs["cycle"].as_u64().unwrap() > 0, "{jobs}");
+    }
+    let dump = json(&cluster, &["dump", "--json"]);
+    assert!(dump["state"]["stages"].is_array() && dump["config"].is_object());
+    let reply = json(&cluster, &["set-policy", &resource, "psfa", "--json"]);
+    assert!(reply.is_string(), "{reply}");
+
+    // Without --json the views stay tables.
+    let table = cluster.ctl(&["nodes"]);
+    assert!(String::from_utf8_lossy(&table.stdout).starts_with("node "));
+}

@@ -1,0 +1,251 @@
+/*
+ * padll_spank.c: a SPANK plugin that runs a Slurm job's tasks under the PADLL stage.
+ *
+ * It gives users `sbatch/srun/salloc --padll[=on|off]` and admins a site-wide default
+ * (plugstack.conf arguments below). For each task of an enabled job, slurmstepd calls
+ * slurm_spank_task_init() as the job's user just before exec; it appends libpadll.so to
+ * LD_PRELOAD and sets the stage's controller socket and the job's identity from Slurm:
+ *
+ *   PADLL_CONTROLLER      the local controller's socket (socket=)
+ *   PADLL_JOB_ID          Slurm's job id
+ *   PADLL_JOB_SIZE        Slurm's node count of the job
+ *   PADLL_CONFIG          the site's stage configuration, e.g. its mountpoints (config=)
+ *   PADLL_CONTROLLER_UID  the uid `cheferd local` runs as, if not root (controller_uid=)
+ *
+ * The controller does not take the identity on trust: it reads the task's job from its
+ * cgroup and its size from scontrol. The environment is for the stage's own use (its
+ * job-wide segment, its logs).
+ *
+ * plugstack.conf:
+ *   optional /usr/local/lib/padll/padll_spank.so [default=off|on|always] [library=PATH]
+ *            [socket=PATH] [config=PATH] [controller_uid=UID]
+ *
+ *   default=off     jobs run under PADLL only with --padll (the default)
+ *   default=on      every job does, unless it asks --padll=off
+ *   default=always  every job does; --padll=off is refused
+ *
+ * A job is never broken by PADLL being absent: when the library cannot be read the task
+ * runs without it after one line on its stderr. A bad plugstack.conf argument is logged
+ * and leaves PADLL off for the job.
+ *
+ * Built by scripts/slurm/build.sh, which compiles the default library path in.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <slurm/spank.h>
+
+SPANK_PLUGIN(padll, 1);
+
+#ifndef PADLL_DEFAULT_LIBRARY
+#define PADLL_DEFAULT_LIBRARY "/usr/local/lib/padll/libpadll.so"
+#endif
+#define PADLL_DEFAULT_SOCKET "/run/cheferd/local.sock"
+
+enum site_default { SITE_OFF, SITE_ON, SITE_ALWAYS };
+
+/* Plugstack arguments: one configuration per process that loads the plugin. */
+static enum site_default site_default = SITE_OFF;
+static int misconfigured;
+static char library[PATH_MAX] = PADLL_DEFAULT_LIBRARY;
+static char socket_path[PATH_MAX] = PADLL_DEFAULT_SOCKET;
+static char config[PATH_MAX];
+static char controller_uid[16];
+
+/* The user's --padll: -1 not given, 0 off, 1 on. */
+static int user_choice = -1;
+
+static int padll_option(int val, const char *optarg, int remote);
+
+static struct spank_option padll_spank_option = {
+    "padll",
+    "[on|off]",
+    "Run the job's tasks under PADLL I/O control (default: the site's choice)",
+    2, /* the argument is optional */
+    0,
+    padll_option,
+};
+
+static int padll_option(int val, const char *optarg, int remote)
+{
+    (void)val;
+    /* Slurm 22.05 hands a bare --padll on to job steps (srun inside sbatch) as the
+     * text "(null)". */
+    if (optarg == NULL || *optarg == '\0' || strcmp(optarg, "(null)") == 0 ||
+        strcmp(optarg, "on") == 0) {
+        user_choice = 1;
+    } else if (strcmp(optarg, "off") == 0) {
+        if (site_default == SITE_ALWAYS) {
+            /* Refused at submission; a job submitted before the site switched to
+             * `always` still starts, under PADLL. */
+            if (remote)
+                return 0;
+            slurm_error("padll: --padll=off: this site runs every job under PADLL");
+            return -1;
+        }
+        user_choice = 0;
+    } else {
+        slurm_error("padll: --padll=%s: expected on or off", optarg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Copies `value` into `dest` (PATH_MAX or 16 bytes) if it fits and is absolute when
+ * `absolute`; 0 on success. */
+static int set_value(char *dest, size_t size, const char *name, const char *value,
+                     int absolute)
+{
+    if (strlen(value) >= size || (absolute && value[0] != '/')) {
+        slurm_error("padll: plugstack.conf: %s=%s must be %s", name, value,
+                    absolute ? "an absolute path" : "a short value");
+        return -1;
+    }
+    strcpy(dest, value);
+    return 0;
+}
+
+static int parse_argument(const char *arg)
+{
+    const char *eq = strchr(arg, '=');
+    const char *value = eq ? eq + 1 : "";
+    size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
+
+#define IS(name) (name_len == strlen(name) && strncmp(arg, name, name_len) == 0)
+    if (IS("default")) {
+        if (strcmp(value, "off") == 0)
+            site_default = SITE_OFF;
+        else if (strcmp(value, "on") == 0)
+            site_default = SITE_ON;
+        else if (strcmp(value, "always") == 0)
+            site_default = SITE_ALWAYS;
+        else {
+            slurm_error("padll: plugstack.conf: default=%s: expected off, on or always",
+                        value);
+            return -1;
+        }
+        return 0;
+    }
+    if (IS("library"))
+        return set_value(library, sizeof library, "library", value, 1);
+    if (IS("socket"))
+        return set_value(socket_path, sizeof socket_path, "socket", value, 1);
+    if (IS("config"))
+        return set_value(config, sizeof config, "config", value, 1);
+    if (IS("controller_uid")) {
+        if (*value == '\0' || strspn(value, "0123456789") != strlen(value)) {
+            slurm_error("padll: plugstack.conf: controller_uid=%s: expected a number",
+                        value);
+            return -1;
+        }
+        return set_value(controller_uid, sizeof controller_uid, "controller_uid", value, 0);
+    }
+#undef IS
+    slurm_error("padll: plugstack.conf: unknown argument '%s' (default=, library=, socket=, "
+                "config=, controller_uid=)",
+                arg);
+    return -1;
+}
+
+int slurm_spank_init(spank_t sp, int ac, char **av)
+{
+    for (int i = 0; i < ac; i++) {
+        if (parse_argument(av[i]) != 0)
+            misconfigured = 1;
+    }
+    if (spank_option_register(sp, &padll_spank_option) != ESPANK_SUCCESS)
+        slurm_error("padll: cannot register --padll");
+    return 0;
+}
+
+static int enabled(void)
+{
+    if (misconfigured)
+        return 0;
+    if (site_default == SITE_ALWAYS)
+        return 1;
+    if (user_choice >= 0)
+        return user_choice;
+    return site_default == SITE_ON;
+}
+
+/* Sets a variable of the task's environment; 0 on success. */
+static int set_env(spank_t sp, const char *name, const char *value)
+{
+    spank_err_t rc = spank_setenv(sp, name, value, 1);
+    if (rc != ESPANK_SUCCESS) {
+        fprintf(stderr, "padll: cannot set %s: %s; this task runs without PADLL\n", name,
+                spank_strerror(rc));
+        return -1;
+    }
+    return 0;
+}
+
+/* LD_PRELOAD with the library appended (once: an srun inside a batch script inherits
+ * it), or NULL when it cannot be read whole or the result does not fit. */
+static char *preload_with_library(spank_t sp)
+{
+    static char preload[8192];
+    char current[sizeof preload];
+    spank_err_t rc = spank_getenv(sp, "LD_PRELOAD", current, sizeof current);
+    if (rc == ESPANK_ENV_NOEXIST)
+        current[0] = '\0';
+    else if (rc != ESPANK_SUCCESS)
+        return NULL; /* longer than the buffer: never drop the user's preloads */
+    const char *sep = " :";
+    char copy[sizeof current];
+    strcpy(copy, current);
+    for (char *save = NULL, *word = strtok_r(copy, sep, &save); word;
+         word = strtok_r(NULL, sep, &save)) {
+        if (strcmp(word, library) == 0) {
+            strcpy(preload, current);
+            return preload;
+        }
+    }
+    int n = snprintf(preload, sizeof preload, "%s%s%s", current, *current ? " " : "",
+                     library);
+    return n < 0 || (size_t)n >= sizeof preload ? NULL : preload;
+}
+
+int slurm_spank_task_init(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    if (!enabled())
+        return 0;
+    if (access(library, R_OK) != 0) {
+        fprintf(stderr, "padll: %s: %s; this task runs without PADLL I/O control\n",
+                library, strerror(errno));
+        return 0;
+    }
+    uint32_t job_id = 0, nodes = 0;
+    if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_NNODES, &nodes) != ESPANK_SUCCESS) {
+        fprintf(stderr, "padll: Slurm did not give the job's id and size; this task runs "
+                        "without PADLL I/O control\n");
+        return 0;
+    }
+    char *preload = preload_with_library(sp);
+    if (preload == NULL) {
+        fprintf(stderr, "padll: LD_PRELOAD is too long; this task runs without PADLL I/O "
+                        "control\n");
+        return 0;
+    }
+    char id[16], size[16];
+    snprintf(id, sizeof id, "%" PRIu32, job_id);
+    snprintf(size, sizeof size, "%" PRIu32, nodes ? nodes : 1);
+    /* The library goes last, once everything else is set: a task left half set up
+     * runs without it. */
+    if (set_env(sp, "PADLL_CONTROLLER", socket_path) || set_env(sp, "PADLL_JOB_ID", id) ||
+        set_env(sp, "PADLL_JOB_SIZE", size) ||
+        (*config && set_env(sp, "PADLL_CONFIG", config)) ||
+        (*controller_uid && set_env(sp, "PADLL_CONTROLLER_UID", controller_uid)))
+        return 0;
+    set_env(sp, "LD_PRELOAD", preload);
+    return 0;
+}
