@@ -2,12 +2,16 @@
 //! `protoc` is needed. Also probes what tests need (`has_root`: the permission check
 //! runs `ctl` as another uid; `has_prometheus`, `has_promtool`: the dashboard's queries
 //! run against a real Prometheus; Slurm, munge, `slurm/spank.h` and `cc`:
-//! `tests/slurm.rs`), see `scripts/test-tools.rs`.
+//! `tests/slurm.rs`; `systemd-analyze`: the units), see `scripts/test-tools.rs`, and records the git commit
+//! for `cheferd --version` (`scripts/git-commit.rs`).
 
+#[path = "../scripts/git-commit.rs"]
+mod git_commit;
 #[path = "../scripts/test-tools.rs"]
 mod tools;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    git_commit::emit();
     tools::probe(&[
         tools::Need::Root,
         tools::Need::Program("setpriv"),
@@ -19,6 +23,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         tools::Need::Program("munged"),
         tools::Need::Program("cc"),
         tools::Need::File("spank.h", "/usr/include/slurm/spank.h"),
+        tools::Need::Program("systemd-analyze"),
     ]);
     println!("cargo:rerun-if-changed=proto/cheferd.proto");
     let descriptors = protox::compile(["proto/cheferd.proto"], ["proto"])?;

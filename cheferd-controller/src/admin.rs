@@ -68,18 +68,17 @@ pub enum AdminReply {
     Error(String),
 }
 
-/// Serves the admin socket until the process ends.
+/// Serves the admin socket (bound by [`crate::bounds::bind_unix`]) until the process
+/// ends.
 pub async fn serve(
     controller: Arc<Controller>,
-    path: &Path,
+    listener: std::os::unix::net::UnixListener,
     admins: Vec<u32>,
 ) -> Result<(), String> {
-    let listener = crate::bounds::bind_unix(path, 0o666)?;
     let listener = UnixListener::from_std(listener)
-        .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+        .map_err(|e| format!("cannot serve the admin socket: {e}"))?;
     // SAFETY: geteuid takes no arguments, touches no memory of ours and cannot fail.
     let owner = unsafe { libc::geteuid() };
-    info!(socket = %path.display(), "admin socket ready");
     let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut backoff = crate::bounds::AcceptBackoff::default();
     loop {

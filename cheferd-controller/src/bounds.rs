@@ -4,29 +4,40 @@
 
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tracing::warn;
 
 /// Creates a listening Unix socket at `path` with `mode`, refusing anything unsafe, in
-/// one line naming the path:
+/// one line naming the path; the [`SocketFile`] removes it again when dropped.
 ///
-/// - a stale socket (nobody answers on it) owned by us or root is replaced;
-/// - a live one (a controller answers on it) is never taken over;
+/// - a missing directory is named (`/run/cheferd` is made by systemd's
+///   `RuntimeDirectory=`; elsewhere give the socket's path);
+/// - a stale socket (connecting to it is refused: nobody listens) owned by us or root
+///   is replaced;
+/// - a live one (a controller answers on it) is never taken over, nor one whose state
+///   cannot be told;
 /// - a symbolic link (dangling or not) or a file of another type is refused;
 /// - a parent directory writable by others is refused unless it has the sticky bit
 ///   (as `/tmp` has: there nobody else can remove or rename our socket), in which case a
 ///   stale socket must be our own to be replaced.
-pub fn bind_unix(path: &Path, mode: u32) -> Result<std::os::unix::net::UnixListener, String> {
+pub fn bind_unix(
+    path: &Path,
+    mode: u32,
+) -> Result<(std::os::unix::net::UnixListener, SocketFile), String> {
     let shown = path.display();
     let parent = match path.parent().filter(|p| !p.as_os_str().is_empty()) {
         Some(parent) => parent,
         None => Path::new("."),
     };
-    let dir = std::fs::metadata(parent)
-        .map_err(|e| format!("cannot use the socket {shown}: its directory: {e}"))?;
+    let dir = std::fs::metadata(parent).map_err(|e| {
+        format!(
+            "cannot use the socket {shown}: its directory {}: {e}",
+            parent.display()
+        )
+    })?;
     let sticky = dir.mode() & 0o1000 != 0;
     // SAFETY: geteuid takes no arguments, touches no memory of ours and cannot fail.
     let me = unsafe { libc::geteuid() };
@@ -59,10 +70,19 @@ pub fn bind_unix(path: &Path, mode: u32) -> Result<std::os::unix::net::UnixListe
             ))
         }
         Ok(meta) => {
-            if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                return Err(format!(
-                    "refusing the socket {shown}: a running controller answers on it"
-                ));
+            match std::os::unix::net::UnixStream::connect(path) {
+                Ok(_) => {
+                    return Err(format!(
+                        "refusing the socket {shown}: a running controller answers on it \
+                         (stop it first, or give another path)"
+                    ))
+                }
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {}
+                Err(e) => {
+                    return Err(format!(
+                        "refusing the socket {shown}: cannot tell whether a controller answers on it: {e}"
+                    ))
+                }
             }
             if meta.uid() != me && meta.uid() != 0 && (sticky || me != 0) {
                 return Err(format!(
@@ -81,7 +101,71 @@ pub fn bind_unix(path: &Path, mode: u32) -> Result<std::os::unix::net::UnixListe
     listener
         .set_nonblocking(true)
         .map_err(|e| format!("cannot listen on {shown}: {e}"))?;
-    Ok(listener)
+    let created =
+        std::fs::symlink_metadata(path).map_err(|e| format!("cannot listen on {shown}: {e}"))?;
+    let file = SocketFile {
+        path: path.to_path_buf(),
+        identity: (created.dev(), created.ino()),
+        _bound: listener
+            .try_clone()
+            .map_err(|e| format!("cannot listen on {shown}: {e}"))?,
+    };
+    Ok((listener, file))
+}
+
+/// A socket file [`bind_unix`] created: removed when dropped (at shutdown, or when a
+/// start fails half-way), unless it is no longer ours (removed by someone else, and
+/// perhaps bound again by another controller).
+#[derive(Debug)]
+pub struct SocketFile {
+    path: PathBuf,
+    /// Device and inode of the file we bound.
+    identity: (u64, u64),
+    /// The bound socket, kept open until the file is removed: it pins the file's inode,
+    /// so a file made at the path meanwhile never has our inode number.
+    _bound: std::os::unix::net::UnixListener,
+}
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        let ours = std::fs::symlink_metadata(&self.path)
+            .is_ok_and(|meta| (meta.dev(), meta.ino()) == self.identity);
+        if ours {
+            if let Err(e) = std::fs::remove_file(&self.path) {
+                warn!("cannot remove the socket {}: {e}", self.path.display());
+            }
+        }
+    }
+}
+
+/// SIGTERM and SIGINT (what systemd, `kill` and Ctrl-C send to stop a daemon), caught
+/// from [`StopSignals::install`] on so that a daemon can remove its sockets and log
+/// its stop.
+pub struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    /// Catches both signals from now on (inside a tokio runtime).
+    pub fn install() -> Result<StopSignals, String> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let install = |kind: SignalKind| {
+            signal(kind).map_err(|e| format!("cannot handle SIGTERM and SIGINT: {e}"))
+        };
+        Ok(StopSignals {
+            term: install(SignalKind::terminate())?,
+            int: install(SignalKind::interrupt())?,
+        })
+    }
+
+    /// Waits for either signal and returns its name.
+    pub async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
+    }
 }
 
 /// Whether an accept error means the process (or system) ran out of something that

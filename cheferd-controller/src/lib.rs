@@ -21,6 +21,15 @@ pub mod supervise;
 pub mod tls;
 pub mod usage;
 
+/// `cheferd --version` and the controllers' start lines: the crate's version and the
+/// commit it was built from.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("PADLL_GIT_COMMIT"),
+    ")"
+);
+
 /// The gRPC protocol between local and global controllers (`proto/cheferd.proto`).
 pub mod proto {
     #![allow(missing_docs, clippy::all)]

@@ -281,9 +281,9 @@ impl Local {
     }
 }
 
-/// Runs a local controller until the process is stopped, or until one of its tasks
-/// ends (the error says which). Fails at once (with a message naming the path) if the
-/// socket cannot be created.
+/// Runs a local controller until its future is dropped (which removes its socket), or
+/// until one of its tasks ends (the error says which). Fails at once (with a message
+/// naming the path) if the socket cannot be created.
 pub async fn run(mut options: LocalOptions) -> Result<(), String> {
     // The TLS files are checked before anything else is done, and the node name must
     // be one the certificate carries (the global controller would refuse any other).
@@ -302,7 +302,8 @@ pub async fn run(mut options: LocalOptions) -> Result<(), String> {
     let endpoint = crate::tls::endpoint(&options.global, tls)?;
     // Stages of every user must reach the socket, so it is world-writable; who connected
     // is recorded from `SO_PEERCRED`, and a stage can only ever affect its own channels.
-    let listener = bounds::bind_unix(&options.socket, 0o666)?;
+    // The socket file is removed when this future is dropped (the daemon stops).
+    let (listener, _socket_file) = bounds::bind_unix(&options.socket, 0o666)?;
     let listener = UnixListener::from_std(listener)
         .map_err(|e| format!("cannot listen on {}: {e}", options.socket.display()))?;
     // Connections stay well below the descriptor limit (the gRPC stream, logs and the
@@ -331,7 +332,7 @@ pub async fn run(mut options: LocalOptions) -> Result<(), String> {
     } else {
         "PLAINTEXT"
     };
-    info!(node = %local.options.node, socket = %local.options.socket.display(), global = %local.options.global, upstream = secured, "local controller started");
+    info!(version = crate::VERSION, node = %local.options.node, socket = %local.options.socket.display(), global = %local.options.global, upstream = secured, "local controller started");
     // Each task runs for the life of the process: the first to end (or panic) ends it.
     let mut tasks = Supervisor::default();
     {

@@ -5,16 +5,25 @@ use cheferd_controller::config::GlobalConfig;
 use cheferd_controller::global::{self, Change, Controller};
 use cheferd_controller::local::{self, LocalLimits, LocalOptions};
 use cheferd_controller::supervise::Supervisor;
-use cheferd_controller::{metrics, policy};
-use clap::{Args, Parser, Subcommand};
+use cheferd_controller::{bounds, metrics, policy};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+#[path = "../../scripts/cli-docs.rs"]
+mod cli_docs;
+
+/// Where the controllers' sockets are by default: systemd makes it
+/// (`RuntimeDirectory=cheferd` in `etc/systemd/`); elsewhere give the paths.
+const LOCAL_SOCKET: &str = "/run/cheferd/local.sock";
+/// The global controller's admin socket by default (see [`LOCAL_SOCKET`]).
+const ADMIN_SOCKET: &str = "/run/cheferd/admin.sock";
+
 #[derive(Parser)]
 #[command(
     name = "cheferd",
-    version,
+    version = cheferd_controller::VERSION,
     about = "PADLL control plane: global and local controllers, admin CLI"
 )]
 struct Cli {
@@ -33,7 +42,7 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:50051")]
         listen: String,
         /// Admin socket for `cheferd ctl`.
-        #[arg(long, value_name = "PATH", default_value = "/tmp/cheferd-admin.sock")]
+        #[arg(long, value_name = "PATH", default_value = ADMIN_SOCKET)]
         admin_socket: PathBuf,
         /// Prometheus metrics address (`GET /metrics`).
         #[arg(long, value_name = "ADDR")]
@@ -48,7 +57,7 @@ enum Command {
         #[arg(long)]
         node: Option<String>,
         /// Unix socket the stages connect to (their PADLL_CONTROLLER).
-        #[arg(long, value_name = "PATH", default_value = "/tmp/cheferd-local.sock")]
+        #[arg(long, value_name = "PATH", default_value = LOCAL_SOCKET)]
         socket: PathBuf,
         /// The global controller (`http://…` only with --insecure-plaintext).
         #[arg(long, value_name = "URL", default_value = "https://127.0.0.1:50051")]
@@ -178,7 +187,7 @@ enum Command {
     /// Administer a running global controller.
     Ctl {
         /// The global controller's admin socket.
-        #[arg(long, value_name = "PATH", default_value = "/tmp/cheferd-admin.sock")]
+        #[arg(long, value_name = "PATH", default_value = ADMIN_SOCKET)]
         #[arg(global = true)]
         socket: PathBuf,
         /// Print the views (nodes, jobs, stages, top, dump) and replies as JSON.
@@ -187,6 +196,9 @@ enum Command {
         #[command(subcommand)]
         command: CtlCommand,
     },
+    /// Write man pages or shell completions (used by scripts/install.sh).
+    #[command(hide = true, subcommand)]
+    Generate(cli_docs::Generate),
 }
 
 /// The global controller's TLS flags (they override `[tls]` of the configuration).
@@ -348,6 +360,9 @@ fn main() -> ExitCode {
     }
     let command = match cli.command {
         Command::Certs { command } => return report(certs(command)),
+        Command::Generate(what) => {
+            return report(cli_docs::generate(&what, Cli::command()).map_err(usage_error))
+        }
         Command::Simulate(args) => return run_policies(policies::cli::Command::Simulate(args)),
         Command::Allocate(args) => return run_policies(policies::cli::Command::Allocate(args)),
         Command::Trace(args) => return run_policies(policies::cli::Command::Trace(args)),
@@ -432,7 +447,8 @@ fn main() -> ExitCode {
             | Command::Simulate(_)
             | Command::Allocate(_)
             | Command::Trace(_)
-            | Command::Place(_) => unreachable!("handled above"),
+            | Command::Place(_)
+            | Command::Generate(_) => unreachable!("handled above"),
             Command::Demo {
                 seconds,
                 stagger,
@@ -498,7 +514,7 @@ fn stage_library() -> Result<(PathBuf, PathBuf), String> {
         .parent()
         .unwrap_or(std::path::Path::new("/"))
         .to_path_buf();
-    if let Some(library) = padll_wire::locate_stage_library(&dir) {
+    if let Ok(library) = padll_wire::find_stage_library(&dir) {
         return Ok((exe, library));
     }
     let expected = dir.join(padll_wire::STAGE_LIBRARY);
@@ -619,6 +635,10 @@ async fn run_global(
         tracing::warn!("{}: {warning}", config.display());
     }
     let server_tls = global_tls(&config, &parsed.tls, tls).map_err(usage_error)?;
+    let mut stop = bounds::StopSignals::install().map_err(|e| (e, 1))?;
+    // Removed when this function returns: at a stop, or when starting fails below.
+    let (admin_listener, _admin_file) =
+        bounds::bind_unix(&admin_socket, 0o666).map_err(usage_error)?;
     let grpc = tokio::net::TcpListener::bind(&listen)
         .await
         .map_err(|e| usage_error(format!("cannot listen on --listen {listen}: {e}")))?;
@@ -637,7 +657,20 @@ async fn run_global(
     } else {
         "PLAINTEXT"
     };
-    tracing::info!(listen = %grpc.local_addr().map(|a| a.to_string()).unwrap_or_default(), grpc = secured, "global controller started");
+    let bound = |listener: &tokio::net::TcpListener| {
+        listener
+            .local_addr()
+            .map_or_else(|e| e.to_string(), |a| a.to_string())
+    };
+    tracing::info!(
+        version = cheferd_controller::VERSION,
+        config = %config.display(),
+        listen = %bound(&grpc),
+        grpc = secured,
+        admin_socket = %admin_socket.display(),
+        metrics = %metrics_listener.as_ref().map_or("off".into(), bound),
+        "global controller started"
+    );
     // Each task runs for the life of the process: the first to end (or panic) ends it.
     let mut tasks = Supervisor::default();
     if let Some(listener) = metrics_listener {
@@ -649,9 +682,8 @@ async fn run_global(
     }
     {
         let controller = controller.clone();
-        let path = admin_socket.clone();
         tasks.spawn("the admin socket", async move {
-            admin::serve(controller, &path, admins)
+            admin::serve(controller, admin_listener, admins)
                 .await
                 .map_err(usage_error)
         });
@@ -668,7 +700,13 @@ async fn run_global(
             .await
             .map_err(|e| (e, 1))
     });
-    Err(tasks.first_end().await.into_error(|line| (line, 1)))
+    tokio::select! {
+        ended = tasks.first_end() => Err(ended.into_error(|line| (line, 1))),
+        signal = stop.recv() => {
+            tracing::info!(signal, "global controller stopped");
+            Ok(())
+        }
+    }
 }
 
 async fn run_local(
@@ -712,16 +750,22 @@ async fn run_local(
         unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
         String::from_utf8_lossy(&buf[..buf.iter().position(|b| *b == 0).unwrap_or(0)]).into_owned()
     });
-    local::run(LocalOptions {
+    let mut stop = bounds::StopSignals::install().map_err(|e| (e, 1))?;
+    let run = local::run(LocalOptions {
         node,
         socket,
         global,
         tls,
         report_interval: Duration::from_millis(report_ms),
         limits,
-    })
-    .await
-    .map_err(usage_error)
+    });
+    let signal = tokio::select! {
+        result = run => return result.map_err(usage_error),
+        signal = stop.recv() => signal,
+    };
+    // `run`, which owns the socket file, is dropped by now: the socket is gone.
+    tracing::info!(signal, "local controller stopped");
+    Ok(())
 }
 
 async fn ctl(socket: &std::path::Path, command: CtlCommand, json: bool) -> Result<(), CtlError> {

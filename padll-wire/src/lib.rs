@@ -13,6 +13,28 @@ use std::path::{Path, PathBuf};
 /// The stage's file name.
 pub const STAGE_LIBRARY: &str = "libpadll.so";
 
+/// Where an installation puts the stage, relative to the binaries' directory:
+/// `PREFIX/bin` → `PREFIX/lib/padll` (`scripts/install.sh`, the Debian package).
+pub const INSTALLED_STAGE_DIR: &str = "../lib/padll";
+
+/// Finds `libpadll.so` for the programs in `bin_dir`: beside them (a cargo target
+/// directory, see [`locate_stage_library`]), else in the installed layout
+/// ([`INSTALLED_STAGE_DIR`]). Without it, the places looked in.
+pub fn find_stage_library(bin_dir: &Path) -> Result<PathBuf, Vec<PathBuf>> {
+    if let Some(found) = locate_stage_library(bin_dir) {
+        return Ok(found);
+    }
+    let installed = bin_dir.join(INSTALLED_STAGE_DIR).join(STAGE_LIBRARY);
+    match installed.canonicalize() {
+        Ok(found) if found.is_file() => Ok(found),
+        _ => Err(vec![
+            bin_dir.join(STAGE_LIBRARY),
+            bin_dir.join("deps").join(STAGE_LIBRARY),
+            installed,
+        ]),
+    }
+}
+
 /// Finds `libpadll.so` for a program installed in `dir` (the directory of `padll`,
 /// `cheferd` or a test executable's profile directory).
 ///

@@ -1,9 +1,11 @@
 //! `padll`: run a program under the PADLL stage, and read its statistics.
 //!
 //! * `padll run [--mount DIR]... [--limit SELECTOR=RATE]... [--job ID] [--stats FILE] -- PROGRAM ARGS…`
-//!   validates everything, appends `libpadll.so` (found beside this binary) to
-//!   `LD_PRELOAD`, sets the stage's environment and execs the program. Its children
-//!   inherit both, so a whole batch script is controlled.
+//!   validates everything, appends `libpadll.so` to `LD_PRELOAD`, sets the stage's
+//!   environment and execs the program. Its children inherit both, so a whole batch
+//!   script is controlled. The library is `--library`, else `PADLL_LIBRARY`, else the
+//!   one beside this binary (a cargo target directory), else `../lib/padll/` from it
+//!   (the installed layout).
 //! * `padll stats FILE.json` prints the table of a JSON statistics file (or, with
 //!   `--json`, its totals as one JSON object).
 //! * `padll demo` shows a metadata loop with and without limits.
@@ -19,10 +21,24 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
+#[path = "../../../scripts/cli-docs.rs"]
+mod cli_docs;
+
+/// `padll --version`: the crate's version and the commit it was built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("PADLL_GIT_COMMIT"),
+    ")"
+);
+
+/// The variable naming the stage library to preload (as `--library` does).
+const LIBRARY_VARIABLE: &str = "PADLL_LIBRARY";
+
 #[derive(Parser)]
 #[command(
     name = "padll",
-    version,
+    version = VERSION,
     about = "Application-agnostic QoS for shared file systems: run programs under the PADLL stage"
 )]
 struct Cli {
@@ -55,6 +71,9 @@ enum Commands {
     /// Metadata loop used by the demo: stat + open/close under DIR, printing its rate.
     #[command(hide = true)]
     Mdloop { dir: PathBuf, seconds: f64 },
+    /// Write man pages or shell completions (used by scripts/install.sh).
+    #[command(hide = true, subcommand)]
+    Generate(cli_docs::Generate),
 }
 
 #[derive(Args, Clone, Default)]
@@ -92,6 +111,10 @@ struct RunArgs {
     /// Stage log level: off, error (default), warn, info, debug.
     #[arg(long)]
     log: Option<String>,
+    /// The stage library to preload (default: PADLL_LIBRARY, else found beside padll or
+    /// in ../lib/padll/ from it).
+    #[arg(long, value_name = "FILE")]
+    library: Option<PathBuf>,
     /// Give each process its own limits (by default a limit binds all the job's
     /// processes on this node together).
     #[arg(long)]
@@ -103,8 +126,7 @@ struct RunArgs {
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
-    let command = Cli::command().mut_subcommand("run", |run| run.after_help(run_help()));
-    let cli = match command
+    let cli = match cli_command()
         .try_get_matches_from(&args)
         .and_then(|matches| Cli::from_arg_matches(&matches))
     {
@@ -120,6 +142,7 @@ fn main() -> ExitCode {
         } => stats(&file, per_process, json),
         Commands::Demo { seconds } => demo(seconds),
         Commands::Mdloop { dir, seconds } => mdloop(&dir, seconds),
+        Commands::Generate(what) => cli_docs::generate(&what, cli_command()).map_err(usage),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -128,6 +151,11 @@ fn main() -> ExitCode {
             ExitCode::from(code)
         }
     }
+}
+
+/// The command line's definition, with the selector reference after `run --help`.
+fn cli_command() -> clap::Command {
+    Cli::command().mut_subcommand("run", |run| run.after_help(run_help()))
 }
 
 /// A command line clap refused: help and version are printed as clap renders them;
@@ -241,6 +269,8 @@ Variables (set by the flags above; read by the stage in every process; flags win
                     other uid but the job's own are refused)
   PADLL_LOG         off, error, warn, info, debug              (--log)
   PADLL_CONFIG      TOML file with the same settings           (--config)
+Read by padll itself:
+  PADLL_LIBRARY     the stage library to preload               (--library)
 ",
         classes = classes.join("\n"),
         ops = ops.join(" "),
@@ -376,19 +406,51 @@ fn cli_wording(message: &str) -> String {
     })
 }
 
-fn stage_library() -> Result<PathBuf, Failure> {
-    let exe = std::env::current_exe().map_err(|e| Failure {
-        message: format!("cannot locate this executable: {e}"),
-        code: 1,
-    })?;
-    let dir = exe.parent().unwrap_or(Path::new("/"));
-    padll_wire::locate_stage_library(dir).ok_or_else(|| Failure {
-        message: format!(
-            "{} not found (it must sit beside the padll binary)",
-            dir.join(padll_wire::STAGE_LIBRARY).display()
-        ),
-        code: 1,
-    })
+/// The stage library to preload: `explicit` (`--library`), else `PADLL_LIBRARY`, else
+/// found from this binary's directory; an error names the value or where it looked.
+fn stage_library(explicit: Option<&Path>) -> Result<PathBuf, Failure> {
+    let from_env = std::env::var_os(LIBRARY_VARIABLE).map(PathBuf::from);
+    let library = match (explicit, from_env) {
+        (Some(path), _) => given_library("--library", path)?,
+        (None, Some(path)) => given_library(LIBRARY_VARIABLE, &path)?,
+        (None, None) => {
+            let exe = std::env::current_exe().map_err(|e| Failure {
+                message: format!("cannot locate this executable: {e}"),
+                code: 1,
+            })?;
+            let dir = exe.parent().unwrap_or(Path::new("/"));
+            padll_wire::find_stage_library(dir).map_err(|looked| {
+                let looked: Vec<String> = looked.iter().map(|p| p.display().to_string()).collect();
+                Failure {
+                    message: format!(
+                        "{} not found (looked in {}); give its path with --library or {LIBRARY_VARIABLE}",
+                        padll_wire::STAGE_LIBRARY,
+                        looked.join(", ")
+                    ),
+                    code: 1,
+                }
+            })?
+        }
+    };
+    // The dynamic loader splits LD_PRELOAD at spaces and colons.
+    if library.to_string_lossy().contains([' ', ':']) {
+        return Err(usage(format!(
+            "the stage library {} cannot be preloaded: LD_PRELOAD cannot hold a path with a space or ':'",
+            library.display()
+        )));
+    }
+    Ok(library)
+}
+
+/// A library path the user gave (`what` names the flag or variable), made absolute so
+/// that children which change directory still find it.
+fn given_library(what: &str, path: &Path) -> Result<PathBuf, Failure> {
+    let bad = |reason: String| usage(format!("{what} '{}': {reason}", path.display()));
+    let absolute = path.canonicalize().map_err(|e| bad(e.to_string()))?;
+    if !absolute.is_file() {
+        return Err(bad("not a regular file".into()));
+    }
+    Ok(absolute)
 }
 
 fn preload_value(library: &Path) -> String {
@@ -402,7 +464,7 @@ fn preload_value(library: &Path) -> String {
 
 fn run(args: &RunArgs) -> Result<(), Failure> {
     let env = stage_environment(args)?;
-    let library = stage_library()?;
+    let library = stage_library(args.library.as_deref())?;
     for warning in missing_mounts(args) {
         eprintln!("padll: {warning}");
     }
@@ -485,7 +547,7 @@ fn stats(file: &Path, per_process: bool, json: bool) -> Result<(), Failure> {
 /// The demo: the same metadata loop (this binary's `mdloop`, run under the stage) with
 /// no limit, a `getattr` limit and a metadata-class limit.
 fn demo(seconds: f64) -> Result<(), Failure> {
-    let library = stage_library()?;
+    let library = stage_library(None)?;
     let exe = std::env::current_exe().map_err(|e| usage(e.to_string()))?;
     let scratch = std::env::temp_dir().join(format!("padll-demo-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)

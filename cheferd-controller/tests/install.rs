@@ -1,0 +1,275 @@
+//! `scripts/install.sh` into a temporary prefix, from the binaries this test run built:
+//! the installed `padll` preloads the installed stage, `--version` names the commit,
+//! the man pages and completions are there, the units pass `systemd-analyze verify`.
+
+mod common;
+
+use common::{cheferd, run_with_timeout};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+/// The repository's root.
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the crate is in the workspace")
+        .to_path_buf()
+}
+
+/// Runs `command` (2 minutes at most).
+fn run(command: &mut Command) -> Output {
+    run_with_timeout(command, Duration::from_secs(120))
+}
+
+/// The profile directory holding `cheferd`, with `padll` and `libpadll.so` built in it
+/// too (`cargo test -p cheferd-controller` builds neither).
+fn profile_dir() -> PathBuf {
+    let dir = cheferd()
+        .parent()
+        .expect("cheferd's directory")
+        .to_path_buf();
+    let mut build = Command::new(env!("CARGO"));
+    build.args(["build", "-p", "padll-stage"]);
+    if dir.file_name().is_some_and(|n| n == "release") {
+        build.arg("--release");
+    }
+    assert!(
+        build.status().expect("cargo runs").success(),
+        "cargo build -p padll-stage failed"
+    );
+    dir
+}
+
+/// A prefix with everything installed into it.
+struct Installed {
+    _dir: tempfile::TempDir,
+    prefix: PathBuf,
+}
+
+impl Installed {
+    fn new() -> Installed {
+        let dir = tempfile::Builder::new()
+            .prefix("padll-install-")
+            .tempdir()
+            .unwrap();
+        let prefix = dir.path().join("usr");
+        let out = run(Command::new("bash")
+            .arg(root().join("scripts/install.sh"))
+            .arg("--prefix")
+            .arg(&prefix)
+            .arg("--from")
+            .arg(profile_dir()));
+        assert!(
+            out.status.success(),
+            "install.sh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Installed { _dir: dir, prefix }
+    }
+
+    fn path(&self, relative: &str) -> PathBuf {
+        self.prefix.join(relative)
+    }
+}
+
+/// `LD_PRELOAD` as the program `padll run` ran saw it: `padll_run` with the program
+/// (`printenv`) added; fails the test unless it succeeds.
+fn preloaded_by(padll_run: &mut Command) -> String {
+    let out = run(padll_run
+        .args(["--", "printenv", "LD_PRELOAD"])
+        .env_remove("LD_PRELOAD"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim_end().to_string()
+}
+
+/// What `--version` must print: the crate's version and the commit (when git can tell).
+fn expected_version(program: &str) -> String {
+    let commit = Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(root())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map_or("unknown".into(), |o| {
+            String::from_utf8_lossy(&o.stdout).trim().to_string()
+        });
+    format!(
+        "{program} {} (commit {commit})\n",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+#[test]
+fn installed_padll_runs_a_program_under_the_installed_stage() {
+    let installed = Installed::new();
+    let library = installed.path("lib/padll/libpadll.so");
+    assert!(library.is_file());
+    let scratch = installed.prefix.parent().unwrap().join("scratch");
+    std::fs::create_dir(&scratch).unwrap();
+    let stats = scratch.parent().unwrap().join("stats.json");
+    let preloaded = preloaded_by(
+        Command::new(installed.path("bin/padll"))
+            .args(["run", "--limit", "metadata=1000/s", "--mount"])
+            .arg(&scratch)
+            .arg("--stats")
+            .arg(&stats)
+            .env_remove("PADLL_LIBRARY"),
+    );
+    assert_eq!(preloaded, library.display().to_string());
+    // The stage ran in the program: it wrote its statistics at exit.
+    let report = std::fs::read_to_string(&stats).expect("the stage wrote its statistics");
+    assert!(report.contains("\"program\":\"printenv\""), "{report}");
+}
+
+#[test]
+fn installed_binaries_print_their_version_and_commit() {
+    let installed = Installed::new();
+    for program in ["padll", "cheferd"] {
+        let out = run(Command::new(installed.path(&format!("bin/{program}"))).arg("--version"));
+        assert!(out.status.success());
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            expected_version(program)
+        );
+    }
+}
+
+#[test]
+fn man_pages_and_completions_are_installed() {
+    let installed = Installed::new();
+    for page in [
+        "padll",
+        "padll-run",
+        "padll-stats",
+        "cheferd",
+        "cheferd-local",
+        "cheferd-global",
+        "cheferd-ctl",
+        "cheferd-certs-node",
+    ] {
+        let path = installed.path(&format!("share/man/man1/{page}.1"));
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(
+            text.starts_with(".ie") || text.contains("\n.TH "),
+            "{} is not a man page",
+            path.display()
+        );
+    }
+    for program in ["padll", "cheferd"] {
+        for file in [
+            format!("share/bash-completion/completions/{program}"),
+            format!("share/zsh/site-functions/_{program}"),
+            format!("share/fish/vendor_completions.d/{program}.fish"),
+        ] {
+            let text = std::fs::read_to_string(installed.path(&file))
+                .unwrap_or_else(|e| panic!("{file}: {e}"));
+            // Each completes the subcommands.
+            let subcommand = if program == "padll" { "stats" } else { "local" };
+            assert!(
+                text.contains(subcommand),
+                "{file} does not complete '{subcommand}'"
+            );
+        }
+    }
+}
+
+#[test]
+#[cfg_attr(not(has_systemd_analyze), ignore = "systemd-analyze not installed")]
+fn installed_units_pass_systemd_analyze_verify() {
+    let installed = Installed::new();
+    let units: Vec<PathBuf> = ["cheferd-local.service", "cheferd-global.service"]
+        .iter()
+        .map(|u| installed.path(&format!("lib/systemd/system/{u}")))
+        .collect();
+    // `verify` checks that ExecStart= exists and Documentation=man:… pages are found.
+    let out = run(Command::new("systemd-analyze")
+        .arg("verify")
+        .args(&units)
+        .env("MANPATH", installed.path("share/man")));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.trim().is_empty(),
+        "systemd-analyze verify:\n{stderr}"
+    );
+    for unit in &units {
+        let text = std::fs::read_to_string(unit).unwrap();
+        assert!(text.contains(&format!(
+            "ExecStart={}",
+            installed.path("bin/cheferd").display()
+        )));
+    }
+}
+
+/// Without an installed layout `padll` names every place it looked; `--library` is
+/// preloaded; an explicit library that does not exist is named.
+#[test]
+fn padll_without_its_library_says_where_it_looked() {
+    let dir = tempfile::tempdir().unwrap();
+    // In a bin/ of its own, so that ../lib/padll/ is inside the temporary directory too.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let padll = bin.join("padll");
+    std::fs::copy(profile_dir().join("padll"), &padll).unwrap();
+    let out = run(Command::new(&padll)
+        .args(["run", "--mount", "/tmp", "--", "true"])
+        .env_remove("PADLL_LIBRARY"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    for looked in [
+        "libpadll.so",
+        "deps/libpadll.so",
+        "../lib/padll/libpadll.so",
+    ] {
+        assert!(
+            stderr.contains(&bin.join(looked).display().to_string()),
+            "{stderr}"
+        );
+    }
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    // --library names it.
+    let library = padll_wire::find_stage_library(&profile_dir()).expect("built");
+    let preloaded = preloaded_by(
+        Command::new(&padll)
+            .args(["run", "--mount", "/tmp", "--library"])
+            .arg(&library),
+    );
+    assert_eq!(
+        preloaded,
+        library.canonicalize().unwrap().display().to_string()
+    );
+    let missing = dir.path().join("missing.so");
+    let out = run(Command::new(&padll)
+        .args(["run", "--mount", "/tmp", "--", "true"])
+        .env("PADLL_LIBRARY", &missing));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("PADLL_LIBRARY '{}'", missing.display())),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn install_sh_refuses_bad_arguments_naming_them() {
+    for (args, needle) in [
+        (
+            vec!["--prefix", "relative/dir"],
+            "'relative/dir' is not an absolute path",
+        ),
+        (vec!["--prefix"], "--prefix needs a value"),
+        (vec!["--bogus"], "unknown argument '--bogus'"),
+    ] {
+        let out = run(Command::new("bash")
+            .arg(root().join("scripts/install.sh"))
+            .args(&args));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+}

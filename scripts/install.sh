@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Installs PADLL-rs under a prefix: the binaries (padll, cheferd), the stage
+# (PREFIX/lib/padll/libpadll.so, where padll finds it), man pages and shell
+# completions generated from the binaries, sample configurations, the systemd units,
+# their settings files and the cheferd user's sysusers.d entry.
+#
+#   scripts/install.sh [--prefix P] [--sysconfdir S] [--destdir D] [--from DIR]
+#
+#   --prefix P      where it goes (default /usr/local)
+#   --sysconfdir S  configuration (default /etc for the prefix /usr, else P/etc)
+#   --destdir D     stage the tree under D (for packaging); paths inside the files
+#                   still name P and S
+#   --from DIR      take the binaries from a cargo profile directory already built
+#                   (target/release, target/debug) instead of building a release
+#
+# Existing configuration (S/cheferd/*.toml, S/default/cheferd-*) is never overwritten.
+# Nothing is started or enabled, and no user is created: see README, "Deploying on a
+# cluster".
+set -euo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+prefix=/usr/local
+sysconfdir=
+destdir=
+from=
+
+die() {
+  echo "install.sh: $*" >&2
+  exit 2
+}
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --prefix | --sysconfdir | --destdir | --from)
+      [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"
+      case "$1" in
+        --prefix) prefix="$2" ;;
+        --sysconfdir) sysconfdir="$2" ;;
+        --destdir) destdir="$2" ;;
+        --from) from="$2" ;;
+      esac
+      shift 2
+      ;;
+    -h | --help)
+      sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+      exit 0
+      ;;
+    *) die "unknown argument '$1' (see --help)" ;;
+  esac
+done
+
+for path in "$prefix" ${sysconfdir:+"$sysconfdir"}; do
+  case "$path" in
+    /*) ;;
+    *) die "'$path' is not an absolute path" ;;
+  esac
+  # The units and LD_PRELOAD cannot hold these.
+  case "$path" in
+    *[[:space:]:]*) die "'$path' contains a space or ':'" ;;
+  esac
+done
+prefix="${prefix%/}"
+[ -n "$sysconfdir" ] || if [ "$prefix" = /usr ]; then sysconfdir=/etc; else sysconfdir="$prefix/etc"; fi
+
+if [ -z "$from" ]; then
+  cargo build --release --locked --manifest-path "$root/Cargo.toml" -p padll-stage -p cheferd-controller
+  from="${CARGO_TARGET_DIR:-$root/target}/release"
+fi
+library="$(ls -t "$from/libpadll.so" "$from/deps/libpadll.so" 2>/dev/null | head -n 1 || true)"
+for file in "$from/padll" "$from/cheferd" "$library"; do
+  [ -f "$file" ] || die "${file:-$from/libpadll.so} is missing: build it first (cargo build -p padll-stage -p cheferd-controller)"
+done
+
+bin="$prefix/bin"
+share="$prefix/share"
+# Completions where each shell looks for them (Debian's zsh reads vendor-completions).
+zsh_dir="$share/zsh/site-functions"
+[ "$prefix" = /usr ] && zsh_dir="$share/zsh/vendor-completions"
+
+dest() { printf '%s%s' "$destdir" "$1"; }
+put() { # put MODE SOURCE DIR [NAME]
+  install -D -m "$1" "$2" "$(dest "$3")/${4:-$(basename "$2")}"
+}
+# Copies a file unless the admin's copy is already there.
+put_config() { # put_config SOURCE DIR
+  if [ -e "$(dest "$2")/$(basename "$1")" ]; then
+    echo "kept $2/$(basename "$1")"
+  else
+    put 644 "$1" "$2"
+  fi
+}
+
+put 755 "$from/padll" "$bin"
+put 755 "$from/cheferd" "$bin"
+put 644 "$library" "$prefix/lib/padll"
+
+generated="$(mktemp -d)"
+trap 'rm -rf "$generated"' EXIT
+for program in padll cheferd; do
+  "$from/$program" generate man "$generated/man"
+  "$from/$program" generate completions "$generated/completions"
+  put 644 "$generated/completions/$program.bash" "$share/bash-completion/completions" "$program"
+  put 644 "$generated/completions/_$program" "$zsh_dir"
+  put 644 "$generated/completions/$program.fish" "$share/fish/vendor_completions.d"
+done
+for page in "$generated"/man/*.1; do
+  put 644 "$page" "$share/man/man1"
+done
+
+docs="$share/doc/padll"
+for file in README.md ARCHITECTURE.md CHANGELOG.md LICENSE-MIT LICENSE-APACHE; do
+  put 644 "$root/$file" "$docs"
+done
+for sample in "$root"/etc/*.toml; do
+  [ -e "$sample" ] || continue
+  put 644 "$sample" "$docs/examples"
+  put_config "$sample" "$sysconfdir/cheferd"
+done
+for settings in "$root"/etc/default/*; do
+  put_config "$settings" "$sysconfdir/default"
+done
+
+# The units name the installed paths.
+units="$prefix/lib/systemd/system"
+for unit in "$root"/etc/systemd/*.service; do
+  install -d "$(dest "$units")"
+  sed -e "s#/usr/bin/cheferd#$bin/cheferd#g" \
+    -e "s#/etc/cheferd#$sysconfdir/cheferd#g" \
+    -e "s#/etc/default/#$sysconfdir/default/#g" \
+    "$unit" >"$(dest "$units")/$(basename "$unit")"
+  chmod 644 "$(dest "$units")/$(basename "$unit")"
+done
+put 644 "$root/etc/sysusers.d/cheferd.conf" "$prefix/lib/sysusers.d"
+
+echo "installed PADLL-rs $("$from/cheferd" --version | cut -d' ' -f2-) under ${destdir}$prefix (configuration: ${destdir}$sysconfdir)"
