@@ -16,13 +16,13 @@
 //! not change, so no rules are sent) and with `Max_R` changed before every cycle (every
 //! stage's rules change and every local controller is sent them).
 
+use crate::config::Resource;
 use crate::config::{GlobalConfig, ResourceConfig};
 use crate::global::{self, Change, Controller};
 use crate::local::ReportClock;
 use crate::proto::{
     self, global_client::GlobalClient, global_message, local_message, LocalMessage,
 };
-use crate::usage::Resource;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;

@@ -2,10 +2,60 @@
 //! bad value; nothing starts on a bad file. Every key, its type, default and an
 //! example: `etc/README.md`; a sample: `etc/global.toml`.
 
-use crate::usage::Resource;
-use padll_wire::config::{parse_rate, toml_error, RateText};
+use padll_wire::channel::Scope;
+use padll_wire::config::{normalize_mount, parse_rate, parse_selector, toml_error, RateText};
+use padll_wire::ops::Class;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+
+/// One mountpoint × class.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Resource {
+    /// The mountpoint, as the stages register it.
+    pub mount: String,
+    /// The class of operations.
+    pub class: Class,
+}
+
+impl Resource {
+    /// Parses `MOUNT:CLASS`: a channel selector (the syntax of `padll run --limit`)
+    /// scoped to a mountpoint, naming a class.
+    pub fn parse(text: &str) -> Result<Resource, String> {
+        match parse_selector(text) {
+            Ok((Some(mount), Scope::Class(class))) => Ok(Resource {
+                mount: normalize_mount(&mount),
+                class,
+            }),
+            _ => Err(format!(
+                "bad resource '{text}': expected MOUNT:CLASS with a class (metadata, data, directory or xattr), as in /scratch:metadata"
+            )),
+        }
+    }
+
+    /// Whether its tokens are bytes (data) or operations.
+    pub fn counts_bytes(&self) -> bool {
+        self.class == Class::Data
+    }
+}
+
+impl serde::Serialize for Resource {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Resource {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Resource, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Resource::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+impl std::fmt::Display for Resource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.mount, self.class)
+    }
+}
 
 /// One shared resource and how it is shared.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -349,6 +399,25 @@ impl GlobalConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resource_parsing() {
+        assert_eq!(
+            Resource::parse("/scratch/:data").unwrap().to_string(),
+            "/scratch:data"
+        );
+        assert!(Resource::parse("scratch:data")
+            .unwrap_err()
+            .contains("'scratch:data'"));
+        assert!(Resource::parse("/scratch:bogus")
+            .unwrap_err()
+            .contains("'/scratch:bogus'"));
+        assert!(Resource::parse("/scratch").is_err());
+        // A selector of one operation is no resource.
+        assert!(Resource::parse("/scratch:open")
+            .unwrap_err()
+            .contains("'/scratch:open'"));
+    }
 
     fn parse(text: &str) -> Result<GlobalConfig, String> {
         GlobalConfig::parse(text, &|name| {

@@ -7,10 +7,10 @@
 //! writes the per-job rates over time (CSV, PNG, SVG) and a summary: the aggregate
 //! against `Max_R`, and each job's share against its demand.
 
+use crate::config::Resource;
 use crate::config::{GlobalConfig, JobConfig, ResourceConfig};
 use crate::global::{self, Controller};
 use crate::local::{self, LocalOptions};
-use crate::usage::Resource;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -6,6 +6,7 @@ pub mod admin;
 pub mod bench;
 pub mod bounds;
 pub mod config;
+#[cfg(feature = "cli")]
 pub mod demo;
 pub mod global;
 pub mod identity;
@@ -17,6 +18,7 @@ pub mod placement_service;
 pub mod plan;
 pub mod policy;
 pub mod replay;
+pub mod supervise;
 pub mod tls;
 pub mod usage;
 

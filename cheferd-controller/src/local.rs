@@ -11,13 +11,15 @@
 //! re-announces every stage; the stages keep their last rules meanwhile.
 
 use crate::bounds::{self, AcceptBackoff, Budget, LogLimit};
+use crate::config::Resource;
 use crate::identity::{Resolver, SlurmCgroups};
 use crate::limited_warn;
 use crate::lines::{self, Line};
 use crate::proto::{
     self, global_client::GlobalClient, global_message, local_message, GlobalMessage, LocalMessage,
 };
-use crate::usage::{Resource, UsageTracker};
+use crate::supervise::Supervisor;
+use crate::usage::UsageTracker;
 use padll_wire::channel::{ChannelSpec, Scope, Unit};
 use padll_wire::control::{
     self, ControlMessage, StageMessage, MAX_MESSAGE_BYTES, PROTOCOL_VERSION,
@@ -174,6 +176,10 @@ async fn trim_loop() {
     }
 }
 
+/// A task panicked while it held the local controller's state, leaving it half-changed:
+/// no one goes on with it (the panic reaches the supervisor, which ends the process).
+const POISONED: &str = "the local controller's state was left inconsistent by a panic";
+
 /// The local controller's state, shared by its tasks.
 pub struct Local {
     options: LocalOptions,
@@ -190,11 +196,17 @@ pub struct Local {
 
 impl Local {
     fn lock_stages(&self) -> std::sync::MutexGuard<'_, HashMap<u64, StageEntry>> {
-        self.stages.lock().unwrap_or_else(|p| p.into_inner())
+        self.stages.lock().expect(POISONED)
     }
 
     fn lock_peers(&self) -> std::sync::MutexGuard<'_, Peers> {
-        self.peers.lock().unwrap_or_else(|p| p.into_inner())
+        self.peers.lock().expect(POISONED)
+    }
+
+    fn lock_upstream(
+        &self,
+    ) -> std::sync::MutexGuard<'_, Option<mpsc::UnboundedSender<LocalMessage>>> {
+        self.upstream.lock().expect(POISONED)
     }
 
     /// Counts a new connection of `uid`, or says which cap refuses it.
@@ -262,11 +274,7 @@ impl Local {
     /// Relays a stage's placement request to the global controller; without one (or
     /// with too many in flight) answers "no advice" at once, so the stage does not wait.
     fn relay_placement(&self, stage_id: u64, id: u64, mount: String, stripes: u32) {
-        let upstream = self
-            .upstream
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let upstream = self.lock_upstream().clone();
         let Some((to, request)) =
             upstream.and_then(|to| Some((to, self.placements.ask(stage_id, id)?)))
         else {
@@ -291,12 +299,7 @@ impl Local {
     }
 
     fn send_upstream(&self, body: local_message::Body) {
-        if let Some(upstream) = self
-            .upstream
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-        {
+        if let Some(upstream) = self.lock_upstream().as_ref() {
             let _ = upstream.send(LocalMessage { body: Some(body) });
         }
     }
@@ -307,8 +310,9 @@ impl Local {
     }
 }
 
-/// Runs a local controller until its future is dropped (which removes its socket).
-/// Fails at once (with a message naming the path) if the socket cannot be created.
+/// Runs a local controller until its future is dropped (which removes its socket), or
+/// until one of its tasks ends (the error says which). Fails at once (with a message
+/// naming the path) if the socket cannot be created.
 pub async fn run(mut options: LocalOptions) -> Result<(), String> {
     // The TLS files are checked before anything else is done, and the node name must
     // be one the certificate carries (the global controller would refuse any other).
@@ -359,8 +363,28 @@ pub async fn run(mut options: LocalOptions) -> Result<(), String> {
         "PLAINTEXT"
     };
     info!(version = crate::VERSION, node = %local.options.node, socket = %local.options.socket.display(), global = %local.options.global, upstream = secured, "local controller started");
-    tokio::spawn(upstream_loop(local.clone(), endpoint));
-    tokio::spawn(trim_loop());
+    // Each task runs for the life of the process: the first to end (or panic) ends it.
+    let mut tasks = Supervisor::default();
+    {
+        let local = local.clone();
+        tasks.spawn("the upstream loop", async move {
+            upstream_loop(local, endpoint).await;
+            Ok(())
+        });
+    }
+    tasks.spawn("the memory trim loop", async {
+        trim_loop().await;
+        Ok(())
+    });
+    tasks.spawn("the stage socket", async move {
+        accept_stages(local, listener).await;
+        Ok(())
+    });
+    Err(tasks.first_end().await.into_error(|line| line))
+}
+
+/// Serves each stage connecting to `listener` in a task of its own.
+async fn accept_stages(local: Arc<Local>, listener: UnixListener) {
     let mut backoff = AcceptBackoff::default();
     loop {
         match listener.accept().await {
@@ -623,8 +647,7 @@ async fn upstream_loop(local: Arc<Local>, endpoint: tonic::transport::Endpoint) 
                             })),
                         });
                     }
-                    *local.upstream.lock().unwrap_or_else(|p| p.into_inner()) =
-                        Some(sender.clone());
+                    *local.lock_upstream() = Some(sender.clone());
                 }
                 match client.attach(UnboundedReceiverStream::new(receiver)).await {
                     Ok(response) => {
@@ -661,7 +684,7 @@ async fn upstream_loop(local: Arc<Local>, endpoint: tonic::transport::Endpoint) 
                         status.message()
                     ),
                 }
-                *local.upstream.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                *local.lock_upstream() = None;
                 local.placements.clear();
             }
             Err(e) => {

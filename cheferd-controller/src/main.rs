@@ -4,6 +4,7 @@ use cheferd_controller::admin::{self, AdminRequest, CtlError};
 use cheferd_controller::config::GlobalConfig;
 use cheferd_controller::global::{self, Change, Controller};
 use cheferd_controller::local::{self, LocalLimits, LocalOptions};
+use cheferd_controller::supervise::Supervisor;
 use cheferd_controller::{bounds, metrics, policy};
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use std::path::PathBuf;
@@ -670,17 +671,37 @@ async fn run_global(
         metrics = %metrics_listener.as_ref().map_or("off".into(), bound),
         "global controller started"
     );
+    // Each task runs for the life of the process: the first to end (or panic) ends it.
+    let mut tasks = Supervisor::default();
     if let Some(listener) = metrics_listener {
-        tokio::spawn(metrics::serve(controller.clone(), listener));
+        let controller = controller.clone();
+        tasks.spawn("the metrics endpoint", async move {
+            metrics::serve(controller, listener).await;
+            Ok(())
+        });
     }
-    let admin = tokio::spawn(admin::serve(controller.clone(), admin_listener, admins));
-    tokio::spawn(controller.clone().run_loop());
+    {
+        let controller = controller.clone();
+        tasks.spawn("the admin socket", async move {
+            admin::serve(controller, admin_listener, admins)
+                .await
+                .map_err(usage_error)
+        });
+    }
+    {
+        let controller = controller.clone();
+        tasks.spawn("the control loop", async move {
+            controller.run_loop().await;
+            Ok(())
+        });
+    }
+    tasks.spawn("the gRPC server", async move {
+        global::serve(controller, grpc, server_tls)
+            .await
+            .map_err(|e| (e, 1))
+    });
     tokio::select! {
-        result = global::serve(controller, grpc, server_tls) => result.map_err(|e| (e, 1)),
-        result = admin => match result {
-            Ok(Err(e)) => Err(usage_error(e)),
-            _ => Err(("the admin socket stopped".into(), 1)),
-        },
+        ended = tasks.first_end() => Err(ended.into_error(|line| (line, 1))),
         signal = stop.recv() => {
             tracing::info!(signal, "global controller stopped");
             Ok(())
@@ -748,8 +769,6 @@ async fn run_local(
 }
 
 async fn ctl(socket: &std::path::Path, command: CtlCommand, json: bool) -> Result<(), CtlError> {
-    check_ctl(&command).map_err(|message| CtlError { message, code: 2 })?;
-    let change = |change: Change| AdminRequest::Change { change };
     // `--json`: each view prints the part of the admin socket's snapshot it shows.
     let snapshot_json = || admin::request(socket, &AdminRequest::Snapshot);
     match command {
@@ -788,35 +807,43 @@ async fn ctl(socket: &std::path::Path, command: CtlCommand, json: bool) -> Resul
                 serde_json::to_string_pretty(&dump).unwrap_or_default()
             );
         }
-        CtlCommand::SetPolicy { resource, policy } => print_ok(
-            admin::request(socket, &change(Change::Policy { resource, policy })).await?,
-            json,
-        ),
-        CtlCommand::SetMaxRate { resource, rate } => print_ok(
-            admin::request(socket, &change(Change::MaxRate { resource, rate })).await?,
-            json,
-        ),
+        CtlCommand::SetPolicy { resource, policy } => {
+            send_change(socket, Change::Policy { resource, policy }, json).await?
+        }
+        CtlCommand::SetMaxRate { resource, rate } => {
+            send_change(socket, Change::MaxRate { resource, rate }, json).await?
+        }
         CtlCommand::SetJob {
             job,
             priority,
             resource,
             demand,
             limit,
-        } => print_ok(
-            admin::request(
-                socket,
-                &change(Change::Job {
-                    job,
-                    priority,
-                    resource,
-                    demand,
-                    limit,
-                }),
-            )
-            .await?,
-            json,
-        ),
+        } => {
+            let change = Change::Job {
+                job,
+                priority,
+                resource,
+                demand,
+                limit,
+            };
+            send_change(socket, change, json).await?
+        }
     }
+    Ok(())
+}
+
+/// Sends a change, checked first so that a typo is bad usage (exit 2) naming the value;
+/// the controller refuses (exit 1) what only it can judge, such as a resource it does
+/// not share.
+async fn send_change(socket: &std::path::Path, change: Change, json: bool) -> Result<(), CtlError> {
+    change
+        .check()
+        .map_err(|message| CtlError { message, code: 2 })?;
+    print_ok(
+        admin::request(socket, &AdminRequest::Change { change }).await?,
+        json,
+    );
     Ok(())
 }
 
@@ -832,64 +859,6 @@ fn jobs_json(mut snapshot: serde_json::Value) -> serde_json::Value {
     ];
     let view = keys.map(|key| (key.to_string(), snapshot[key].take()));
     serde_json::Value::Object(view.into_iter().collect())
-}
-
-/// Checks a change's values before contacting the controller, so a typo is bad usage
-/// (exit 2) naming the value; the controller still validates everything (and refuses,
-/// exit 1, what only it can judge, such as a resource it does not share).
-fn check_ctl(command: &CtlCommand) -> Result<(), String> {
-    use cheferd_controller::config::rate_of;
-    use cheferd_controller::usage::Resource;
-    match command {
-        CtlCommand::SetPolicy { resource, policy } => {
-            Resource::parse(resource)?;
-            policy::check(policy)
-        }
-        CtlCommand::SetMaxRate { resource, rate } => {
-            rate_of("rate", rate, &Resource::parse(resource)?).map(|_| ())
-        }
-        CtlCommand::SetJob {
-            job,
-            priority,
-            resource,
-            demand,
-            limit,
-        } => {
-            if priority.is_none() && demand.is_none() && limit.is_none() {
-                return Err(format!(
-                    "set-job {job}: nothing to change: give --priority P, or --resource R \
-                     with --demand D or --limit L|none"
-                ));
-            }
-            if let Some(p) = priority.filter(|p| !(*p > 0.0 && p.is_finite())) {
-                return Err(format!("--priority {p} must be positive"));
-            }
-            let resource = match resource {
-                Some(r) => Resource::parse(r)?,
-                None if demand.is_some() || limit.is_some() => {
-                    return Err("--resource is needed with --demand or --limit".into())
-                }
-                None => return Ok(()),
-            };
-            if demand.is_none() && limit.is_none() {
-                return Err(format!(
-                    "--resource {resource} needs --demand or --limit (what to change on it)"
-                ));
-            }
-            if let Some(d) = demand {
-                rate_of("--demand", d, &resource)?;
-            }
-            match limit.as_deref() {
-                Some("none") | None => Ok(()),
-                Some(l) => rate_of("--limit", l, &resource).map(|_| ()),
-            }
-        }
-        CtlCommand::Nodes
-        | CtlCommand::Jobs
-        | CtlCommand::Stages
-        | CtlCommand::Top { .. }
-        | CtlCommand::Dump => Ok(()),
-    }
 }
 
 fn print_ok(value: serde_json::Value, json: bool) {

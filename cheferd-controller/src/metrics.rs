@@ -5,9 +5,9 @@
 //! `_bytes_per_second`), so a resource's rates appear under the name of its unit: a
 //! metadata resource counts operations, a data resource bytes (README.md, *Metrics*).
 
+use crate::config::Resource;
 use crate::global::{Controller, Snapshot};
 use crate::plan::JobShare;
-use crate::usage::Resource;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;

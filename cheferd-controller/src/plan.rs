@@ -1,6 +1,8 @@
-//! The *compute* step of a control cycle, as a pure function: from every stage's usage
-//! and the configuration, each job's rate per resource (a policy from the `policies`
-//! crate) and each stage's rate per resource.
+//! The *compute* step of a control cycle: from every stage's usage and the
+//! configuration, each job's rate per resource (a policy from the `policies` crate) and
+//! each stage's rate per resource. Deterministic given its inputs and the policies'
+//! state, which it advances (AdapTBF keeps records across cycles): it runs once per
+//! cycle. It knows nothing of tokio or protobuf.
 //!
 //! Stages with the same job id on different nodes are one job (PADLL paper §III-B,
 //! "orchestrating stages of distributed jobs"). A job's rate is split across its stages
@@ -16,15 +18,12 @@
 //! few flat vectors: jobs arrive as small integer keys (the global controller interns
 //! job ids once, when a stage joins) and resources as indices into the configuration.
 
+use crate::config::Resource;
 use crate::config::{GlobalConfig, JobConfig};
-use crate::policy::{JobInput, PolicyRunner};
-use crate::usage::Resource;
+use crate::policy::{JobInput, JobKey, PolicyRunner};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::ops::Range;
-
-/// A job id, interned: dense from 0, stable for the controller's lifetime.
-pub type JobKey = u32;
 
 /// A stage's usage of one resource.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

@@ -4,11 +4,15 @@
 
 use padll_wire::channel::MAX_RATE;
 
+/// A job id, interned: dense from 0, stable for the controller's lifetime (the global
+/// controller's `jobs` module interns them; policies key their state by it).
+pub type JobKey = u32;
+
 /// What the planner tells a policy about one job.
 #[derive(Clone, Debug, PartialEq)]
 pub struct JobInput {
     /// The job's interned key.
-    pub id: crate::plan::JobKey,
+    pub id: JobKey,
     /// Owner's uid (as the kernel reported it for the job's first stage).
     pub uid: u32,
     /// Group id.

@@ -1,71 +1,19 @@
 //! Turning a stage's cumulative counters into rates per resource.
 //!
-//! A *resource* is one mountpoint × class (`/scratch:metadata`, counted in ops/s, or
-//! `/scratch:data`, counted in bytes/s): what the global controller shares out. A stage
+//! A *resource* ([`Resource`]) is one mountpoint × class (`/scratch:metadata`, counted
+//! in ops/s, or `/scratch:data`, counted in bytes/s): what the global controller shares
+//! out. A stage
 //! reports cumulative tokens per channel and cumulative counts per operation; the rate of
 //! a resource over the last report interval comes from the channel the control plane
 //! installed for it, or — before it has one — from the operation counters of a stage
 //! with a single mountpoint.
 
+use crate::config::Resource;
 use padll_wire::channel::{ChannelInfo, Scope, Unit};
 use padll_wire::ops::{Class, Op};
 use padll_wire::report::OpStats;
 use std::collections::HashMap;
 use std::time::Instant;
-
-/// One mountpoint × class.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Resource {
-    /// The mountpoint, as the stages register it.
-    pub mount: String,
-    /// The class of operations.
-    pub class: Class,
-}
-
-impl Resource {
-    /// Parses `MOUNT:CLASS`.
-    pub fn parse(text: &str) -> Result<Resource, String> {
-        let (mount, class) = text.rsplit_once(':').ok_or_else(|| {
-            format!("bad resource '{text}': expected MOUNT:CLASS, as in /scratch:metadata")
-        })?;
-        if !mount.starts_with('/') {
-            return Err(format!(
-                "bad resource '{text}': '{mount}' is not an absolute path"
-            ));
-        }
-        let class = Class::from_name(class).ok_or_else(|| {
-            format!("bad resource '{text}': '{class}' is not metadata, data, directory or xattr")
-        })?;
-        Ok(Resource {
-            mount: padll_wire::config::normalize_mount(mount),
-            class,
-        })
-    }
-
-    /// Whether its tokens are bytes (data) or operations.
-    pub fn counts_bytes(&self) -> bool {
-        self.class == Class::Data
-    }
-}
-
-impl serde::Serialize for Resource {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for Resource {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Resource, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        Resource::parse(&text).map_err(serde::de::Error::custom)
-    }
-}
-
-impl std::fmt::Display for Resource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}", self.mount, self.class)
-    }
-}
 
 /// Cumulative counters of one stage at one instant.
 #[derive(Clone, Debug, Default)]
@@ -385,20 +333,5 @@ mod tests {
         bytes.spec.unit = Unit::Bytes;
         tracker.record(at(16_500), &mounts, &[bytes], &[]);
         assert_eq!(tracker.collect()[&metadata], 0.0);
-    }
-
-    #[test]
-    fn resource_parsing() {
-        assert_eq!(
-            Resource::parse("/scratch/:data").unwrap().to_string(),
-            "/scratch:data"
-        );
-        assert!(Resource::parse("scratch:data")
-            .unwrap_err()
-            .contains("'scratch'"));
-        assert!(Resource::parse("/scratch:bogus")
-            .unwrap_err()
-            .contains("'bogus'"));
-        assert!(Resource::parse("/scratch").is_err());
     }
 }

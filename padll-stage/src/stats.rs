@@ -24,7 +24,7 @@
 //! interrupted, between that thread's load and store, spends the same tokens twice (at
 //! most its own requests' cost).
 
-use crate::channels::SLOT_COUNT;
+use padll_wire::channel::SLOT_COUNT;
 use padll_wire::ops::Op;
 pub use padll_wire::report::OpStats;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -8,9 +8,6 @@ use std::fmt;
 /// Largest rate a channel can hold, tokens per second (2⁴⁸ ≈ 256 TiB/s in bytes).
 pub const MAX_RATE: u64 = 1 << 48;
 
-/// Most channels a stage holds at once.
-pub const MAX_CHANNELS: usize = 255;
-
 /// Which operations a channel serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -152,6 +149,13 @@ impl LimitScope {
 /// A channel's identity within this stage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ChannelId(pub u8);
+
+/// Most channels a stage can hold (a [`ChannelId`] and a route entry are one byte).
+pub const MAX_CHANNELS: usize = 255;
+/// Slots in the stage's tables indexed by channel (its channel table and each thread's
+/// counters and credit): one more than [`MAX_CHANNELS`] (the last is never used), so
+/// that any byte of a route minus one indexes them without a bounds check.
+pub const SLOT_COUNT: usize = MAX_CHANNELS + 1;
 
 /// A channel's configuration and counters, for statistics and the control plane.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

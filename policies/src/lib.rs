@@ -18,14 +18,20 @@
 //!
 //! Policies are built by name with [`build`] (e.g. `"psfa"`, `"adaptbf"`,
 //! `"themis:group,user,size"`); see [`registry`] for the full list.
+//!
+//! The I/O around them is behind features, on by default: `plot` (PNG/SVG plots,
+//! plotters) and `cli` (the `policies` binary's commands, clap; implies `plot`). The
+//! control plane's library use needs neither.
 
 #![warn(missing_docs)]
 
 pub mod adaptbf;
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod drf;
 pub mod mckp;
 pub mod placement;
+#[cfg(feature = "plot")]
 pub mod plot;
 pub mod registry;
 pub mod sharing;

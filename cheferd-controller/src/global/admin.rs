@@ -1,0 +1,216 @@
+//! Administrative changes (`cheferd ctl set-…`): a resource's policy or capacity, a
+//! job's priority, demand or static limit.
+
+use super::{Controller, State};
+use crate::config::{rate_of, Resource};
+use crate::policy::PolicyRunner;
+use serde::Serialize;
+
+impl Controller {
+    /// Applies an administrative change (checked first; nothing changes on error).
+    pub fn change(&self, change: Change) -> Result<String, String> {
+        let checked = change.checked()?;
+        let mut state = self.lock();
+        match checked {
+            Checked::Policy {
+                resource,
+                policy,
+                runner,
+            } => {
+                configured(&state, &resource)?;
+                state.policies.insert(resource.clone(), runner);
+                for r in state
+                    .config
+                    .resources
+                    .iter_mut()
+                    .filter(|r| r.resource == resource)
+                {
+                    r.policy = policy.clone();
+                }
+                Ok(format!("{resource}: policy {policy}"))
+            }
+            Checked::MaxRate { resource, rate } => {
+                configured(&state, &resource)?;
+                for r in state
+                    .config
+                    .resources
+                    .iter_mut()
+                    .filter(|r| r.resource == resource)
+                {
+                    r.max_rate = rate;
+                }
+                Ok(format!("{resource}: Max_R {rate}"))
+            }
+            Checked::Job {
+                job,
+                priority,
+                terms,
+            } => {
+                // A typo must not silently configure a job that will never run.
+                let known = state.config.jobs.contains_key(&job)
+                    || state
+                        .nodes
+                        .values()
+                        .any(|n| n.stages.values().any(|s| s.stage.job_id == job));
+                if !known {
+                    return Err(format!(
+                        "unknown job '{job}': it is neither configured nor running (add it to the configuration file to set it before it starts)"
+                    ));
+                }
+                let mut settings = state.config.job(&job);
+                if let Some(p) = priority {
+                    settings.priority = p;
+                }
+                if let Some((resource, demand, limit)) = terms {
+                    configured(&state, &resource)?;
+                    if let Some(d) = demand {
+                        settings.demand.insert(resource.clone(), d);
+                    }
+                    match limit {
+                        Some(Some(l)) => settings.limit.insert(resource, l),
+                        Some(None) => settings.limit.remove(&resource),
+                        None => None,
+                    };
+                }
+                state.config.jobs.insert(job.clone(), settings);
+                Ok(format!("job {job} updated"))
+            }
+        }
+    }
+}
+
+/// `Ok` if the controller shares `resource`.
+fn configured(state: &State, resource: &Resource) -> Result<(), String> {
+    if state
+        .config
+        .resources
+        .iter()
+        .any(|r| &r.resource == resource)
+    {
+        Ok(())
+    } else {
+        Err(format!("'{resource}' is not a configured resource"))
+    }
+}
+
+/// A change with its values parsed and checked.
+enum Checked {
+    Policy {
+        resource: Resource,
+        policy: String,
+        runner: PolicyRunner,
+    },
+    MaxRate {
+        resource: Resource,
+        rate: f64,
+    },
+    Job {
+        job: String,
+        priority: Option<f64>,
+        /// The resource with a new demand and a new static limit (`Some(None)`: lifted).
+        terms: Option<(Resource, Option<f64>, Option<Option<f64>>)>,
+    },
+}
+
+impl Change {
+    /// Checks every value the change carries (resource names, the policy, rates and
+    /// their units, the priority), naming the bad one. What only the running controller
+    /// can judge — whether it shares the resource, whether the job exists — is checked
+    /// when [`Controller::change`] applies it. `cheferd ctl` checks before it sends.
+    pub fn check(&self) -> Result<(), String> {
+        self.checked().map(|_| ())
+    }
+
+    fn checked(&self) -> Result<Checked, String> {
+        Ok(match self {
+            Change::Policy { resource, policy } => Checked::Policy {
+                resource: Resource::parse(resource)?,
+                policy: policy.clone(),
+                runner: PolicyRunner::new(policy)?,
+            },
+            Change::MaxRate { resource, rate } => {
+                let resource = Resource::parse(resource)?;
+                Checked::MaxRate {
+                    rate: rate_of("rate", rate, &resource)?,
+                    resource,
+                }
+            }
+            Change::Job {
+                job,
+                priority,
+                resource,
+                demand,
+                limit,
+            } => {
+                if priority.is_none() && demand.is_none() && limit.is_none() {
+                    return Err(format!(
+                        "set-job {job}: nothing to change: give --priority P, or --resource R \
+                         with --demand D or --limit L|none"
+                    ));
+                }
+                if let Some(p) = priority.filter(|p| !(*p > 0.0 && p.is_finite())) {
+                    return Err(format!("--priority {p} must be positive"));
+                }
+                let resource = resource.as_deref().map(Resource::parse).transpose()?;
+                let terms = match resource {
+                    Some(r) if demand.is_none() && limit.is_none() => {
+                        return Err(format!(
+                            "--resource {r} needs --demand or --limit (what to change on it)"
+                        ))
+                    }
+                    Some(r) => {
+                        let demand = demand.as_deref().map(|d| rate_of("--demand", d, &r));
+                        let limit = match limit.as_deref() {
+                            Some("none") => Some(None),
+                            Some(l) => Some(Some(rate_of("--limit", l, &r)?)),
+                            None => None,
+                        };
+                        Some((r, demand.transpose()?, limit))
+                    }
+                    None if demand.is_some() || limit.is_some() => {
+                        return Err("--resource is needed with --demand or --limit".into())
+                    }
+                    None => None,
+                };
+                Checked::Job {
+                    job: job.clone(),
+                    priority: *priority,
+                    terms,
+                }
+            }
+        })
+    }
+}
+
+/// An administrative change.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize, Serialize)]
+#[serde(tag = "change", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Change {
+    /// Switch a resource's policy (its state starts afresh).
+    Policy {
+        /// `MOUNT:CLASS`.
+        resource: String,
+        /// Policy name.
+        policy: String,
+    },
+    /// Change a resource's capacity.
+    MaxRate {
+        /// `MOUNT:CLASS`.
+        resource: String,
+        /// A rate (`110k`, `20GiB/s`).
+        rate: String,
+    },
+    /// Change a job's priority, or its demand / static limit on a resource.
+    Job {
+        /// Job id.
+        job: String,
+        /// New priority.
+        priority: Option<f64>,
+        /// The resource for `demand` / `limit`.
+        resource: Option<String>,
+        /// New demand.
+        demand: Option<String>,
+        /// New static limit, or `none`.
+        limit: Option<String>,
+    },
+}

@@ -1,0 +1,136 @@
+//! The enforce step: which stages' rules changed, the `Enforce` messages, their
+//! acknowledgements and the re-sends to nodes that did not acknowledge; and the
+//! provisional rules of a stage that joins between cycles.
+
+use super::cache::PlanCache;
+use super::registry::Node;
+use super::State;
+use crate::config::GlobalConfig;
+use crate::plan;
+use crate::policy::JobKey;
+use crate::proto::{self, global_message, GlobalMessage};
+use prost::Message;
+use std::collections::BTreeMap;
+use tracing::warn;
+
+/// Share of `Max_R` a stage of a brand-new job gets until the next cycle.
+const PROVISIONAL_SHARE: f64 = 0.01;
+
+/// Sends each attached node the rules of those of its live stages whose rates changed
+/// since they were last sent — of all its live stages if it did not acknowledge the
+/// last ones; returns how many nodes were sent an `Enforce`.
+pub(super) fn enforce(
+    config: &GlobalConfig,
+    nodes: &mut BTreeMap<String, Node>,
+    plan: &plan::Plan,
+    cache: &mut PlanCache,
+    cycle: u64,
+) -> usize {
+    let mut index = 0;
+    // Every message is built before any is queued: a queued message wakes the task
+    // that encodes and writes it, whose work on the other core slowed the building of
+    // the rest down.
+    let mut messages = Vec::with_capacity(nodes.len());
+    // The cache's views are in registry order: node by node, its live stages then its
+    // orphans (in the plan, but unreachable).
+    for (name, node) in nodes.iter_mut() {
+        let live = index..index + node.stages.len();
+        index = live.end + node.orphans.len();
+        if let Some(unacked) = node.unacked.take() {
+            // Rules may have been lost with it (a stalled stream): the declarative
+            // full set again costs little and cannot do harm.
+            warn!(
+                node = %name,
+                cycle = unacked,
+                "no acknowledgement of its rules within a cycle; sending them all again"
+            );
+            cache.forget_sent(live.clone());
+        }
+        let changed = cache.changed_rules(config, plan, live);
+        if changed.is_empty() || node.detached {
+            continue;
+        }
+        let enforce = GlobalMessage {
+            body: Some(global_message::Body::Enforce(proto::Enforce {
+                cycle,
+                stages: changed,
+            })),
+        };
+        node.bytes_out += enforce.encoded_len() as u64;
+        messages.push((node, enforce));
+    }
+    // Likewise, all are queued before any stream's task is woken.
+    let mut wakers = Vec::with_capacity(messages.len());
+    let mut sent = 0;
+    for (node, enforce) in messages {
+        if let Ok(waker) = node.outbox.queue(Ok(enforce)) {
+            wakers.extend(waker);
+            node.unacked = Some(cycle);
+            sent += 1;
+        }
+    }
+    for waker in wakers {
+        waker.wake();
+    }
+    sent
+}
+
+/// Counts an acknowledgement of the last cycle's `Enforce` (once per node); the last
+/// one dates the cycle's [`super::Phases::acked`].
+pub(super) fn acked(state: &mut State) {
+    state.unacked = state.unacked.saturating_sub(1);
+    if state.unacked > 0 {
+        return;
+    }
+    let since_tick = state.tick.map(|tick| tick.elapsed());
+    let cycle = state.cycle;
+    if let Some(last) = state.history.back_mut().filter(|p| p.cycle == cycle) {
+        last.acked = since_tick;
+    }
+}
+
+/// A stage's rules from its rates (one per configured resource, 0 = none). A rule names
+/// its resource by index into the table the node was sent in `Registered`: copying
+/// mount and class strings into every rule was most of the cost of an `Enforce`.
+pub(super) fn rules(config: &GlobalConfig, rates: &[u64]) -> Vec<proto::Rule> {
+    config
+        .resources
+        .iter()
+        .zip(rates)
+        .enumerate()
+        .filter(|(_, (_, &rate))| rate > 0)
+        .map(|(index, (r, &rate))| proto::Rule {
+            resource: index as u32,
+            rate,
+            bytes: r.resource.counts_bytes(),
+            burst: ((rate as u128 * config.burst_ms as u128) / 1000).max(1) as u64,
+        })
+        .collect()
+}
+
+/// Rates (per configured resource, 0 = none) for a stage that just joined: its job's
+/// current share split over its stages, or a small provisional share for a job not yet
+/// planned.
+pub(super) fn provisional_rates(state: &State, stage: &proto::Stage, job: JobKey) -> Vec<u64> {
+    state
+        .config
+        .resources
+        .iter()
+        .enumerate()
+        .map(|(index, r)| {
+            if !stage.mountpoints.contains(&r.resource.mount) {
+                return 0;
+            }
+            let existing = state
+                .shares
+                .iter()
+                .find(|s| s.job == job && s.resource == index);
+            let rate = match existing {
+                Some(share) => share.assigned / (share.stages as f64 + 1.0),
+                None => r.max_rate * PROVISIONAL_SHARE,
+            };
+            rate.round()
+                .clamp(1.0, padll_wire::channel::MAX_RATE as f64) as u64
+        })
+        .collect()
+}

@@ -1,0 +1,212 @@
+//! `cheferd global`: the global controller (PADLL paper §III-B).
+//!
+//! Local controllers attach over gRPC (one bidirectional stream each). Each pushes the
+//! usage of its stages once per interval, in a slot a lead before the global tick (the
+//! global controller tells it when in a `Schedule`), so a cycle finds usage already
+//! there instead of paying a Collect → Usage round trip per local controller.
+//! Every `interval_ms` the control loop runs one cycle:
+//!
+//! 1. **collect** — wait (bounded) only for local controllers whose report for this
+//!    cycle is due and has not arrived (none, in steady state); re-schedule those whose
+//!    reports arrive outside their slot;
+//! 2. **compute** — [`crate::plan::compute`]: a policy per resource over the jobs (stages
+//!    with the same job id are one job, whatever their node);
+//! 3. **enforce** — queue for each local controller the full rules of those of its
+//!    stages whose rules changed (rules are declarative and stages keep them, so
+//!    unchanged ones are not re-sent). `Applied` is not waited for: acks are tracked as
+//!    they come, and a local controller that has not acknowledged by the next cycle is
+//!    logged, shown in the snapshot, and sent all its stages' rules again;
+//! 4. **sleep** until the next tick.
+//!
+//! The cycle latency is from the tick until the last `Enforce` is queued on its stream
+//! (tonic encodes and writes it right after); the time until every `Applied` arrived is
+//! recorded apart ([`Phases::acked`]).
+//!
+//! A stage that joins between cycles gets a provisional rule at once (1 % of `Max_R`
+//! for a new job, its job's current share otherwise), so no one runs unthrottled until
+//! the next cycle. A local controller that disappears leaves its stages running on their
+//! last rules (fail-static), so they stay in the plan as *orphans* with their last usage
+//! — their share is not handed to anyone else — until they re-register (matched by pid;
+//! they keep their rules, so they get no provisional ones) or for [`ORPHAN_GRACE`]
+//! (then they are presumed gone with their node).
+//!
+//! One concept per module: `service` (the gRPC endpoint), `registry` (nodes, stages,
+//! orphans), `jobs` (job-id interning and the terms in force), `schedule` (report slots
+//! and the collect wait), `cache` (the planner's views and the rates last sent, kept
+//! between cycles), `enforce` (the diff, acks and re-sends), `admin` (administrative
+//! changes) and `snapshot` (what the admin CLI and metrics see).
+
+mod admin;
+mod cache;
+mod enforce;
+mod jobs;
+mod registry;
+mod schedule;
+mod service;
+mod snapshot;
+#[cfg(test)]
+mod tests;
+
+pub use admin::Change;
+pub use registry::ORPHAN_GRACE;
+pub use service::{serve, Service};
+pub use snapshot::{NodeSnapshot, Phases, ResourceSnapshot, Snapshot, StageSnapshot};
+
+use crate::config::GlobalConfig;
+use crate::config::Resource;
+use crate::plan::{self, Share};
+use crate::policy::PolicyRunner;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+use tracing::debug;
+
+struct State {
+    config: GlobalConfig,
+    policies: HashMap<Resource, PolicyRunner>,
+    nodes: BTreeMap<String, registry::Node>,
+    jobs: jobs::JobIds,
+    next_session: u64,
+    cycle: u64,
+    shares: Vec<Share>,
+    /// The planner's views of every stage and the rates each was last sent.
+    cache: cache::PlanCache,
+    /// The last cycles, oldest first.
+    history: VecDeque<Phases>,
+    /// Every cycle's latency since start, for the metrics endpoint.
+    latency: crate::metrics::LatencyHistogram,
+    /// The last cycle's tick, and the next one expected.
+    tick: Option<Instant>,
+    next_tick: Option<Instant>,
+    /// The cycle whose reports the running collect waits for, and from how many nodes
+    /// still.
+    collecting: Option<u64>,
+    awaiting: usize,
+    /// Nodes sent the last cycle's `Enforce` that have not acknowledged it.
+    unacked: usize,
+}
+
+/// The global controller: registry, policies and the control loop.
+pub struct Controller {
+    state: Mutex<State>,
+    replies: Notify,
+    started: Instant,
+    /// The placement service (`[placement]`), if configured.
+    placement: Option<crate::placement_service::PlacementService>,
+}
+
+impl Controller {
+    /// A controller for `config` (its policies are built here; names were validated
+    /// when the configuration was parsed).
+    pub fn new(config: GlobalConfig) -> Result<Arc<Controller>, String> {
+        let mut policies = HashMap::new();
+        for r in &config.resources {
+            policies.insert(
+                r.resource.clone(),
+                PolicyRunner::new(&r.policy).map_err(|e| format!("{}: {e}", r.resource))?,
+            );
+        }
+        let placement = config
+            .placement
+            .clone()
+            .map(crate::placement_service::PlacementService::new)
+            .transpose()?;
+        Ok(Arc::new(Controller {
+            placement,
+            state: Mutex::new(State {
+                config,
+                policies,
+                nodes: BTreeMap::new(),
+                jobs: jobs::JobIds::default(),
+                next_session: 1,
+                cycle: 0,
+                shares: Vec::new(),
+                cache: cache::PlanCache::default(),
+                history: VecDeque::new(),
+                latency: Default::default(),
+                tick: None,
+                next_tick: None,
+                collecting: None,
+                awaiting: 0,
+                unacked: 0,
+            }),
+            replies: Notify::new(),
+            started: Instant::now(),
+        }))
+    }
+
+    /// The state. A panic while it was held may have left it half-changed, so no one
+    /// goes on with it: the next to lock it panics too, and once that is the control
+    /// loop its supervisor ends the process (`crate::supervise`).
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .expect("the global controller's state was left inconsistent by a panic")
+    }
+
+    /// The control loop: runs cycles forever at the configured interval.
+    pub async fn run_loop(self: Arc<Self>) {
+        loop {
+            let interval = Duration::from_millis(self.lock().config.interval_ms);
+            let next = tokio::time::Instant::now() + interval;
+            self.cycle().await;
+            tokio::time::sleep_until(next).await;
+        }
+    }
+
+    /// One collect → compute → enforce cycle, ticking now (the next tick is expected one
+    /// interval later: reports are scheduled for it); returns its latency.
+    pub async fn cycle(&self) -> Duration {
+        let started = Instant::now();
+        let (cycle, interval) = {
+            let mut state = self.lock();
+            let State { nodes, cache, .. } = &mut *state;
+            registry::release_expired_orphans(nodes, cache, started);
+            let interval = Duration::from_millis(state.config.interval_ms);
+            state.cycle += 1;
+            state.tick = Some(started);
+            state.next_tick = Some(started + interval);
+            let cycle = state.cycle;
+            schedule::start_collect(&mut state, cycle);
+            (cycle, interval)
+        };
+        let deadline = tokio::time::Instant::now() + (interval / 2).min(Duration::from_millis(500));
+        self.wait_for_replies(deadline).await;
+
+        let collected = Instant::now();
+        let mut state = self.lock();
+        state.collecting = None;
+        schedule::reschedule_off_slot(&mut state, cycle, started, interval);
+        let elapsed = self.started.elapsed().as_secs_f64();
+        let State {
+            config,
+            policies,
+            nodes,
+            jobs,
+            cache,
+            ..
+        } = &mut *state;
+        let terms = jobs.terms(config, elapsed);
+        let (views, layout) = cache.views(config, nodes);
+        let plan = plan::compute_with(config, &terms, policies, views, layout);
+        let sent = enforce::enforce(config, nodes, &plan, cache, cycle);
+        state.shares = plan.shares;
+        state.unacked = sent;
+        let latency = started.elapsed();
+        state.latency.observe(latency);
+        snapshot::record(
+            &mut state.history,
+            Phases {
+                cycle,
+                collect: collected - started,
+                compute: latency - (collected - started),
+                latency,
+                enforced: sent,
+                acked: None,
+            },
+        );
+        debug!(cycle, latency_us = latency.as_micros() as u64, "cycle done");
+        latency
+    }
+}

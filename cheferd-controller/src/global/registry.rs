@@ -1,0 +1,480 @@
+//! The registry: local controllers (nodes) by name, their stages, and the *orphans* a
+//! node's ended stream left (stages still running on their last rules, kept in the plan
+//! with their share until they re-register or [`ORPHAN_GRACE`] passes); what each
+//! message of a node's stream does to it.
+
+use super::cache::{PlanCache, Slot};
+use super::service::GRPC_LOG;
+use super::{enforce, schedule, Controller, State};
+use crate::config::Resource;
+use crate::outbox;
+use crate::plan::StageUsage;
+use crate::policy::JobKey;
+use crate::proto::{self, global_message, local_message, GlobalMessage, LocalMessage};
+use padll_wire::ops::Class;
+use prost::Message;
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+use tonic::Status;
+use tracing::{debug, info, warn};
+
+/// How long the stages of a detached local controller keep their place in the plan. A
+/// restarted local controller re-attaches at once and its stages reconnect within their
+/// 5 s backoff; a stage missing for longer is presumed gone with its node.
+pub const ORPHAN_GRACE: Duration = Duration::from_secs(30);
+
+/// The queue to one node's stream.
+pub(super) type Outbox = outbox::Sender<Result<GlobalMessage, Status>>;
+
+/// One local controller.
+pub(super) struct Node {
+    pub(super) session: u64,
+    pub(super) outbox: Outbox,
+    pub(super) stages: BTreeMap<u64, StageRecord>,
+    /// Its stream ended.
+    pub(super) detached: bool,
+    /// The first cycle whose usage report is due under its current schedule (later
+    /// cycles' reports follow one per interval).
+    pub(super) due: u64,
+    /// The cycle its latest report was for, and when that arrived.
+    pub(super) reported: u64,
+    pub(super) reported_at: Option<Instant>,
+    /// The cycle of the latest `Enforce` it has not acknowledged.
+    pub(super) unacked: Option<u64>,
+    /// Stages of an ended stream of this node, by pid, that have not re-registered: they
+    /// run on their last rules, so they keep their share (no rules can reach them).
+    pub(super) orphans: BTreeMap<u32, StageRecord>,
+    /// When the stream that left the orphans ended.
+    pub(super) orphaned_at: Option<Instant>,
+    /// The running collect waits for its report.
+    pub(super) pending: bool,
+    pub(super) bytes_in: u64,
+    pub(super) bytes_out: u64,
+    /// Its stages per job (for `max_jobs_per_node`).
+    pub(super) jobs: HashMap<JobKey, usize>,
+    /// Its report for the last cycle it was due was missing, and none came since.
+    pub(super) missed: bool,
+}
+
+/// A registered stage.
+pub(super) struct StageRecord {
+    pub(super) stage: proto::Stage,
+    /// Its job id, interned.
+    pub(super) job: JobKey,
+    /// Its last reported usage per resource (updated in place: reports of a stage
+    /// name the same resources cycle after cycle).
+    pub(super) usage: Vec<(Resource, StageUsage)>,
+    /// Where the rates it was last sent are.
+    pub(super) slot: Slot,
+}
+
+impl Controller {
+    /// Registers the node `name` whose stream queues to `outbox` (replacing its previous
+    /// stream, whose stages become orphans); returns the session that tells this
+    /// stream's messages from a replaced one's.
+    pub(super) fn attach_node(&self, name: &str, outbox: Outbox) -> Result<u64, Status> {
+        let mut state = self.lock();
+        let max_nodes = state.config.limits.max_nodes;
+        if !state.nodes.contains_key(name) && state.nodes.len() >= max_nodes {
+            crate::limited_warn!(
+                GRPC_LOG,
+                node = %padll_wire::control::short(name),
+                "refused a local controller: {max_nodes} nodes are registered (max_nodes)"
+            );
+            return Err(Status::resource_exhausted(format!(
+                "{max_nodes} nodes are registered (max_nodes)"
+            )));
+        }
+        let session = state.next_session;
+        state.next_session += 1;
+        let interval_ms = state.config.interval_ms;
+        let registered = GlobalMessage {
+            body: Some(global_message::Body::Registered(proto::Registered {
+                version: proto::VERSION,
+                interval_ms,
+                resources: state
+                    .config
+                    .resources
+                    .iter()
+                    .map(|r| proto::Resource {
+                        mount: r.resource.mount.clone(),
+                        class: r.resource.class.name().to_string(),
+                    })
+                    .collect(),
+            })),
+        };
+        let _ = outbox.send(Ok(registered));
+        let mut node = Node {
+            session,
+            outbox,
+            stages: BTreeMap::new(),
+            detached: false,
+            due: 0,
+            reported: 0,
+            reported_at: None,
+            unacked: None,
+            orphans: BTreeMap::new(),
+            orphaned_at: None,
+            pending: false,
+            bytes_in: 0,
+            bytes_out: 0,
+            jobs: HashMap::new(),
+            missed: false,
+        };
+        if let Some(mut previous) = state.nodes.remove(name) {
+            if previous.detached {
+                info!(node = name, "re-attached; its stages re-register");
+            } else {
+                warn!(
+                    node = name,
+                    "node re-attached; its previous stream is replaced"
+                );
+                orphan_stages(&mut previous);
+            }
+            node.orphans = previous.orphans;
+            node.orphaned_at = previous.orphaned_at;
+        }
+        let (cycle, report_in) = schedule::next_slot(&state, Instant::now());
+        schedule::schedule(&mut node, cycle, report_in, interval_ms);
+        state.nodes.insert(name.to_string(), node);
+        state.cache.invalidate();
+        info!(node = name, "local controller attached");
+        Ok(session)
+    }
+
+    /// What a message of `session`'s stream from node `name` does.
+    pub(super) fn handle(&self, name: &str, session: u64, message: LocalMessage) {
+        let size = message.encoded_len() as u64;
+        // Placement reads its feed: chosen outside the state lock.
+        let placed = match (&message.body, &self.placement) {
+            (Some(local_message::Body::PlaceRequest(request)), Some(service)) => {
+                Some((request.request, service.answer(request)))
+            }
+            (Some(local_message::Body::PlaceRequest(request)), None) => {
+                Some((request.request, Vec::new()))
+            }
+            _ => None,
+        };
+        let mut state = self.lock();
+        if let Some((request, targets)) = placed {
+            if let Some(node) = state.nodes.get_mut(name).filter(|n| n.session == session) {
+                node.bytes_in += size;
+                let reply =
+                    global_message::Body::PlaceReply(proto::PlaceReply { request, targets });
+                let _ = node.outbox.send(Ok(GlobalMessage { body: Some(reply) }));
+            }
+            return;
+        }
+        let mut job = 0;
+        // A stage re-registering after its local controller came back still runs on its
+        // last rules: it needs no provisional ones.
+        let mut provisional = None;
+        if let Some(local_message::Body::StageJoined(proto::StageJoined { stage: Some(stage) })) =
+            &message.body
+        {
+            if let Err(why) = admit_stage(&state, name, session, stage) {
+                crate::limited_warn!(
+                    GRPC_LOG,
+                    node = %name,
+                    stage = stage.stage_id,
+                    "ignored a stage: {why}"
+                );
+                if let Some(node) = state.nodes.get_mut(name).filter(|n| n.session == session) {
+                    node.bytes_in += size;
+                }
+                return;
+            }
+            job = state.jobs.intern(&stage.job_id);
+            if !state
+                .nodes
+                .get(name)
+                .is_some_and(|n| n.orphans.contains_key(&stage.pid))
+            {
+                provisional = Some(enforce::provisional_rates(&state, stage, job));
+            }
+        }
+        let config = &state.config;
+        let provisional = provisional.map(|rates| (enforce::rules(config, &rates), rates));
+        let resources: Vec<Resource> = match &message.body {
+            Some(local_message::Body::Usage(_)) => config
+                .resources
+                .iter()
+                .map(|r| r.resource.clone())
+                .collect(),
+            _ => Vec::new(),
+        };
+        let collecting = state.collecting;
+        let last_cycle = state.cycle;
+        let mut replied = false;
+        let mut acked = false;
+        let State { nodes, cache, .. } = &mut *state;
+        let Some(node) = nodes.get_mut(name).filter(|n| n.session == session) else {
+            return;
+        };
+        node.bytes_in += size;
+        match message.body {
+            Some(local_message::Body::StageJoined(proto::StageJoined { stage: Some(stage) })) => {
+                debug!(node = name, stage = stage.stage_id, job = %stage.job_id, "stage joined");
+                let stage_id = stage.stage_id;
+                // Its usage carries over, so the next split treats it as before; its rules
+                // are sent again (the ones it runs on may predate the last ones planned).
+                let usage = node
+                    .orphans
+                    .remove(&stage.pid)
+                    .map(|orphan| orphan.usage)
+                    .unwrap_or_default();
+                let mut sent = None;
+                if let Some((rules, rates)) = provisional.filter(|(r, _)| !r.is_empty()) {
+                    let enforce = GlobalMessage {
+                        body: Some(global_message::Body::Enforce(proto::Enforce {
+                            cycle: 0,
+                            stages: vec![proto::StageRules { stage_id, rules }],
+                        })),
+                    };
+                    if node.outbox.send(Ok(enforce)).is_ok() {
+                        sent = Some(rates);
+                    }
+                }
+                let record = StageRecord {
+                    stage,
+                    job,
+                    usage,
+                    slot: Slot::New(sent),
+                };
+                *node.jobs.entry(job).or_insert(0) += 1;
+                if let Some(old) = node.stages.insert(stage_id, record) {
+                    forget_job(&mut node.jobs, old.job);
+                }
+                cache.invalidate();
+            }
+            Some(local_message::Body::StageLeft(proto::StageLeft { stage_id })) => {
+                if let Some(old) = node.stages.remove(&stage_id) {
+                    forget_job(&mut node.jobs, old.job);
+                }
+                cache.invalidate();
+            }
+            Some(local_message::Body::Usage(usage)) => {
+                for stage in &usage.stages {
+                    if let Some(record) = node.stages.get_mut(&stage.stage_id) {
+                        if let Err(why) = record_usage(record, &stage.resources, &resources, cache)
+                        {
+                            crate::limited_warn!(
+                                GRPC_LOG,
+                                node = %name,
+                                stage = stage.stage_id,
+                                "ignored a usage report: {why}"
+                            );
+                        }
+                    }
+                }
+                node.reported = usage.cycle;
+                node.reported_at = Some(Instant::now());
+                node.missed = false;
+                if node.pending && collecting.is_some_and(|cycle| usage.cycle >= cycle) {
+                    node.pending = false;
+                    replied = true;
+                }
+            }
+            Some(local_message::Body::Applied(applied)) => {
+                // Only the latest Enforce counts: each carries the full rules of its
+                // stages, and one not acknowledged in time is superseded by a re-send.
+                if node.unacked.is_some_and(|cycle| applied.cycle >= cycle) {
+                    acked = node.unacked.take() == Some(last_cycle);
+                }
+            }
+            Some(local_message::Body::PlaceRequest(_)) => {} // answered before the lock
+            Some(local_message::Body::Register(_)) => {
+                warn!(node = name, "ignored a second register")
+            }
+            Some(local_message::Body::StageJoined(proto::StageJoined { stage: None })) | None => {
+                warn!(node = name, "ignored an empty message")
+            }
+        }
+        if replied {
+            schedule::answered(&mut state, &self.replies);
+        }
+        if acked {
+            enforce::acked(&mut state);
+        }
+    }
+
+    /// `session`'s stream from node `name` ended: its stages become orphans, and what
+    /// the running cycle waits for from it is owed no longer.
+    pub(super) fn detach_node(&self, name: &str, session: u64) {
+        let mut state = self.lock();
+        let last_cycle = state.cycle;
+        let Some(node) = state.nodes.get_mut(name).filter(|n| n.session == session) else {
+            return;
+        };
+        node.detached = true;
+        let owed = std::mem::take(&mut node.pending);
+        let owed_ack = node.unacked.take().is_some_and(|cycle| cycle == last_cycle);
+        warn!(
+            node = name,
+            stages = node.stages.len(),
+            "local controller detached; its stages keep their last rules and their share"
+        );
+        orphan_stages(node);
+        state.cache.invalidate();
+        if owed {
+            schedule::answered(&mut state, &self.replies);
+        }
+        if owed_ack {
+            enforce::acked(&mut state);
+        }
+    }
+}
+
+/// Moves a node's stages to its orphans (its stream ended or was replaced).
+fn orphan_stages(node: &mut Node) {
+    node.jobs.clear();
+    for (_, record) in std::mem::take(&mut node.stages) {
+        node.orphans.insert(record.stage.pid, record);
+    }
+    node.orphaned_at.get_or_insert_with(Instant::now);
+}
+
+/// Releases the share of orphans not seen again within [`ORPHAN_GRACE`] of `now`, and
+/// forgets detached nodes left without any.
+pub(super) fn release_expired_orphans(
+    nodes: &mut BTreeMap<String, Node>,
+    cache: &mut PlanCache,
+    now: Instant,
+) {
+    let count = nodes.len();
+    let mut released = false;
+    nodes.retain(|name, node| {
+        if node
+            .orphaned_at
+            .is_some_and(|at| now.saturating_duration_since(at) >= ORPHAN_GRACE)
+        {
+            if !node.orphans.is_empty() {
+                released = true;
+                warn!(
+                    node = %name,
+                    stages = node.orphans.len(),
+                    "stages gone for {ORPHAN_GRACE:?} are presumed ended; their share is released"
+                );
+            }
+            node.orphans.clear();
+            node.orphaned_at = None;
+        }
+        !(node.detached && node.orphans.is_empty())
+    });
+    if released || nodes.len() != count {
+        cache.invalidate();
+    }
+}
+
+/// One stage of `job` left a node.
+fn forget_job(jobs: &mut HashMap<JobKey, usize>, job: JobKey) {
+    if let Some(count) = jobs.get_mut(&job) {
+        *count -= 1;
+        if *count == 0 {
+            jobs.remove(&job);
+        }
+    }
+}
+
+/// Updates a stage's usage from a report, and its planner's view if current. Reports
+/// name the same resources in the same order cycle after cycle, so both are updated in
+/// place; anything else is rebuilt (and so are the views, next cycle).
+fn record_usage(
+    record: &mut StageRecord,
+    reported: &[proto::ResourceUsage],
+    configured: &[Resource],
+    cache: &mut PlanCache,
+) -> Result<(), String> {
+    // Rates are tokens per second: finite, not negative, within what a channel can do.
+    if let Some(bad) = reported
+        .iter()
+        .find(|u| !(u.rate.is_finite() && u.rate >= 0.0 && u.rate <= MAX_REPORTED_RATE))
+    {
+        return Err(format!(
+            "rate {} of {}:{} is not a number of tokens per second (0 to {MAX_REPORTED_RATE})",
+            bad.rate,
+            padll_wire::control::short(&bad.mount),
+            padll_wire::control::short(&bad.class)
+        ));
+    }
+    // Only configured resources are kept (a report cannot make the record grow).
+    let reported: Vec<&proto::ResourceUsage> = reported
+        .iter()
+        .filter(|u| {
+            configured
+                .iter()
+                .any(|r| r.mount == u.mount && r.class.name() == u.class)
+        })
+        .collect();
+    let reported = &reported[..];
+    let usage = &mut record.usage;
+    let same = usage.len() == reported.len()
+        && usage
+            .iter()
+            .zip(reported)
+            .all(|((r, _), u)| r.mount == u.mount && r.class.name() == u.class);
+    if same {
+        for ((_, value), u) in usage.iter_mut().zip(reported) {
+            *value = StageUsage {
+                rate: u.rate,
+                limit: u.limit,
+            };
+        }
+        if let Some(view) = cache.view_mut(&record.slot) {
+            for ((_, value), (_, u)) in view.usage.iter_mut().zip(usage.iter()) {
+                *value = *u;
+            }
+        }
+        return Ok(());
+    }
+    usage.clear();
+    usage.extend(reported.iter().filter_map(|r| {
+        Some((
+            Resource {
+                mount: r.mount.clone(),
+                class: Class::from_name(&r.class)?,
+            },
+            StageUsage {
+                rate: r.rate,
+                limit: r.limit,
+            },
+        ))
+    }));
+    cache.invalidate();
+    Ok(())
+}
+
+/// The highest usage rate a report may carry (a channel's maximum rate).
+const MAX_REPORTED_RATE: f64 = padll_wire::channel::MAX_RATE as f64;
+
+/// Whether a node may register one more stage: its fields fit, and the node stays
+/// within `max_stages_per_node` and `max_jobs_per_node`.
+fn admit_stage(
+    state: &State,
+    name: &str,
+    session: u64,
+    stage: &proto::Stage,
+) -> Result<(), String> {
+    crate::bounds::check_stage(stage)?;
+    let Some(node) = state.nodes.get(name).filter(|n| n.session == session) else {
+        return Ok(()); // dropped later: the stream was replaced
+    };
+    let limits = &state.config.limits;
+    if node.stages.contains_key(&stage.stage_id) {
+        return Ok(());
+    }
+    // Orphans count: they hold their place until they re-register (which frees it).
+    let held = node.stages.len() + node.orphans.len();
+    if held >= limits.max_stages_per_node && !node.orphans.contains_key(&stage.pid) {
+        return Err(format!("the node has {held} stages (max_stages_per_node)"));
+    }
+    let known = state.jobs.key(&stage.job_id);
+    let in_node = known.is_some_and(|key| node.jobs.contains_key(&key));
+    if !in_node && node.jobs.len() >= limits.max_jobs_per_node {
+        return Err(format!(
+            "the node has stages of {} jobs (max_jobs_per_node)",
+            node.jobs.len()
+        ));
+    }
+    Ok(())
+}

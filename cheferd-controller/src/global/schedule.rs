@@ -1,0 +1,149 @@
+//! Report slots and the collect step: each node pushes its usage a lead before each
+//! tick (told in a `Schedule`); a cycle waits, bounded, only for reports due and
+//! missing, and re-schedules nodes whose reports miss their slot.
+
+use super::registry::Node;
+use super::{Controller, State};
+use crate::proto::{self, global_message, GlobalMessage};
+use prost::Message;
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+use tracing::debug;
+
+/// The latest a usage report is scheduled to arrive before the tick it is for.
+const MAX_REPORT_LEAD: Duration = Duration::from_millis(100);
+
+/// How long before a tick the usage reports for it are scheduled to arrive: time for
+/// them to be received, and no older than needed.
+pub(super) fn report_lead(interval: Duration) -> Duration {
+    (interval / 4).min(MAX_REPORT_LEAD)
+}
+
+/// The first report slot (a lead before a tick) that a node told now can still make:
+/// the cycle of that tick and the time until the slot.
+pub(super) fn next_slot(state: &State, now: Instant) -> (u64, Duration) {
+    let interval = Duration::from_millis(state.config.interval_ms);
+    let lead = report_lead(interval);
+    let Some(mut tick) = state.next_tick else {
+        // No cycle has run: the first one is about to, unscheduled; report for the
+        // one after it (re-scheduled onto its slot after the first cycles if early).
+        return (state.cycle + 2, interval - lead);
+    };
+    let mut cycle = state.cycle + 1;
+    // Half a lead for the schedule to reach the node and the report to come back.
+    while tick < now + lead + lead / 2 {
+        tick += interval;
+        cycle += 1;
+    }
+    (cycle, tick - lead - now)
+}
+
+/// Tells a node when to report, starting with `cycle`'s report in `report_in`.
+pub(super) fn schedule(node: &mut Node, cycle: u64, report_in: Duration, interval_ms: u64) {
+    node.due = cycle;
+    let schedule = GlobalMessage {
+        body: Some(global_message::Body::Schedule(proto::Schedule {
+            cycle,
+            report_in_ms: report_in.as_millis() as u64,
+            interval_ms,
+        })),
+    };
+    node.bytes_out += schedule.encoded_len() as u64;
+    let _ = node.outbox.send(Ok(schedule));
+}
+
+/// Marks which attached nodes' reports `cycle` waits for.
+pub(super) fn start_collect(state: &mut State, cycle: u64) {
+    let mut awaiting = 0;
+    for node in state.nodes.values_mut().filter(|n| !n.detached) {
+        // A node that missed its last report (one that never reports, say) is
+        // not waited for again until it reports: it cannot stall every cycle.
+        node.pending = node.due <= cycle && node.reported < cycle && !node.missed;
+        awaiting += node.pending as usize;
+    }
+    state.collecting = Some(cycle);
+    state.awaiting = awaiting;
+}
+
+/// Counts an awaited report (once per node and cycle).
+pub(super) fn answered(state: &mut State, replies: &Notify) {
+    state.awaiting = state.awaiting.saturating_sub(1);
+    if state.awaiting == 0 {
+        replies.notify_waiters();
+    }
+}
+
+impl Controller {
+    /// Waits until every awaited report arrived, or the deadline.
+    pub(super) async fn wait_for_replies(&self, deadline: tokio::time::Instant) {
+        loop {
+            let notified = self.replies.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.lock().awaiting == 0 {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Re-schedules the nodes whose report for `cycle` missed its slot: it came after the
+/// tick (the cycle waited for it), not at all, or more than half an interval early
+/// (its usage would be stale). Clocks of different machines drift, and a node's
+/// first slot may be a guess.
+pub(super) fn reschedule_off_slot(
+    state: &mut State,
+    cycle: u64,
+    tick: Instant,
+    interval: Duration,
+) {
+    let now = Instant::now();
+    let (next, report_in) = next_slot(state, now);
+    let interval_ms = state.config.interval_ms;
+    for (name, node) in state.nodes.iter_mut() {
+        if node.detached || node.due > cycle {
+            continue;
+        }
+        let in_slot = node.reported >= cycle
+            && node
+                .reported_at
+                .is_some_and(|at| at <= tick && tick - at <= interval / 2);
+        node.missed = node.reported < cycle;
+        if !in_slot {
+            debug!(node = %name, cycle, "usage report off its slot; re-scheduled");
+            schedule(node, next, report_in, interval_ms);
+        }
+        node.pending = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::GlobalConfig;
+
+    #[test]
+    fn reports_are_scheduled_a_lead_before_a_tick_they_can_make() {
+        let config = GlobalConfig {
+            interval_ms: 1000,
+            ..GlobalConfig::default()
+        };
+        let controller = Controller::new(config).unwrap();
+        let mut state = controller.lock();
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        // No cycle yet: the report for the one after the first, an interval less a lead
+        // from now.
+        assert_eq!(next_slot(&state, now), (2, ms(900)));
+        state.cycle = 7;
+        state.next_tick = Some(now + ms(500));
+        assert_eq!(next_slot(&state, now), (8, ms(400)));
+        // The next tick's slot is too close to make: the following tick's.
+        state.next_tick = Some(now + ms(120));
+        assert_eq!(next_slot(&state, now), (9, ms(1020)));
+        assert_eq!(report_lead(ms(200)), ms(50));
+    }
+}

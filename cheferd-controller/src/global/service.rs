@@ -1,0 +1,162 @@
+//! The gRPC endpoint: one `Attach` stream per local controller, its node's identity
+//! checked against its TLS client certificate.
+
+use super::Controller;
+use crate::outbox;
+use crate::proto::{self, local_message, GlobalMessage, LocalMessage};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use tonic::{Request, Response, Status, Streaming};
+use tracing::debug;
+
+/// Warnings caused by what gRPC peers sent: at most 20 lines per 5 s.
+pub(super) static GRPC_LOG: crate::bounds::LogLimit =
+    crate::bounds::LogLimit::new(20, Duration::from_secs(5));
+
+/// The gRPC service.
+pub struct Service {
+    /// The controller it serves.
+    pub controller: Arc<Controller>,
+    /// Whether a node's identity comes from its TLS client certificate (always with
+    /// TLS); without, the name in `Register` is taken on trust (`--insecure-plaintext`).
+    pub authenticate: bool,
+}
+
+#[tonic::async_trait]
+impl proto::global_server::Global for Service {
+    type AttachStream =
+        Pin<Box<dyn tokio_stream::Stream<Item = Result<GlobalMessage, Status>> + Send>>;
+
+    async fn attach(
+        &self,
+        request: Request<Streaming<LocalMessage>>,
+    ) -> Result<Response<Self::AttachStream>, Status> {
+        // The node names the client's certificate speaks for (verified against the
+        // site CA in the handshake).
+        let certified = if self.authenticate {
+            let Some(certs) = request.peer_certs().filter(|c| !c.is_empty()) else {
+                return Err(Status::unauthenticated(
+                    "a node certificate is required (mutual TLS)",
+                ));
+            };
+            Some(crate::tls::node_names(&certs[0]).map_err(Status::unauthenticated)?)
+        } else {
+            None
+        };
+        let mut inbound = request.into_inner();
+        let first = tokio::time::timeout(Duration::from_secs(10), inbound.message())
+            .await
+            .map_err(|_| Status::deadline_exceeded("no register message within 10 s"))??;
+        let name = register_name(first)?;
+        if let Some(names) = certified.filter(|names| !names.contains(&name)) {
+            let short = |n: &str| padll_wire::control::short(n).to_string();
+            crate::limited_warn!(
+                GRPC_LOG,
+                "refused a local controller: its certificate is for node '{}', it registered as '{}'",
+                short(&names[0]),
+                short(&name)
+            );
+            return Err(Status::permission_denied(format!(
+                "the client certificate is for node '{}'; it cannot register as '{}'",
+                short(&names[0]),
+                short(&name)
+            )));
+        }
+        let (outbox, receiver) = outbox::channel();
+        let controller = self.controller.clone();
+        let session = controller.attach_node(&name, outbox)?;
+        tokio::spawn(async move {
+            loop {
+                match inbound.message().await {
+                    Ok(Some(message)) => controller.handle(&name, session, message),
+                    Ok(None) => break,
+                    Err(status) => {
+                        debug!(node = %name, "stream error: {status}");
+                        break;
+                    }
+                }
+            }
+            controller.detach_node(&name, session);
+        });
+        Ok(Response::new(Box::pin(receiver)))
+    }
+}
+
+/// The node name of a stream's first message: a `Register` of this protocol version
+/// with a name of 1 to [`crate::bounds::MAX_NAME_BYTES`] bytes.
+fn register_name(first: Option<LocalMessage>) -> Result<String, Status> {
+    match first.and_then(|m| m.body) {
+        Some(local_message::Body::Register(proto::Register { node, version }))
+            if version == proto::VERSION && node.len() > crate::bounds::MAX_NAME_BYTES =>
+        {
+            Err(Status::invalid_argument(format!(
+                "node name of {} bytes exceeds {}",
+                node.len(),
+                crate::bounds::MAX_NAME_BYTES
+            )))
+        }
+        Some(local_message::Body::Register(proto::Register { node, version }))
+            if version == proto::VERSION && !node.is_empty() =>
+        {
+            Ok(node)
+        }
+        Some(local_message::Body::Register(proto::Register { version, .. })) => {
+            Err(Status::invalid_argument(format!(
+                "protocol version {version} (or empty node name) not supported; expected {}",
+                proto::VERSION
+            )))
+        }
+        _ => Err(Status::invalid_argument(
+            "the first message must be register",
+        )),
+    }
+}
+
+/// Serves the gRPC endpoint on an already-bound listener (so callers can bind port 0):
+/// with mutual TLS when `tls` is given (a node's identity is then its certificate's),
+/// plaintext otherwise.
+pub async fn serve(
+    controller: Arc<Controller>,
+    listener: tokio::net::TcpListener,
+    tls: Option<tonic::transport::ServerTlsConfig>,
+) -> Result<(), String> {
+    let incoming = crate::bounds::Incoming::new(listener);
+    let authenticate = tls.is_some();
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        builder = builder
+            .tls_config(tls)
+            .map_err(|e| format!("TLS configuration: {e}"))?;
+    }
+    builder
+        .add_service(proto::global_server::GlobalServer::new(Service {
+            controller,
+            authenticate,
+        }))
+        .serve_with_incoming(incoming)
+        .await
+        .map_err(|e| format!("gRPC server failed: {e}"))
+}
+
+impl Controller {
+    /// Feeds one stream's messages through what `Attach` does with them after the TLS
+    /// check (the register check, attach, each message, detach), without a network:
+    /// for the fuzz targets (`padll-wire/fuzz`). Returns the stream's refusal, if any.
+    #[doc(hidden)]
+    pub fn feed_stream(
+        &self,
+        messages: impl IntoIterator<Item = LocalMessage>,
+    ) -> Result<(), Status> {
+        let mut messages = messages.into_iter();
+        let name = register_name(messages.next())?;
+        let (outbox, receiver) = outbox::channel();
+        let session = self.attach_node(&name, outbox)?;
+        for message in messages {
+            self.handle(&name, session, message);
+        }
+        self.detach_node(&name, session);
+        drop(receiver);
+        Ok(())
+    }
+}

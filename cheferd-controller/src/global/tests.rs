@@ -1,0 +1,314 @@
+//! The registry, the enforce step and administrative changes driven directly: streams
+//! are outboxes read in the test, time is passed in (no processes, no network).
+
+use super::*;
+use crate::config::ResourceConfig;
+use crate::outbox;
+use crate::proto::{self, global_message, local_message, GlobalMessage, LocalMessage};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use tokio_stream::Stream;
+
+type Inbox = outbox::Receiver<Result<GlobalMessage, tonic::Status>>;
+
+fn controller() -> Arc<Controller> {
+    Controller::new(GlobalConfig {
+        resources: vec![ResourceConfig {
+            resource: Resource::parse("/scratch:metadata").unwrap(),
+            max_rate: 1000.0,
+            policy: "uniform".into(),
+        }],
+        ..GlobalConfig::default()
+    })
+    .unwrap()
+}
+
+/// A node's stream: its session and what the controller queues to it.
+fn attach(controller: &Controller, node: &str) -> (u64, Inbox) {
+    let (outbox, inbox) = outbox::channel();
+    (controller.attach_node(node, outbox).unwrap(), inbox)
+}
+
+fn send(controller: &Controller, node: &str, session: u64, body: local_message::Body) {
+    controller.handle(node, session, LocalMessage { body: Some(body) });
+}
+
+fn join(controller: &Controller, node: &str, session: u64, stage_id: u64, pid: u32, job: &str) {
+    let stage = proto::Stage {
+        stage_id,
+        job_id: job.into(),
+        job_size: 1,
+        uid: 1000,
+        gid: 1000,
+        pid,
+        mountpoints: vec!["/scratch".into()],
+        ..proto::Stage::default()
+    };
+    send(
+        controller,
+        node,
+        session,
+        local_message::Body::StageJoined(proto::StageJoined { stage: Some(stage) }),
+    );
+}
+
+/// Reports usage for `cycle`: ops/s of `/scratch:metadata` per stage.
+fn report(controller: &Controller, node: &str, session: u64, cycle: u64, rates: &[(u64, f64)]) {
+    let stages = rates
+        .iter()
+        .map(|&(stage_id, rate)| proto::StageUsage {
+            stage_id,
+            resources: vec![proto::ResourceUsage {
+                mount: "/scratch".into(),
+                class: "metadata".into(),
+                rate,
+                limit: 0,
+            }],
+        })
+        .collect();
+    send(
+        controller,
+        node,
+        session,
+        local_message::Body::Usage(proto::Usage { cycle, stages }),
+    );
+}
+
+fn ack(controller: &Controller, node: &str, session: u64, cycle: u64) {
+    send(
+        controller,
+        node,
+        session,
+        local_message::Body::Applied(proto::Applied { cycle, stages: 0 }),
+    );
+}
+
+struct Noop;
+
+impl Wake for Noop {
+    fn wake(self: Arc<Self>) {}
+}
+
+/// The `Enforce`s queued to a node since the last call: (cycle, [(stage, rate)]).
+fn enforced(inbox: &mut Inbox) -> Vec<(u64, Vec<(u64, u64)>)> {
+    let waker = Waker::from(Arc::new(Noop));
+    let mut context = Context::from_waker(&waker);
+    let mut found = Vec::new();
+    while let Poll::Ready(Some(message)) = Pin::new(&mut *inbox).poll_next(&mut context) {
+        if let Some(global_message::Body::Enforce(enforce)) = message.unwrap().body {
+            let stages = enforce
+                .stages
+                .iter()
+                .map(|s| (s.stage_id, s.rules.first().map_or(0, |r| r.rate)))
+                .collect();
+            found.push((enforce.cycle, stages));
+        }
+    }
+    found
+}
+
+fn assigned(controller: &Controller, job: &str) -> f64 {
+    let snapshot = controller.snapshot();
+    snapshot
+        .shares
+        .iter()
+        .find(|s| s.job == job)
+        .map(|s| s.assigned)
+        .unwrap_or_else(|| panic!("no share of {job}: {:?}", snapshot.shares))
+}
+
+fn node(controller: &Controller, name: &str) -> NodeSnapshot {
+    let snapshot = controller.snapshot();
+    snapshot
+        .nodes
+        .into_iter()
+        .find(|n| n.node == name)
+        .unwrap_or_else(|| panic!("no node {name}"))
+}
+
+#[tokio::test]
+async fn orphans_keep_their_share_until_the_grace_ends() {
+    let controller = controller();
+    let (a, _inbox_a) = attach(&controller, "a");
+    let (b, _inbox_b) = attach(&controller, "b");
+    join(&controller, "a", a, 1, 100, "A");
+    join(&controller, "b", b, 1, 200, "B");
+    controller.cycle().await;
+    assert_eq!(assigned(&controller, "B"), 500.0);
+
+    report(&controller, "b", b, 2, &[(1, 10.0)]);
+    controller.detach_node("a", a);
+    let detached = node(&controller, "a");
+    assert_eq!(
+        (detached.attached, detached.stages, detached.orphans),
+        (false, 0, 1)
+    );
+    controller.cycle().await;
+    // A's stage still runs on its last rules: B cannot have its share.
+    assert_eq!(assigned(&controller, "B"), 500.0);
+
+    {
+        let mut state = controller.lock();
+        let State { nodes, cache, .. } = &mut *state;
+        registry::release_expired_orphans(nodes, cache, Instant::now() + ORPHAN_GRACE);
+    }
+    report(&controller, "b", b, 3, &[(1, 10.0)]);
+    controller.cycle().await;
+    assert_eq!(assigned(&controller, "B"), 1000.0);
+    assert!(controller.snapshot().nodes.iter().all(|n| n.node != "a"));
+}
+
+#[tokio::test]
+async fn an_orphan_that_re_registers_keeps_its_usage_and_is_sent_its_rules_again() {
+    let controller = controller();
+    let (first, mut inbox) = attach(&controller, "a");
+    join(&controller, "a", first, 1, 100, "A");
+    // A new job's stage gets a provisional rule at once: 1 % of Max_R.
+    assert_eq!(enforced(&mut inbox), vec![(0, vec![(1, 10)])]);
+    report(&controller, "a", first, 2, &[(1, 80.0)]);
+    controller.cycle().await;
+    assert_eq!(enforced(&mut inbox), vec![(1, vec![(1, 1000)])]);
+
+    controller.detach_node("a", first);
+    let (second, mut inbox) = attach(&controller, "a");
+    assert_eq!(node(&controller, "a").orphans, 1);
+    // The same process (pid) under a new stage id: it runs on its last rules, so no
+    // provisional rule, and its usage carries over.
+    join(&controller, "a", second, 7, 100, "A");
+    assert_eq!(enforced(&mut inbox), vec![]);
+    report(&controller, "a", second, 2, &[(7, 80.0)]);
+    let snapshot = controller.snapshot();
+    assert_eq!(snapshot.nodes[0].orphans, 0);
+    assert_eq!(snapshot.stages[0].stage_id, 7);
+    assert_eq!(snapshot.stages[0].usage["/scratch:metadata"], 80.0);
+    // Its rules are sent again although they did not change.
+    controller.cycle().await;
+    assert_eq!(enforced(&mut inbox), vec![(2, vec![(7, 1000)])]);
+}
+
+#[tokio::test]
+async fn only_changed_rules_are_sent_and_all_of_them_again_without_an_ack() {
+    let controller = controller();
+    let (a, mut inbox) = attach(&controller, "a");
+    // Job A's two stages split its share by usage; job B's stage has all of B's.
+    join(&controller, "a", a, 1, 100, "A");
+    join(&controller, "a", a, 2, 101, "A");
+    join(&controller, "a", a, 3, 102, "B");
+    enforced(&mut inbox);
+    let usage = |one: f64| [(1, one), (2, 100.0), (3, 100.0)];
+    controller.cycle().await;
+    assert_eq!(enforced(&mut inbox)[0].1.len(), 3);
+    ack(&controller, "a", a, 1);
+    assert!(controller.phases(1)[0].acked.is_some());
+
+    // Nothing changed: nothing is sent.
+    report(&controller, "a", a, 2, &usage(100.0));
+    controller.cycle().await;
+    report(&controller, "a", a, 3, &usage(100.0));
+    controller.cycle().await;
+    assert_eq!(enforced(&mut inbox), vec![]);
+    assert_eq!(controller.phases(1)[0].enforced, 0);
+
+    // A's split moves: only A's stages are sent, B's is not.
+    report(&controller, "a", a, 4, &usage(300.0));
+    controller.cycle().await;
+    let changed = enforced(&mut inbox);
+    let stages: Vec<u64> = changed[0].1.iter().map(|&(s, _)| s).collect();
+    assert_eq!((changed[0].0, stages), (4, vec![1, 2]));
+    assert_eq!(node(&controller, "a").unacked_cycle, Some(4));
+    assert_eq!(controller.phases(1)[0].acked, None);
+
+    // Not acknowledged by the next cycle: every stage's rules again.
+    report(&controller, "a", a, 5, &usage(300.0));
+    controller.cycle().await;
+    let resent = enforced(&mut inbox);
+    let stages: Vec<u64> = resent[0].1.iter().map(|&(s, _)| s).collect();
+    assert_eq!((resent[0].0, stages), (5, vec![1, 2, 3]));
+    ack(&controller, "a", a, 5);
+    assert_eq!(node(&controller, "a").unacked_cycle, None);
+}
+
+/// Job A's static limit on `/scratch:metadata`.
+fn limit_of_a(limit: &str) -> Change {
+    Change::Job {
+        job: "A".into(),
+        priority: None,
+        resource: Some("/scratch:metadata".into()),
+        demand: None,
+        limit: Some(limit.into()),
+    }
+}
+
+#[tokio::test]
+async fn admin_changes_are_checked_and_applied_whole() {
+    let controller = controller();
+    let (a, _inbox) = attach(&controller, "a");
+    join(&controller, "a", a, 1, 100, "A");
+    join(&controller, "a", a, 2, 101, "B");
+    let before = controller.config();
+    let refused = [
+        Change::Policy {
+            resource: "/home:metadata".into(),
+            policy: "psfa".into(),
+        },
+        Change::Policy {
+            resource: "/scratch:metadata".into(),
+            policy: "fastest".into(),
+        },
+        Change::MaxRate {
+            resource: "/scratch:metadata".into(),
+            rate: "20GiB/s".into(),
+        },
+        Change::Job {
+            job: "nobody".into(),
+            priority: Some(2.0),
+            resource: None,
+            demand: None,
+            limit: None,
+        },
+        Change::Job {
+            job: "A".into(),
+            priority: Some(-1.0),
+            resource: None,
+            demand: None,
+            limit: None,
+        },
+        Change::Job {
+            job: "A".into(),
+            priority: None,
+            resource: None,
+            demand: None,
+            limit: Some("100".into()),
+        },
+    ];
+    for change in refused {
+        assert!(controller.change(change.clone()).is_err(), "{change:?}");
+    }
+    assert_eq!(controller.config(), before);
+
+    controller
+        .change(Change::MaxRate {
+            resource: "/scratch:metadata".into(),
+            rate: "2k".into(),
+        })
+        .unwrap();
+    controller.change(limit_of_a("300")).unwrap();
+    controller.cycle().await;
+    assert_eq!(
+        (assigned(&controller, "A"), assigned(&controller, "B")),
+        (300.0, 1700.0)
+    );
+
+    controller.change(limit_of_a("none")).unwrap();
+    controller.cycle().await;
+    assert_eq!(assigned(&controller, "A"), 1000.0);
+    controller
+        .change(Change::Policy {
+            resource: "/scratch:metadata".into(),
+            policy: "priority".into(),
+        })
+        .unwrap();
+    assert_eq!(controller.snapshot().resources[0].policy, "priority");
+    assert_eq!(controller.config().resources[0].policy, "priority");
+}
