@@ -171,17 +171,20 @@ fn run_group(
     finish(children)
 }
 
-/// The window for a job-wide limit is −3 %/+2 %: the upper bound is asserted as
-/// is; below, only a job far under its limit fails (a loaded machine descheduling the
-/// probes can only make them slower).
+/// The window for a job-wide limit is −3 %/+2 %. The upper bound is what protects the
+/// file system and is always asserted; below, a loaded machine descheduling the probes
+/// can only make them slower, so by default only a job far under its limit fails.
+/// `PADLL_STRICT_RATES=1` asserts the whole window (on a quiet machine).
 fn assert_job_accurate(what: &str, achieved: f64, limit: f64) {
     assert!(
         achieved <= limit * 1.02,
         "{what}: {achieved:.0}/s is above the {limit:.0}/s job limit + 2 %"
     );
+    let strict = std::env::var_os("PADLL_STRICT_RATES").is_some_and(|v| v == "1");
+    let floor = if strict { 0.97 } else { 0.5 };
     assert!(
-        achieved >= limit * 0.5,
-        "{what}: {achieved:.0}/s is far below the {limit:.0}/s job limit"
+        achieved >= limit * floor,
+        "{what}: {achieved:.0}/s is below {floor} × the {limit:.0}/s job limit"
     );
 }
 
