@@ -94,6 +94,8 @@ pub struct Controller {
     started: Instant,
     /// The placement service (`[placement]`), if configured.
     placement: Option<crate::placement_service::PlacementService>,
+    /// Whether it leads (always, without a standby: `crate::standby`).
+    leadership: crate::standby::Leadership,
 }
 
 impl Controller {
@@ -133,7 +135,18 @@ impl Controller {
             }),
             replies: Notify::new(),
             started: Instant::now(),
+            leadership: Default::default(),
         }))
+    }
+
+    /// Whether it leads, and in which term (`crate::standby`).
+    pub fn leadership(&self) -> &crate::standby::Leadership {
+        &self.leadership
+    }
+
+    /// The control interval.
+    pub fn interval(&self) -> Duration {
+        Duration::from_millis(self.lock().config.interval_ms)
     }
 
     /// The state. A panic while it was held may have left it half-changed, so no one
