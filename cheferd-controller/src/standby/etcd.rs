@@ -133,27 +133,41 @@ impl Etcd {
         }
     }
 
-    /// Campaigns in `election` with `lease`, proclaiming `value`, until elected;
-    /// returns the leadership key (its `rev`, the revision that created it, is the term).
+    /// Campaigns in `election` with `lease`, proclaiming `value`, until elected (a
+    /// campaign that fails, e.g. while etcd is down, is started again); returns the
+    /// leadership key (its `rev`, the revision that created it, is the term).
     pub async fn campaign(
         &self,
         election: &str,
         lease: i64,
         value: &str,
-    ) -> Result<pb::v3electionpb::LeaderKey, String> {
-        let request = pb::v3electionpb::CampaignRequest {
-            name: election.as_bytes().to_vec(),
-            lease,
-            value: value.as_bytes().to_vec(),
-        };
-        let reply = ElectionClient::new(self.channel.clone())
-            .campaign(request)
-            .await
-            .map_err(|s| format!("campaigning in etcd failed: {}", s.message()))?;
-        reply
-            .into_inner()
-            .leader
-            .ok_or_else(|| "etcd elected this controller but named no leadership key".to_string())
+    ) -> pb::v3electionpb::LeaderKey {
+        let mut said = false;
+        loop {
+            let request = pb::v3electionpb::CampaignRequest {
+                name: election.as_bytes().to_vec(),
+                lease,
+                value: value.as_bytes().to_vec(),
+            };
+            match ElectionClient::new(self.channel.clone())
+                .campaign(request)
+                .await
+            {
+                Ok(reply) => match reply.into_inner().leader {
+                    Some(leader) => return leader,
+                    None => warn!("etcd elected this controller but named no leadership key"),
+                },
+                Err(status) if !said => {
+                    warn!(
+                        "campaigning in etcd failed ({}); retrying",
+                        status.message()
+                    );
+                    said = true;
+                }
+                Err(_) => {}
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
 
     /// The value the leader of `election` proclaimed (`None`: no leader).
@@ -172,7 +186,8 @@ impl Etcd {
                 .into_inner()
                 .kv
                 .map(|kv| String::from_utf8_lossy(&kv.value).into_owned())),
-            Err(status) if status.code() == tonic::Code::NotFound => Ok(None),
+            // etcd's `ErrElectionNoLeader`, sent with code Unknown.
+            Err(status) if status.message() == "election: no leader" => Ok(None),
             Err(status) => Err(status),
         }
     }

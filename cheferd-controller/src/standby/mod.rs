@@ -207,7 +207,7 @@ async fn lead(
     let leadership = controller.leadership();
     let election = format!("{}/leader", options.prefix);
     let key = tokio::select! {
-        won = etcd.campaign(&election, lease, &options.advertise) => won?,
+        won = etcd.campaign(&election, lease, &options.advertise) => won,
         never = follow_leader(etcd, &election, leadership) => match never {},
     };
     let term = key.rev;
