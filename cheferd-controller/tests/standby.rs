@@ -6,8 +6,9 @@
 //!   force, the aggregate never exceeds `Max_R` × 1.05 in a second and no job fails;
 //! - etcd is killed: the leader keeps its place and says so, rules stay in force, and
 //!   it controls again once etcd is back;
-//! - the leader is stopped (`SIGSTOP`) past its lease: the standby leads, and when the
-//!   old leader resumes its rules are not applied (it finds its lease gone and exits).
+//! - the leader is stopped (`SIGSTOP`) past its lease: the standby leads with the
+//!   AdapTBF records it saved, and when the old leader resumes its rules are not
+//!   applied (it finds its lease gone and exits).
 
 mod common;
 
@@ -170,10 +171,10 @@ impl Drop for Global {
 
 /// etcd, global controller A elected, B standing by, both nodes' local controllers
 /// (given both URLs) attached to A, and two jobs offering more than `Max_R` on both
-/// nodes, past their warm-up.
-fn cluster() -> (Cluster, Etcd, Global, Global) {
+/// nodes under `policy`, past their warm-up.
+fn cluster(policy: &str) -> (Cluster, Etcd, Global, Global) {
     let mut cluster = Cluster::new(&format!(
-        "interval_ms = {}\n[[resource]]\nname = \"{{scratch}}:metadata\"\nmax_rate = \"{MAX_RATE}\"\npolicy = \"psfa\"\n",
+        "interval_ms = {}\n[[resource]]\nname = \"{{scratch}}:metadata\"\nmax_rate = \"{MAX_RATE}\"\npolicy = \"{policy}\"\n",
         INTERVAL.as_millis()
     ));
     let etcd = Etcd::start(cluster.dir.path());
@@ -233,7 +234,7 @@ fn assert_jobs_running(cluster: &mut Cluster) {
 #[cfg_attr(not(has_etcd), ignore = "etcd not installed")]
 fn the_standby_takes_over_a_killed_leader_with_its_changes_and_jobs_stay_capped() {
     let _serial = common::serialize();
-    let (mut cluster, _etcd, mut a, b) = cluster();
+    let (mut cluster, _etcd, mut a, b) = cluster("psfa");
     // A standby refuses changes, naming the leader.
     let refused = {
         let mut on_b = Command::new(common::cheferd());
@@ -283,7 +284,7 @@ fn the_standby_takes_over_a_killed_leader_with_its_changes_and_jobs_stay_capped(
 #[cfg_attr(not(has_etcd), ignore = "etcd not installed")]
 fn with_etcd_down_the_leader_keeps_its_place_and_its_rules_stay_in_force() {
     let _serial = common::serialize();
-    let (mut cluster, mut etcd, a, b) = cluster();
+    let (mut cluster, mut etcd, a, b) = cluster("psfa");
     let from = Instant::now();
     etcd.kill();
     a.wait_for_log(Duration::from_secs(10), "etcd unreachable");
@@ -309,9 +310,18 @@ fn with_etcd_down_the_leader_keeps_its_place_and_its_rules_stay_in_force() {
 #[cfg_attr(not(has_etcd), ignore = "etcd not installed")]
 fn a_leader_stopped_past_its_lease_is_replaced_and_its_rules_are_not_applied() {
     let _serial = common::serialize();
-    let (mut cluster, _etcd, mut a, b) = cluster();
+    let (mut cluster, etcd, mut a, b) = cluster("adaptbf");
+    // AdapTBF's records, saved every 5 s, go to the next leader.
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let _entered = runtime.enter();
+    let client = cheferd_controller::standby::etcd::Etcd::new(&[etcd.url()]).expect("etcd URL");
+    let key = format!("{ETCD_PREFIX}/policy-state");
+    wait_for(Duration::from_secs(20), "the policy state in etcd", || {
+        runtime.block_on(client.get(&key)).ok().flatten()
+    });
     a.signal(libc::SIGSTOP);
     b.wait_for_log(Duration::from_secs(15), "elected leader");
+    assert!(b.log().contains("policy_states=1"), "{}", b.log());
     cluster.admin = b.admin.clone();
     cluster.wait_for_stages(Duration::from_secs(20), &[("n1", 2), ("n2", 2)]);
     // The new leader lowers Max_R; the old one still plans the configured one.

@@ -38,6 +38,7 @@
 
 mod admin;
 mod cache;
+mod durable;
 mod enforce;
 mod jobs;
 mod registry;
@@ -48,6 +49,7 @@ mod snapshot;
 mod tests;
 
 pub use admin::Change;
+pub use durable::{PolicyState, SavedJob};
 pub use registry::ORPHAN_GRACE;
 pub use service::{serve, Service};
 pub use snapshot::{NodeSnapshot, Phases, ResourceSnapshot, Snapshot, StageSnapshot};

@@ -194,9 +194,24 @@ impl Etcd {
 
     /// Every key-value under `prefix`, in key order.
     pub async fn range_prefix(&self, prefix: &str) -> Result<Vec<pb::mvccpb::KeyValue>, String> {
+        self.range(prefix, prefix_end(prefix.as_bytes())).await
+    }
+
+    /// The value of `key`, if set.
+    pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
+        let found = self.range(key, Vec::new()).await?;
+        Ok(found.into_iter().next().map(|kv| kv.value))
+    }
+
+    /// The key-values from `key` up to `range_end` (empty: `key` alone).
+    async fn range(
+        &self,
+        key: &str,
+        range_end: Vec<u8>,
+    ) -> Result<Vec<pb::mvccpb::KeyValue>, String> {
         let request = pb::etcdserverpb::RangeRequest {
-            key: prefix.as_bytes().to_vec(),
-            range_end: prefix_end(prefix.as_bytes()),
+            key: key.as_bytes().to_vec(),
+            range_end,
             ..Default::default()
         };
         tokio::time::timeout(REQUEST_TIMEOUT, self.kv().range(request))

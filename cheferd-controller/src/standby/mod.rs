@@ -213,12 +213,14 @@ async fn lead(
     let term = key.rev;
     let store = persist::Store::new(etcd, &options.prefix, key);
     let restored = store.restore(controller).await?;
+    let policy_states = store.restore_policy_states(controller).await?;
     let (sender, receiver) = mpsc::unbounded_channel();
     *lock(&leadership.changes) = Some(sender);
     leadership.set(Role::Leader(term as u64));
-    info!(term, restored, advertise = %options.advertise, "elected leader");
+    info!(term, restored, policy_states, advertise = %options.advertise, "elected leader");
     tokio::select! {
         failed = store.persist(receiver) => Err(failed),
+        failed = store.keep_policy_states(controller) => Err(failed),
         never = control(controller) => match never {},
     }
 }
