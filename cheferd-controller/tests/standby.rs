@@ -86,13 +86,30 @@ impl Etcd {
             .spawn()
             .expect("etcd starts");
         self.child = Some(child);
+        wait_for(Duration::from_secs(20), "etcd to answer", || {
+            self.call(|client| async move { client.leader("/padll-test/probe").await })
+                .ok()
+        });
+    }
+
+    /// The value of `key`, if etcd answers and it is set.
+    fn get(&self, key: &str) -> Option<Vec<u8>> {
+        let key = key.to_string();
+        self.call(|client| async move { client.get(&key).await })
+            .ok()
+            .flatten()
+    }
+
+    /// One call of the project's etcd client, on a runtime of its own.
+    fn call<F: std::future::Future>(
+        &self,
+        call: impl FnOnce(cheferd_controller::standby::etcd::Etcd) -> F,
+    ) -> F::Output {
         let runtime = tokio::runtime::Runtime::new().expect("runtime");
         // The client's channel spawns its connection task on the runtime.
         let _entered = runtime.enter();
         let client = cheferd_controller::standby::etcd::Etcd::new(&[self.url()]).expect("etcd URL");
-        wait_for(Duration::from_secs(20), "etcd to answer", || {
-            runtime.block_on(client.leader("/padll-test/probe")).ok()
-        });
+        runtime.block_on(call(client))
     }
 
     fn kill(&mut self) {
@@ -312,12 +329,9 @@ fn a_leader_stopped_past_its_lease_is_replaced_and_its_rules_are_not_applied() {
     let _serial = common::serialize();
     let (mut cluster, etcd, mut a, b) = cluster("adaptbf");
     // AdapTBF's records, saved every 5 s, go to the next leader.
-    let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let _entered = runtime.enter();
-    let client = cheferd_controller::standby::etcd::Etcd::new(&[etcd.url()]).expect("etcd URL");
     let key = format!("{ETCD_PREFIX}/policy-state");
     wait_for(Duration::from_secs(20), "the policy state in etcd", || {
-        runtime.block_on(client.get(&key)).ok().flatten()
+        etcd.get(&key)
     });
     a.signal(libc::SIGSTOP);
     b.wait_for_log(Duration::from_secs(15), "elected leader");
