@@ -10,10 +10,8 @@ impl Controller {
     /// Applies an administrative change (checked first; nothing changes on error). A
     /// standby refuses it; a leader records it for the next one (`crate::standby`).
     pub fn change(&self, change: Change) -> Result<String, String> {
-        self.leadership.check_change()?;
-        let done = self.apply(&change, true)?;
-        self.leadership.record(&change);
-        Ok(done)
+        self.leadership
+            .record(&change, || self.apply(&change, true))
     }
 
     /// Applies a change an earlier leader made (`crate::standby::persist`): as

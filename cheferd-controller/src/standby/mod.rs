@@ -139,23 +139,27 @@ impl Leadership {
         Some(message)
     }
 
-    /// `Ok` if administrative changes may be made here: a follower refuses them (they
-    /// would be lost), naming the leader.
-    pub fn check_change(&self) -> Result<(), String> {
-        match &*lock(&self.role) {
-            Role::Follower(leader) => Err(format!(
+    /// Applies an administrative change with `apply` and hands it to the persister
+    /// (leader only), changes in the order they were applied; a follower refuses them
+    /// (they would be lost), naming the leader.
+    pub fn record(
+        &self,
+        change: &Change,
+        apply: impl FnOnce() -> Result<String, String>,
+    ) -> Result<String, String> {
+        if let Role::Follower(leader) = &*lock(&self.role) {
+            return Err(format!(
                 "this global controller is a standby; make changes on the leader ({})",
                 leader.as_deref().unwrap_or("not elected yet")
-            )),
-            _ => Ok(()),
+            ));
         }
-    }
-
-    /// Hands an applied change to the persister (leader only; nothing to do alone).
-    pub fn record(&self, change: &Change) {
-        if let Some(sender) = &*lock(&self.changes) {
+        // Held across both, so the next leader replays changes in the order made here.
+        let persister = lock(&self.changes);
+        let done = apply()?;
+        if let Some(sender) = &*persister {
             let _ = sender.send(change.clone());
         }
+        Ok(done)
     }
 }
 
@@ -302,10 +306,12 @@ mod tests {
             refusal.metadata().get(LEADER_METADATA).unwrap(),
             "https://g2:50051"
         );
-        assert!(leadership
-            .check_change()
-            .unwrap_err()
-            .contains("https://g2:50051"));
+        let change = Change::MaxRate {
+            resource: "/scratch:metadata".into(),
+            rate: "1k".into(),
+        };
+        let refused = leadership.record(&change, || unreachable!("a standby applies nothing"));
+        assert!(refused.unwrap_err().contains("https://g2:50051"));
         assert_eq!(leadership.stamp(enforce()), None);
     }
 
