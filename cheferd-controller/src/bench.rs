@@ -286,6 +286,7 @@ async fn attach_once(url: &str, node: &str, stages: usize) -> bool {
                 Some(global_message::Body::Enforce(proto::Enforce {
                     cycle,
                     stages: plans,
+                    ..
                 })) => send(local_message::Body::Applied(proto::Applied {
                     cycle,
                     stages: plans.len() as u32,

@@ -49,6 +49,8 @@ enum Command {
         metrics: Option<String>,
         #[command(flatten)]
         tls: GlobalTlsArgs,
+        #[command(flatten)]
+        standby: StandbyArgs,
     },
     /// Run a local controller (one per compute node).
     Local {
@@ -59,8 +61,13 @@ enum Command {
         /// Unix socket the stages connect to (their PADLL_CONTROLLER).
         #[arg(long, value_name = "PATH", default_value = LOCAL_SOCKET)]
         socket: PathBuf,
-        /// The global controller (`http://…` only with --insecure-plaintext).
-        #[arg(long, value_name = "URL", default_value = "https://127.0.0.1:50051")]
+        /// The global controller (`http://…` only with --insecure-plaintext); with a
+        /// standby, every global controller, comma-separated: the leader is followed.
+        #[arg(
+            long,
+            value_name = "URL[,URL…]",
+            default_value = "https://127.0.0.1:50051"
+        )]
         global: String,
         #[command(flatten)]
         tls: LocalTlsArgs,
@@ -241,6 +248,30 @@ struct LocalTlsArgs {
     insecure_plaintext: bool,
 }
 
+/// `cheferd global`'s standby flags (see `cheferd_controller::standby`).
+#[derive(Args)]
+struct StandbyArgs {
+    /// Run as one of several global controllers, the leader elected in this etcd
+    /// cluster (client URLs, comma-separated). Without it, the only global controller.
+    #[arg(long, value_name = "URL[,URL…]", value_delimiter = ',')]
+    etcd: Vec<String>,
+    /// The etcd key prefix of this cluster's election and administrative changes.
+    #[arg(
+        long,
+        value_name = "PREFIX",
+        default_value = "/padll",
+        requires = "etcd"
+    )]
+    etcd_prefix: String,
+    /// Seconds a dead leader keeps the leadership (its etcd lease's TTL).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, requires = "etcd")]
+    etcd_ttl: u64,
+    /// The URL local controllers reach this global controller by, as in their
+    /// `--global` lists (default: http(s)://LISTEN).
+    #[arg(long, value_name = "URL", requires = "etcd")]
+    advertise: Option<String>,
+}
+
 #[derive(Subcommand)]
 enum CertsCommand {
     /// A new site CA: DIR/ca.pem and DIR/ca.key (0600). Keep ca.key off the compute
@@ -412,7 +443,8 @@ fn main() -> ExitCode {
                 admin_socket,
                 metrics,
                 tls,
-            } => run_global(config, listen, admin_socket, metrics, tls).await,
+                standby,
+            } => run_global(config, listen, admin_socket, metrics, tls, standby).await,
             Command::Local {
                 node,
                 socket,
@@ -626,6 +658,7 @@ async fn run_global(
     admin_socket: PathBuf,
     metrics_addr: Option<String>,
     tls: GlobalTlsArgs,
+    standby: StandbyArgs,
 ) -> Result<(), Failure> {
     let text = std::fs::read_to_string(&config)
         .map_err(|e| usage_error(format!("cannot read --config {}: {e}", config.display())))?;
@@ -635,6 +668,7 @@ async fn run_global(
         tracing::warn!("{}: {warning}", config.display());
     }
     let server_tls = global_tls(&config, &parsed.tls, tls).map_err(usage_error)?;
+    let standby = standby_options(standby, &listen, server_tls.is_some()).map_err(usage_error)?;
     let mut stop = bounds::StopSignals::install().map_err(|e| (e, 1))?;
     // Removed when this function returns: at a stop, or when starting fails below.
     let (admin_listener, _admin_file) =
@@ -690,10 +724,17 @@ async fn run_global(
     }
     {
         let controller = controller.clone();
-        tasks.spawn("the control loop", async move {
-            controller.run_loop().await;
-            Ok(())
-        });
+        match standby {
+            Some(options) => tasks.spawn("the standby", async move {
+                cheferd_controller::standby::run(controller, options)
+                    .await
+                    .map_err(|e| (e, 1))
+            }),
+            None => tasks.spawn("the control loop", async move {
+                controller.run_loop().await;
+                Ok(())
+            }),
+        }
     }
     tasks.spawn("the gRPC server", async move {
         global::serve(controller, grpc, server_tls)
@@ -707,6 +748,44 @@ async fn run_global(
             Ok(())
         }
     }
+}
+
+/// The standby's options, if `--etcd` was given, checked.
+fn standby_options(
+    args: StandbyArgs,
+    listen: &str,
+    tls: bool,
+) -> Result<Option<cheferd_controller::standby::StandbyOptions>, String> {
+    if args.etcd.is_empty() {
+        return Ok(None);
+    }
+    if !(1..=3600).contains(&args.etcd_ttl) {
+        return Err(format!(
+            "--etcd-ttl {} must be between 1 and 3600 seconds",
+            args.etcd_ttl
+        ));
+    }
+    if !args.etcd_prefix.starts_with('/') || args.etcd_prefix.len() > 256 {
+        return Err(format!(
+            "--etcd-prefix '{}' must start with / and be at most 256 bytes",
+            args.etcd_prefix
+        ));
+    }
+    let scheme = if tls { "https" } else { "http" };
+    let advertise = args
+        .advertise
+        .unwrap_or_else(|| format!("{scheme}://{listen}"));
+    if !advertise.starts_with(&format!("{scheme}://")) {
+        return Err(format!(
+            "--advertise '{advertise}' must be a {scheme}:// URL (as in the local controllers' --global)"
+        ));
+    }
+    Ok(Some(cheferd_controller::standby::StandbyOptions {
+        endpoints: args.etcd,
+        prefix: args.etcd_prefix.trim_end_matches('/').to_string(),
+        advertise,
+        ttl: Duration::from_secs(args.etcd_ttl),
+    }))
 }
 
 async fn run_local(
@@ -728,7 +807,10 @@ async fn run_local(
     {
         return Err(usage_error("every --max-… value must be at least 1".into()));
     }
-    if !(global.starts_with("http://") || global.starts_with("https://")) {
+    if !global
+        .split(',')
+        .all(|url| url.starts_with("http://") || url.starts_with("https://"))
+    {
         return Err(usage_error(format!(
             "--global '{global}' must be a URL such as http://10.0.0.1:50051"
         )));

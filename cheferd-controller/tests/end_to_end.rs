@@ -33,8 +33,6 @@ const INTERVAL: Duration = Duration::from_secs(1);
 /// A change must show within two control cycles; plus slack for a loaded machine
 /// (process start-up, a late cycle, polling the admin socket).
 const REBALANCE_DEADLINE: Duration = Duration::from_millis(2 * 1000 + 1500);
-/// The aggregate may exceed `Max_R` by this much in a one-second window.
-const CAP_TOLERANCE: f64 = 1.05;
 /// A job's achieved rate must match its computed rate this closely.
 const RATE_TOLERANCE: f64 = 0.10;
 /// The lower bounds are only there to catch a job stopped or starved: a loaded 2-core
@@ -72,27 +70,6 @@ fn cluster_with_jobs() -> Cluster {
     cluster
 }
 
-/// Samples the aggregate once per second over `from..to` and fails if any one-second
-/// window exceeds `max_rate` × [`CAP_TOLERANCE`].
-fn assert_aggregate_capped(cluster: &Cluster, from: Instant, to: Instant, max_rate: f64) {
-    // Only windows that have all ended (and been reported) by now.
-    let reported = Instant::now() - Duration::from_millis(1200);
-    let mut t = from + Duration::from_millis(500);
-    let mut samples = Vec::new();
-    while t < to.min(reported) {
-        samples.push(cluster.aggregate_at(t));
-        t += Duration::from_secs(1);
-    }
-    assert!(!samples.is_empty(), "no window to check");
-    eprintln!("aggregate per second (Max_R {max_rate:.0}): {samples:.0?}");
-    for (s, total) in samples.iter().enumerate() {
-        assert!(
-            *total <= max_rate * CAP_TOLERANCE,
-            "window {s}: aggregate {total:.0} ops/s > Max_R {max_rate:.0} + 5 % (all windows: {samples:.0?})"
-        );
-    }
-}
-
 /// Measures `jobs` for `seconds` while sampling what the global controller computed for
 /// them, then checks that the aggregate stayed under `max_rate` (+5 %) in every second,
 /// that the computed rates share out all of it, and that no job achieved more than its
@@ -113,7 +90,7 @@ fn assert_policy_enforced(
     let to = Instant::now();
     // The last window of every replayer is reported up to a second after `to`.
     std::thread::sleep(Duration::from_millis(1300));
-    assert_aggregate_capped(cluster, from, to, max_rate);
+    cluster.assert_aggregate_capped(from, to, max_rate);
     let mean = |k: usize| computed.iter().map(|row| row[k]).sum::<f64>() / computed.len() as f64;
     let expected: Vec<f64> = (0..jobs.len()).map(mean).collect();
     let achieved: Vec<f64> = jobs.iter().map(|j| cluster.job_rate(j, from, to)).collect();
@@ -280,7 +257,7 @@ fn controllers_killed_leave_rates_in_force_and_control_resumes_after_restart() {
     );
     std::thread::sleep(2 * INTERVAL);
     let (from, to, after) = measure_processes(&cluster, 3);
-    assert_aggregate_capped(&cluster, from, to, MAX_RATE);
+    cluster.assert_aggregate_capped(from, to, MAX_RATE);
     assert_rates_kept(
         &mut cluster,
         &before,
@@ -313,7 +290,7 @@ fn controllers_killed_leave_rates_in_force_and_control_resumes_after_restart() {
         snapshot.nodes
     );
     std::thread::sleep(Duration::from_millis(1300));
-    assert_aggregate_capped(&cluster, restarted, registered, MAX_RATE);
+    cluster.assert_aggregate_capped(restarted, registered, MAX_RATE);
     let halved = MAX_RATE / 2.0;
     let output = cluster.ctl(&["set-max-rate", &cluster.metadata(), &halved.to_string()]);
     assert!(output.status.success(), "set-max-rate: {output:?}");
@@ -332,7 +309,7 @@ fn controllers_killed_leave_rates_in_force_and_control_resumes_after_restart() {
         |_| true,
         "without the global controller",
     );
-    assert_aggregate_capped(&cluster, from, to, halved);
+    cluster.assert_aggregate_capped(from, to, halved);
     assert!(
         cluster.controllers_alive(),
         "a local controller died with the global one"
