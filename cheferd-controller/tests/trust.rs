@@ -54,13 +54,19 @@ fn line_count(text: &str, needle: &str) -> usize {
     text.lines().filter(|l| l.contains(needle)).count()
 }
 
-/// Runs this test binary's `zz_attacker_helper` as uid 65534 with `vars`.
+/// Runs this test binary's `zz_attacker_helper` (named by its module path in the one test
+/// binary) as uid 65534 with `vars`.
 fn as_nobody(vars: &[(&str, &str)]) -> std::process::Child {
     let exe = std::env::current_exe().unwrap();
     Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(exe)
-        .args(["zz_attacker_helper", "--exact", "--ignored", "--nocapture"])
+        .args([
+            "trust::zz_attacker_helper",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+        ])
         .envs(vars.iter().copied())
         .spawn()
         .expect("setpriv runs")
