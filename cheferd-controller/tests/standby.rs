@@ -10,9 +10,7 @@
 //!   AdapTBF records it saved, and when the old leader resumes its rules are not
 //!   applied (it finds its lease gone and exits).
 
-mod common;
-
-use common::{wait_for, Cluster, CAP_TOLERANCE};
+use crate::util::{wait_for, Cluster, CAP_TOLERANCE};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -140,7 +138,7 @@ impl Global {
         let log = dir.join(format!("global-{name}.log"));
         let port = free_port();
         let admin = dir.join(format!("admin-{name}.sock"));
-        let mut command = Command::new(common::cheferd());
+        let mut command = Command::new(crate::util::cheferd());
         cluster.global_args(&mut command, port, &admin);
         let child = command
             .args(["--etcd", &etcd.url(), "--etcd-prefix", ETCD_PREFIX])
@@ -250,17 +248,17 @@ fn assert_jobs_running(cluster: &mut Cluster) {
 #[test]
 #[cfg_attr(not(has_etcd), ignore = "etcd not installed")]
 fn the_standby_takes_over_a_killed_leader_with_its_changes_and_jobs_stay_capped() {
-    let _serial = common::serialize();
+    let _turn = crate::util::alone();
     let (mut cluster, _etcd, mut a, b) = cluster("psfa");
     // A standby refuses changes, naming the leader.
     let refused = {
-        let mut on_b = Command::new(common::cheferd());
+        let mut on_b = Command::new(crate::util::cheferd());
         on_b.arg("ctl").arg("--socket").arg(&b.admin).args([
             "set-max-rate",
             &cluster.metadata(),
             "100",
         ]);
-        common::run_with_timeout(&mut on_b, Duration::from_secs(10))
+        crate::util::run_with_timeout(&mut on_b, Duration::from_secs(10))
     };
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains(&a.url()));
@@ -300,7 +298,7 @@ fn the_standby_takes_over_a_killed_leader_with_its_changes_and_jobs_stay_capped(
 #[test]
 #[cfg_attr(not(has_etcd), ignore = "etcd not installed")]
 fn with_etcd_down_the_leader_keeps_its_place_and_its_rules_stay_in_force() {
-    let _serial = common::serialize();
+    let _turn = crate::util::alone();
     let (mut cluster, mut etcd, a, b) = cluster("psfa");
     let from = Instant::now();
     etcd.kill();
@@ -326,7 +324,7 @@ fn with_etcd_down_the_leader_keeps_its_place_and_its_rules_stay_in_force() {
 #[test]
 #[cfg_attr(not(has_etcd), ignore = "etcd not installed")]
 fn a_leader_stopped_past_its_lease_is_replaced_and_its_rules_are_not_applied() {
-    let _serial = common::serialize();
+    let _turn = crate::util::alone();
     let (mut cluster, etcd, mut a, b) = cluster("adaptbf");
     // AdapTBF's records, saved every 5 s, go to the next leader.
     let key = format!("{ETCD_PREFIX}/policy-state");

@@ -4,14 +4,12 @@
 //! cluster kills and reaps every process it started (also when a test fails, when it
 //! prints the tail of every log first).
 
-#![allow(dead_code)] // each test binary uses a different part of the harness
-
 use cheferd_controller::global::Snapshot;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How long a `cheferd ctl` call may take before the test fails.
@@ -21,12 +19,9 @@ pub const CAP_TOLERANCE: f64 = 1.05;
 /// Replayers run until the test kills them.
 const REPLAY_SECONDS: &str = "600";
 
-/// The scenarios share two cores: run one at a time so their rates are not distorted by
-/// each other's load.
-pub fn serialize() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|p| p.into_inner())
-}
+#[path = "../../scripts/test-turns.rs"]
+mod turns;
+pub use turns::{alone, together};
 
 /// The `cheferd` binary under test.
 pub fn cheferd() -> PathBuf {
