@@ -198,9 +198,10 @@ fn measure_processes(cluster: &Cluster, seconds: u32) -> (Instant, Instant, Vec<
 
 /// Fail-static: the processes picked by `affected` kept running at the rate they had
 /// (`before`), neither freed nor stopped, while their controller was gone. Compared per
-/// job and node: the split of a job's rate over its processes still moves for a few
-/// cycles after a change (it follows their usage), and the last cycle before the kill
-/// may have moved it, while what the job had on the node is what must hold.
+/// job over the affected processes: the split of a job's rate over its processes and
+/// nodes still moves for a few cycles after a change (it follows their usage, and the
+/// last `Enforce` before a kill may have moved it), while what the job had is what must
+/// hold.
 fn assert_rates_kept(
     cluster: &mut Cluster,
     before: &[f64],
@@ -208,7 +209,7 @@ fn assert_rates_kept(
     affected: impl Fn(&crate::util::Replayer) -> bool,
     what: &str,
 ) {
-    let mut totals: std::collections::BTreeMap<(String, String), (f64, f64)> =
+    let mut totals: std::collections::BTreeMap<String, (f64, f64)> =
         std::collections::BTreeMap::new();
     for (i, process) in cluster.jobs.iter_mut().enumerate() {
         if !affected(process) {
@@ -216,15 +217,15 @@ fn assert_rates_kept(
         }
         let (job, node) = (process.job.clone(), process.node.clone());
         assert!(process.is_running(), "{job} on {node} died {what}");
-        let total = totals.entry((job, node)).or_default();
+        let total = totals.entry(job).or_default();
         total.0 += before[i];
         total.1 += after[i];
     }
-    for ((job, node), (before_total, after_total)) in totals {
+    for (job, (before_total, after_total)) in totals {
         assert!(
             after_total <= before_total * 1.1 + 5.0
                 && after_total >= before_total * SLOW_MACHINE_FLOOR,
-            "{job} on {node} ran at {after_total:.0} ops/s {what}, {before_total:.0} before (all processes before {before:.0?}, after {after:.0?})"
+            "{job} ran at {after_total:.0} ops/s {what}, {before_total:.0} before (all processes before {before:.0?}, after {after:.0?})"
         );
     }
 }
