@@ -115,6 +115,9 @@ enum Command {
         /// Measured cycles per row.
         #[arg(long, default_value_t = 50)]
         cycles: usize,
+        /// The control interval, ms.
+        #[arg(long, default_value_t = 200)]
+        interval_ms: u64,
         /// Policy to run.
         #[arg(long, default_value = "psfa")]
         policy: String,
@@ -353,10 +356,11 @@ fn main() -> ExitCode {
         locals,
         stages,
         cycles,
+        interval_ms,
         policy: name,
     } = &cli.command
     {
-        return report(bench(locals, *stages, *cycles, name));
+        return report(bench(locals, *stages, *cycles, *interval_ms, name));
     }
     let command = match cli.command {
         Command::Certs { command } => return report(certs(command)),
@@ -590,13 +594,20 @@ fn replay(
 }
 
 /// Each row runs in a runtime of its own, so nothing of one row lingers in the next.
-fn bench(locals: &[usize], stages: usize, cycles: usize, name: &str) -> Result<(), Failure> {
+fn bench(
+    locals: &[usize],
+    stages: usize,
+    cycles: usize,
+    interval_ms: u64,
+    name: &str,
+) -> Result<(), Failure> {
     policy::check(name).map_err(|e| usage_error(format!("--policy: {e}")))?;
-    if cycles == 0 || locals.contains(&0) {
+    if cycles == 0 || interval_ms == 0 || locals.contains(&0) {
         return Err(usage_error(
-            "--cycles and every --locals value must be at least 1".into(),
+            "--cycles, --interval-ms and every --locals value must be at least 1".into(),
         ));
     }
+    let interval = std::time::Duration::from_millis(interval_ms);
     let mut rows = Vec::new();
     for &n in locals {
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -606,7 +617,9 @@ fn bench(locals: &[usize], stages: usize, cycles: usize, name: &str) -> Result<(
             .map_err(|e| (format!("cannot start the runtime: {e}"), 1))?;
         rows.extend(
             runtime
-                .block_on(cheferd_controller::bench::run(n, stages, cycles, name))
+                .block_on(cheferd_controller::bench::run(
+                    n, stages, cycles, interval, name,
+                ))
                 .map_err(|e| (e, 1))?,
         );
     }
