@@ -134,7 +134,7 @@ impl Controller {
             node.orphans = previous.orphans;
             node.orphaned_at = previous.orphaned_at;
         }
-        let (cycle, report_in) = schedule::next_slot(&state, Instant::now());
+        let (cycle, report_in) = schedule::Ticks::of(&state).next_slot(Instant::now(), session);
         schedule::schedule(&mut node, cycle, report_in, interval_ms);
         state.nodes.insert(name.to_string(), node);
         state.cache.invalidate();
