@@ -1,6 +1,6 @@
 //! `cheferd bench`: control-cycle latency with many local controllers on loopback — from
 //! the tick until the last `Enforce` is queued on its stream (collect + compute +
-//! enforce), and until every `Applied` arrived — and the global controller's own CPU
+//! enforce), and until every `Enforce` was acknowledged — and the global controller's own CPU
 //! time per control interval.
 //!
 //! The global controller runs in this process, ticking every control interval (200 ms
@@ -9,7 +9,7 @@
 //! global controller's alone (the two still share the cores). Each simulated local
 //! controller is a real gRPC client on its own stream; it announces `stages` stages of
 //! distinct jobs, pushes a usage report for all of them on the global controller's
-//! `Schedule` and answers every `Enforce` with `Applied` — what a real local controller
+//! `Schedule`, acknowledging the latest `Enforce` in it — what a real local controller
 //! does, without the stages.
 //!
 //! Each row is measured twice on the same attachments: with steady usage (the plan does
@@ -54,7 +54,7 @@ pub struct BenchRow {
     pub collect_p50_ms: f64,
     /// Median compute step (planning, encoding and queueing the rules), ms.
     pub compute_p50_ms: f64,
-    /// Median time from the tick until every `Applied`, ms, over the cycles that sent
+    /// Median time from the tick until every `Enforce` was acknowledged, ms, over the cycles that sent
     /// rules (infinite for one whose acks were not all in by the next tick); `None` if
     /// none did.
     pub acked_p50_ms: Option<f64>,
@@ -298,22 +298,18 @@ async fn attach_once(url: &str, node: &str, stages: usize) -> bool {
     };
     let mut inbound = response.into_inner();
     let mut clock = ReportClock::default();
+    let mut applied = 0;
     loop {
         tokio::select! {
             message = inbound.message() => match message.ok().flatten().and_then(|m| m.body) {
                 Some(global_message::Body::Schedule(schedule)) => clock.schedule(&schedule),
-                Some(global_message::Body::Enforce(proto::Enforce {
-                    cycle,
-                    stages: plans,
-                })) => send(local_message::Body::Applied(proto::Applied {
-                    cycle,
-                    stages: plans.len() as u32,
-                })),
+                Some(global_message::Body::Enforce(enforce)) => applied = applied.max(enforce.cycle),
                 Some(global_message::Body::Registered(_) | global_message::Body::PlaceReply(_)) => {}
                 None => return true,
             },
             cycle = clock.next() => send(local_message::Body::Usage(proto::Usage {
                 cycle,
+                applied,
                 stages: (1..=stages as u64)
                     .map(|stage_id| proto::StageUsage {
                         stage_id,
