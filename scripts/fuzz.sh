@@ -7,7 +7,7 @@
 #
 # Needs a nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz`); without them
 # it says so and exits 0 — CI runs the corpora and a bounded pass through the same
-# target bodies with stable (`cargo test -p cheferd-controller --test fuzz_corpus`).
+# target bodies with stable (`cargo test -p cheferd-controller --test tests fuzz_corpus::`).
 # New inputs libFuzzer finds go to a scratch corpus (the committed seeds stay as they
 # are; copy a useful one into padll-wire/fuzz/corpus/<target>/ by hand); crashes go to
 # padll-wire/fuzz/artifacts/<target>/.

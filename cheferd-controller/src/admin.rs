@@ -22,6 +22,9 @@ use tokio::net::UnixListener;
 use tracing::info;
 
 const MAX_REQUEST_BYTES: usize = 64 * 1024;
+/// How a refused change's reply begins: the client tells the kind of the refusal by it
+/// (the reply is one line of text on the wire).
+const PERMISSION_DENIED: &str = "permission denied";
 /// Admin connections open at once; further ones are closed at once.
 pub const MAX_ADMIN_CONNECTIONS: usize = 256;
 static ADMIN_LOG: crate::bounds::LogLimit =
@@ -147,7 +150,7 @@ fn answer(
         AdminRequest::Config => serde_json::to_value(controller.config())
             .map_or_else(|e| AdminReply::Error(e.to_string()), AdminReply::Ok),
         AdminRequest::Change { .. } if !may_change => AdminReply::Error(format!(
-            "permission denied: uid {} is not an administrator of this controller",
+            "{PERMISSION_DENIED}: uid {} is not an administrator of this controller",
             uid.map_or("unknown".to_string(), |u| u.to_string())
         )),
         AdminRequest::Change { change } => {
@@ -163,14 +166,22 @@ fn answer(
     }
 }
 
-/// Why a `ctl` command failed, with the exit code a sysadmin expects.
-#[derive(Debug)]
-pub struct CtlError {
-    /// One-line message.
-    pub message: String,
-    /// 1 refused/failed, 69 controller unreachable (EX_UNAVAILABLE), 77 permission
-    /// denied (EX_NOPERM).
-    pub code: u8,
+/// Why a `ctl` command failed: one line for the administrator, and its kind, from
+/// which `cheferd` takes its exit code.
+pub type CtlError = padll_wire::exit::Failure<CtlErrorKind>;
+
+/// What kind of failure a [`CtlError`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CtlErrorKind {
+    /// The controller cannot be reached or did not answer.
+    Unavailable,
+    /// The controller refused: the caller is not one of its administrators.
+    PermissionDenied,
+    /// Bad usage: a change that cannot be right, or a socket that is not an admin
+    /// socket.
+    Usage,
+    /// The controller refused the request, or its reply was unreadable.
+    Refused,
 }
 
 /// How long `cheferd ctl` waits for a controller that accepted the connection: a hung
@@ -182,33 +193,35 @@ pub async fn request(socket: &Path, request: &AdminRequest) -> Result<serde_json
     tokio::time::timeout(REQUEST_TIMEOUT, exchange(socket, request))
         .await
         .unwrap_or_else(|_| {
-            Err(CtlError {
-                message: format!(
+            Err(CtlError::new(
+                CtlErrorKind::Unavailable,
+                format!(
                     "the global controller at {} did not answer within {} s",
                     socket.display(),
                     REQUEST_TIMEOUT.as_secs()
                 ),
-                code: 69,
-            })
+            ))
         })
 }
 
 async fn exchange(socket: &Path, request: &AdminRequest) -> Result<serde_json::Value, CtlError> {
-    let stream = tokio::net::UnixStream::connect(socket)
-        .await
-        .map_err(|e| CtlError {
-            message: format!(
+    let stream = tokio::net::UnixStream::connect(socket).await.map_err(|e| {
+        CtlError::new(
+            CtlErrorKind::Unavailable,
+            format!(
                 "cannot reach the global controller's admin socket {}: {e}",
                 socket.display()
             ),
-            code: 69,
-        })?;
+        )
+    })?;
     let (read, mut write) = stream.into_split();
     let mut text = serde_json::to_string(request).unwrap_or_default();
     text.push('\n');
-    let unavailable = |e: std::io::Error| CtlError {
-        message: format!("admin socket {}: {e}", socket.display()),
-        code: 69,
+    let unavailable = |e: std::io::Error| {
+        CtlError::new(
+            CtlErrorKind::Unavailable,
+            format!("admin socket {}: {e}", socket.display()),
+        )
     };
     write
         .write_all(text.as_bytes())
@@ -221,47 +234,45 @@ async fn exchange(socket: &Path, request: &AdminRequest) -> Result<serde_json::V
     {
         Line::Text(line) => line,
         _ => {
-            return Err(CtlError {
-                message: "the controller closed the admin connection".into(),
-                code: 69,
-            })
+            return Err(CtlError::new(
+                CtlErrorKind::Unavailable,
+                "the controller closed the admin connection",
+            ))
         }
     };
     if padll_wire::control::decode::<padll_wire::control::ControlMessage>(&line).is_ok() {
-        return Err(CtlError {
-            message: format!(
+        return Err(CtlError::new(
+            CtlErrorKind::Usage,
+            format!(
                 "{} is a local controller's stage socket (cheferd local --socket), not the \
                  global controller's admin socket: give --socket the path of cheferd global \
                  --admin-socket",
                 socket.display()
             ),
-            code: 2,
-        });
+        ));
     }
     match serde_json::from_str::<AdminReply>(&line) {
         Ok(AdminReply::Ok(value)) => Ok(value),
         Ok(AdminReply::Error(message)) => {
-            let code = if message.starts_with("permission denied") {
-                77
+            let kind = if message.starts_with(PERMISSION_DENIED) {
+                CtlErrorKind::PermissionDenied
             } else {
-                1
+                CtlErrorKind::Refused
             };
-            Err(CtlError { message, code })
+            Err(CtlError::new(kind, message))
         }
-        Err(e) => Err(CtlError {
-            message: format!("unreadable reply from the controller: {e}"),
-            code: 1,
-        }),
+        Err(e) => Err(CtlError::new(
+            CtlErrorKind::Refused,
+            format!("unreadable reply from the controller: {e}"),
+        )),
     }
 }
 
 /// Fetches and decodes a snapshot.
 pub async fn snapshot(socket: &Path) -> Result<Snapshot, CtlError> {
     let value = request(socket, &AdminRequest::Snapshot).await?;
-    serde_json::from_value(value).map_err(|e| CtlError {
-        message: format!("unreadable snapshot: {e}"),
-        code: 1,
-    })
+    serde_json::from_value(value)
+        .map_err(|e| CtlError::new(CtlErrorKind::Refused, format!("unreadable snapshot: {e}")))
 }
 
 /// A rate or count rounded to a whole number, never written `-0` (an empty sum of

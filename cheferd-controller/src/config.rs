@@ -3,7 +3,9 @@
 //! example: `etc/README.md`; a sample: `etc/global.toml`.
 
 use padll_wire::channel::Scope;
-use padll_wire::config::{normalize_mount, parse_rate, parse_selector, toml_error, RateText};
+use padll_wire::config::{
+    normalize_mount, parse_rate, parse_selector, toml_error, Rate, RateError, RateText,
+};
 use padll_wire::ops::Class;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -20,21 +22,82 @@ pub struct Resource {
 impl Resource {
     /// Parses `MOUNT:CLASS`: a channel selector (the syntax of `padll run --limit`)
     /// scoped to a mountpoint, naming a class.
-    pub fn parse(text: &str) -> Result<Resource, String> {
+    pub fn parse(text: &str) -> Result<Resource, ResourceError> {
         match parse_selector(text) {
             Ok((Some(mount), Scope::Class(class))) => Ok(Resource {
                 mount: normalize_mount(&mount),
                 class,
             }),
-            _ => Err(format!(
-                "bad resource '{text}': expected MOUNT:CLASS with a class (metadata, data, directory or xattr), as in /scratch:metadata"
-            )),
+            _ => Err(ResourceError(text.to_string())),
         }
     }
 
     /// Whether its tokens are bytes (data) or operations.
     pub fn counts_bytes(&self) -> bool {
         self.class == Class::Data
+    }
+
+    /// Its tokens per second at `rate`: the one way from a parsed rate to a resource's
+    /// number, so a bytes rate never configures a resource counting operations (a
+    /// plain number is in the resource's own tokens).
+    pub fn tokens(&self, rate: Rate) -> Result<f64, UnitMismatch> {
+        match rate {
+            Rate::Bytes(_) if !self.counts_bytes() => Err(UnitMismatch {
+                resource: self.clone(),
+            }),
+            rate => Ok(rate.per_second() as f64),
+        }
+    }
+}
+
+/// A resource [`Resource::parse`] refused (the text as given).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("bad resource '{0}': expected MOUNT:CLASS with a class (metadata, data, directory or xattr), as in /scratch:metadata")]
+pub struct ResourceError(pub String);
+
+/// A bytes rate given to a resource counting operations.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("a rate of bytes, but {resource} counts operations")]
+pub struct UnitMismatch {
+    /// The resource it was given to.
+    pub resource: Resource,
+}
+
+/// A rate refused for a resource: the key it was given under (`resource[0].max_rate`,
+/// `--demand`), the text, and why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RateOfError {
+    /// Not a rate at all.
+    #[error("{key}: {error}")]
+    Unparsable {
+        /// Where it was given.
+        key: String,
+        /// Why (it keeps the text).
+        error: RateError,
+    },
+    /// A rate, in the wrong unit.
+    #[error("{key}: '{text}' is {error}")]
+    WrongUnit {
+        /// Where it was given.
+        key: String,
+        /// The rate as given.
+        text: String,
+        /// Which resource it was for.
+        error: UnitMismatch,
+    },
+}
+
+/// For the callers that report these errors as one line of text.
+impl From<ResourceError> for String {
+    fn from(error: ResourceError) -> String {
+        error.to_string()
+    }
+}
+
+/// For the callers that report these errors as one line of text.
+impl From<RateOfError> for String {
+    fn from(error: RateOfError) -> String {
+        error.to_string()
     }
 }
 
@@ -227,23 +290,19 @@ struct RawRule {
     limit: RateText,
 }
 
-/// Parses a rate in the stage's syntax (`110k`, `5000/s`, `20GiB/s`) as tokens/s.
-pub fn rate(key: &str, text: &str) -> Result<f64, String> {
-    parse_rate(text)
-        .map(|r| r.per_second as f64)
-        .map_err(|e| format!("{key}: {e}"))
-}
-
-/// Parses a rate of `resource`: a bytes rate (`20GiB/s`) cannot configure an ops
-/// resource (metadata, directory, xattr).
-pub fn rate_of(key: &str, text: &str, resource: &Resource) -> Result<f64, String> {
-    let parsed = parse_rate(text).map_err(|e| format!("{key}: {e}"))?;
-    if parsed.unit == padll_wire::channel::Unit::Bytes && !resource.counts_bytes() {
-        return Err(format!(
-            "{key}: '{text}' is a rate of bytes, but {resource} counts operations"
-        ));
-    }
-    Ok(parsed.per_second as f64)
+/// Parses `text`, given under `key`, as a rate of `resource` (see [`Resource::tokens`]).
+pub fn rate_of(key: &str, text: &str, resource: &Resource) -> Result<f64, RateOfError> {
+    let rate = parse_rate(text).map_err(|error| RateOfError::Unparsable {
+        key: key.to_string(),
+        error,
+    })?;
+    resource
+        .tokens(rate)
+        .map_err(|error| RateOfError::WrongUnit {
+            key: key.to_string(),
+            text: text.to_string(),
+            error,
+        })
 }
 
 impl GlobalConfig {
@@ -406,17 +465,38 @@ mod tests {
             Resource::parse("/scratch/:data").unwrap().to_string(),
             "/scratch:data"
         );
-        assert!(Resource::parse("scratch:data")
-            .unwrap_err()
-            .contains("'scratch:data'"));
-        assert!(Resource::parse("/scratch:bogus")
-            .unwrap_err()
-            .contains("'/scratch:bogus'"));
-        assert!(Resource::parse("/scratch").is_err());
-        // A selector of one operation is no resource.
-        assert!(Resource::parse("/scratch:open")
-            .unwrap_err()
-            .contains("'/scratch:open'"));
+        for bad in [
+            "scratch:data",
+            "/scratch:bogus",
+            "/scratch",
+            "/scratch:open",
+        ] {
+            // (A selector of one operation is no resource.)
+            let error = Resource::parse(bad).unwrap_err();
+            assert_eq!(error.0, bad);
+            assert!(error.to_string().contains(&format!("'{bad}'")), "{error}");
+        }
+    }
+
+    #[test]
+    fn rates_keep_their_unit_to_the_resource() {
+        let metadata = Resource::parse("/s:metadata").unwrap();
+        let data = Resource::parse("/s:data").unwrap();
+        assert_eq!(metadata.tokens(Rate::Ops(5)), Ok(5.0));
+        assert_eq!(data.tokens(Rate::Bytes(5)), Ok(5.0));
+        // A plain number counts the resource's own tokens.
+        assert_eq!(data.tokens(Rate::Ops(5)), Ok(5.0));
+        assert_eq!(
+            metadata.tokens(Rate::Bytes(5)),
+            Err(UnitMismatch {
+                resource: metadata.clone()
+            })
+        );
+        let error = rate_of("--limit", "1KiB", &metadata).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "--limit: '1KiB' is a rate of bytes, but /s:metadata counts operations"
+        );
     }
 
     fn parse(text: &str) -> Result<GlobalConfig, String> {

@@ -18,6 +18,7 @@ pub mod placement_service;
 pub mod plan;
 pub mod policy;
 pub mod replay;
+pub mod standby;
 pub mod supervise;
 pub mod tls;
 pub mod usage;

@@ -328,7 +328,7 @@ pub async fn run(mut options: LocalOptions) -> Result<(), String> {
         }
     }
     let tls = options.tls.as_ref().map(|t| t.load()).transpose()?;
-    let endpoint = crate::tls::endpoint(&options.global, tls)?;
+    let globals = crate::standby::follow::Globals::new(&options.global, tls)?;
     // Stages of every user must reach the socket, so it is world-writable; who connected
     // is recorded from `SO_PEERCRED`, and a stage can only ever affect its own channels.
     // The socket file is removed when this future is dropped (the daemon stops).
@@ -368,7 +368,7 @@ pub async fn run(mut options: LocalOptions) -> Result<(), String> {
     {
         let local = local.clone();
         tasks.spawn("the upstream loop", async move {
-            upstream_loop(local, endpoint).await;
+            upstream_loop(local, globals).await;
             Ok(())
         });
     }
@@ -622,12 +622,15 @@ fn over_budget() -> String {
     "too many bytes of partial lines pending (for this uid or this node)".to_string()
 }
 
-/// Keeps one stream to the global controller, re-establishing it with backoff.
-async fn upstream_loop(local: Arc<Local>, endpoint: tonic::transport::Endpoint) {
+/// Keeps one stream to the global controller (the leader, of several: see
+/// `crate::standby::follow`), re-establishing it with backoff.
+async fn upstream_loop(local: Arc<Local>, mut globals: crate::standby::follow::Globals) {
     let mut backoff = Duration::from_millis(100);
     let mut reported_unreachable = false;
     loop {
-        match endpoint.connect().await.map(GlobalClient::new) {
+        // Whether the whole list was tried without a stream (then back off longer).
+        let wrapped;
+        match globals.endpoint().connect().await.map(GlobalClient::new) {
             Ok(mut client) => {
                 let (sender, receiver) = mpsc::unbounded_channel::<LocalMessage>();
                 let _ = sender.send(LocalMessage {
@@ -651,7 +654,7 @@ async fn upstream_loop(local: Arc<Local>, endpoint: tonic::transport::Endpoint) 
                 }
                 match client.attach(UnboundedReceiverStream::new(receiver)).await {
                     Ok(response) => {
-                        info!(global = %local.options.global, "attached to the global controller");
+                        info!(global = %globals.url(), "attached to the global controller");
                         backoff = Duration::from_millis(100);
                         reported_unreachable = false;
                         let mut inbound = response.into_inner();
@@ -663,14 +666,22 @@ async fn upstream_loop(local: Arc<Local>, endpoint: tonic::transport::Endpoint) 
                         loop {
                             tokio::select! {
                                 message = inbound.message() => match message {
-                                    Ok(Some(message)) => handle_global(
+                                    Ok(Some(message)) => match globals.check(&message) {
+                                        crate::standby::follow::Verdict::Follow => handle_global(
                                         &local,
                                         &mut applied,
                                         &mut clock,
                                         &mut resources,
                                         message,
                                     ),
-                                    Ok(None) => break,
+                                        crate::standby::follow::Verdict::Ignore(why) => {
+                                            warn!("an Enforce was not applied: {why}")
+                                        }
+                                        crate::standby::follow::Verdict::Leave(why) => {
+                                            warn!("left the global controller: {why}");
+                                            break;
+                                        }
+                                    },                                    Ok(None) => break,
                                     Err(status) => {
                                         debug!("global stream error: {status}");
                                         break;
@@ -679,25 +690,33 @@ async fn upstream_loop(local: Arc<Local>, endpoint: tonic::transport::Endpoint) 
                                 cycle = clock.next() => report_usage(&local, &sender, cycle, applied),
                             }
                         }
-                        warn!("lost the global controller; stages keep their last rules");
+                        warn!(global = %globals.url(), "lost the global controller; stages keep their last rules");
+                        wrapped = globals.move_on();
                     }
-                    Err(status) => warn!(
-                        "the global controller refused the stream: {}",
-                        status.message()
-                    ),
+                    Err(status) => {
+                        warn!(
+                            global = %globals.url(),
+                            "the global controller refused the stream: {}",
+                            status.message()
+                        );
+                        wrapped = globals.refused(&status);
+                    }
                 }
                 *local.lock_upstream() = None;
                 local.placements.clear();
             }
             Err(e) => {
                 if !reported_unreachable {
-                    warn!(global = %local.options.global, "cannot reach the global controller ({}); retrying", crate::tls::error_chain(&e));
+                    warn!(global = %globals.url(), "cannot reach the global controller ({}); retrying", crate::tls::error_chain(&e));
                     reported_unreachable = true;
                 }
+                wrapped = globals.move_on();
             }
         }
         tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
+        if wrapped {
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
     }
 }
 
@@ -792,6 +811,7 @@ fn handle_global(
         Some(global_message::Body::Enforce(proto::Enforce {
             cycle,
             stages: plans,
+            ..
         })) => {
             let mut stages = local.lock_stages();
             for plan in plans {

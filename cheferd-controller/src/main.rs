@@ -1,12 +1,14 @@
 //! `cheferd`: the PADLL control plane's command line.
 
-use cheferd_controller::admin::{self, AdminRequest, CtlError};
+use cheferd_controller::admin::{self, AdminRequest, CtlError, CtlErrorKind};
 use cheferd_controller::config::GlobalConfig;
 use cheferd_controller::global::{self, Change, Controller};
 use cheferd_controller::local::{self, LocalLimits, LocalOptions};
 use cheferd_controller::supervise::Supervisor;
 use cheferd_controller::{bounds, metrics, policy};
 use clap::{Args, CommandFactory, Parser, Subcommand};
+use padll_wire::config::{parse_rate, Rate};
+use padll_wire::exit::{EX_FAILURE, EX_NOPERM, EX_UNAVAILABLE, EX_USAGE};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -34,144 +36,20 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the global controller.
-    Global {
-        /// TOML configuration (resources, policies, jobs, scheduled rules).
-        #[arg(long, value_name = "FILE")]
-        config: PathBuf,
-        /// gRPC address for local controllers.
-        #[arg(long, default_value = "127.0.0.1:50051")]
-        listen: String,
-        /// Admin socket for `cheferd ctl`.
-        #[arg(long, value_name = "PATH", default_value = ADMIN_SOCKET)]
-        admin_socket: PathBuf,
-        /// Prometheus metrics address (`GET /metrics`).
-        #[arg(long, value_name = "ADDR")]
-        metrics: Option<String>,
-        #[command(flatten)]
-        tls: GlobalTlsArgs,
-    },
+    Global(GlobalArgs),
     /// Run a local controller (one per compute node).
-    Local {
-        /// This node's name (default: its certificate's; with --insecure-plaintext, the
-        /// host name). With TLS it must be a name the certificate carries.
-        #[arg(long)]
-        node: Option<String>,
-        /// Unix socket the stages connect to (their PADLL_CONTROLLER).
-        #[arg(long, value_name = "PATH", default_value = LOCAL_SOCKET)]
-        socket: PathBuf,
-        /// The global controller (`http://…` only with --insecure-plaintext).
-        #[arg(long, value_name = "URL", default_value = "https://127.0.0.1:50051")]
-        global: String,
-        #[command(flatten)]
-        tls: LocalTlsArgs,
-        /// How often stages report usage, ms.
-        #[arg(long, default_value_t = 250)]
-        report_ms: u64,
-        /// Stage connections, all users together (also kept below the descriptor limit).
-        #[arg(long, default_value_t = 4096)]
-        max_connections: usize,
-        /// Stage connections per uid.
-        #[arg(long, default_value_t = 1024)]
-        max_connections_per_uid: usize,
-        /// Distinct jobs among one uid's stages.
-        #[arg(long, default_value_t = 64)]
-        max_jobs_per_uid: usize,
-        /// Bytes of partial lines buffered for all connections.
-        #[arg(long, default_value_t = 64 << 20)]
-        max_pending_bytes: usize,
-        /// Bytes of partial lines buffered for one uid's connections.
-        #[arg(long, default_value_t = 16 << 20)]
-        max_pending_bytes_per_uid: usize,
-    },
+    Local(LocalArgs),
     /// Demonstrate the whole system: controllers, jobs under the stage, live rates, a plot.
-    Demo {
-        /// Seconds of load per job.
-        #[arg(long, default_value_t = 40)]
-        seconds: usize,
-        /// Seconds between two jobs joining.
-        #[arg(long, default_value_t = 8)]
-        stagger: usize,
-        /// Number of jobs (1–4).
-        #[arg(long, default_value_t = 4)]
-        jobs: usize,
-        /// Max_R of the scratch directory's metadata (ops/s).
-        #[arg(long, default_value = "6000")]
-        max_rate: String,
-        /// Policy.
-        #[arg(long, default_value = "psfa")]
-        policy: String,
-        /// Where to write rates.csv, rates.png and rates.svg.
-        #[arg(long, value_name = "DIR", default_value = "cheferd-demo")]
-        out: PathBuf,
-    },
+    Demo(DemoArgs),
     /// Benchmark the control cycle with simulated local controllers on loopback.
-    Bench {
-        /// Numbers of local controllers to simulate.
-        #[arg(long, value_delimiter = ',', default_value = "1,10,100,1000")]
-        locals: Vec<usize>,
-        /// Stages (jobs) per local controller.
-        #[arg(long, default_value_t = 4)]
-        stages: usize,
-        /// Measured cycles per row.
-        #[arg(long, default_value_t = 50)]
-        cycles: usize,
-        /// The control interval, ms.
-        #[arg(long, default_value_t = 200)]
-        interval_ms: u64,
-        /// Policy to run.
-        #[arg(long, default_value = "psfa")]
-        policy: String,
-    },
+    Bench(BenchArgs),
     /// The simulated local controllers of `bench`, in their own process (so the bench
     /// process's CPU time is the global controller's).
     #[command(hide = true)]
-    BenchLocals {
-        /// The global controller.
-        #[arg(long)]
-        url: String,
-        /// Local controllers to simulate.
-        #[arg(long)]
-        locals: usize,
-        /// Stages (jobs) per local controller.
-        #[arg(long)]
-        stages: usize,
-    },
+    BenchLocals(BenchLocalsArgs),
     /// Replay a metadata trace (or a constant load) against a directory, printing the
     /// achieved rate every second.
-    Replay {
-        /// A `padll-trace v1` file (`policies trace` writes them).
-        #[arg(
-            long,
-            value_name = "FILE",
-            conflicts_with = "rate",
-            required_unless_present = "rate"
-        )]
-        trace: Option<PathBuf>,
-        /// Which job of the trace (1-based).
-        #[arg(long, default_value_t = 1)]
-        job: usize,
-        /// Multiply the trace's counts by this (e.g. 0.02 to fit a small machine).
-        #[arg(long, default_value_t = 1.0)]
-        scale: f64,
-        /// Replay at most this many seconds of the trace.
-        #[arg(long)]
-        max_seconds: Option<usize>,
-        /// Instead of a trace: this many operations per second…
-        #[arg(long)]
-        rate: Option<u64>,
-        /// …for this many seconds.
-        #[arg(long, default_value_t = 10)]
-        seconds: usize,
-        /// Directory to work in (on the file system under test).
-        #[arg(long, value_name = "DIR")]
-        dir: PathBuf,
-        /// Worker threads.
-        #[arg(long, default_value_t = 4)]
-        threads: usize,
-        /// Trace seconds per wall-clock second.
-        #[arg(long, default_value_t = 1.0)]
-        speed: f64,
-    },
+    Replay(ReplayArgs),
     /// Replay PADLL's Table I scenarios in the simulator (same as `policies simulate`).
     Simulate(policies::cli::SimulateArgs),
     /// Dry run of one control cycle: a JSON snapshot on stdin, rates on stdout.
@@ -180,28 +58,185 @@ enum Command {
     Trace(policies::cli::TraceArgs),
     /// Make the site CA and the certificates of the global and local controllers
     /// (mutual TLS; no openssl needed).
-    Certs {
-        #[command(subcommand)]
-        command: CertsCommand,
-    },
+    #[command(subcommand)]
+    Certs(CertsCommand),
     /// Dry run of one stripe-placement decision: targets and requests (JSON) on stdin,
     /// the chosen targets on stdout (same as `policies place`).
     Place(policies::cli::PlaceArgs),
     /// Administer a running global controller.
-    Ctl {
-        /// The global controller's admin socket.
-        #[arg(long, value_name = "PATH", default_value = ADMIN_SOCKET)]
-        #[arg(global = true)]
-        socket: PathBuf,
-        /// Print the views (nodes, jobs, stages, top, dump) and replies as JSON.
-        #[arg(long, global = true)]
-        json: bool,
-        #[command(subcommand)]
-        command: CtlCommand,
-    },
+    Ctl(CtlArgs),
     /// Write man pages or shell completions (used by scripts/install.sh).
     #[command(hide = true, subcommand)]
     Generate(cli_docs::Generate),
+}
+
+/// `cheferd global`.
+#[derive(Args)]
+struct GlobalArgs {
+    /// TOML configuration (resources, policies, jobs, scheduled rules).
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// gRPC address for local controllers.
+    #[arg(long, default_value = "127.0.0.1:50051")]
+    listen: String,
+    /// Admin socket for `cheferd ctl`.
+    #[arg(long, value_name = "PATH", default_value = ADMIN_SOCKET)]
+    admin_socket: PathBuf,
+    /// Prometheus metrics address (`GET /metrics`).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
+    #[command(flatten)]
+    tls: GlobalTlsArgs,
+    #[command(flatten)]
+    standby: StandbyArgs,
+}
+
+/// `cheferd local`.
+#[derive(Args)]
+struct LocalArgs {
+    /// This node's name (default: its certificate's; with --insecure-plaintext, the
+    /// host name). With TLS it must be a name the certificate carries.
+    #[arg(long)]
+    node: Option<String>,
+    /// Unix socket the stages connect to (their PADLL_CONTROLLER).
+    #[arg(long, value_name = "PATH", default_value = LOCAL_SOCKET)]
+    socket: PathBuf,
+    /// The global controller (`http://…` only with --insecure-plaintext); with a
+    /// standby, every global controller, comma-separated: the leader is followed.
+    #[arg(
+        long,
+        value_name = "URL[,URL…]",
+        default_value = "https://127.0.0.1:50051"
+    )]
+    global: String,
+    #[command(flatten)]
+    tls: LocalTlsArgs,
+    /// How often stages report usage, ms.
+    #[arg(long, default_value_t = 250)]
+    report_ms: u64,
+    /// Stage connections, all users together (also kept below the descriptor limit).
+    #[arg(long, default_value_t = 4096)]
+    max_connections: usize,
+    /// Stage connections per uid.
+    #[arg(long, default_value_t = 1024)]
+    max_connections_per_uid: usize,
+    /// Distinct jobs among one uid's stages.
+    #[arg(long, default_value_t = 64)]
+    max_jobs_per_uid: usize,
+    /// Bytes of partial lines buffered for all connections.
+    #[arg(long, default_value_t = 64 << 20)]
+    max_pending_bytes: usize,
+    /// Bytes of partial lines buffered for one uid's connections.
+    #[arg(long, default_value_t = 16 << 20)]
+    max_pending_bytes_per_uid: usize,
+}
+
+/// `cheferd demo`.
+#[derive(Args)]
+struct DemoArgs {
+    /// Seconds of load per job.
+    #[arg(long, default_value_t = 40)]
+    seconds: usize,
+    /// Seconds between two jobs joining.
+    #[arg(long, default_value_t = 8)]
+    stagger: usize,
+    /// Number of jobs (1–4).
+    #[arg(long, default_value_t = 4)]
+    jobs: usize,
+    /// Max_R of the scratch directory's metadata (ops/s).
+    #[arg(long, default_value = "6000")]
+    max_rate: String,
+    /// Policy.
+    #[arg(long, default_value = "psfa")]
+    policy: String,
+    /// Where to write rates.csv, rates.png and rates.svg.
+    #[arg(long, value_name = "DIR", default_value = "cheferd-demo")]
+    out: PathBuf,
+}
+
+/// `cheferd bench`.
+#[derive(Args)]
+struct BenchArgs {
+    /// Numbers of local controllers to simulate.
+    #[arg(long, value_delimiter = ',', default_value = "1,10,100,1000")]
+    locals: Vec<usize>,
+    /// Stages (jobs) per local controller.
+    #[arg(long, default_value_t = 4)]
+    stages: usize,
+    /// Measured cycles per row.
+    #[arg(long, default_value_t = 50)]
+    cycles: usize,
+    /// The control interval, ms.
+    #[arg(long, default_value_t = 200)]
+    interval_ms: u64,
+    /// Policy to run.
+    #[arg(long, default_value = "psfa")]
+    policy: String,
+}
+
+/// `cheferd bench-locals`.
+#[derive(Args)]
+struct BenchLocalsArgs {
+    /// The global controller.
+    #[arg(long)]
+    url: String,
+    /// Local controllers to simulate.
+    #[arg(long)]
+    locals: usize,
+    /// Stages (jobs) per local controller.
+    #[arg(long)]
+    stages: usize,
+}
+
+/// `cheferd replay`.
+#[derive(Args)]
+struct ReplayArgs {
+    /// A `padll-trace v1` file (`policies trace` writes them).
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with = "rate",
+        required_unless_present = "rate"
+    )]
+    trace: Option<PathBuf>,
+    /// Which job of the trace (1-based).
+    #[arg(long, default_value_t = 1)]
+    job: usize,
+    /// Multiply the trace's counts by this (e.g. 0.02 to fit a small machine).
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    /// Replay at most this many seconds of the trace.
+    #[arg(long)]
+    max_seconds: Option<usize>,
+    /// Instead of a trace: this many operations per second…
+    #[arg(long)]
+    rate: Option<u64>,
+    /// …for this many seconds.
+    #[arg(long, default_value_t = 10)]
+    seconds: usize,
+    /// Directory to work in (on the file system under test).
+    #[arg(long, value_name = "DIR")]
+    dir: PathBuf,
+    /// Worker threads.
+    #[arg(long, default_value_t = 4)]
+    threads: usize,
+    /// Trace seconds per wall-clock second.
+    #[arg(long, default_value_t = 1.0)]
+    speed: f64,
+}
+
+/// `cheferd ctl`.
+#[derive(Args)]
+struct CtlArgs {
+    /// The global controller's admin socket.
+    #[arg(long, value_name = "PATH", default_value = ADMIN_SOCKET)]
+    #[arg(global = true)]
+    socket: PathBuf,
+    /// Print the views (nodes, jobs, stages, top, dump) and replies as JSON.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: CtlCommand,
 }
 
 /// The global controller's TLS flags (they override `[tls]` of the configuration).
@@ -242,6 +277,30 @@ struct LocalTlsArgs {
     /// Talk plaintext gRPC to a global controller run with --insecure-plaintext.
     #[arg(long)]
     insecure_plaintext: bool,
+}
+
+/// `cheferd global`'s standby flags (see `cheferd_controller::standby`).
+#[derive(Args)]
+struct StandbyArgs {
+    /// Run as one of several global controllers, the leader elected in this etcd
+    /// cluster (client URLs, comma-separated). Without it, the only global controller.
+    #[arg(long, value_name = "URL[,URL…]", value_delimiter = ',')]
+    etcd: Vec<String>,
+    /// The etcd key prefix of this cluster's election and administrative changes.
+    #[arg(
+        long,
+        value_name = "PREFIX",
+        default_value = "/padll",
+        requires = "etcd"
+    )]
+    etcd_prefix: String,
+    /// Seconds a dead leader keeps the leadership (its etcd lease's TTL).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, requires = "etcd")]
+    etcd_ttl: u64,
+    /// The URL local controllers reach this global controller by, as in their
+    /// `--global` lists (default: http(s)://LISTEN).
+    #[arg(long, value_name = "URL", requires = "etcd")]
+    advertise: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -340,8 +399,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // Daemons log their lifecycle; one-shot commands only what goes wrong.
     let default_level = match cli.command {
-        Command::Global { .. } | Command::Local { .. } => "info",
-        Command::Bench { .. } | Command::BenchLocals { .. } => "error",
+        Command::Global(_) | Command::Local(_) => "info",
+        Command::Bench(_) | Command::BenchLocals(_) => "error",
         _ => "warn",
     };
     tracing_subscriber::fmt()
@@ -352,162 +411,143 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    if let Command::Bench {
-        locals,
-        stages,
-        cycles,
-        interval_ms,
-        policy: name,
-    } = &cli.command
-    {
-        return report(bench(locals, *stages, *cycles, *interval_ms, name));
-    }
-    let command = match cli.command {
-        Command::Certs { command } => return report(certs(command)),
-        Command::Generate(what) => {
-            return report(cli_docs::generate(&what, Cli::command()).map_err(usage_error))
+    match try_main(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("cheferd: {failure}");
+            ExitCode::from(failure.kind.exit_code())
         }
-        Command::Simulate(args) => return run_policies(policies::cli::Command::Simulate(args)),
-        Command::Allocate(args) => return run_policies(policies::cli::Command::Allocate(args)),
-        Command::Trace(args) => return run_policies(policies::cli::Command::Trace(args)),
-        Command::Place(args) => return run_policies(policies::cli::Command::Place(args)),
-        other => other,
-    };
-    if let Command::Replay {
-        trace,
-        job,
-        scale,
-        max_seconds,
-        rate,
-        seconds,
-        dir,
-        threads,
-        speed,
-    } = &command
-    {
-        return report(replay(
-            trace.as_deref(),
-            *job,
-            *scale,
-            *max_seconds,
-            *rate,
-            *seconds,
-            dir,
-            *threads,
-            *speed,
-        ));
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+}
+
+/// Each subcommand's entry function. The controllers, the demo and `ctl` run in an
+/// async runtime; the others are plain code.
+fn try_main(command: Command) -> Result<(), Failure> {
+    match command {
+        Command::Global(args) => in_runtime(run_global(args)),
+        Command::Local(args) => in_runtime(run_local(args)),
+        Command::Demo(args) => in_runtime(demo(args)),
+        Command::Bench(args) => bench(args),
+        Command::BenchLocals(args) => in_runtime(bench_locals(args)),
+        Command::Replay(args) => replay(args),
+        Command::Simulate(args) => run_policies(policies::cli::Command::Simulate(args)),
+        Command::Allocate(args) => run_policies(policies::cli::Command::Allocate(args)),
+        Command::Trace(args) => run_policies(policies::cli::Command::Trace(args)),
+        Command::Place(args) => run_policies(policies::cli::Command::Place(args)),
+        Command::Certs(command) => certs(command),
+        Command::Ctl(args) => in_runtime(async { ctl(args).await.map_err(CtlError::into_kind) }),
+        Command::Generate(what) => cli_docs::generate(&what, Cli::command()).map_err(usage),
+    }
+}
+
+/// Why `cheferd` failed.
+type Failure = padll_wire::exit::Failure<Kind>;
+
+/// The kinds of failure, each with its exit code.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    /// Bad flags, values or configuration: nothing was started.
+    Usage,
+    /// Something failed at run time.
+    Failed,
+    /// The global controller cannot be reached or did not answer (`ctl`).
+    Unavailable,
+    /// The global controller refused a change from this user (`ctl`).
+    NoPermission,
+}
+
+impl Kind {
+    /// The one mapping of failures to exit codes.
+    fn exit_code(self) -> u8 {
+        match self {
+            Kind::Usage => EX_USAGE,
+            Kind::Failed => EX_FAILURE,
+            Kind::Unavailable => EX_UNAVAILABLE,
+            Kind::NoPermission => EX_NOPERM,
+        }
+    }
+}
+
+fn usage(message: String) -> Failure {
+    Failure::new(Kind::Usage, message)
+}
+
+fn failed(message: String) -> Failure {
+    Failure::new(Kind::Failed, message)
+}
+
+impl From<CtlErrorKind> for Kind {
+    fn from(kind: CtlErrorKind) -> Kind {
+        match kind {
+            CtlErrorKind::Unavailable => Kind::Unavailable,
+            CtlErrorKind::PermissionDenied => Kind::NoPermission,
+            CtlErrorKind::Usage => Kind::Usage,
+            CtlErrorKind::Refused => Kind::Failed,
+        }
+    }
+}
+
+impl From<policies::cli::FailureKind> for Kind {
+    fn from(kind: policies::cli::FailureKind) -> Kind {
+        match kind {
+            policies::cli::FailureKind::Usage => Kind::Usage,
+            policies::cli::FailureKind::Io => Kind::Failed,
+        }
+    }
+}
+
+/// Runs `task` to its end in a runtime of its own.
+fn in_runtime(task: impl std::future::Future<Output = Result<(), Failure>>) -> Result<(), Failure> {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("cheferd: cannot start the runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    let result = runtime.block_on(async {
-        match command {
-            Command::Global {
-                config,
-                listen,
-                admin_socket,
-                metrics,
-                tls,
-            } => run_global(config, listen, admin_socket, metrics, tls).await,
-            Command::Local {
-                node,
-                socket,
-                global,
-                tls,
-                report_ms,
-                max_connections,
-                max_connections_per_uid,
-                max_jobs_per_uid,
-                max_pending_bytes,
-                max_pending_bytes_per_uid,
-            } => {
-                let limits = LocalLimits {
-                    max_connections,
-                    max_connections_per_uid,
-                    max_jobs_per_uid,
-                    max_pending_bytes,
-                    max_pending_bytes_per_uid,
-                };
-                run_local(node, socket, global, tls, report_ms, limits).await
-            }
-            Command::BenchLocals {
-                url,
-                locals,
-                stages,
-            } => cheferd_controller::bench::run_locals(url, locals, stages)
-                .await
-                .map_err(|e| (e, 1)),
-            Command::Bench { .. }
-            | Command::Certs { .. }
-            | Command::Replay { .. }
-            | Command::Simulate(_)
-            | Command::Allocate(_)
-            | Command::Trace(_)
-            | Command::Place(_)
-            | Command::Generate(_) => unreachable!("handled above"),
-            Command::Demo {
-                seconds,
-                stagger,
-                jobs,
-                max_rate,
-                policy: name,
-                out,
-            } => {
-                policy::check(&name).map_err(|e| usage_error(format!("--policy: {e}")))?;
-                let max_rate = cheferd_controller::config::rate("--max-rate", &max_rate)
-                    .map_err(usage_error)?;
-                let options = cheferd_controller::demo::DemoOptions {
-                    seconds,
-                    stagger,
-                    jobs,
-                    max_rate,
-                    policy: name,
-                    out,
-                };
-                let (exe, library) = stage_library().map_err(|e| (e, 1))?;
-                cheferd_controller::demo::run(&options, &exe, &library)
-                    .await
-                    .map_err(|e| (e, 1))
-            }
-            Command::Ctl {
-                socket,
-                json,
-                command,
-            } => ctl(&socket, command, json)
-                .await
-                .map_err(|e| (e.message, e.code)),
-        }
-    });
-    report(result)
+        .map_err(|e| failed(format!("cannot start the runtime: {e}")))?
+        .block_on(task)
 }
 
-/// The `policies` subcommands (simulate, allocate, trace), shared with the `policies`
-/// binary.
-fn run_policies(command: policies::cli::Command) -> ExitCode {
-    let result = policies::cli::execute(
+/// The `policies` subcommands (simulate, allocate, trace, place), shared with the
+/// `policies` binary.
+fn run_policies(command: policies::cli::Command) -> Result<(), Failure> {
+    policies::cli::execute(
         &command,
         &mut std::io::stdin().lock(),
         &mut std::io::stdout().lock(),
-    );
-    report(result.map_err(|f| (f.message, f.code.clamp(1, 255) as u8)))
+    )
+    .map_err(policies::cli::Failure::into_kind)
 }
 
-fn report(result: Result<(), Failure>) -> ExitCode {
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err((message, code)) => {
-            eprintln!("cheferd: {message}");
-            ExitCode::from(code)
+async fn demo(args: DemoArgs) -> Result<(), Failure> {
+    policy::check(&args.policy).map_err(|e| usage(format!("--policy: {e}")))?;
+    // The demo shares its scratch directory's metadata operations.
+    let max_rate = match parse_rate(&args.max_rate) {
+        Ok(Rate::Ops(n)) => n as f64,
+        Ok(Rate::Bytes(_)) => {
+            return Err(usage(format!(
+                "--max-rate: '{}' is a rate of bytes, but the demo shares metadata operations",
+                args.max_rate
+            )))
         }
-    }
+        Err(e) => return Err(usage(format!("--max-rate: {e}"))),
+    };
+    let options = cheferd_controller::demo::DemoOptions {
+        seconds: args.seconds,
+        stagger: args.stagger,
+        jobs: args.jobs,
+        max_rate,
+        policy: args.policy,
+        out: args.out,
+    };
+    let (exe, library) = stage_library().map_err(failed)?;
+    cheferd_controller::demo::run(&options, &exe, &library)
+        .await
+        .map_err(failed)
+}
+
+async fn bench_locals(args: BenchLocalsArgs) -> Result<(), Failure> {
+    cheferd_controller::bench::run_locals(args.url, args.locals, args.stages)
+        .await
+        .map_err(failed)
 }
 
 /// This executable and the stage beside it. When the stage is missing and we run under
@@ -545,126 +585,120 @@ fn stage_library() -> Result<(PathBuf, PathBuf), String> {
 
 /// The replayer runs without the async runtime: it is plain threads doing file I/O,
 /// usually under the stage.
-#[allow(clippy::too_many_arguments)]
-fn replay(
-    trace: Option<&std::path::Path>,
-    job: usize,
-    scale: f64,
-    max_seconds: Option<usize>,
-    rate: Option<u64>,
-    seconds: usize,
-    dir: &std::path::Path,
-    threads: usize,
-    speed: f64,
-) -> Result<(), Failure> {
+fn replay(args: ReplayArgs) -> Result<(), Failure> {
+    let ReplayArgs {
+        trace,
+        job,
+        scale,
+        max_seconds,
+        rate,
+        seconds,
+        dir,
+        threads,
+        speed,
+    } = args;
     if !(scale > 0.0 && scale.is_finite()) {
-        return Err(usage_error(format!("--scale {scale} must be positive")));
+        return Err(usage(format!("--scale {scale} must be positive")));
     }
     if threads == 0 || threads > 1024 {
-        return Err(usage_error(format!(
+        return Err(usage(format!(
             "--threads {threads} must be between 1 and 1024"
         )));
     }
     if !(speed > 0.0 && speed.is_finite()) {
-        return Err(usage_error(format!("--speed {speed} must be positive")));
+        return Err(usage(format!("--speed {speed} must be positive")));
     }
     if !dir.is_dir() {
-        return Err(usage_error(format!(
-            "--dir {} is not a directory",
-            dir.display()
-        )));
+        return Err(usage(format!("--dir {} is not a directory", dir.display())));
     }
     let seconds = match (trace, rate) {
         (Some(path), _) => {
-            cheferd_controller::replay::ReplayOptions::from_trace(path, job, scale, max_seconds)
-                .map_err(usage_error)?
+            cheferd_controller::replay::ReplayOptions::from_trace(&path, job, scale, max_seconds)
+                .map_err(usage)?
         }
         (None, Some(rate)) => cheferd_controller::replay::ReplayOptions::constant(rate, seconds),
-        (None, None) => return Err(usage_error("give --trace FILE or --rate N".into())),
+        (None, None) => return Err(usage("give --trace FILE or --rate N".into())),
     };
     let options = cheferd_controller::replay::ReplayOptions {
         seconds,
-        dir: dir.to_path_buf(),
+        dir,
         threads,
         speed,
     };
     cheferd_controller::replay::run(&options, &mut std::io::stdout().lock())
         .map(|_| ())
-        .map_err(|e| (e, 1))
+        .map_err(failed)
 }
 
 /// Each row runs in a runtime of its own, so nothing of one row lingers in the next.
-fn bench(
-    locals: &[usize],
-    stages: usize,
-    cycles: usize,
-    interval_ms: u64,
-    name: &str,
-) -> Result<(), Failure> {
-    policy::check(name).map_err(|e| usage_error(format!("--policy: {e}")))?;
+fn bench(args: BenchArgs) -> Result<(), Failure> {
+    let BenchArgs {
+        locals,
+        stages,
+        cycles,
+        interval_ms,
+        policy: name,
+    } = args;
+    policy::check(&name).map_err(|e| usage(format!("--policy: {e}")))?;
     if cycles == 0 || interval_ms == 0 || locals.contains(&0) {
-        return Err(usage_error(
+        return Err(usage(
             "--cycles, --interval-ms and every --locals value must be at least 1".into(),
         ));
     }
     let interval = std::time::Duration::from_millis(interval_ms);
     let mut rows = Vec::new();
-    for &n in locals {
+    for n in locals {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
-            .map_err(|e| (format!("cannot start the runtime: {e}"), 1))?;
+            .map_err(|e| failed(format!("cannot start the runtime: {e}")))?;
         rows.extend(
             runtime
                 .block_on(cheferd_controller::bench::run(
-                    n, stages, cycles, interval, name,
+                    n, stages, cycles, interval, &name,
                 ))
-                .map_err(|e| (e, 1))?,
+                .map_err(failed)?,
         );
     }
     print!("{}", cheferd_controller::bench::table(&rows));
     Ok(())
 }
 
-type Failure = (String, u8);
-
-fn usage_error(message: String) -> Failure {
-    (message, 2)
-}
-
-async fn run_global(
-    config: PathBuf,
-    listen: String,
-    admin_socket: PathBuf,
-    metrics_addr: Option<String>,
-    tls: GlobalTlsArgs,
-) -> Result<(), Failure> {
+async fn run_global(args: GlobalArgs) -> Result<(), Failure> {
+    let GlobalArgs {
+        config,
+        listen,
+        admin_socket,
+        metrics: metrics_addr,
+        tls,
+        standby,
+    } = args;
     let text = std::fs::read_to_string(&config)
-        .map_err(|e| usage_error(format!("cannot read --config {}: {e}", config.display())))?;
+        .map_err(|e| usage(format!("cannot read --config {}: {e}", config.display())))?;
     let parsed = GlobalConfig::parse(&text, &policy::check)
-        .map_err(|e| usage_error(format!("{}: {e}", config.display())))?;
+        .map_err(|e| usage(format!("{}: {e}", config.display())))?;
     for warning in parsed.warnings() {
         tracing::warn!("{}: {warning}", config.display());
     }
-    let server_tls = global_tls(&config, &parsed.tls, tls).map_err(usage_error)?;
-    let mut stop = bounds::StopSignals::install().map_err(|e| (e, 1))?;
+    let server_tls = global_tls(&config, &parsed.tls, tls).map_err(usage)?;
+    let standby = standby_options(standby, &listen, server_tls.is_some()).map_err(usage)?;
+    let mut stop = bounds::StopSignals::install().map_err(failed)?;
     // Removed when this function returns: at a stop, or when starting fails below.
-    let (admin_listener, _admin_file) =
-        bounds::bind_unix(&admin_socket, 0o666).map_err(usage_error)?;
+    let (admin_listener, _admin_file) = bounds::bind_unix(&admin_socket, 0o666).map_err(usage)?;
     let grpc = tokio::net::TcpListener::bind(&listen)
         .await
-        .map_err(|e| usage_error(format!("cannot listen on --listen {listen}: {e}")))?;
+        .map_err(|e| usage(format!("cannot listen on --listen {listen}: {e}")))?;
     let metrics_listener = match &metrics_addr {
         Some(addr) => Some(
             tokio::net::TcpListener::bind(addr)
                 .await
-                .map_err(|e| usage_error(format!("cannot listen on --metrics {addr}: {e}")))?,
+                .map_err(|e| usage(format!("cannot listen on --metrics {addr}: {e}")))?,
         ),
         None => None,
     };
     let admins = parsed.admins.clone();
-    let controller = Controller::new(parsed).map_err(usage_error)?;
+    let controller = Controller::new(parsed).map_err(usage)?;
     let secured = if server_tls.is_some() {
         "mutual TLS"
     } else {
@@ -698,23 +732,30 @@ async fn run_global(
         tasks.spawn("the admin socket", async move {
             admin::serve(controller, admin_listener, admins)
                 .await
-                .map_err(usage_error)
+                .map_err(usage)
         });
     }
     {
         let controller = controller.clone();
-        tasks.spawn("the control loop", async move {
-            controller.run_loop().await;
-            Ok(())
-        });
+        match standby {
+            Some(options) => tasks.spawn("the standby", async move {
+                cheferd_controller::standby::run(controller, options)
+                    .await
+                    .map_err(failed)
+            }),
+            None => tasks.spawn("the control loop", async move {
+                controller.run_loop().await;
+                Ok(())
+            }),
+        }
     }
     tasks.spawn("the gRPC server", async move {
         global::serve(controller, grpc, server_tls)
             .await
-            .map_err(|e| (e, 1))
+            .map_err(failed)
     });
     tokio::select! {
-        ended = tasks.first_end() => Err(ended.into_error(|line| (line, 1))),
+        ended = tasks.first_end() => Err(ended.into_error(failed)),
         signal = stop.recv() => {
             tracing::info!(signal, "global controller stopped");
             Ok(())
@@ -722,14 +763,64 @@ async fn run_global(
     }
 }
 
-async fn run_local(
-    node: Option<String>,
-    socket: PathBuf,
-    global: String,
-    tls: LocalTlsArgs,
-    report_ms: u64,
-    limits: LocalLimits,
-) -> Result<(), Failure> {
+/// The standby's options, if `--etcd` was given, checked.
+fn standby_options(
+    args: StandbyArgs,
+    listen: &str,
+    tls: bool,
+) -> Result<Option<cheferd_controller::standby::StandbyOptions>, String> {
+    if args.etcd.is_empty() {
+        return Ok(None);
+    }
+    if !(1..=3600).contains(&args.etcd_ttl) {
+        return Err(format!(
+            "--etcd-ttl {} must be between 1 and 3600 seconds",
+            args.etcd_ttl
+        ));
+    }
+    if !args.etcd_prefix.starts_with('/') || args.etcd_prefix.len() > 256 {
+        return Err(format!(
+            "--etcd-prefix '{}' must start with / and be at most 256 bytes",
+            args.etcd_prefix
+        ));
+    }
+    let scheme = if tls { "https" } else { "http" };
+    let advertise = args
+        .advertise
+        .unwrap_or_else(|| format!("{scheme}://{listen}"));
+    if !advertise.starts_with(&format!("{scheme}://")) {
+        return Err(format!(
+            "--advertise '{advertise}' must be a {scheme}:// URL (as in the local controllers' --global)"
+        ));
+    }
+    Ok(Some(cheferd_controller::standby::StandbyOptions {
+        endpoints: args.etcd,
+        prefix: args.etcd_prefix.trim_end_matches('/').to_string(),
+        advertise,
+        ttl: Duration::from_secs(args.etcd_ttl),
+    }))
+}
+
+async fn run_local(args: LocalArgs) -> Result<(), Failure> {
+    let LocalArgs {
+        node,
+        socket,
+        global,
+        tls,
+        report_ms,
+        max_connections,
+        max_connections_per_uid,
+        max_jobs_per_uid,
+        max_pending_bytes,
+        max_pending_bytes_per_uid,
+    } = args;
+    let limits = LocalLimits {
+        max_connections,
+        max_connections_per_uid,
+        max_jobs_per_uid,
+        max_pending_bytes,
+        max_pending_bytes_per_uid,
+    };
     if [
         limits.max_connections,
         limits.max_connections_per_uid,
@@ -739,22 +830,25 @@ async fn run_local(
     ]
     .contains(&0)
     {
-        return Err(usage_error("every --max-… value must be at least 1".into()));
+        return Err(usage("every --max-… value must be at least 1".into()));
     }
-    if !(global.starts_with("http://") || global.starts_with("https://")) {
-        return Err(usage_error(format!(
+    if !global
+        .split(',')
+        .all(|url| url.starts_with("http://") || url.starts_with("https://"))
+    {
+        return Err(usage(format!(
             "--global '{global}' must be a URL such as http://10.0.0.1:50051"
         )));
     }
     if !(10..=60_000).contains(&report_ms) {
-        return Err(usage_error(format!(
+        return Err(usage(format!(
             "--report-ms {report_ms} must be between 10 and 60000"
         )));
     }
-    let tls = local_tls(tls).map_err(usage_error)?;
+    let tls = local_tls(tls).map_err(usage)?;
     // With a certificate, the node is who the certificate says (its first DNS name).
     let certified = match &tls {
-        Some(tls) => Some(tls.node_names().map_err(usage_error)?.remove(0)),
+        Some(tls) => Some(tls.node_names().map_err(usage)?.remove(0)),
         None => None,
     };
     let node = node.or(certified).unwrap_or_else(|| {
@@ -763,7 +857,7 @@ async fn run_local(
         unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
         String::from_utf8_lossy(&buf[..buf.iter().position(|b| *b == 0).unwrap_or(0)]).into_owned()
     });
-    let mut stop = bounds::StopSignals::install().map_err(|e| (e, 1))?;
+    let mut stop = bounds::StopSignals::install().map_err(failed)?;
     let run = local::run(LocalOptions {
         node,
         socket,
@@ -773,7 +867,7 @@ async fn run_local(
         limits,
     });
     let signal = tokio::select! {
-        result = run => return result.map_err(usage_error),
+        result = run => return result.map_err(usage),
         signal = stop.recv() => signal,
     };
     // `run`, which owns the socket file, is dropped by now: the socket is gone.
@@ -781,7 +875,13 @@ async fn run_local(
     Ok(())
 }
 
-async fn ctl(socket: &std::path::Path, command: CtlCommand, json: bool) -> Result<(), CtlError> {
+async fn ctl(args: CtlArgs) -> Result<(), CtlError> {
+    let CtlArgs {
+        socket,
+        json,
+        command,
+    } = args;
+    let socket = socket.as_path();
     // `--json`: each view prints the part of the admin socket's snapshot it shows.
     let snapshot_json = || admin::request(socket, &AdminRequest::Snapshot);
     match command {
@@ -852,7 +952,7 @@ async fn ctl(socket: &std::path::Path, command: CtlCommand, json: bool) -> Resul
 async fn send_change(socket: &std::path::Path, change: Change, json: bool) -> Result<(), CtlError> {
     change
         .check()
-        .map_err(|message| CtlError { message, code: 2 })?;
+        .map_err(|message| CtlError::new(CtlErrorKind::Usage, message))?;
     print_ok(
         admin::request(socket, &AdminRequest::Change { change }).await?,
         json,
@@ -977,13 +1077,13 @@ fn certs(command: CertsCommand) -> Result<(), Failure> {
         }) => {
             // Check every name before writing anything.
             for name in &names {
-                cheferd_controller::tls::check_name(name).map_err(usage_error)?;
+                cheferd_controller::tls::check_name(name).map_err(usage)?;
             }
             let mut all = Vec::new();
             for name in &names {
                 all.extend(
                     make_leaf(Role::Node, std::slice::from_ref(name), &ca, &out, days)
-                        .map_err(usage_error)?,
+                        .map_err(usage)?,
                 );
             }
             Ok(all)
@@ -995,7 +1095,7 @@ fn certs(command: CertsCommand) -> Result<(), Failure> {
             days,
         }) => make_leaf(Role::Server, &names, &ca, &out, days),
     }
-    .map_err(usage_error)?;
+    .map_err(usage)?;
     for path in written {
         println!("{}", path.display());
     }

@@ -59,6 +59,16 @@ impl PolicyRunner {
         self.policy.name()
     }
 
+    /// The state the policy carries between cycles (`null` for most; AdapTBF's records).
+    pub fn state(&self) -> serde_json::Value {
+        self.policy.state()
+    }
+
+    /// Restores a state [`PolicyRunner::state`] gave.
+    pub fn load_state(&mut self, state: &serde_json::Value) -> Result<(), String> {
+        self.policy.load_state(state)
+    }
+
     /// Whether the policy shares by usage among active jobs only (see
     /// `plan::IDLE_SHARE`).
     pub fn by_usage(&self) -> bool {

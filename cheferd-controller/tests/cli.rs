@@ -3,10 +3,8 @@
 //! resources warns; `ctl` mistakes get one clear line (nothing to set, a negative
 //! priority, the wrong socket) and its views read well in a pipe.
 
-mod common;
-
+use crate::util::{cheferd, run_with_timeout, wait_for, Cluster};
 use cheferd_controller::config::GlobalConfig;
-use common::{cheferd, run_with_timeout, wait_for, Cluster};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -36,6 +34,7 @@ fn stdout(output: &Output) -> String {
 
 #[test]
 fn sample_configurations_load() {
+    let _turn = crate::util::together();
     let text = std::fs::read_to_string(etc("global.toml")).expect("etc/global.toml");
     let global = GlobalConfig::parse(&text, &cheferd_controller::policy::check)
         .unwrap_or_else(|e| panic!("etc/global.toml: {e}"));
@@ -76,6 +75,7 @@ fn global_refuses(config: &str) -> (String, String) {
 
 #[test]
 fn global_refuses_bad_rates_naming_file_key_and_value() {
+    let _turn = crate::util::together();
     for (max_rate, why) in [
         (
             "\"20GiB/s\"",
@@ -98,6 +98,7 @@ fn global_refuses_bad_rates_naming_file_key_and_value() {
 
 #[test]
 fn ctl_usage_errors_are_one_clear_line() {
+    let _turn = crate::util::together();
     for (args, expected) in [
         (
             &["ctl", "set-job", "jobA"][..],
@@ -159,7 +160,7 @@ fn ctl_usage_errors_are_one_clear_line() {
 
 #[test]
 fn global_without_resources_warns_at_start() {
-    let _serial = common::serialize();
+    let _turn = crate::util::alone();
     let mut cluster = Cluster::new("interval_ms = 1000\n");
     cluster.start_global();
     wait_for(Duration::from_secs(10), "the warning", || {
@@ -173,7 +174,7 @@ fn global_without_resources_warns_at_start() {
 
 #[test]
 fn ctl_views_and_the_wrong_socket() {
-    let _serial = common::serialize();
+    let _turn = crate::util::alone();
     let mut cluster = Cluster::new(
         "[[resource]]\nname = \"{scratch}:metadata\"\nmax_rate = 1000\npolicy = \"psfa\"\n",
     );

@@ -1,9 +1,7 @@
 //! `cheferd ctl … --json`: every view prints JSON of what the admin socket returned,
 //! against a global and a local controller with one job under the stage.
 
-mod common;
-
-use common::Cluster;
+use crate::util::Cluster;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -21,7 +19,7 @@ fn json(cluster: &Cluster, args: &[&str]) -> Value {
 
 #[test]
 fn every_ctl_view_prints_json() {
-    let _serial = common::serialize();
+    let _turn = crate::util::alone();
     let mut cluster = Cluster::new(
         "interval_ms = 500\n[[resource]]\nname = \"{scratch}:metadata\"\n\
          max_rate = \"1000\"\npolicy = \"uniform\"\n",
@@ -31,7 +29,7 @@ fn every_ctl_view_prints_json() {
     cluster.start_process("job-1", "n1", 300);
     cluster.wait_for_stages(Duration::from_secs(15), &[("n1", 1)]);
     let resource = cluster.metadata();
-    common::wait_for(Duration::from_secs(10), "a share for job-1", || {
+    crate::util::wait_for(Duration::from_secs(10), "a share for job-1", || {
         let jobs = json(&cluster, &["jobs", "--json"]);
         (jobs["shares"][0]["job"] == "job-1").then_some(())
     });

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 #[test]
 fn a_controller_that_never_answers_is_reported_unavailable() {
+    let _turn = crate::util::together();
     let dir = std::env::temp_dir().join(format!("cheferd-ctl-timeout-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();

@@ -2,15 +2,13 @@
 //! and jobs under the stage, prints the live table and the summary, writes the plot, and
 //! keeps the aggregate under `Max_R`.
 
-mod common;
-
 #[test]
 fn the_demo_runs_and_keeps_the_aggregate_under_max_r() {
-    let _serial = common::serialize();
+    let _turn = crate::util::alone();
     // The demo looks for the stage beside itself (or in the profile's deps/).
-    common::stage_library();
+    crate::util::stage_library();
     let out_dir = tempfile::tempdir().unwrap();
-    let mut command = std::process::Command::new(common::cheferd());
+    let mut command = std::process::Command::new(crate::util::cheferd());
     command
         .args([
             "demo",
@@ -25,7 +23,7 @@ fn the_demo_runs_and_keeps_the_aggregate_under_max_r() {
         ])
         .arg("--out")
         .arg(out_dir.path());
-    let output = common::run_with_timeout(&mut command, std::time::Duration::from_secs(120));
+    let output = crate::util::run_with_timeout(&mut command, std::time::Duration::from_secs(120));
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "demo failed: {stderr}\n{stdout}");

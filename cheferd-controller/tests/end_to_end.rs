@@ -4,10 +4,8 @@
 //! processes on loopback. Rates are measured by the replayers themselves (operations per
 //! second they completed) and compared with what the global controller computed.
 
-mod common;
-
+use crate::util::{assigned, read_line_with_timeout, Cluster};
 use cheferd_controller::proto::{self, local_message, LocalMessage};
-use common::{assigned, read_line_with_timeout, Cluster};
 use padll_wire::config::Identity;
 use padll_wire::control::{self, ControlMessage, StageMessage, PROTOCOL_VERSION};
 use std::io::{BufReader, Read, Write};
@@ -33,8 +31,6 @@ const INTERVAL: Duration = Duration::from_secs(1);
 /// A change must show within two control cycles; plus slack for a loaded machine
 /// (process start-up, a late cycle, polling the admin socket).
 const REBALANCE_DEADLINE: Duration = Duration::from_millis(2 * 1000 + 1500);
-/// The aggregate may exceed `Max_R` by this much in a one-second window.
-const CAP_TOLERANCE: f64 = 1.05;
 /// A job's achieved rate must match its computed rate this closely.
 const RATE_TOLERANCE: f64 = 0.10;
 /// The lower bounds are only there to catch a job stopped or starved: a loaded 2-core
@@ -72,27 +68,6 @@ fn cluster_with_jobs() -> Cluster {
     cluster
 }
 
-/// Samples the aggregate once per second over `from..to` and fails if any one-second
-/// window exceeds `max_rate` × [`CAP_TOLERANCE`].
-fn assert_aggregate_capped(cluster: &Cluster, from: Instant, to: Instant, max_rate: f64) {
-    // Only windows that have all ended (and been reported) by now.
-    let reported = Instant::now() - Duration::from_millis(1200);
-    let mut t = from + Duration::from_millis(500);
-    let mut samples = Vec::new();
-    while t < to.min(reported) {
-        samples.push(cluster.aggregate_at(t));
-        t += Duration::from_secs(1);
-    }
-    assert!(!samples.is_empty(), "no window to check");
-    eprintln!("aggregate per second (Max_R {max_rate:.0}): {samples:.0?}");
-    for (s, total) in samples.iter().enumerate() {
-        assert!(
-            *total <= max_rate * CAP_TOLERANCE,
-            "window {s}: aggregate {total:.0} ops/s > Max_R {max_rate:.0} + 5 % (all windows: {samples:.0?})"
-        );
-    }
-}
-
 /// Measures `jobs` for `seconds` while sampling what the global controller computed for
 /// them, then checks that the aggregate stayed under `max_rate` (+5 %) in every second,
 /// that the computed rates share out all of it, and that no job achieved more than its
@@ -113,7 +88,7 @@ fn assert_policy_enforced(
     let to = Instant::now();
     // The last window of every replayer is reported up to a second after `to`.
     std::thread::sleep(Duration::from_millis(1300));
-    assert_aggregate_capped(cluster, from, to, max_rate);
+    cluster.assert_aggregate_capped(from, to, max_rate);
     let mean = |k: usize| computed.iter().map(|row| row[k]).sum::<f64>() / computed.len() as f64;
     let expected: Vec<f64> = (0..jobs.len()).map(mean).collect();
     let achieved: Vec<f64> = jobs.iter().map(|j| cluster.job_rate(j, from, to)).collect();
@@ -142,7 +117,7 @@ fn assert_policy_enforced(
 /// joining takes its share from them within two cycles.
 #[test]
 fn psfa_caps_the_aggregate_and_rebalances_when_jobs_leave_and_join() {
-    let _serial = common::serialize();
+    let _turn = crate::util::alone();
     let mut cluster = cluster_with_jobs();
 
     let names: Vec<&str> = JOBS.iter().map(|(j, _)| *j).collect();
@@ -196,7 +171,7 @@ fn wait_rebalanced(
     what: &str,
     mut done: impl FnMut(&cheferd_controller::global::Snapshot) -> bool,
 ) {
-    common::wait_for(
+    crate::util::wait_for(
         REBALANCE_DEADLINE,
         &format!("rebalancing after {what}"),
         || cluster.try_snapshot().filter(&mut done).map(|_| ()),
@@ -230,7 +205,7 @@ fn assert_rates_kept(
     cluster: &mut Cluster,
     before: &[f64],
     after: &[f64],
-    affected: impl Fn(&common::Replayer) -> bool,
+    affected: impl Fn(&crate::util::Replayer) -> bool,
     what: &str,
 ) {
     let mut totals: std::collections::BTreeMap<(String, String), (f64, f64)> =
@@ -259,7 +234,7 @@ fn assert_rates_kept(
 /// the stages re-register (through the local) and control resumes: new rates take effect.
 #[test]
 fn controllers_killed_leave_rates_in_force_and_control_resumes_after_restart() {
-    let _serial = common::serialize();
+    let _turn = crate::util::alone();
     let mut cluster = cluster_with_jobs();
     let names: Vec<&str> = JOBS.iter().map(|(j, _)| *j).collect();
 
@@ -280,7 +255,7 @@ fn controllers_killed_leave_rates_in_force_and_control_resumes_after_restart() {
     );
     std::thread::sleep(2 * INTERVAL);
     let (from, to, after) = measure_processes(&cluster, 3);
-    assert_aggregate_capped(&cluster, from, to, MAX_RATE);
+    cluster.assert_aggregate_capped(from, to, MAX_RATE);
     assert_rates_kept(
         &mut cluster,
         &before,
@@ -313,7 +288,7 @@ fn controllers_killed_leave_rates_in_force_and_control_resumes_after_restart() {
         snapshot.nodes
     );
     std::thread::sleep(Duration::from_millis(1300));
-    assert_aggregate_capped(&cluster, restarted, registered, MAX_RATE);
+    cluster.assert_aggregate_capped(restarted, registered, MAX_RATE);
     let halved = MAX_RATE / 2.0;
     let output = cluster.ctl(&["set-max-rate", &cluster.metadata(), &halved.to_string()]);
     assert!(output.status.success(), "set-max-rate: {output:?}");
@@ -332,7 +307,7 @@ fn controllers_killed_leave_rates_in_force_and_control_resumes_after_restart() {
         |_| true,
         "without the global controller",
     );
-    assert_aggregate_capped(&cluster, from, to, halved);
+    cluster.assert_aggregate_capped(from, to, halved);
     assert!(
         cluster.controllers_alive(),
         "a local controller died with the global one"
@@ -493,7 +468,7 @@ fn garble_local_socket(cluster: &Cluster, node: &str) {
         snapshot.stages
     );
     drop((stream, reader));
-    common::wait_for(REPLY_TIMEOUT, "the probe stage to leave", || {
+    crate::util::wait_for(REPLY_TIMEOUT, "the probe stage to leave", || {
         let snapshot = cluster.try_snapshot()?;
         snapshot
             .stages
@@ -556,7 +531,7 @@ fn garble_global_port(cluster: &Cluster) {
             intruder.clone()
         };
         async move {
-            let mut client = common::grpc_client(port, Some(tls)).await;
+            let mut client = crate::util::grpc_client(port, Some(tls)).await;
             let messages = tokio_stream::iter(vec![LocalMessage { body: Some(first) }]);
             client.attach(messages).await.map(|_| ())
         }
@@ -648,7 +623,7 @@ fn expect_ctl(cluster: &Cluster, args: &[&str], code: i32, needle: &str) -> Outp
 /// controllers still serve: stages register and are controlled, `ctl` answers.
 #[test]
 fn malformed_messages_and_bad_commands_are_rejected_and_nothing_crashes() {
-    let _serial = common::serialize();
+    let _turn = crate::util::alone();
     let mut cluster = Cluster::new(&config(MAX_RATE));
     cluster.start_global();
     for node in NODES {
@@ -697,12 +672,12 @@ fn malformed_messages_and_bad_commands_are_rejected_and_nothing_crashes() {
         1,
         "'nosuchjob'",
     );
-    let mut unreachable = std::process::Command::new(common::cheferd());
+    let mut unreachable = std::process::Command::new(crate::util::cheferd());
     unreachable
         .args(["ctl", "--socket"])
         .arg(cluster.dir.path().join("nothing.sock"))
         .arg("dump");
-    let output = common::run_with_timeout(&mut unreachable, REPLY_TIMEOUT);
+    let output = crate::util::run_with_timeout(&mut unreachable, REPLY_TIMEOUT);
     assert_eq!(output.status.code(), Some(69), "{output:?}");
     assert!(
         String::from_utf8_lossy(&output.stderr).contains("nothing.sock"),
@@ -716,7 +691,7 @@ fn malformed_messages_and_bad_commands_are_rejected_and_nothing_crashes() {
     let cycle = cluster.snapshot().cycle;
     cluster.start_process("job-2", "n1", OFFERED_PER_PROCESS);
     let snapshot = cluster.wait_for_stages(Duration::from_secs(10), &[("n1", 2), ("n2", 1)]);
-    common::wait_for(Duration::from_secs(5), "job-2 to get a share", || {
+    crate::util::wait_for(Duration::from_secs(5), "job-2 to get a share", || {
         let snapshot = cluster.try_snapshot()?;
         (assigned(&snapshot, "job-2") > 0.0 && snapshot.cycle > cycle + 1).then_some(())
     });
@@ -731,7 +706,7 @@ fn malformed_messages_and_bad_commands_are_rejected_and_nothing_crashes() {
 #[test]
 #[cfg_attr(not(has_root), ignore = "needs root (runs ctl as another uid)")]
 fn changes_from_a_uid_that_is_not_an_administrator_are_refused() {
-    let _serial = common::serialize();
+    let _turn = crate::util::alone();
     let mut cluster = Cluster::new(&config(MAX_RATE));
     cluster.start_global();
     let resource = cluster.metadata();
@@ -753,14 +728,14 @@ fn expect_permission_denied(cluster: &Cluster, resource: &str) {
     std::fs::set_permissions(cluster.dir.path(), std::fs::Permissions::from_mode(0o755))
         .expect("chmod");
     let ctl = |args: &[&str]| {
-        let mut command = std::process::Command::new(common::cheferd());
+        let mut command = std::process::Command::new(crate::util::cheferd());
         command
             .args(["ctl", "--socket"])
             .arg(&cluster.admin)
             .args(args)
             .uid(nobody)
             .gid(nobody);
-        common::run_with_timeout(&mut command, REPLY_TIMEOUT)
+        crate::util::run_with_timeout(&mut command, REPLY_TIMEOUT)
     };
     let output = ctl(&["set-policy", resource, "uniform"]);
     let stderr = String::from_utf8_lossy(&output.stderr);

@@ -5,9 +5,7 @@
 //! a job's processes one after another from a shell under the stage, as a batch script
 //! does, and measures what they did over the whole run.
 
-mod common;
-
-use common::*;
+use crate::util::*;
 use padll_wire::ops::{Class, Op};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -133,7 +131,7 @@ fn short_processes(
 #[test]
 #[cfg_attr(not(has_bash), ignore = "bash not installed")]
 fn processes_started_while_the_local_controller_is_down_keep_the_jobs_last_rules() {
-    let _serial = serialize();
+    let _turn = alone();
     let mut cluster = Cluster::new(
         r#"
 interval_ms = 200
@@ -179,7 +177,7 @@ policy = "psfa"
 #[test]
 #[cfg_attr(not(has_bash), ignore = "bash not installed")]
 fn without_last_rules_the_default_limit_holds() {
-    let _serial = serialize();
+    let _turn = alone();
     let scratch = tempfile::tempdir().unwrap();
     let job = Job::new("default");
     let limit = format!("{}:metadata=300/s", scratch.path().display());
@@ -197,7 +195,7 @@ fn without_last_rules_the_default_limit_holds() {
 #[test]
 #[cfg_attr(not(has_bash), ignore = "bash not installed")]
 fn default_limit_0_runs_free() {
-    let _serial = serialize();
+    let _turn = alone();
     let scratch = tempfile::tempdir().unwrap();
     let job = Job::new("free");
     // Even limits configured for the program give way: the site chose availability.

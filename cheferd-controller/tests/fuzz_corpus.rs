@@ -100,6 +100,7 @@ fn run(name: &str, body: fn(&[u8]), input: &[u8], what: &dyn Fn() -> String) {
 
 #[test]
 fn every_target_has_a_corpus_and_a_fuzz_target() {
+    let _turn = crate::util::together();
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../padll-wire/fuzz");
     for (name, _) in targets::TARGETS {
         assert!(corpus(name).len() >= 3, "corpus/{name} needs a few seeds");
@@ -110,6 +111,7 @@ fn every_target_has_a_corpus_and_a_fuzz_target() {
 
 #[test]
 fn committed_corpora_pass_every_target() {
+    let _turn = crate::util::together();
     for (name, body) in targets::TARGETS {
         for (path, bytes) in corpus(name) {
             run(name, *body, &bytes, &|| path.display().to_string());
@@ -119,6 +121,7 @@ fn committed_corpora_pass_every_target() {
 
 #[test]
 fn bounded_pseudo_random_pass() {
+    let _turn = crate::util::together();
     let started = Instant::now();
     for (t, (name, body)) in targets::TARGETS.iter().enumerate() {
         let seeds: Vec<Vec<u8>> = corpus(name).into_iter().map(|(_, b)| b).collect();

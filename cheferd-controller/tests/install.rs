@@ -2,9 +2,7 @@
 //! the installed `padll` preloads the installed stage, `--version` names the commit,
 //! the man pages and completions are there, the units pass `systemd-analyze verify`.
 
-mod common;
-
-use common::{cheferd, run_with_timeout};
+use crate::util::{cheferd, run_with_timeout};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -106,6 +104,7 @@ fn expected_version(program: &str) -> String {
 
 #[test]
 fn installed_padll_runs_a_program_under_the_installed_stage() {
+    let _turn = crate::util::together();
     let installed = Installed::new();
     let library = installed.path("lib/padll/libpadll.so");
     assert!(library.is_file());
@@ -128,6 +127,7 @@ fn installed_padll_runs_a_program_under_the_installed_stage() {
 
 #[test]
 fn installed_binaries_print_their_version_and_commit() {
+    let _turn = crate::util::together();
     let installed = Installed::new();
     for program in ["padll", "cheferd"] {
         let out = run(Command::new(installed.path(&format!("bin/{program}"))).arg("--version"));
@@ -141,6 +141,7 @@ fn installed_binaries_print_their_version_and_commit() {
 
 #[test]
 fn man_pages_and_completions_are_installed() {
+    let _turn = crate::util::together();
     let installed = Installed::new();
     for page in [
         "padll",
@@ -182,6 +183,7 @@ fn man_pages_and_completions_are_installed() {
 #[test]
 #[cfg_attr(not(has_systemd_analyze), ignore = "systemd-analyze not installed")]
 fn installed_units_pass_systemd_analyze_verify() {
+    let _turn = crate::util::together();
     let installed = Installed::new();
     let units: Vec<PathBuf> = ["cheferd-local.service", "cheferd-global.service"]
         .iter()
@@ -210,6 +212,7 @@ fn installed_units_pass_systemd_analyze_verify() {
 /// preloaded; an explicit library that does not exist is named.
 #[test]
 fn padll_without_its_library_says_where_it_looked() {
+    let _turn = crate::util::together();
     let dir = tempfile::tempdir().unwrap();
     // In a bin/ of its own, so that ../lib/padll/ is inside the temporary directory too.
     let bin = dir.path().join("bin");
@@ -257,6 +260,7 @@ fn padll_without_its_library_says_where_it_looked() {
 
 #[test]
 fn install_sh_refuses_bad_arguments_naming_them() {
+    let _turn = crate::util::together();
     for (args, needle) in [
         (
             vec!["--prefix", "relative/dir"],

@@ -6,9 +6,7 @@
 //! the stage to the layout given to the file system, runs with the test double of a
 //! Lustre client that `interpose-tests` uses.
 
-mod common;
-
-use common::*;
+use crate::util::*;
 use padll_wire::config::Identity;
 use padll_wire::control::{self, ControlMessage, StageMessage, PROTOCOL_VERSION};
 use std::io::{BufReader, Write};
@@ -123,7 +121,7 @@ policy = "psfa"
 
 #[test]
 fn new_files_go_to_the_emptiest_targets_of_the_feed() {
-    let _serial = serialize();
+    let _turn = alone();
     let feed = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(feed.path(), FEED).unwrap();
     let mut cluster = cluster(&format!(
@@ -141,7 +139,7 @@ fn new_files_go_to_the_emptiest_targets_of_the_feed() {
 
 #[test]
 fn without_a_service_or_a_global_controller_the_answer_is_empty_at_once() {
-    let _serial = serialize();
+    let _turn = alone();
     let mut cluster = cluster("");
     let mut stage = Stage::register(&cluster.local_socket("n1"), "unplaced", &cluster.scratch);
     assert!(stage.place(1, &cluster.scratch, 2).is_empty());
@@ -175,7 +173,7 @@ fn recorded_targets(hex: &str) -> Vec<u32> {
 #[test]
 #[cfg_attr(not(all(has_cc, has_bash)), ignore = "cc or bash not installed")]
 fn files_a_shell_creates_get_the_services_targets() {
-    let _serial = serialize();
+    let _turn = alone();
     let feed = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(feed.path(), FEED).unwrap();
     let cluster = cluster(&format!(

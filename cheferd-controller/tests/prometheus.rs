@@ -4,9 +4,7 @@
 //! follows the dashboard) returns data through Prometheus' HTTP query API. The scraped
 //! text also passes `promtool check metrics` (format and naming conventions).
 
-mod common;
-
-use common::{run_with_timeout, wait_for, Cluster};
+use crate::util::{run_with_timeout, wait_for, Cluster};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -167,7 +165,7 @@ fn dashboard() -> (Vec<(String, String, String)>, Vec<String>) {
     ignore = "prometheus not installed (Debian package prometheus)"
 )]
 fn prometheus_scrapes_the_controller_and_every_dashboard_query_has_data() {
-    let _serial = common::serialize();
+    let _turn = crate::util::alone();
     let (variables, exprs) = dashboard();
     assert!(exprs.len() >= 10, "the dashboard has queries: {exprs:?}");
     let mut cluster = Cluster::new(config());

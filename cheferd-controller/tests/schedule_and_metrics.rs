@@ -4,9 +4,7 @@
 //! latency, nodes and stages, with the types and names Prometheus' conventions ask for
 //! — on real processes on loopback.
 
-mod common;
-
-use common::{assigned, wait_for, Cluster};
+use crate::util::{assigned, wait_for, Cluster};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -77,7 +75,7 @@ fn family_type<'a>(metrics: &'a str, name: &str) -> Option<&'a str> {
 
 #[test]
 fn scheduled_rules_apply_at_their_time_and_metrics_show_the_jobs() {
-    let _serial = common::serialize();
+    let _turn = crate::util::alone();
     let mut cluster = Cluster::new(&config());
     // Before the controller starts: its clock for `at` starts later than this one.
     let started = std::time::Instant::now();

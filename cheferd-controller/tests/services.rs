@@ -2,9 +2,7 @@
 //! controller on a live socket refused while the first keeps answering, and the
 //! socket removed and one line logged when SIGTERM or SIGINT stops them.
 
-mod common;
-
-use common::{cheferd, run_with_timeout, wait_for};
+use crate::util::{cheferd, run_with_timeout, wait_for};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -101,6 +99,7 @@ fn ctl_nodes(admin: &str) -> std::process::Output {
 /// first still answers; SIGTERM stops the first, logs it and removes the socket.
 #[test]
 fn global_refuses_a_live_admin_socket_and_removes_its_own_at_sigterm() {
+    let _turn = crate::util::together();
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("global.toml");
     std::fs::write(
@@ -145,6 +144,7 @@ fn global_refuses_a_live_admin_socket_and_removes_its_own_at_sigterm() {
 /// removes its socket and logs its stop.
 #[test]
 fn local_removes_its_socket_at_sigint() {
+    let _turn = crate::util::together();
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("local.sock");
     let mut local = Controller::start(
@@ -176,6 +176,7 @@ fn local_removes_its_socket_at_sigint() {
 /// (someone removed the owner's file and another controller bound the path).
 #[test]
 fn a_socket_file_is_removed_only_while_it_is_ours() {
+    let _turn = crate::util::together();
     use cheferd_controller::bounds::bind_unix;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("controller.sock");

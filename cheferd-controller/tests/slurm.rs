@@ -7,9 +7,7 @@
 //! Runs as root (Slurm's daemons and `sbatch --uid`); skipped, naming what is missing,
 //! where Slurm, munge, libslurm-dev or a C compiler are not installed.
 
-mod common;
-
-use common::{run_with_timeout, stage_library, wait_for, Cluster};
+use crate::util::{run_with_timeout, stage_library, wait_for, Cluster};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -209,7 +207,7 @@ fn replayed_rate(output: &Path, n: usize) -> f64 {
     ignore = "needs root, slurmctld, slurmd, slurm-client, munge, libslurm-dev and cc"
 )]
 fn slurm_jobs_under_the_plugin_carry_slurms_identity_and_follow_the_policy() {
-    let _serial = common::serialize();
+    let _turn = crate::util::alone();
     let mut cluster = Cluster::new(&format!(
         "interval_ms = 1000\n[[resource]]\nname = \"{{scratch}}:metadata\"\n\
          max_rate = \"{MAX_RATE}\"\npolicy = \"priority\"\n"
@@ -262,7 +260,7 @@ fn slurm_jobs_under_the_plugin_carry_slurms_identity_and_follow_the_policy() {
 
     // Job A (root, two nodes) replays; job B (another user, one node) replays too, and
     // a second process of B claims to be job A, with 64 nodes.
-    let cheferd = common::cheferd();
+    let cheferd = crate::util::cheferd();
     let replay = |dir: &str| {
         format!(
             "{} replay --rate {OFFERED} --seconds 120 --threads 2 --dir {}/{dir}",

@@ -3,10 +3,8 @@
 //! Attacks that must come from another uid run this test binary again as uid 65534
 //! (`setpriv`), in the helper `zz_attacker_helper`.
 
-mod common;
-
+use crate::util::*;
 use cheferd_controller::proto::{self, global_message, local_message, LocalMessage};
-use common::*;
 use padll_wire::channel::{ChannelId, ChannelInfo, ChannelSpec, LimitScope, Scope, Unit};
 use padll_wire::config::Identity;
 use padll_wire::control::{self, StageMessage, PROTOCOL_VERSION};
@@ -56,13 +54,19 @@ fn line_count(text: &str, needle: &str) -> usize {
     text.lines().filter(|l| l.contains(needle)).count()
 }
 
-/// Runs this test binary's `zz_attacker_helper` as uid 65534 with `vars`.
+/// Runs this test binary's `zz_attacker_helper` (named by its module path in the one test
+/// binary) as uid 65534 with `vars`.
 fn as_nobody(vars: &[(&str, &str)]) -> std::process::Child {
     let exe = std::env::current_exe().unwrap();
     Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(exe)
-        .args(["zz_attacker_helper", "--exact", "--ignored", "--nocapture"])
+        .args([
+            "trust::zz_attacker_helper",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+        ])
         .envs(vars.iter().copied())
         .spawn()
         .expect("setpriv runs")
@@ -159,7 +163,7 @@ fn zz_attacker_helper() {
 /// a client of another uid cannot join the job at all.
 #[test]
 fn attack03_fake_stage_cannot_starve_the_real_one() {
-    let _serial = serialize();
+    let _turn = alone();
     let mut cluster = Cluster::new(CONFIG);
     open_to_others(&cluster);
     cluster.start_global();
@@ -251,7 +255,7 @@ fn attack03_fake_stage_cannot_starve_the_real_one() {
     ignore = "needs root and setpriv to attack as another uid"
 )]
 fn attack01_02_claimed_job_ids_and_sizes_are_not_believed() {
-    let _serial = serialize();
+    let _turn = alone();
     let mut cluster = Cluster::new(
         r#"
 interval_ms = 500
@@ -304,7 +308,7 @@ policy = "themis:size"
 /// every operation of every process is under the job's rules.
 #[test]
 fn attack09_short_processes_start_under_their_rules() {
-    let _serial = serialize();
+    let _turn = alone();
     let mut cluster = Cluster::new(
         r#"
 interval_ms = 200
@@ -489,7 +493,7 @@ fn cluster_with_victim() -> (Cluster, UnixStream) {
 /// its `Attach` fails); it receives nothing and registers nothing.
 #[test]
 fn tls_client_without_certificate_is_refused() {
-    let _serial = serialize();
+    let _turn = alone();
     let (cluster, _stage) = cluster_with_victim();
     let ca = std::fs::read(cluster.tls.join("ca.pem")).unwrap();
     // Trusts the real CA, so the server is accepted: only the client lacks a certificate.
@@ -507,7 +511,7 @@ fn tls_client_without_certificate_is_refused() {
 /// certificate (signed by the right CA, but for `serverAuth` only).
 #[test]
 fn tls_client_with_certificate_of_another_ca_is_refused() {
-    let _serial = serialize();
+    let _turn = alone();
     let (cluster, _stage) = cluster_with_victim();
     let other = tempfile::tempdir().unwrap();
     cheferd_controller::tls::make_loopback_site(other.path(), &["n1"]).unwrap();
@@ -540,7 +544,7 @@ fn tls_client_with_certificate_of_another_ca_is_refused() {
 /// and its forged stage never reaches the plan.
 #[test]
 fn attack05_fake_local_gets_no_resource_table_nor_enforce() {
-    let _serial = serialize();
+    let _turn = alone();
     let (cluster, _stage) = cluster_with_victim();
     let before = assigned(&cluster.snapshot(), "victim");
     let mount = cluster.scratch.display().to_string();
@@ -575,7 +579,7 @@ fn attack05_fake_local_gets_no_resource_table_nor_enforce() {
 /// `node-a` can still register as itself.
 #[test]
 fn attack06_node_certificate_cannot_register_as_another_node() {
-    let _serial = serialize();
+    let _turn = alone();
     let (cluster, _stage) = cluster_with_victim();
     let mount = cluster.scratch.display().to_string();
     let node_a = cluster.node_tls("node-a").load().unwrap();
@@ -614,7 +618,7 @@ fn attack06_node_certificate_cannot_register_as_another_node() {
 /// and the stage still gets its rules.
 #[test]
 fn attack07_non_finite_usage_is_refused() {
-    let _serial = serialize();
+    let _turn = alone();
     let mut cluster = Cluster::new(CONFIG);
     cluster.start_global();
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -716,7 +720,7 @@ fn attack07_non_finite_usage_is_refused() {
     ignore = "not running as root (the attack runs as uid 65534)"
 )]
 fn attack11_slow_partial_lines_leave_no_memory_behind() {
-    let _serial = serialize();
+    let _turn = alone();
     let mut cluster = Cluster::new(CONFIG);
     open_to_others(&cluster);
     cluster.start_global();
@@ -756,7 +760,7 @@ fn attack11_slow_partial_lines_leave_no_memory_behind() {
 /// short prefix and errors are rate-limited: the log stays small.
 #[test]
 fn attack12_malformed_lines_do_not_flood_the_log() {
-    let _serial = serialize();
+    let _turn = alone();
     let mut cluster = Cluster::new(CONFIG);
     cluster.start_global();
     cluster.start_local("n1");
@@ -790,7 +794,7 @@ fn attack12_malformed_lines_do_not_flood_the_log() {
 /// line per burst, no busy loop) and work again once descriptors are free.
 #[test]
 fn attack13_descriptor_exhaustion_backs_off() {
-    let _serial = serialize();
+    let _turn = alone();
     let mut cluster = Cluster::new(CONFIG);
     cluster.start_global_with(Some(40));
     cluster.start_local_with("n1", &[], Some(24));
@@ -840,7 +844,7 @@ fn attack13_descriptor_exhaustion_backs_off() {
 /// node are capped: memory stays small, `ctl jobs` answers, cycles stay short.
 #[test]
 fn attack14_stage_joined_flood_is_bounded() {
-    let _serial = serialize();
+    let _turn = alone();
     let mut cluster = Cluster::new(CONFIG);
     cluster.start_global();
     let pid = cluster.global_pid();
@@ -927,6 +931,7 @@ fn attack14_stage_joined_flood_is_bounded() {
 /// controller are refused in one line naming the path.
 #[test]
 fn attack15_socket_paths_are_created_safely() {
+    let _turn = crate::util::together();
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("local.sock");
     let start = |path: &Path| {
@@ -1016,6 +1021,7 @@ fn attack15_socket_paths_are_created_safely() {
 /// carry are named in one line, exit 2.
 #[test]
 fn tls_files_are_required_and_checked_at_start() {
+    let _turn = crate::util::together();
     let dir = tempfile::tempdir().unwrap();
     let tls = dir.path().join("tls");
     cheferd_controller::tls::make_loopback_site(&tls, &["n1"]).unwrap();

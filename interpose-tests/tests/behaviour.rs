@@ -10,9 +10,7 @@
 //! far below its limit, as a loaded 2-core machine descheduling the probe can only
 //! lose tokens, never add any.
 
-mod common;
-
-use common::*;
+use crate::util::*;
 
 /// A scratch mountpoint with the probe's 4 MiB `file` in it.
 fn mountpoint(name: &str) -> Scratch {
@@ -57,6 +55,7 @@ fn assert_accurate(what: &str, achieved: f64, limit: f64) {
 
 #[test]
 fn operation_limits_are_accurate() {
+    let _turn = crate::util::together();
     let dir = mountpoint("op-limits");
     let (rate, reports) = rate_under(&dir, "open-loop", &["2.5"], "open=1500/s", "ops");
     assert_accurate("open=1500/s", rate, 1500.0);
@@ -75,6 +74,7 @@ fn operation_limits_are_accurate() {
 
 #[test]
 fn class_limit_covers_every_metadata_operation() {
+    let _turn = crate::util::together();
     let dir = mountpoint("class-limit");
     // stat + open + close: three metadata operations per iteration, one bucket.
     let (rate, reports) = rate_under(&dir, "mixed-loop", &["2.5"], "metadata=2400/s", "ops");
@@ -86,6 +86,7 @@ fn class_limit_covers_every_metadata_operation() {
 
 #[test]
 fn byte_limit_is_accurate() {
+    let _turn = crate::util::together();
     let dir = mountpoint("byte-limit");
     // 64 KiB preads at 16 MiB/s: 256 reads per second.
     let (rate, reports) = rate_under(
@@ -106,6 +107,7 @@ fn byte_limit_is_accurate() {
 
 #[test]
 fn unmanaged_paths_are_not_slowed() {
+    let _turn = crate::util::together();
     let managed = mountpoint("limited-mount");
     let elsewhere = mountpoint("elsewhere");
     // The mountpoint is limited to 50 ops/s; the probe works in another directory.
@@ -146,6 +148,7 @@ fn scenario(dir: &Scratch, name: &str) -> Vec<padll_wire::report::Report> {
 
 #[test]
 fn relative_paths_resolve_against_the_current_directory() {
+    let _turn = crate::util::together();
     let dir = mountpoint("relative");
     let reports = scenario(&dir, "relative");
     // file, ./file and ../<name>/file are inside; ".." (the parent) is not.
@@ -158,6 +161,7 @@ fn relative_paths_resolve_against_the_current_directory() {
 
 #[test]
 fn at_calls_resolve_against_their_directory_descriptor() {
+    let _turn = crate::util::together();
     let dir = mountpoint("at");
     let reports = scenario(&dir, "at");
     // fstatat(dirfd, "file"), fstatat(parent, "<name>/file"), fstatat(dirfd, "", EMPTY_PATH).
@@ -168,6 +172,7 @@ fn at_calls_resolve_against_their_directory_descriptor() {
 
 #[test]
 fn duplicated_descriptors_stay_managed() {
+    let _turn = crate::util::together();
     let dir = mountpoint("dup");
     let reports = scenario(&dir, "dup");
     // fstat on the original, dup, dup2 and F_DUPFD_CLOEXEC copies; the fstat on a
@@ -179,6 +184,7 @@ fn duplicated_descriptors_stay_managed() {
 
 #[test]
 fn streams_and_directory_streams_are_followed() {
+    let _turn = crate::util::together();
     let dir = mountpoint("streams");
     let reports = scenario(&dir, "stdio");
     assert_eq!(op(&reports, "open").managed, 2, "two fopen");
@@ -194,6 +200,7 @@ fn streams_and_directory_streams_are_followed() {
 
 #[test]
 fn errno_and_results_are_exactly_the_real_calls() {
+    let _turn = crate::util::together();
     let dir = mountpoint("errno");
     let reports = scenario(&dir, "errno");
     assert!(op(&reports, "open").errors >= 1);
@@ -209,6 +216,7 @@ fn errno_and_results_are_exactly_the_real_calls() {
 
 #[test]
 fn file_mappings_are_counted_and_anonymous_ones_pass_through() {
+    let _turn = crate::util::together();
     let dir = mountpoint("mmap");
     let reports = scenario(&dir, "mmap");
     assert_eq!(op(&reports, "mmap").managed, 1);
@@ -216,6 +224,7 @@ fn file_mappings_are_counted_and_anonymous_ones_pass_through() {
 
 #[test]
 fn a_forked_child_keeps_working_and_reports_on_its_own() {
+    let _turn = crate::util::together();
     let dir = mountpoint("fork");
     let stats = dir.path().with_extension("json");
     let _ = std::fs::remove_file(&stats);
@@ -244,6 +253,7 @@ fn a_forked_child_keeps_working_and_reports_on_its_own() {
 #[test]
 #[cfg_attr(not(has_bash), ignore = "bash not installed")]
 fn children_of_a_batch_script_are_throttled_too() {
+    let _turn = crate::util::together();
     let dir = mountpoint("exec");
     let stats = dir.path().with_extension("json");
     let _ = std::fs::remove_file(&stats);
@@ -291,6 +301,7 @@ fn children_of_a_batch_script_are_throttled_too() {
 
 #[test]
 fn many_threads_share_one_bucket() {
+    let _turn = crate::util::together();
     let dir = mountpoint("threads");
     // 256 threads × 12 stats under a 1500/s limit: ≈ 2 s.
     let (rate, reports) = rate_under(&dir, "threads", &["256", "12"], "getattr=1500/s", "ops");
@@ -300,6 +311,7 @@ fn many_threads_share_one_bucket() {
 
 #[test]
 fn signals_interrupting_a_throttled_call_do_not_fail_it() {
+    let _turn = crate::util::together();
     let dir = mountpoint("signals");
     // 30 stats at 20/s (1.5 s) while SIGALRM arrives every 5 ms without SA_RESTART:
     // every stat succeeds with errno untouched, and the handler keeps running.
@@ -319,6 +331,7 @@ fn signals_interrupting_a_throttled_call_do_not_fail_it() {
 
 #[test]
 fn a_bad_configuration_runs_the_program_unthrottled_with_one_line() {
+    let _turn = crate::util::together();
     let dir = mountpoint("bad-config");
     let mut env = stage_env(dir.path(), "open=fast", None);
     env.push(("PADLL_LOG".into(), "error".into()));
@@ -337,6 +350,7 @@ fn a_bad_configuration_runs_the_program_unthrottled_with_one_line() {
 
 #[test]
 fn the_stage_is_silent_and_leaves_no_files() {
+    let _turn = crate::util::together();
     let dir = mountpoint("silence");
     let before = tree(dir.path());
     let out = run(
@@ -363,6 +377,7 @@ fn the_stage_is_silent_and_leaves_no_files() {
 #[test]
 #[cfg_attr(not(has_bash), ignore = "bash not installed")]
 fn copies_are_paced_by_the_bytes_they_move() {
+    let _turn = crate::util::together();
     // cp and cat ask copy_file_range for up to SSIZE_MAX bytes at a time: the stage
     // must charge what is moved (4 MiB read + 4 MiB written at 8 MiB/s ≈ 1 s), not
     // what was asked for (which would block the channel for ever).
@@ -395,6 +410,7 @@ fn copies_are_paced_by_the_bytes_they_move() {
 
 #[test]
 fn the_stages_own_io_is_never_throttled() {
+    let _turn = crate::util::together();
     // Statistics written at exit into the managed mountpoint, whose every operation is
     // limited to 1/s and exhausted by the loop: were the stage's own open, write and
     // close managed, the exit would wait about 3 s for them.

@@ -7,20 +7,10 @@
 //! limit, on tmpfs and on a file system whose calls are slowed deliberately; the tests
 //! take turns (`serial`) so that two measurements never share the two cores.
 
-mod common;
-
-use common::*;
+use crate::util::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard};
-
-fn serial() -> MutexGuard<'static, ()> {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// A scratch mountpoint with the probe's file in it, writable by every user (one test
 /// runs a probe as another uid).
@@ -171,23 +161,26 @@ fn run_group(
     finish(children)
 }
 
-/// The window for a job-wide limit is −3 %/+2 %: the upper bound is asserted as
-/// is; below, only a job far under its limit fails (a loaded machine descheduling the
-/// probes can only make them slower).
+/// The window for a job-wide limit is −3 %/+2 %. The upper bound is what protects the
+/// file system and is always asserted; below, a loaded machine descheduling the probes
+/// can only make them slower, so by default only a job far under its limit fails.
+/// `PADLL_STRICT_RATES=1` asserts the whole window (on a quiet machine).
 fn assert_job_accurate(what: &str, achieved: f64, limit: f64) {
     assert!(
         achieved <= limit * 1.02,
         "{what}: {achieved:.0}/s is above the {limit:.0}/s job limit + 2 %"
     );
+    let strict = std::env::var_os("PADLL_STRICT_RATES").is_some_and(|v| v == "1");
+    let floor = if strict { 0.97 } else { 0.5 };
     assert!(
-        achieved >= limit * 0.5,
-        "{what}: {achieved:.0}/s is far below the {limit:.0}/s job limit"
+        achieved >= limit * floor,
+        "{what}: {achieved:.0}/s is below {floor} × the {limit:.0}/s job limit"
     );
 }
 
 #[test]
 fn a_job_limit_binds_its_processes_together() {
-    let _serial = serial();
+    let _turn = alone();
     let dir = tmpfs_mountpoint("jw-sum");
     for processes in [2, 4] {
         let job = job(&format!("sum{processes}"));
@@ -230,7 +223,7 @@ fn a_job_limit_binds_its_processes_together() {
 
 #[test]
 fn two_jobs_on_a_node_each_get_their_own_limit() {
-    let _serial = serial();
+    let _turn = alone();
     let dir = mountpoint("jw-two");
     let (a, b) = (job("two-a"), job("two-b"));
     let children_a: Vec<Child> = (0..2)
@@ -264,7 +257,7 @@ fn two_jobs_on_a_node_each_get_their_own_limit() {
 #[test]
 #[cfg_attr(not(has_bash), ignore = "bash not installed")]
 fn six_hundred_short_lived_processes_hold_the_job_limit() {
-    let _serial = serial();
+    let _turn = alone();
     let dir = mountpoint("jw-short");
     let stats = dir.path().with_extension("short.json");
     let _ = std::fs::remove_file(&stats);
@@ -317,7 +310,7 @@ fn six_hundred_short_lived_processes_hold_the_job_limit() {
     ignore = "cc not installed (it builds the slow file system)"
 )]
 fn slow_calls_do_not_loosen_the_job_limit() {
-    let _serial = serial();
+    let _turn = alone();
     let dir = mountpoint("jw-slow");
     // A "file system" whose stat calls take a random 0–20 ms, preloaded after the stage
     // so that the stage's real stat is this one.
@@ -384,7 +377,7 @@ fn single_line(stderr: &str) -> &str {
 
 #[test]
 fn a_corrupt_segment_in_use_falls_back_to_per_process_limits() {
-    let _serial = serial();
+    let _turn = alone();
     let dir = mountpoint("jw-corrupt");
     let job = job("corrupt");
     let path = segment(&job);
@@ -448,7 +441,7 @@ fn hold_shared_lock(file: &std::fs::File) {
 
 #[test]
 fn a_segment_left_by_a_killed_job_is_reset_for_the_next() {
-    let _serial = serial();
+    let _turn = alone();
     let dir = mountpoint("jw-killed");
     let job = job("killed");
     let env = job_env(dir.path(), "getattr=1500/s", &job);
@@ -477,7 +470,7 @@ fn a_segment_left_by_a_killed_job_is_reset_for_the_next() {
     ignore = "needs root and setpriv to run a probe as another uid"
 )]
 fn another_user_can_neither_join_nor_squat_a_job() {
-    let _serial = serial();
+    let _turn = alone();
     let dir = mountpoint("jw-uid");
     let job = job("uid");
     let env = job_env(dir.path(), "getattr=1500/s", &job);

@@ -5,9 +5,7 @@
 //! creation calls (`open`, `openat`, `creat`, an existing file, `O_EXCL` on it) and
 //! prints what it saw; its output must be what it is natively, whatever the ioctl does.
 
-mod common;
-
-use common::*;
+use crate::util::*;
 use padll_wire::control::{self, ControlMessage, StageMessage, PROTOCOL_VERSION};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixListener;
@@ -225,6 +223,7 @@ fn expected_layout(targets: &[u32]) -> String {
 #[test]
 #[cfg_attr(not(has_cc), ignore = "cc not installed")]
 fn created_files_get_the_controllers_targets_and_nothing_else_changes() {
+    let _turn = crate::util::together();
     let setup = Setup::new("placed", true);
     let (name, value) = setup.placement(3);
     assert_eq!(
@@ -243,6 +242,7 @@ fn created_files_get_the_controllers_targets_and_nothing_else_changes() {
 #[test]
 #[cfg_attr(not(has_cc), ignore = "cc not installed")]
 fn without_placement_no_layout_call_is_made() {
+    let _turn = crate::util::together();
     let setup = Setup::new("unplaced", true);
     assert_eq!(setup.run("managed", Some(&[]), true), setup.native);
     assert!(setup.recorded().is_empty(), "{:?}", setup.recorded());
@@ -251,6 +251,7 @@ fn without_placement_no_layout_call_is_made() {
 #[test]
 #[cfg_attr(not(has_cc), ignore = "cc not installed")]
 fn layout_errors_never_reach_the_program() {
+    let _turn = crate::util::together();
     let setup = Setup::new("refused", true);
     let (name, value) = setup.placement(2);
     let failing = [(name, value.as_str()), ("PLACEMENT_ERRNO", "22")];
@@ -261,6 +262,7 @@ fn layout_errors_never_reach_the_program() {
 #[test]
 #[cfg_attr(not(has_cc), ignore = "cc not installed")]
 fn a_file_system_without_the_interface_sees_no_change() {
+    let _turn = crate::util::together();
     let setup = Setup::new("not-lustre", true);
     let (name, value) = setup.placement(2);
     let (stdout, stderr) = setup.run_with_stderr("plain", Some(&[(name, &value)]), false);
@@ -277,6 +279,7 @@ fn a_file_system_without_the_interface_sees_no_change() {
 #[test]
 #[cfg_attr(not(has_cc), ignore = "cc not installed")]
 fn without_an_answer_files_are_created_as_usual() {
+    let _turn = crate::util::together();
     let setup = Setup::new("silent", false);
     let (name, value) = setup.placement(2);
     let started = Instant::now();

@@ -5,9 +5,7 @@
 //! once natively, once with the directory registered as the mountpoint (under a
 //! generous limit, and for the core cases also under a tight metadata limit).
 
-mod common;
-
-use common::*;
+use crate::util::*;
 use std::path::Path;
 use std::process::Output;
 
@@ -186,12 +184,14 @@ fn case(name: &str) {
 #[test]
 #[cfg_attr(not(has_bash), ignore = "bash not installed")]
 fn bash_pipelines_behave_as_natively() {
+    let _turn = crate::util::together();
     case("bash pipelines and redirections");
 }
 
 #[test]
 #[cfg_attr(not(all(has_bash, has_tar)), ignore = "tar or bash not installed")]
 fn coreutils_behave_as_natively() {
+    let _turn = crate::util::together();
     case("coreutils");
 }
 
@@ -201,6 +201,7 @@ fn coreutils_behave_as_natively() {
     ignore = "python3 or bash not installed"
 )]
 fn python3_behaves_as_natively() {
+    let _turn = crate::util::together();
     case("python3 file I/O");
 }
 
@@ -210,24 +211,28 @@ fn python3_behaves_as_natively() {
     ignore = "sqlite3 or bash not installed"
 )]
 fn sqlite3_behaves_as_natively() {
+    let _turn = crate::util::together();
     case("sqlite3");
 }
 
 #[test]
 #[cfg_attr(not(all(has_bash, has_rsync)), ignore = "rsync or bash not installed")]
 fn rsync_behaves_as_natively() {
+    let _turn = crate::util::together();
     case("rsync");
 }
 
 #[test]
 #[cfg_attr(not(all(has_bash, has_fio)), ignore = "fio or bash not installed")]
 fn fio_verifies_its_data_under_the_stage() {
+    let _turn = crate::util::together();
     case("fio with verification");
 }
 
 #[test]
 #[cfg_attr(not(all(has_bash, has_tar)), ignore = "tar or bash not installed")]
 fn core_cases_under_a_tight_metadata_limit() {
+    let _turn = crate::util::together();
     for (name, script) in &CASES[..2] {
         compare(name, script, "metadata=20k/s,data=200MiB/s");
     }
@@ -269,6 +274,7 @@ fn stress_ng_rate(dir: &Path, stressor: &str, env: &[(String, String)]) -> f64 {
 #[test]
 #[cfg_attr(not(has_stress_ng), ignore = "stress-ng not installed")]
 fn stress_ng_file_stressors_succeed_and_are_throttled() {
+    let _turn = crate::util::together();
     // Correctness: the file stressors verify their data and exit 0 under the stage.
     // (Their workers leave with _exit, which writes no statistics, so what the stage
     // managed is shown by throttling below rather than by counters.)
@@ -328,6 +334,7 @@ fn stress_ng_file_stressors_succeed_and_are_throttled() {
 #[test]
 #[cfg_attr(not(has_dbench), ignore = "dbench not installed")]
 fn dbench_succeeds() {
+    let _turn = crate::util::together();
     let dir = Scratch::new("dbench");
     let out = run(
         "dbench",
@@ -376,6 +383,7 @@ fn same_with_preload(
     ignore = "libjemalloc2, python3 or bash not installed"
 )]
 fn jemalloc_mapping_memory_before_the_stage_is_loaded() {
+    let _turn = crate::util::together();
     // jemalloc maps its arenas with mmap while initialising, before and during our
     // constructor: a stage resolving the real mmap lazily (dlsym allocates) deadlocks.
     let jemalloc = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
@@ -388,6 +396,7 @@ fn jemalloc_mapping_memory_before_the_stage_is_loaded() {
 #[test]
 #[cfg_attr(not(all(has_bash, has_rustc)), ignore = "rustc or bash not installed")]
 fn rustc_resolving_its_own_path_at_start_up() {
+    let _turn = crate::util::together();
     // rustc resolves its own path with readlink at start-up (a naive Rust readlink hook
     // hung it).
     same_with_preload("rustc", "rustc --version && cargo --version", &[], 0, &[]);
@@ -396,6 +405,7 @@ fn rustc_resolving_its_own_path_at_start_up() {
 #[test]
 #[cfg_attr(not(all(has_bash, has_cc)), ignore = "cc or bash not installed")]
 fn calls_made_before_the_stage_is_initialised_pass_through() {
+    let _turn = crate::util::together();
     // A preloaded library whose constructor touches files in the mountpoint: depending
     // on the order, it runs before or after the stage's constructor. Both must work.
     let build = Scratch::new("early-lib");

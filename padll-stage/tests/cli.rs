@@ -2,8 +2,9 @@
 //! nothing starts; good ones preload the stage (keeping an existing `LD_PRELOAD`), take
 //! the job's identity from the batch system unless a flag overrides it, and throttle.
 
+use crate::util::scratch;
 use padll_wire::report::{self, Report};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 fn padll(args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -23,13 +24,6 @@ fn padll(args: &[&str], env: &[(&str, &str)]) -> Output {
     }
     command.envs(env.iter().copied());
     command.output().expect("padll runs")
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("padll-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 fn stderr(output: &Output) -> String {

@@ -2,6 +2,7 @@
 //! reports, rules applied at run time, malformed and oversized messages, refused rules,
 //! fail-static when the controller disappears, and reconnection.
 
+use crate::util::{library, scratch};
 use padll_wire::channel::{ChannelSpec, Scope, Unit};
 use padll_wire::control::{
     self, ControlMessage, StageMessage, MAX_MESSAGE_BYTES, PROTOCOL_VERSION,
@@ -13,18 +14,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
-
-fn library() -> PathBuf {
-    let profile = PathBuf::from(env!("CARGO_BIN_EXE_padll"));
-    padll_wire::locate_stage_library(profile.parent().unwrap()).expect("libpadll.so is built")
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("padll-control-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// The job of the loop working in `dir`: one per test (the job's last rules on the node
 /// are kept across its processes).

@@ -3,21 +3,10 @@
 //! configuration), never hang or balloon, and the stage says why in one line naming
 //! the value.
 
-use std::path::{Path, PathBuf};
+use crate::util::{library, scratch};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn library() -> PathBuf {
-    let profile = PathBuf::from(env!("CARGO_BIN_EXE_padll"));
-    padll_wire::locate_stage_library(profile.parent().unwrap()).expect("libpadll.so is built")
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("padll-hostile-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 fn mkfifo(path: &Path) {
     let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();

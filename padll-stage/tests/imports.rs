@@ -3,8 +3,8 @@
 //! sqlite3) is exported by `libpadll.so`, unless it is listed below with the reason it
 //! needs no hook.
 
+use crate::util::library;
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::process::Command;
 
 /// Name prefixes of the libc functions that can touch a file or a directory.
@@ -168,11 +168,6 @@ const NOT_HOOKED: &[(&str, &str)] = &[
         "creates no descriptor and touches no file; the stream is followed through its fd",
     ),
 ];
-
-fn library() -> PathBuf {
-    let profile = PathBuf::from(env!("CARGO_BIN_EXE_padll"));
-    padll_wire::locate_stage_library(profile.parent().unwrap()).expect("libpadll.so is built")
-}
 
 fn dynamic_symbols(path: &str, undefined: bool) -> Option<BTreeSet<String>> {
     let flag = if undefined {

@@ -12,7 +12,7 @@ use cheferd_controller::admin::AdminRequest;
 use cheferd_controller::config::GlobalConfig;
 use cheferd_controller::global::Controller;
 use cheferd_controller::proto::LocalMessage;
-use padll_wire::channel::{Unit, MAX_CHANNELS, MAX_RATE};
+use padll_wire::channel::{MAX_CHANNELS, MAX_RATE};
 use padll_wire::control::{self, ControlMessage, LastRules, StageMessage};
 use prost::Message;
 use std::sync::Arc;
@@ -254,10 +254,10 @@ pub fn stage_config(data: &[u8]) {
 pub fn rate_selector(data: &[u8]) {
     let Some(text) = text(data) else { return };
     if let Ok(rate) = padll_wire::config::parse_rate(text) {
-        assert!((1..=MAX_RATE).contains(&rate.per_second), "{rate:?}");
-        let spelt = match rate.unit {
-            Unit::Requests => format!("{}/s", rate.per_second),
-            Unit::Bytes => format!("{}B/s", rate.per_second),
+        assert!((1..=MAX_RATE).contains(&rate.per_second()), "{rate:?}");
+        let spelt = match rate {
+            padll_wire::config::Rate::Ops(n) => format!("{n}/s"),
+            padll_wire::config::Rate::Bytes(n) => format!("{n}B/s"),
         };
         assert_eq!(padll_wire::config::parse_rate(&spelt), Ok(rate));
     }

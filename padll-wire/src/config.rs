@@ -24,67 +24,112 @@ use serde::{Deserialize, Serialize};
 /// Default bucket depth, in milliseconds' worth of the rate.
 pub const DEFAULT_BURST_MS: u64 = 10;
 
-/// A rate as written by a user: `5000/s`, `2k`, `100MiB/s`, `1.5GB/s`.
+/// A rate as written by a user: `5000/s`, `2k`, `100MiB/s`, `1.5GB/s`. Its unit is its
+/// variant, so no use of the number can forget what it counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Rate {
-    /// Tokens per second.
-    pub per_second: u64,
-    /// Requests, or bytes when the unit named bytes (`B`, `KiB`, `MB`, …).
-    pub unit: Unit,
+pub enum Rate {
+    /// Requests per second: a plain number, or one with a `k`, `M` or `G` multiplier.
+    Ops(u64),
+    /// Bytes per second: a unit naming bytes (`B`, `KiB`, `MB`, …).
+    Bytes(u64),
+}
+
+impl Rate {
+    /// Tokens per second, whatever they count.
+    pub fn per_second(self) -> u64 {
+        match self {
+            Rate::Ops(n) | Rate::Bytes(n) => n,
+        }
+    }
+
+    /// What its tokens count.
+    pub fn unit(self) -> Unit {
+        match self {
+            Rate::Ops(_) => Unit::Requests,
+            Rate::Bytes(_) => Unit::Bytes,
+        }
+    }
+}
+
+/// A rate [`parse_rate`] refused: the text as given and why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("bad rate '{text}': {kind}")]
+pub struct RateError {
+    /// The text as given.
+    pub text: String,
+    /// What is wrong with it.
+    pub kind: RateErrorKind,
+}
+
+/// Why a rate was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RateErrorKind {
+    /// A minus sign.
+    #[error("must not be negative")]
+    Negative,
+    /// `inf`, `infinity` or `nan`.
+    #[error("must be a finite number")]
+    NotFinite,
+    /// No number where one was expected.
+    #[error("expected a number such as 5000/s or 100MiB/s")]
+    NotANumber,
+    /// A suffix that is no unit (kept).
+    #[error("unknown unit '{0}' (use k, M, G, B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")]
+    UnknownUnit(String),
+    /// Less than one token per second once rounded.
+    #[error("must be at least 1 per second")]
+    BelowOne,
+    /// Above [`crate::channel::MAX_RATE`].
+    #[error("too large")]
+    TooLarge,
 }
 
 /// Parses a rate. A unit containing `B` counts bytes (`KB` = 1000 B, `KiB` = 1024 B);
 /// otherwise the rate counts requests, with optional `k`, `M`, `G` multipliers.
 /// `/s` is optional.
-pub fn parse_rate(text: &str) -> Result<Rate, String> {
-    let bad = |why: &str| format!("bad rate '{text}': {why}");
+pub fn parse_rate(text: &str) -> Result<Rate, RateError> {
+    let bad = |kind| RateError {
+        text: text.to_string(),
+        kind,
+    };
     let trimmed = text.trim();
     let body = trimmed.strip_suffix("/s").unwrap_or(trimmed).trim();
     if body.starts_with('-') {
-        return Err(bad("must not be negative"));
+        return Err(bad(RateErrorKind::Negative));
     }
     let lowered = body.trim_start_matches('+').to_ascii_lowercase();
     if ["inf", "infinity", "nan"].contains(&lowered.as_str()) {
-        return Err(bad("must be a finite number"));
+        return Err(bad(RateErrorKind::NotFinite));
     }
     let split = body
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(body.len());
     let (number, suffix) = body.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| bad("expected a number such as 5000/s or 100MiB/s"))?;
-    let (multiplier, unit) = match suffix.trim() {
-        "" => (1.0, Unit::Requests),
-        "k" | "K" => (1e3, Unit::Requests),
-        "M" => (1e6, Unit::Requests),
-        "G" => (1e9, Unit::Requests),
-        "B" => (1.0, Unit::Bytes),
-        "kB" | "KB" => (1e3, Unit::Bytes),
-        "MB" => (1e6, Unit::Bytes),
-        "GB" => (1e9, Unit::Bytes),
-        "TB" => (1e12, Unit::Bytes),
-        "KiB" => (1024.0, Unit::Bytes),
-        "MiB" => (1024.0 * 1024.0, Unit::Bytes),
-        "GiB" => (1024.0 * 1024.0 * 1024.0, Unit::Bytes),
-        "TiB" => (1024.0 * 1024.0 * 1024.0 * 1024.0, Unit::Bytes),
-        other => {
-            return Err(bad(&format!(
-                "unknown unit '{other}' (use k, M, G, B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
-            )))
-        }
+    let value: f64 = number.parse().map_err(|_| bad(RateErrorKind::NotANumber))?;
+    let (multiplier, unit): (f64, fn(u64) -> Rate) = match suffix.trim() {
+        "" => (1.0, Rate::Ops),
+        "k" | "K" => (1e3, Rate::Ops),
+        "M" => (1e6, Rate::Ops),
+        "G" => (1e9, Rate::Ops),
+        "B" => (1.0, Rate::Bytes),
+        "kB" | "KB" => (1e3, Rate::Bytes),
+        "MB" => (1e6, Rate::Bytes),
+        "GB" => (1e9, Rate::Bytes),
+        "TB" => (1e12, Rate::Bytes),
+        "KiB" => (1024.0, Rate::Bytes),
+        "MiB" => (1024.0 * 1024.0, Rate::Bytes),
+        "GiB" => (1024.0 * 1024.0 * 1024.0, Rate::Bytes),
+        "TiB" => (1024.0 * 1024.0 * 1024.0 * 1024.0, Rate::Bytes),
+        other => return Err(bad(RateErrorKind::UnknownUnit(other.to_string()))),
     };
     let per_second = (value * multiplier).round();
     if per_second < 1.0 {
-        return Err(bad("must be at least 1 per second"));
+        return Err(bad(RateErrorKind::BelowOne));
     }
     if per_second > crate::channel::MAX_RATE as f64 {
-        return Err(bad("too large"));
+        return Err(bad(RateErrorKind::TooLarge));
     }
-    Ok(Rate {
-        per_second: per_second as u64,
-        unit,
-    })
+    Ok(unit(per_second as u64))
 }
 
 /// A rate as a configuration file writes it: a number of tokens per second (`110000`)
@@ -136,20 +181,41 @@ pub fn toml_error(text: &str, error: &toml::de::Error) -> String {
     format!("line {line} `{content}`: {}", error.message())
 }
 
+/// A selector [`parse_selector`] refused: the text as given and why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("bad selector '{text}': {kind}")]
+pub struct SelectorError {
+    /// The text as given.
+    pub text: String,
+    /// What is wrong with it.
+    pub kind: SelectorErrorKind,
+}
+
+/// Why a selector was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SelectorErrorKind {
+    /// A scope before `:` that is not an absolute path.
+    #[error("a scope must be an absolute mountpoint, as in /scratch:metadata")]
+    RelativeMount,
+    /// A name that is no operation, class or `all` (kept).
+    #[error("'{0}' is not 'all', a class (metadata, data, directory, xattr) or an operation ({ops})", ops = crate::ops::Op::ALL.iter().map(|o| o.name()).collect::<Vec<_>>().join(", "))]
+    UnknownName(String),
+}
+
 /// A selector: an operation, class or `all`, optionally scoped to one mountpoint
 /// (`/scratch:metadata`).
-pub fn parse_selector(text: &str) -> Result<(Option<String>, Scope), String> {
+pub fn parse_selector(text: &str) -> Result<(Option<String>, Scope), SelectorError> {
+    let bad = |kind| SelectorError {
+        text: text.to_string(),
+        kind,
+    };
     let (mount, name) = match text.rsplit_once(':') {
         Some((mount, name)) if mount.starts_with('/') => (Some(mount.to_string()), name),
-        Some(_) => return Err(format!("bad selector '{text}': a scope must be an absolute mountpoint, as in /scratch:metadata")),
+        Some(_) => return Err(bad(SelectorErrorKind::RelativeMount)),
         None => (None, text),
     };
-    let scope = Scope::parse(name).ok_or_else(|| {
-        format!(
-            "bad selector '{text}': '{name}' is not 'all', a class (metadata, data, directory, xattr) or an operation ({})",
-            crate::ops::Op::ALL.iter().map(|o| o.name()).collect::<Vec<_>>().join(", ")
-        )
-    })?;
+    let scope =
+        Scope::parse(name).ok_or_else(|| bad(SelectorErrorKind::UnknownName(name.to_string())))?;
     Ok((mount, scope))
 }
 
@@ -158,14 +224,14 @@ pub fn parse_rule(text: &str, burst_ms: u64) -> Result<ChannelSpec, String> {
     let (selector, rate) = text
         .rsplit_once('=')
         .ok_or_else(|| format!("bad limit '{text}': expected SELECTOR=RATE, as in open=5000/s or /scratch:data=100MiB/s"))?;
-    let (mount, scope) = parse_selector(selector.trim())?;
-    let rate = parse_rate(rate)?;
+    let (mount, scope) = parse_selector(selector.trim()).map_err(|e| e.to_string())?;
+    let rate = parse_rate(rate).map_err(|e| e.to_string())?;
     Ok(ChannelSpec {
         mount: mount.map(|m| normalize_mount(&m)),
         scope,
-        rate: rate.per_second,
-        unit: rate.unit,
-        burst: burst_for(rate.per_second, burst_ms),
+        rate: rate.per_second(),
+        unit: rate.unit(),
+        burst: burst_for(rate.per_second(), burst_ms),
     })
 }
 
@@ -680,53 +746,18 @@ mod tests {
     #[test]
     fn rates() {
         let r = |t| parse_rate(t).unwrap();
-        assert_eq!(
-            r("5000/s"),
-            Rate {
-                per_second: 5000,
-                unit: Unit::Requests
-            }
-        );
-        assert_eq!(
-            r("2k"),
-            Rate {
-                per_second: 2000,
-                unit: Unit::Requests
-            }
-        );
-        assert_eq!(
-            r("1.5M/s"),
-            Rate {
-                per_second: 1_500_000,
-                unit: Unit::Requests
-            }
-        );
-        assert_eq!(
-            r("100MiB/s"),
-            Rate {
-                per_second: 100 << 20,
-                unit: Unit::Bytes
-            }
-        );
-        assert_eq!(
-            r("10 GB/s"),
-            Rate {
-                per_second: 10_000_000_000,
-                unit: Unit::Bytes
-            }
-        );
-        assert_eq!(
-            r("1TiB/s"),
-            Rate {
-                per_second: 1 << 40,
-                unit: Unit::Bytes
-            }
-        );
+        assert_eq!(r("5000/s"), Rate::Ops(5000));
+        assert_eq!(r("2k"), Rate::Ops(2000));
+        assert_eq!(r("1.5M/s"), Rate::Ops(1_500_000));
+        assert_eq!(r("100MiB/s"), Rate::Bytes(100 << 20));
+        assert_eq!(r("10 GB/s"), Rate::Bytes(10_000_000_000));
+        assert_eq!(r("1TiB/s"), Rate::Bytes(1 << 40));
         for bad in [
             "", "fast", "5x/s", "0/s", "0.1", "-5", "1e99GB", "inf", "NaN", "-inf/s",
         ] {
             let err = parse_rate(bad).unwrap_err();
-            assert!(err.contains(&format!("'{bad}'")), "{err}");
+            assert_eq!(err.text, bad);
+            assert!(err.to_string().contains(&format!("'{bad}'")), "{err}");
         }
         for (bad, why) in [
             ("-5", "must not be negative"),
@@ -734,7 +765,7 @@ mod tests {
             ("inf", "must be a finite number"),
             ("NaN/s", "must be a finite number"),
         ] {
-            let err = parse_rate(bad).unwrap_err();
+            let err = parse_rate(bad).unwrap_err().to_string();
             assert!(err.ends_with(why), "{err}");
         }
     }
@@ -747,10 +778,13 @@ mod tests {
             parse_selector("/scratch:metadata").unwrap(),
             (Some("/scratch".into()), Scope::Class(Class::Metadata))
         );
-        assert!(parse_selector("scratch:open")
-            .unwrap_err()
-            .contains("scratch:open"));
-        assert!(parse_selector("opne").unwrap_err().contains("'opne'"));
+        assert_eq!(
+            parse_selector("scratch:open").unwrap_err().kind,
+            SelectorErrorKind::RelativeMount
+        );
+        let unknown = parse_selector("opne").unwrap_err();
+        assert_eq!(unknown.kind, SelectorErrorKind::UnknownName("opne".into()));
+        assert!(unknown.to_string().contains("'opne'"), "{unknown}");
         let spec = parse_rule("/scratch/:data=100MiB/s", 10).unwrap();
         assert_eq!(spec.mount.as_deref(), Some("/scratch"));
         assert_eq!(spec.unit, Unit::Bytes);

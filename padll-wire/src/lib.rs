@@ -5,6 +5,7 @@
 pub mod channel;
 pub mod config;
 pub mod control;
+pub mod exit;
 pub mod ops;
 pub mod report;
 

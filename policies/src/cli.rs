@@ -3,8 +3,9 @@
 //! [`run`] (or by embedding [`Command`] in its own clap parser and calling
 //! [`execute`]).
 //!
-//! Exit codes: 0 success, 1 an I/O failure (e.g. cannot write the output directory),
-//! 2 bad arguments or bad input (the message names the bad value or field).
+//! Exit codes ([`FailureKind::exit_code`]): 0 success, 1 an I/O failure (e.g. cannot
+//! write the output directory), 2 bad arguments or bad input (the message names the bad
+//! value or field).
 
 use std::ffi::OsString;
 use std::fs;
@@ -12,6 +13,7 @@ use std::io::{BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
+use padll_wire::exit::{EX_FAILURE, EX_USAGE};
 use serde::Deserialize;
 
 use crate::placement::{self, PlaceInput, Placer, PlacerState};
@@ -180,38 +182,46 @@ pub fn parse_max_rate(text: &str) -> Result<f64, String> {
         };
     }
     padll_wire::config::parse_rate(t)
-        .map(|r| r.per_second as f64)
+        .map(|r| r.per_second() as f64)
         .map_err(|e| {
             format!("bad --max-rate `{text}` (expected a number or a rate such as 110k): {e}")
         })
 }
 
-/// A CLI failure: message and exit code.
-#[derive(Debug)]
-pub struct Failure {
-    /// Exit code (2: bad usage/input, 1: I/O).
-    pub code: i32,
-    /// What went wrong.
-    pub message: String,
+/// A CLI failure: one line naming the bad value, and its kind, which alone decides the
+/// exit code ([`FailureKind::exit_code`]).
+pub type Failure = padll_wire::exit::Failure<FailureKind>;
+
+/// What kind of failure a [`Failure`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureKind {
+    /// Bad arguments or input.
+    Usage,
+    /// Reading or writing failed.
+    Io,
+}
+
+impl FailureKind {
+    /// The `policies` binary's exit code for this kind.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            FailureKind::Usage => EX_USAGE,
+            FailureKind::Io => EX_FAILURE,
+        }
+    }
 }
 
 fn usage(message: impl Into<String>) -> Failure {
-    Failure {
-        code: 2,
-        message: message.into(),
-    }
+    Failure::new(FailureKind::Usage, message)
 }
 
 fn io(message: impl Into<String>) -> Failure {
-    Failure {
-        code: 1,
-        message: message.into(),
-    }
+    Failure::new(FailureKind::Io, message)
 }
 
 /// Parse `args` (including the program name) and run; returns the exit code. Errors go
 /// to stderr.
-pub fn run<I, T>(args: I) -> i32
+pub fn run<I, T>(args: I) -> u8
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
@@ -220,7 +230,7 @@ where
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() { 2 } else { 0 };
+            return if e.use_stderr() { EX_USAGE } else { 0 };
         }
     };
     let stdin = std::io::stdin();
@@ -228,8 +238,8 @@ where
     match execute(&cli.command, &mut stdin.lock(), &mut stdout.lock()) {
         Ok(()) => 0,
         Err(f) => {
-            eprintln!("error: {}", f.message);
-            f.code
+            eprintln!("error: {f}");
+            f.kind.exit_code()
         }
     }
 }

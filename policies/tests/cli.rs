@@ -1,24 +1,7 @@
 //! The `policies` binary: exit codes, messages, JSON in and out.
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
-
-fn policies(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_policies"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // The program may exit before reading its input (bad arguments): ignore EPIPE.
-    let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
-    child.wait_with_output().unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use crate::util::{policies, stderr};
+use std::process::Output;
 
 #[test]
 fn allocate_prints_rates_and_chains_state() {

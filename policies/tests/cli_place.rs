@@ -1,24 +1,8 @@
 //! `policies place` (dry run of one placement decision) and `policies place-sim`: JSON in
 //! and out, state chaining, exit code 2 and one line naming the field for bad input.
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
-
-fn policies(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_policies"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
-    child.wait_with_output().unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use crate::util::{policies, stderr};
+use std::process::Output;
 
 const CLUSTER: &str = r#"{
   "osses": [{"id": 0, "cpu": 90, "memory": 60}, {"id": 1, "cpu": 10, "memory": 20}],

@@ -7,8 +7,21 @@ use crate::policy::PolicyRunner;
 use serde::Serialize;
 
 impl Controller {
-    /// Applies an administrative change (checked first; nothing changes on error).
+    /// Applies an administrative change (checked first; nothing changes on error). A
+    /// standby refuses it; a leader records it for the next one (`crate::standby`).
     pub fn change(&self, change: Change) -> Result<String, String> {
+        self.leadership
+            .record(&change, || self.apply(&change, true))
+    }
+
+    /// Applies a change an earlier leader made (`crate::standby::persist`): as
+    /// [`Controller::change`], but a job need not be known yet (its stages have not
+    /// re-registered with this controller).
+    pub fn restore(&self, change: Change) -> Result<String, String> {
+        self.apply(&change, false)
+    }
+
+    fn apply(&self, change: &Change, job_must_be_known: bool) -> Result<String, String> {
         let checked = change.checked()?;
         let mut state = self.lock();
         match checked {
@@ -47,7 +60,8 @@ impl Controller {
                 terms,
             } => {
                 // A typo must not silently configure a job that will never run.
-                let known = state.config.jobs.contains_key(&job)
+                let known = !job_must_be_known
+                    || state.config.jobs.contains_key(&job)
                     || state
                         .nodes
                         .values()

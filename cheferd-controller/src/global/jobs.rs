@@ -37,6 +37,11 @@ impl JobIds {
         &self.names[key as usize]
     }
 
+    /// The id of `key`, if it is one.
+    pub(super) fn name_of(&self, key: JobKey) -> Option<&str> {
+        self.names.get(key as usize).map(String::as_str)
+    }
+
     /// The terms in force `elapsed` seconds after start.
     pub(super) fn terms<'a>(&self, config: &'a GlobalConfig, elapsed: f64) -> JobTerms<'a> {
         JobTerms {

@@ -38,6 +38,7 @@
 
 mod admin;
 mod cache;
+mod durable;
 mod enforce;
 mod jobs;
 mod registry;
@@ -48,6 +49,7 @@ mod snapshot;
 mod tests;
 
 pub use admin::Change;
+pub use durable::{PolicyState, SavedJob};
 pub use registry::ORPHAN_GRACE;
 pub use service::{serve, Service};
 pub use snapshot::{NodeSnapshot, Phases, ResourceSnapshot, Snapshot, StageSnapshot};
@@ -94,6 +96,8 @@ pub struct Controller {
     started: Instant,
     /// The placement service (`[placement]`), if configured.
     placement: Option<crate::placement_service::PlacementService>,
+    /// Whether it leads (always, without a standby: `crate::standby`).
+    leadership: crate::standby::Leadership,
 }
 
 impl Controller {
@@ -133,7 +137,18 @@ impl Controller {
             }),
             replies: Notify::new(),
             started: Instant::now(),
+            leadership: Default::default(),
         }))
+    }
+
+    /// Whether it leads, and in which term (`crate::standby`).
+    pub fn leadership(&self) -> &crate::standby::Leadership {
+        &self.leadership
+    }
+
+    /// The control interval.
+    pub fn interval(&self) -> Duration {
+        Duration::from_millis(self.lock().config.interval_ms)
     }
 
     /// The state. A panic while it was held may have left it half-changed, so no one

@@ -63,6 +63,7 @@ impl proto::global_server::Global for Service {
                 short(&name)
             )));
         }
+        self.controller.leadership().admit()?;
         let (outbox, receiver) = outbox::channel();
         let controller = self.controller.clone();
         let session = controller.attach_node(&name, outbox)?;
@@ -79,7 +80,13 @@ impl proto::global_server::Global for Service {
             }
             controller.detach_node(&name, session);
         });
-        Ok(Response::new(Box::pin(receiver)))
+        // Every message goes out with the leader's term (fencing, `crate::standby`).
+        let controller = self.controller.clone();
+        let stamped = tokio_stream::StreamExt::filter_map(receiver, move |message| match message {
+            Ok(message) => controller.leadership().stamp(message).map(Ok),
+            Err(status) => Some(Err(status)),
+        });
+        Ok(Response::new(Box::pin(stamped)))
     }
 }
 

@@ -13,6 +13,7 @@
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use padll_wire::config::LimitScope;
+use padll_wire::exit::{EX_CANNOT_EXECUTE, EX_FAILURE, EX_NOT_FOUND, EX_USAGE};
 use padll_wire::{config, report};
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -146,9 +147,9 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(Failure { message, code }) => {
-            eprintln!("padll: {message}");
-            ExitCode::from(code)
+        Err(failure) => {
+            eprintln!("padll: {failure}");
+            ExitCode::from(failure.kind.exit_code())
         }
     }
 }
@@ -169,10 +170,10 @@ fn parse_failure(error: &clap::Error, args: &[OsString]) -> ExitCode {
             | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
     ) {
         let _ = error.print();
-        return ExitCode::from(if error.use_stderr() { 2 } else { 0 });
+        return ExitCode::from(if error.use_stderr() { EX_USAGE } else { 0 });
     }
     eprintln!("padll: {}", error_line(error, args));
-    ExitCode::from(2)
+    ExitCode::from(EX_USAGE)
 }
 
 /// clap's error as one line.
@@ -282,13 +283,37 @@ Read by padll itself:
     )
 }
 
-struct Failure {
-    message: String,
-    code: u8,
+/// Why `padll` failed.
+type Failure = padll_wire::exit::Failure<Kind>;
+
+/// The kinds of failure, each with its exit code.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    /// Bad flags, values or configuration: nothing was started.
+    Usage,
+    /// Something failed at run time.
+    Failed,
+    /// The program to run does not exist.
+    ProgramNotFound,
+    /// The program to run exists but cannot be executed.
+    ProgramNotExecutable,
+}
+
+impl Kind {
+    /// The one mapping of failures to exit codes (the shell's for a program it cannot
+    /// run, so `padll run` is transparent to scripts).
+    fn exit_code(self) -> u8 {
+        match self {
+            Kind::Usage => EX_USAGE,
+            Kind::Failed => EX_FAILURE,
+            Kind::ProgramNotFound => EX_NOT_FOUND,
+            Kind::ProgramNotExecutable => EX_CANNOT_EXECUTE,
+        }
+    }
 }
 
 fn usage(message: String) -> Failure {
-    Failure { message, code: 2 }
+    Failure::new(Kind::Usage, message)
 }
 
 /// The stage's environment for these arguments, validated exactly as the stage will
@@ -419,19 +444,19 @@ fn stage_library(explicit: Option<&Path>) -> Result<PathBuf, Failure> {
         (None, Some(path)) => given_library(LIBRARY_VARIABLE, &path)?,
         (None, None) => {
             let exe = std::env::current_exe().map_err(|e| Failure {
+                kind: Kind::Failed,
                 message: format!("cannot locate this executable: {e}"),
-                code: 1,
             })?;
             let dir = exe.parent().unwrap_or(Path::new("/"));
             padll_wire::find_stage_library(dir).map_err(|looked| {
                 let looked: Vec<String> = looked.iter().map(|p| p.display().to_string()).collect();
                 Failure {
+                    kind: Kind::Failed,
                     message: format!(
                         "{} not found (looked in {}); give its path with --library or {LIBRARY_VARIABLE}",
                         padll_wire::STAGE_LIBRARY,
                         looked.join(", ")
                     ),
-                    code: 1,
                 }
             })?
         }
@@ -482,12 +507,12 @@ fn run(args: &RunArgs) -> Result<(), Failure> {
         .env("LD_PRELOAD", preload_value(&library))
         .exec();
     Err(Failure {
-        message: format!("cannot run '{}': {error}", program.to_string_lossy()),
-        code: if error.kind() == std::io::ErrorKind::NotFound {
-            127
+        kind: if error.kind() == std::io::ErrorKind::NotFound {
+            Kind::ProgramNotFound
         } else {
-            126
+            Kind::ProgramNotExecutable
         },
+        message: format!("cannot run '{}': {error}", program.to_string_lossy()),
     })
 }
 

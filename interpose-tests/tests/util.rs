@@ -1,13 +1,15 @@
 //! Shared harness: locate (building if needed) `libpadll.so`, run commands natively and
 //! under the stage, snapshot directory trees, read statistics.
 
-#![allow(dead_code)] // each test file uses a different part of the harness
-
 use padll_wire::report::{self, OpStats, Report};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
+
+#[path = "../../scripts/test-turns.rs"]
+mod turns;
+pub use turns::{alone, together};
 
 /// `<target>/<profile>`: the directory above the test executable's `deps`.
 fn profile_dir() -> PathBuf {

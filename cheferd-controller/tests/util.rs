@@ -4,27 +4,24 @@
 //! cluster kills and reaps every process it started (also when a test fails, when it
 //! prints the tail of every log first).
 
-#![allow(dead_code)] // each test binary uses a different part of the harness
-
 use cheferd_controller::global::Snapshot;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How long a `cheferd ctl` call may take before the test fails.
 const CTL_TIMEOUT: Duration = Duration::from_secs(10);
+/// The aggregate may exceed `Max_R` by this much in a one-second window.
+pub const CAP_TOLERANCE: f64 = 1.05;
 /// Replayers run until the test kills them.
 const REPLAY_SECONDS: &str = "600";
 
-/// The scenarios share two cores: run one at a time so their rates are not distorted by
-/// each other's load.
-pub fn serialize() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|p| p.into_inner())
-}
+#[path = "../../scripts/test-turns.rs"]
+mod turns;
+pub use turns::{alone, together};
 
 /// The `cheferd` binary under test.
 pub fn cheferd() -> PathBuf {
@@ -197,6 +194,9 @@ pub struct Cluster {
     locals: BTreeMap<String, Daemon>,
     /// Environment variables for local controllers (e.g. `SLURM_CONF` for `scontrol`).
     pub local_env: Vec<(String, String)>,
+    /// Local controllers' `--global` (this cluster's port; a standby's test lists
+    /// every global controller).
+    pub global_urls: String,
     /// Jobs' processes, in start order.
     pub jobs: Vec<Replayer>,
     restarts: usize,
@@ -242,6 +242,7 @@ impl Cluster {
             global: None,
             locals: BTreeMap::new(),
             local_env: Vec::new(),
+            global_urls: format!("https://127.0.0.1:{port}"),
             jobs: Vec::new(),
             restarts: 0,
         }
@@ -273,23 +274,10 @@ impl Cluster {
     /// hard), if given.
     pub fn start_global_with(&mut self, nofile: Option<u64>) {
         let (log, file) = self.log("global");
-        let child = limit_nofile(Command::new(cheferd()), nofile)
-            .arg("global")
-            .arg("--config")
-            .arg(self.dir.path().join("global.toml"))
-            .args(["--listen", &format!("127.0.0.1:{}", self.port)])
+        let mut command = limit_nofile(Command::new(cheferd()), nofile);
+        self.global_args(&mut command, self.port, &self.admin);
+        let child = command
             .args(["--metrics", &format!("127.0.0.1:{}", self.metrics_port)])
-            .arg("--tls-cert")
-            .arg(self.tls.join("server.pem"))
-            .arg("--tls-key")
-            .arg(self.tls.join("server.key"))
-            .arg("--tls-client-ca")
-            .arg(self.tls.join("ca.pem"))
-            .arg("--admin-socket")
-            .arg(&self.admin)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
             .stderr(file)
             .spawn()
             .expect("cheferd global starts");
@@ -298,6 +286,48 @@ impl Cluster {
         wait_for(Duration::from_secs(15), "the global controller", || {
             self.try_snapshot()
         });
+    }
+
+    /// `cheferd global` of this cluster's configuration and TLS files, on `port` and
+    /// the admin socket `admin` (stdout and stdin null, logging at info).
+    pub fn global_args(&self, command: &mut Command, port: u16, admin: &std::path::Path) {
+        command
+            .arg("global")
+            .arg("--config")
+            .arg(self.dir.path().join("global.toml"))
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .arg("--tls-cert")
+            .arg(self.tls.join("server.pem"))
+            .arg("--tls-key")
+            .arg(self.tls.join("server.key"))
+            .arg("--tls-client-ca")
+            .arg(self.tls.join("ca.pem"))
+            .arg("--admin-socket")
+            .arg(admin)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+    }
+
+    /// Samples the aggregate of every job's processes once per second over `from..to`
+    /// (windows ended and reported by now) and fails if one exceeds `max_rate` ×
+    /// [`CAP_TOLERANCE`].
+    pub fn assert_aggregate_capped(&self, from: Instant, to: Instant, max_rate: f64) {
+        let reported = Instant::now() - Duration::from_millis(1200);
+        let mut t = from + Duration::from_millis(500);
+        let mut samples = Vec::new();
+        while t < to.min(reported) {
+            samples.push(self.aggregate_at(t));
+            t += Duration::from_secs(1);
+        }
+        assert!(!samples.is_empty(), "no window to check");
+        eprintln!("aggregate per second (Max_R {max_rate:.0}): {samples:.0?}");
+        for (s, total) in samples.iter().enumerate() {
+            assert!(
+                *total <= max_rate * CAP_TOLERANCE,
+                "window {s}: aggregate {total:.0} ops/s > Max_R {max_rate:.0} + 5 % (all windows: {samples:.0?})"
+            );
+        }
     }
 
     /// SIGKILLs the global controller.
@@ -329,7 +359,7 @@ impl Cluster {
             .args(extra)
             .arg("--socket")
             .arg(&socket)
-            .args(["--global", &format!("https://127.0.0.1:{}", self.port)])
+            .args(["--global", &self.global_urls])
             .arg("--tls-cert")
             .arg(&tls.cert)
             .arg("--tls-key")

@@ -1,0 +1,183 @@
+//! A local controller's side of a standby: `cheferd local --global A,B,C` follows the
+//! leader among them, and refuses rules of an older term than the newest it has seen.
+
+use crate::proto::{global_message::Body, GlobalMessage};
+use std::time::Duration;
+use tonic::transport::{ClientTlsConfig, Endpoint};
+use tonic::Status;
+
+/// The global controllers a local controller may attach to, the one it tries now, and
+/// the newest leader term it has seen.
+pub struct Globals {
+    globals: Vec<(String, Endpoint)>,
+    current: usize,
+    newest_term: u64,
+}
+
+/// What to do with a message from the global controller.
+#[derive(Debug, PartialEq)]
+pub enum Verdict {
+    /// Handle it.
+    Follow,
+    /// An `Enforce` of an older term: drop it (fencing), saying why.
+    Ignore(String),
+    /// A `Registered` of an older term: this global controller was deposed; leave its
+    /// stream, saying why.
+    Leave(String),
+}
+
+impl Globals {
+    /// The comma-separated URLs of `--global`, each with `tls` (see
+    /// [`crate::tls::endpoint`]). With several, the connection is pinged (HTTP/2
+    /// keep-alive, 2 s) so a global controller that stopped answering is left within
+    /// 5 s for the next.
+    pub fn new(list: &str, tls: Option<ClientTlsConfig>) -> Result<Globals, String> {
+        let urls: Vec<&str> = list.split(',').map(str::trim).collect();
+        let several = urls.len() > 1;
+        let globals = urls
+            .into_iter()
+            .map(|url| {
+                if url.is_empty() {
+                    return Err(format!("--global '{list}': an empty URL in the list"));
+                }
+                let endpoint = crate::tls::endpoint(url, tls.clone())?;
+                let endpoint = if several {
+                    endpoint
+                        .connect_timeout(Duration::from_secs(3))
+                        .http2_keep_alive_interval(Duration::from_secs(2))
+                        .keep_alive_timeout(Duration::from_secs(3))
+                } else {
+                    endpoint
+                };
+                Ok((url.to_string(), endpoint))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(Globals {
+            globals,
+            current: 0,
+            newest_term: 0,
+        })
+    }
+
+    /// The URL to attach to now.
+    pub fn url(&self) -> &str {
+        &self.globals[self.current].0
+    }
+
+    /// Its endpoint.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.globals[self.current].1
+    }
+
+    /// The stream was lost or could not be opened: try the next one. Returns whether
+    /// the whole list has been tried since the last success (time to back off).
+    pub fn move_on(&mut self) -> bool {
+        self.current = (self.current + 1) % self.globals.len();
+        self.current == 0
+    }
+
+    /// The global controller refused the stream: go to the leader it names if it is
+    /// in the list (a URL from elsewhere is not followed), else to the next. Returns
+    /// whether to back off before trying (no leader named).
+    pub fn refused(&mut self, status: &Status) -> bool {
+        let named = status
+            .metadata()
+            .get(super::LEADER_METADATA)
+            .and_then(|v| v.to_str().ok());
+        match named.and_then(|leader| self.globals.iter().position(|(url, _)| url == leader)) {
+            Some(leader) if leader != self.current => {
+                self.current = leader;
+                false
+            }
+            _ => self.move_on(),
+        }
+    }
+
+    /// Checks a message's term against the newest seen (and records a newer one).
+    pub fn check(&mut self, message: &GlobalMessage) -> Verdict {
+        let (term, registered) = match &message.body {
+            Some(Body::Registered(r)) => (r.term, true),
+            Some(Body::Enforce(e)) => (e.term, false),
+            _ => return Verdict::Follow,
+        };
+        if term >= self.newest_term {
+            self.newest_term = term;
+            return Verdict::Follow;
+        }
+        let why = format!(
+            "{} sent term {term}, older than term {} already seen: a deposed leader",
+            self.url(),
+            self.newest_term
+        );
+        if registered {
+            Verdict::Leave(why)
+        } else {
+            Verdict::Ignore(why)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{Enforce, Registered};
+
+    fn globals() -> Globals {
+        Globals::new("http://a:1,http://b:2,http://c:3", None).unwrap()
+    }
+
+    fn enforce(term: u64) -> GlobalMessage {
+        GlobalMessage {
+            body: Some(Body::Enforce(Enforce {
+                term,
+                ..Default::default()
+            })),
+        }
+    }
+
+    fn registered(term: u64) -> GlobalMessage {
+        GlobalMessage {
+            body: Some(Body::Registered(Registered {
+                term,
+                ..Default::default()
+            })),
+        }
+    }
+
+    #[test]
+    fn an_older_term_is_refused_after_a_newer_one() {
+        let mut g = globals();
+        assert_eq!(g.check(&registered(7)), Verdict::Follow);
+        assert_eq!(g.check(&enforce(7)), Verdict::Follow);
+        assert_eq!(g.check(&enforce(9)), Verdict::Follow);
+        assert!(matches!(g.check(&enforce(7)), Verdict::Ignore(_)));
+        assert!(matches!(g.check(&registered(8)), Verdict::Leave(_)));
+        assert_eq!(g.check(&registered(9)), Verdict::Follow);
+    }
+
+    #[test]
+    fn a_refusal_leads_to_the_named_leader_only_if_listed() {
+        let mut g = globals();
+        let mut status = Status::unavailable("standby");
+        status
+            .metadata_mut()
+            .insert(super::super::LEADER_METADATA, "http://c:3".parse().unwrap());
+        assert!(!g.refused(&status));
+        assert_eq!(g.url(), "http://c:3");
+        let mut stranger = Status::unavailable("standby");
+        stranger.metadata_mut().insert(
+            super::super::LEADER_METADATA,
+            "http://evil:9".parse().unwrap(),
+        );
+        assert!(g.refused(&stranger), "the list wrapped around");
+        assert_eq!(g.url(), "http://a:1");
+        assert!(!g.move_on());
+        assert_eq!(g.url(), "http://b:2");
+    }
+
+    #[test]
+    fn an_empty_url_is_refused() {
+        let error = Globals::new("http://a:1,,http://b:2", None).err().unwrap();
+        assert!(error.contains("empty URL"), "{error}");
+    }
+}

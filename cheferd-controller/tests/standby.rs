@@ -1,0 +1,353 @@
+//! A standby global controller with a real etcd (issue 11, part 2): two `cheferd
+//! global --etcd`, two local controllers given both, jobs under the stage.
+//!
+//! - the leader is killed (`SIGKILL`): the standby leads within the lease's TTL and two
+//!   intervals, the locals follow it, an administrative change made before is still in
+//!   force, the aggregate never exceeds `Max_R` × 1.05 in a second and no job fails;
+//! - etcd is killed: the leader keeps its place and says so, rules stay in force, and
+//!   it controls again once etcd is back;
+//! - the leader is stopped (`SIGSTOP`) past its lease: the standby leads with the
+//!   AdapTBF records it saved, and when the old leader resumes its rules are not
+//!   applied (it finds its lease gone and exits).
+
+use crate::util::{wait_for, Cluster, CAP_TOLERANCE};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const INTERVAL: Duration = Duration::from_millis(200);
+/// The leases' time to live (`--etcd-ttl`).
+const TTL: Duration = Duration::from_secs(2);
+/// etcd revokes expired leases in a sweep every 500 ms, and the log is polled.
+const SWEEP: Duration = Duration::from_millis(700);
+/// High enough that a stage's few requests past its rule (one per thread, a batch:
+/// ARCHITECTURE.md, invariant 12) stay within the 5 % tolerance.
+const MAX_RATE: f64 = 2000.0;
+/// `ctl set-max-rate` before the failover.
+const CHANGED_MAX_RATE: f64 = 1400.0;
+const NODES: [&str; 2] = ["n1", "n2"];
+const ETCD_PREFIX: &str = "/padll-test";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+/// A one-member etcd on loopback, its data in the cluster's directory (kept across a
+/// restart, as a real member's disk is).
+struct Etcd {
+    child: Option<Child>,
+    data: PathBuf,
+    log: PathBuf,
+    client: u16,
+    peer: u16,
+}
+
+impl Etcd {
+    fn start(dir: &std::path::Path) -> Etcd {
+        let mut etcd = Etcd {
+            child: None,
+            data: dir.join("etcd-data"),
+            log: dir.join("etcd.log"),
+            client: free_port(),
+            peer: free_port(),
+        };
+        etcd.restart();
+        etcd
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client)
+    }
+
+    /// Starts it (again) and waits until it answers.
+    fn restart(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("etcd log");
+        let peer = format!("http://127.0.0.1:{}", self.peer);
+        let child = Command::new("etcd")
+            .arg("--data-dir")
+            .arg(&self.data)
+            .args(["--listen-client-urls", &self.url()])
+            .args(["--advertise-client-urls", &self.url()])
+            .args(["--listen-peer-urls", &peer])
+            .args(["--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("default={peer}")])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("etcd starts");
+        self.child = Some(child);
+        wait_for(Duration::from_secs(20), "etcd to answer", || {
+            self.call(|client| async move { client.leader("/padll-test/probe").await })
+                .ok()
+        });
+    }
+
+    /// The value of `key`, if etcd answers and it is set.
+    fn get(&self, key: &str) -> Option<Vec<u8>> {
+        let key = key.to_string();
+        self.call(|client| async move { client.get(&key).await })
+            .ok()
+            .flatten()
+    }
+
+    /// One call of the project's etcd client, on a runtime of its own.
+    fn call<F: std::future::Future>(
+        &self,
+        call: impl FnOnce(cheferd_controller::standby::etcd::Etcd) -> F,
+    ) -> F::Output {
+        let runtime = tokio::runtime::Runtime::new().expect("runtime");
+        // The client's channel spawns its connection task on the runtime.
+        let _entered = runtime.enter();
+        let client = cheferd_controller::standby::etcd::Etcd::new(&[self.url()]).expect("etcd URL");
+        runtime.block_on(call(client))
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One `cheferd global --etcd`, with its own port and admin socket.
+struct Global {
+    child: Child,
+    port: u16,
+    admin: PathBuf,
+    log: PathBuf,
+}
+
+impl Global {
+    fn start(cluster: &Cluster, name: &str, etcd: &Etcd) -> Global {
+        let dir = cluster.dir.path();
+        let log = dir.join(format!("global-{name}.log"));
+        let port = free_port();
+        let admin = dir.join(format!("admin-{name}.sock"));
+        let mut command = Command::new(crate::util::cheferd());
+        cluster.global_args(&mut command, port, &admin);
+        let child = command
+            .args(["--etcd", &etcd.url(), "--etcd-prefix", ETCD_PREFIX])
+            .args(["--etcd-ttl", &TTL.as_secs().to_string()])
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("cheferd global starts");
+        Global {
+            child,
+            port,
+            admin,
+            log,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until its log says `what`; returns when it was seen.
+    fn wait_for_log(&self, timeout: Duration, what: &str) -> Instant {
+        wait_for(
+            timeout,
+            &format!("'{what}' in {}", self.log.display()),
+            || self.log().contains(what).then(Instant::now),
+        )
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
+    }
+}
+
+impl Drop for Global {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// etcd, global controller A elected, B standing by, both nodes' local controllers
+/// (given both URLs) attached to A, and two jobs offering more than `Max_R` on both
+/// nodes under `policy`, past their warm-up.
+fn cluster(policy: &str) -> (Cluster, Etcd, Global, Global) {
+    let mut cluster = Cluster::new(&format!(
+        "interval_ms = {}\n[[resource]]\nname = \"{{scratch}}:metadata\"\nmax_rate = \"{MAX_RATE}\"\npolicy = \"{policy}\"\n",
+        INTERVAL.as_millis()
+    ));
+    let etcd = Etcd::start(cluster.dir.path());
+    let a = Global::start(&cluster, "a", &etcd);
+    a.wait_for_log(Duration::from_secs(15), "elected leader");
+    let b = Global::start(&cluster, "b", &etcd);
+    b.wait_for_log(Duration::from_secs(15), "following");
+    cluster.admin = a.admin.clone();
+    // B first: the locals are refused by it and follow it to A.
+    cluster.global_urls = format!("{},{}", b.url(), a.url());
+    for node in NODES {
+        cluster.start_local(node);
+    }
+    for job in ["j1", "j2"] {
+        cluster.start_job(job, &NODES, MAX_RATE as u64);
+    }
+    cluster.wait_for_stages(Duration::from_secs(20), &[("n1", 2), ("n2", 2)]);
+    std::thread::sleep(4 * INTERVAL);
+    (cluster, etcd, a, b)
+}
+
+/// Waits until the aggregate runs at `max_rate` (a change took effect: between half
+/// of it, the floor of a loaded machine, and the tolerance); returns when.
+fn wait_capped(cluster: &Cluster, max_rate: f64) -> Instant {
+    wait_for(
+        Duration::from_secs(20),
+        &format!("the aggregate to run at {max_rate:.0}/s"),
+        || {
+            let t = Instant::now() - Duration::from_millis(1200);
+            let aggregate = cluster.aggregate_at(t);
+            (aggregate > max_rate / 2.0 && aggregate <= max_rate * CAP_TOLERANCE).then(Instant::now)
+        },
+    )
+}
+
+fn set_max_rate(cluster: &Cluster, rate: f64) {
+    let output = cluster.ctl(&["set-max-rate", &cluster.metadata(), &rate.to_string()]);
+    assert!(
+        output.status.success(),
+        "ctl set-max-rate: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+fn assert_jobs_running(cluster: &mut Cluster) {
+    for process in &mut cluster.jobs {
+        assert!(
+            process.is_running(),
+            "a process of job {} on {} ended",
+            process.job,
+            process.node
+        );
+    }
+}
+
+#[test]
+#[cfg_attr(not(has_etcd), ignore = "etcd not installed")]
+fn the_standby_takes_over_a_killed_leader_with_its_changes_and_jobs_stay_capped() {
+    let _turn = crate::util::alone();
+    let (mut cluster, _etcd, mut a, b) = cluster("psfa");
+    // A standby refuses changes, naming the leader.
+    let refused = {
+        let mut on_b = Command::new(crate::util::cheferd());
+        on_b.arg("ctl").arg("--socket").arg(&b.admin).args([
+            "set-max-rate",
+            &cluster.metadata(),
+            "100",
+        ]);
+        crate::util::run_with_timeout(&mut on_b, Duration::from_secs(10))
+    };
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains(&a.url()));
+
+    set_max_rate(&cluster, CHANGED_MAX_RATE);
+    let capped = wait_capped(&cluster, CHANGED_MAX_RATE);
+    std::thread::sleep(Duration::from_secs(2));
+
+    let killed = Instant::now();
+    let _ = a.child.kill();
+    let _ = a.child.wait();
+    let elected = b.wait_for_log(Duration::from_secs(15), "elected leader");
+    let takeover = elected - killed;
+    eprintln!("the standby led {takeover:?} after the leader was killed");
+    assert!(
+        takeover <= TTL + 2 * INTERVAL + SWEEP,
+        "the standby led {takeover:?} after the kill (TTL {TTL:?}, interval {INTERVAL:?})"
+    );
+    assert!(
+        b.log().contains("restored=1"),
+        "the change was not restored"
+    );
+
+    cluster.admin = b.admin.clone();
+    cluster.wait_for_stages(Duration::from_secs(20), &[("n1", 2), ("n2", 2)]);
+    let resources = cluster.snapshot().resources;
+    assert_eq!(resources[0].max_rate, CHANGED_MAX_RATE, "{resources:?}");
+    std::thread::sleep(Duration::from_secs(6));
+    cluster.assert_aggregate_capped(capped, Instant::now(), CHANGED_MAX_RATE);
+    // B controls: a new change reaches the jobs.
+    set_max_rate(&cluster, CHANGED_MAX_RATE / 2.0);
+    wait_capped(&cluster, CHANGED_MAX_RATE / 2.0);
+    assert_jobs_running(&mut cluster);
+    assert!(cluster.controllers_alive(), "a local controller died");
+}
+
+#[test]
+#[cfg_attr(not(has_etcd), ignore = "etcd not installed")]
+fn with_etcd_down_the_leader_keeps_its_place_and_its_rules_stay_in_force() {
+    let _turn = crate::util::alone();
+    let (mut cluster, mut etcd, a, b) = cluster("psfa");
+    let from = Instant::now();
+    etcd.kill();
+    a.wait_for_log(Duration::from_secs(10), "etcd unreachable");
+    a.wait_for_log(Duration::from_secs(10), "the lease has lapsed");
+    std::thread::sleep(Duration::from_secs(4));
+    cluster.assert_aggregate_capped(from, Instant::now(), MAX_RATE);
+    assert!(
+        !b.log().contains("elected leader"),
+        "B was elected with etcd down"
+    );
+
+    etcd.restart();
+    a.wait_for_log(Duration::from_secs(15), "controlling");
+    // A controls again: a change reaches the jobs.
+    set_max_rate(&cluster, CHANGED_MAX_RATE);
+    wait_capped(&cluster, CHANGED_MAX_RATE);
+    assert!(!b.log().contains("elected leader"), "B was elected");
+    assert_jobs_running(&mut cluster);
+    assert!(cluster.controllers_alive(), "a local controller died");
+}
+
+#[test]
+#[cfg_attr(not(has_etcd), ignore = "etcd not installed")]
+fn a_leader_stopped_past_its_lease_is_replaced_and_its_rules_are_not_applied() {
+    let _turn = crate::util::alone();
+    let (mut cluster, etcd, mut a, b) = cluster("adaptbf");
+    // AdapTBF's records, saved every 5 s, go to the next leader.
+    let key = format!("{ETCD_PREFIX}/policy-state");
+    wait_for(Duration::from_secs(20), "the policy state in etcd", || {
+        etcd.get(&key)
+    });
+    a.signal(libc::SIGSTOP);
+    b.wait_for_log(Duration::from_secs(15), "elected leader");
+    assert!(b.log().contains("policy_states=1"), "{}", b.log());
+    cluster.admin = b.admin.clone();
+    cluster.wait_for_stages(Duration::from_secs(20), &[("n1", 2), ("n2", 2)]);
+    // The new leader lowers Max_R; the old one still plans the configured one.
+    set_max_rate(&cluster, CHANGED_MAX_RATE);
+    let capped = wait_capped(&cluster, CHANGED_MAX_RATE);
+
+    a.signal(libc::SIGCONT);
+    let status = wait_for(Duration::from_secs(15), "the old leader to exit", || {
+        a.child.try_wait().ok().flatten()
+    });
+    assert!(!status.success());
+    assert!(a.log().contains("has expired"), "{}", a.log());
+    std::thread::sleep(Duration::from_secs(4));
+    cluster.assert_aggregate_capped(capped, Instant::now(), CHANGED_MAX_RATE);
+    assert_jobs_running(&mut cluster);
+    assert!(cluster.controllers_alive(), "a local controller died");
+}

@@ -1,0 +1,24 @@
+//! The integration tests of `cheferd-controller`, one binary (`cargo test -p
+//! cheferd-controller --test tests`; one module: `… --test tests end_to_end::`).
+//!
+//! Every module's tests run in one process, concurrently. Those that start controllers
+//! and measure rates, or start Slurm or Prometheus, run [`util::alone`], the others
+//! [`util::together`], so that a measurement never shares the two cores; tests use
+//! ports the kernel picks (`127.0.0.1:0`) and temporary directories of their own.
+
+mod cli;
+mod ctl_json;
+mod ctl_timeout;
+mod demo;
+mod end_to_end;
+mod fail_closed;
+mod fuzz_corpus;
+mod install;
+mod placement;
+mod prometheus;
+mod schedule_and_metrics;
+mod services;
+mod slurm;
+mod standby;
+mod trust;
+mod util;
