@@ -54,9 +54,9 @@ pub struct BenchRow {
     pub collect_p50_ms: f64,
     /// Median compute step (planning, encoding and queueing the rules), ms.
     pub compute_p50_ms: f64,
-    /// Median time from the tick until every `Enforce` was acknowledged, ms, over the cycles that sent
-    /// rules (infinite for one whose acks were not all in by the next tick); `None` if
-    /// none did.
+    /// Median time from the tick until every `Enforce` was acknowledged, ms, over the
+    /// cycles that sent rules (infinite for one whose acks were not all in by the next
+    /// tick); `None` if none did.
     pub acked_p50_ms: Option<f64>,
     /// The control interval, ms.
     pub interval_ms: u64,
