@@ -1,15 +1,15 @@
 //! `cheferd bench`: control-cycle latency with many local controllers on loopback — from
 //! the tick until the last `Enforce` is queued on its stream (collect + compute +
-//! enforce), and until every `Applied` arrived — and the global controller's own CPU
+//! enforce), and until every `Enforce` was acknowledged — and the global controller's own CPU
 //! time per control interval.
 //!
-//! The global controller runs in this process, ticking every [`INTERVAL`] as its control
-//! loop does; the simulated local controllers run in a child process (`cheferd
+//! The global controller runs in this process, ticking every control interval (200 ms
+//! unless told otherwise) as its control loop does; the simulated local controllers run in a child process (`cheferd
 //! bench-locals`), as they would on other machines, so this process's CPU time is the
 //! global controller's alone (the two still share the cores). Each simulated local
 //! controller is a real gRPC client on its own stream; it announces `stages` stages of
 //! distinct jobs, pushes a usage report for all of them on the global controller's
-//! `Schedule` and answers every `Enforce` with `Applied` — what a real local controller
+//! `Schedule`, acknowledging the latest `Enforce` in it — what a real local controller
 //! does, without the stages.
 //!
 //! Each row is measured twice on the same attachments: with steady usage (the plan does
@@ -28,9 +28,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-/// The control interval: short, for many cycles in little time, yet long enough for
-/// 1 000 local controllers' reports to be received between two cycles.
-pub const INTERVAL: Duration = Duration::from_millis(200);
+/// The default control interval: short, for many cycles in little time, yet long enough
+/// for 1 000 local controllers' reports to be received between two cycles.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(200);
 /// Cycles run before measuring (after attaching, and after switching modes), so the
 /// local controllers' report slots have settled.
 const WARM_UP: usize = 5;
@@ -54,30 +54,36 @@ pub struct BenchRow {
     pub collect_p50_ms: f64,
     /// Median compute step (planning, encoding and queueing the rules), ms.
     pub compute_p50_ms: f64,
-    /// Median time from the tick until every `Applied`, ms, over the cycles that sent
-    /// rules (infinite for one whose acks were not all in by the next tick); `None` if
-    /// none did.
+    /// Median time from the tick until every `Enforce` was acknowledged, ms, over the
+    /// cycles that sent rules (infinite for one whose acks were not all in by the next
+    /// tick); `None` if none did.
     pub acked_p50_ms: Option<f64>,
+    /// The control interval, ms.
+    pub interval_ms: u64,
     /// The global controller's CPU time (user + system) per control interval, ms:
     /// receiving the reports, the cycle, sending the rules and receiving the acks.
     pub global_cpu_ms: f64,
+    /// The global controller's resident memory at the end of the row (`VmRSS`), MiB.
+    pub rss_mib: f64,
     /// Mean local controllers sent rules per cycle.
     pub enforced: f64,
     /// Mean protocol bytes per local controller per interval (both directions).
     pub bytes_per_local: f64,
 }
 
-/// Runs the benchmark for `locals` local controllers, both modes.
+/// Runs the benchmark for `locals` local controllers ticking every `interval`, both
+/// modes.
 pub async fn run(
     locals: usize,
     stages: usize,
     cycles: usize,
+    interval: Duration,
     policy: &str,
 ) -> Result<Vec<BenchRow>, String> {
     raise_descriptor_limit(locals + 256)?;
     let resource = Resource::parse("/scratch:metadata")?;
-    let config = GlobalConfig {
-        interval_ms: INTERVAL.as_millis() as u64,
+    let mut config = GlobalConfig {
+        interval_ms: interval.as_millis() as u64,
         resources: vec![ResourceConfig {
             resource: resource.clone(),
             max_rate: 1e6,
@@ -85,6 +91,7 @@ pub async fn run(
         }],
         ..GlobalConfig::default()
     };
+    config.limits.max_nodes = config.limits.max_nodes.max(locals);
     let controller = Controller::new(config)?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -129,7 +136,7 @@ pub async fn run(
         let mut max_rate = 1e6;
         let mut run_cycle = async |tick: &mut tokio::time::Instant| {
             tokio::time::sleep_until(*tick).await;
-            *tick += INTERVAL;
+            *tick += interval;
             if changing {
                 max_rate = if max_rate == 1e6 { 0.9e6 } else { 1e6 };
                 controller.change(Change::MaxRate {
@@ -175,7 +182,9 @@ pub async fn run(
             collect_p50_ms: median(&|p| ms(p.collect)),
             compute_p50_ms: median(&|p| ms(p.compute)),
             acked_p50_ms: (!acked.is_empty()).then(|| percentile(&mut acked, 0.5)),
+            interval_ms: interval.as_millis() as u64,
             global_cpu_ms: ms(cpu) / cycles as f64,
+            rss_mib: resident_mib(),
             enforced: phases.iter().map(|p| p.enforced).sum::<usize>() as f64 / cycles as f64,
             bytes_per_local: bytes as f64 / (cycles * locals) as f64,
         });
@@ -224,6 +233,16 @@ fn cpu_time() -> Duration {
         Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
     };
     time(usage.ru_utime) + time(usage.ru_stime)
+}
+
+/// This process's resident memory (`VmRSS` of `/proc/self/status`), MiB; 0 if unknown.
+fn resident_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|kib| kib.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kib| kib / 1024.0)
 }
 
 /// `cheferd bench-locals`: `locals` simulated local controllers attached to `url`, until
@@ -279,23 +298,18 @@ async fn attach_once(url: &str, node: &str, stages: usize) -> bool {
     };
     let mut inbound = response.into_inner();
     let mut clock = ReportClock::default();
+    let mut applied = 0;
     loop {
         tokio::select! {
             message = inbound.message() => match message.ok().flatten().and_then(|m| m.body) {
                 Some(global_message::Body::Schedule(schedule)) => clock.schedule(&schedule),
-                Some(global_message::Body::Enforce(proto::Enforce {
-                    cycle,
-                    stages: plans,
-                    ..
-                })) => send(local_message::Body::Applied(proto::Applied {
-                    cycle,
-                    stages: plans.len() as u32,
-                })),
+                Some(global_message::Body::Enforce(enforce)) => applied = applied.max(enforce.cycle),
                 Some(global_message::Body::Registered(_) | global_message::Body::PlaceReply(_)) => {}
                 None => return true,
             },
             cycle = clock.next() => send(local_message::Body::Usage(proto::Usage {
                 cycle,
+                applied,
                 stages: (1..=stages as u64)
                     .map(|stage_id| proto::StageUsage {
                         stage_id,
@@ -342,14 +356,15 @@ fn raise_descriptor_limit(needed: usize) -> Result<(), String> {
 /// The benchmark table in Markdown.
 pub fn table(rows: &[BenchRow]) -> String {
     let mut out = String::from(
-        "| local controllers | stages each | rules change | cycles | p50 cycle (ms) | p99 (ms) | p50 collect wait (ms) | p50 compute + send (ms) | p50 until all acks (ms) | global CPU per interval (ms) | locals sent rules | bytes per local per interval |\n|---:|---:|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| local controllers | stages each | rules change | interval (ms) | cycles | p50 cycle (ms) | p99 (ms) | p50 collect wait (ms) | p50 compute + send (ms) | p50 until all acks (ms) | global CPU per interval (ms) | global CPU (% of a core) | global RSS (MiB) | locals sent rules | bytes per local per interval |\n|---:|---:|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {:.3} | {:.0} | {:.0} |\n",
+            "| {} | {} | {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {:.3} | {:.1} | {:.0} | {:.0} | {:.0} |\n",
             r.locals,
             r.stages,
             if r.changing { "every cycle" } else { "never" },
+            r.interval_ms,
             r.cycles,
             r.p50_ms,
             r.p99_ms,
@@ -358,6 +373,8 @@ pub fn table(rows: &[BenchRow]) -> String {
             r.acked_p50_ms
                 .map_or("-".to_string(), |a| format!("{a:.3}")),
             r.global_cpu_ms,
+            100.0 * r.global_cpu_ms / r.interval_ms as f64,
+            r.rss_mib,
             r.enforced,
             r.bytes_per_local
         ));

@@ -661,13 +661,15 @@ async fn upstream_loop(local: Arc<Local>, mut globals: crate::standby::follow::G
                         let mut clock = ReportClock::default();
                         // The resource table of this stream's `Registered`.
                         let mut resources = Vec::new();
+                        // The latest Enforce applied, acknowledged in the next report.
+                        let mut applied = 0;
                         loop {
                             tokio::select! {
                                 message = inbound.message() => match message {
                                     Ok(Some(message)) => match globals.check(&message) {
                                         crate::standby::follow::Verdict::Follow => handle_global(
                                         &local,
-                                        &sender,
+                                        &mut applied,
                                         &mut clock,
                                         &mut resources,
                                         message,
@@ -685,7 +687,7 @@ async fn upstream_loop(local: Arc<Local>, mut globals: crate::standby::follow::G
                                         break;
                                     }
                                 },
-                                cycle = clock.next() => report_usage(&local, &sender, cycle),
+                                cycle = clock.next() => report_usage(&local, &sender, cycle, applied),
                             }
                         }
                         warn!(global = %globals.url(), "lost the global controller; stages keep their last rules");
@@ -757,11 +759,18 @@ impl ReportClock {
     }
 }
 
-/// Pushes the usage of every stage over the control interval that ends now.
-fn report_usage(local: &Local, upstream: &mpsc::UnboundedSender<LocalMessage>, cycle: u64) {
+/// Pushes the usage of every stage over the control interval that ends now, with the
+/// acknowledgement of the latest `Enforce` applied.
+fn report_usage(
+    local: &Local,
+    upstream: &mpsc::UnboundedSender<LocalMessage>,
+    cycle: u64,
+    applied: u64,
+) {
     let mut stages = local.lock_stages();
     let usage = proto::Usage {
         cycle,
+        applied,
         stages: stages
             .values_mut()
             .map(|entry| {
@@ -788,10 +797,11 @@ fn report_usage(local: &Local, upstream: &mpsc::UnboundedSender<LocalMessage>, c
 
 /// Handles a message from the global controller. `resources` is the resource table of
 /// the stream's `Registered` (its first message), which the rules of every `Enforce`
-/// index; a resource this controller does not know (`None`) gets no channel.
+/// index; a resource this controller does not know (`None`) gets no channel. An
+/// `Enforce` is acknowledged in the next usage report (`applied`: the latest one's cycle).
 fn handle_global(
     local: &Local,
-    upstream: &mpsc::UnboundedSender<LocalMessage>,
+    applied: &mut u64,
     clock: &mut ReportClock,
     resources: &mut Vec<Option<Resource>>,
     message: GlobalMessage,
@@ -804,7 +814,6 @@ fn handle_global(
             ..
         })) => {
             let mut stages = local.lock_stages();
-            let mut applied = 0;
             for plan in plans {
                 let Some(entry) = stages.get_mut(&plan.stage_id) else {
                     continue;
@@ -825,20 +834,12 @@ fn handle_global(
                     };
                     Some((resource, spec.rate, spec.burst))
                 }));
-                if entry
+                // A stage gone meanwhile needs no rules.
+                let _ = entry
                     .to_stage
-                    .send(ControlMessage::SetRules { seq: cycle, rules })
-                    .is_ok()
-                {
-                    applied += 1;
-                }
+                    .send(ControlMessage::SetRules { seq: cycle, rules });
             }
-            let _ = upstream.send(LocalMessage {
-                body: Some(local_message::Body::Applied(proto::Applied {
-                    cycle,
-                    stages: applied,
-                })),
-            });
+            *applied = (*applied).max(cycle);
         }
         Some(global_message::Body::Registered(registered)) => {
             debug!(

@@ -166,6 +166,9 @@ struct BenchArgs {
     /// Measured cycles per row.
     #[arg(long, default_value_t = 50)]
     cycles: usize,
+    /// The control interval, ms.
+    #[arg(long, default_value_t = 200)]
+    interval_ms: u64,
     /// Policy to run.
     #[arg(long, default_value = "psfa")]
     policy: String,
@@ -633,14 +636,16 @@ fn bench(args: BenchArgs) -> Result<(), Failure> {
         locals,
         stages,
         cycles,
+        interval_ms,
         policy: name,
     } = args;
     policy::check(&name).map_err(|e| usage(format!("--policy: {e}")))?;
-    if cycles == 0 || locals.contains(&0) {
+    if cycles == 0 || interval_ms == 0 || locals.contains(&0) {
         return Err(usage(
-            "--cycles and every --locals value must be at least 1".into(),
+            "--cycles, --interval-ms and every --locals value must be at least 1".into(),
         ));
     }
+    let interval = std::time::Duration::from_millis(interval_ms);
     let mut rows = Vec::new();
     for n in locals {
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -650,7 +655,9 @@ fn bench(args: BenchArgs) -> Result<(), Failure> {
             .map_err(|e| failed(format!("cannot start the runtime: {e}")))?;
         rows.extend(
             runtime
-                .block_on(cheferd_controller::bench::run(n, stages, cycles, &name))
+                .block_on(cheferd_controller::bench::run(
+                    n, stages, cycles, interval, &name,
+                ))
                 .map_err(failed)?,
         );
     }

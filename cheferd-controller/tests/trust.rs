@@ -668,7 +668,11 @@ fn attack07_non_finite_usage_is_refused() {
                     }],
                 })
                 .collect();
-            send(local_message::Body::Usage(proto::Usage { cycle, stages }));
+            send(local_message::Body::Usage(proto::Usage {
+                cycle,
+                stages,
+                applied: 0,
+            }));
             match tokio::time::timeout(Duration::from_millis(250), inbound.message()).await {
                 Ok(Ok(Some(message))) => {
                     if let Some(global_message::Body::Enforce(e)) = message.body {

@@ -19,8 +19,8 @@
 //! 4. **sleep** until the next tick.
 //!
 //! The cycle latency is from the tick until the last `Enforce` is queued on its stream
-//! (tonic encodes and writes it right after); the time until every `Applied` arrived is
-//! recorded apart ([`Phases::acked`]).
+//! (tonic encodes and writes it right after); the time until every acknowledgement
+//! arrived (in the next `Usage`, or an `Applied`) is recorded apart ([`Phases::acked`]).
 //!
 //! A stage that joins between cycles gets a provisional rule at once (1 % of `Max_R`
 //! for a new job, its job's current share otherwise), so no one runs unthrottled until

@@ -135,7 +135,7 @@ impl Controller {
             node.orphans = previous.orphans;
             node.orphaned_at = previous.orphaned_at;
         }
-        let (cycle, report_in) = schedule::next_slot(&state, Instant::now());
+        let (cycle, report_in) = schedule::Ticks::of(&state).next_slot(Instant::now(), session);
         schedule::schedule(&mut node, cycle, report_in, interval_ms);
         state.nodes.insert(name.to_string(), node);
         state.cache.invalidate();
@@ -269,6 +269,7 @@ impl Controller {
                         }
                     }
                 }
+                acked = node_acked(node, usage.applied, last_cycle);
                 node.reported = usage.cycle;
                 node.reported_at = Some(Instant::now());
                 node.missed = false;
@@ -278,11 +279,7 @@ impl Controller {
                 }
             }
             Some(local_message::Body::Applied(applied)) => {
-                // Only the latest Enforce counts: each carries the full rules of its
-                // stages, and one not acknowledged in time is superseded by a re-send.
-                if node.unacked.is_some_and(|cycle| applied.cycle >= cycle) {
-                    acked = node.unacked.take() == Some(last_cycle);
-                }
+                acked = node_acked(node, applied.cycle, last_cycle);
             }
             Some(local_message::Body::PlaceRequest(_)) => {} // answered before the lock
             Some(local_message::Body::Register(_)) => {
@@ -325,6 +322,17 @@ impl Controller {
             enforce::acked(&mut state);
         }
     }
+}
+
+/// Takes a node's acknowledgement of the `Enforce` of `cycle` (in a `Usage` or an
+/// `Applied`); true if it acknowledges the one sent in `last_cycle`. Only the latest
+/// `Enforce` counts: each carries the full rules of its stages, and one not
+/// acknowledged in time is superseded by a re-send.
+fn node_acked(node: &mut Node, cycle: u64, last_cycle: u64) -> bool {
+    if node.unacked.is_some_and(|unacked| cycle >= unacked) {
+        return node.unacked.take() == Some(last_cycle);
+    }
+    false
 }
 
 /// Moves a node's stages to its orphans (its stream ended or was replaced).

@@ -19,23 +19,54 @@ pub(super) fn report_lead(interval: Duration) -> Duration {
     (interval / 4).min(MAX_REPORT_LEAD)
 }
 
-/// The first report slot (a lead before a tick) that a node told now can still make:
-/// the cycle of that tick and the time until the slot.
-pub(super) fn next_slot(state: &State, now: Instant) -> (u64, Duration) {
-    let interval = Duration::from_millis(state.config.interval_ms);
-    let lead = report_lead(interval);
-    let Some(mut tick) = state.next_tick else {
-        // No cycle has run: the first one is about to, unscheduled; report for the
-        // one after it (re-scheduled onto its slot after the first cycles if early).
-        return (state.cycle + 2, interval - lead);
-    };
-    let mut cycle = state.cycle + 1;
-    // Half a lead for the schedule to reach the node and the report to come back.
-    while tick < now + lead + lead / 2 {
-        tick += interval;
-        cycle += 1;
+/// How much earlier than [`report_lead`] the node of `session` reports: its place in a
+/// window of ⅛ interval. With one slot for all, 10 000 reports arrived in one burst that
+/// the global took longer than the lead to receive, so every cycle waited ≈ 120 ms for
+/// them; spread over the window, they are received as they come, before the tick.
+pub(super) fn report_spread(interval: Duration, session: u64) -> Duration {
+    // Sessions are consecutive: the golden ratio's multiples spread any run of them
+    // evenly over [0, 1).
+    let place = (session.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) as f64 / (1u64 << 53) as f64;
+    (interval / 8).mul_f64(place)
+}
+
+/// The control loop's ticks, as far as report slots need them.
+#[derive(Clone, Copy)]
+pub(super) struct Ticks {
+    interval: Duration,
+    /// The last cycle run, and the next tick (`None` before the first cycle).
+    cycle: u64,
+    next_tick: Option<Instant>,
+}
+
+impl Ticks {
+    pub(super) fn of(state: &State) -> Ticks {
+        Ticks {
+            interval: Duration::from_millis(state.config.interval_ms),
+            cycle: state.cycle,
+            next_tick: state.next_tick,
+        }
     }
-    (cycle, tick - lead - now)
+
+    /// The first report slot (a lead and its spread before a tick) that the node of
+    /// `session` told now can still make: the cycle of that tick and the time until
+    /// the slot.
+    pub(super) fn next_slot(self, now: Instant, session: u64) -> (u64, Duration) {
+        let interval = self.interval;
+        let lead = report_lead(interval) + report_spread(interval, session);
+        let Some(mut tick) = self.next_tick else {
+            // No cycle has run: the first one is about to, unscheduled; report for the
+            // one after it (re-scheduled onto its slot after the first cycles if early).
+            return (self.cycle + 2, interval - lead);
+        };
+        let mut cycle = self.cycle + 1;
+        // Half a lead for the schedule to reach the node and the report to come back.
+        while tick < now + lead + lead / 2 {
+            tick += interval;
+            cycle += 1;
+        }
+        (cycle, tick - lead - now)
+    }
 }
 
 /// Tells a node when to report, starting with `cycle`'s report in `report_in`.
@@ -101,8 +132,8 @@ pub(super) fn reschedule_off_slot(
     interval: Duration,
 ) {
     let now = Instant::now();
-    let (next, report_in) = next_slot(state, now);
     let interval_ms = state.config.interval_ms;
+    let ticks = Ticks::of(state);
     for (name, node) in state.nodes.iter_mut() {
         if node.detached || node.due > cycle {
             continue;
@@ -114,6 +145,7 @@ pub(super) fn reschedule_off_slot(
         node.missed = node.reported < cycle;
         if !in_slot {
             debug!(node = %name, cycle, "usage report off its slot; re-scheduled");
+            let (next, report_in) = ticks.next_slot(now, node.session);
             schedule(node, next, report_in, interval_ms);
         }
         node.pending = false;
@@ -135,15 +167,34 @@ mod tests {
         let mut state = controller.lock();
         let now = Instant::now();
         let ms = Duration::from_millis;
-        // No cycle yet: the report for the one after the first, an interval less a lead
-        // from now.
-        assert_eq!(next_slot(&state, now), (2, ms(900)));
+        // Session 0's spread is none. No cycle yet: the report for the one after the
+        // first, an interval less a lead from now.
+        assert_eq!(Ticks::of(&state).next_slot(now, 0), (2, ms(900)));
         state.cycle = 7;
         state.next_tick = Some(now + ms(500));
-        assert_eq!(next_slot(&state, now), (8, ms(400)));
+        assert_eq!(Ticks::of(&state).next_slot(now, 0), (8, ms(400)));
+        // Another session reports its spread earlier.
+        let spread = report_spread(ms(1000), 5);
+        assert!(spread > Duration::ZERO);
+        assert_eq!(Ticks::of(&state).next_slot(now, 5), (8, ms(400) - spread));
         // The next tick's slot is too close to make: the following tick's.
         state.next_tick = Some(now + ms(120));
-        assert_eq!(next_slot(&state, now), (9, ms(1020)));
+        assert_eq!(Ticks::of(&state).next_slot(now, 0), (9, ms(1020)));
         assert_eq!(report_lead(ms(200)), ms(50));
+    }
+
+    #[test]
+    fn consecutive_sessions_spread_their_reports_evenly_over_an_eighth_interval() {
+        let interval = Duration::from_millis(1000);
+        let mut tenths = [0; 10];
+        for session in 1..=1000 {
+            let spread = report_spread(interval, session);
+            assert!(spread < interval / 8);
+            tenths[(spread.as_secs_f64() / 0.0125) as usize] += 1;
+        }
+        assert!(
+            tenths.iter().all(|&n| (90..=110).contains(&n)),
+            "{tenths:?}"
+        );
     }
 }

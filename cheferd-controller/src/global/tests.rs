@@ -71,7 +71,11 @@ fn report(controller: &Controller, node: &str, session: u64, cycle: u64, rates: 
         controller,
         node,
         session,
-        local_message::Body::Usage(proto::Usage { cycle, stages }),
+        local_message::Body::Usage(proto::Usage {
+            cycle,
+            stages,
+            applied: 0,
+        }),
     );
 }
 
@@ -225,7 +229,17 @@ async fn only_changed_rules_are_sent_and_all_of_them_again_without_an_ack() {
     let resent = enforced(&mut inbox);
     let stages: Vec<u64> = resent[0].1.iter().map(|&(s, _)| s).collect();
     assert_eq!((resent[0].0, stages), (5, vec![1, 2, 3]));
-    ack(&controller, "a", a, 5);
+    // Acknowledged in the next usage report.
+    send(
+        &controller,
+        "a",
+        a,
+        local_message::Body::Usage(proto::Usage {
+            cycle: 6,
+            stages: Vec::new(),
+            applied: 5,
+        }),
+    );
     assert_eq!(node(&controller, "a").unacked_cycle, None);
 }
 
