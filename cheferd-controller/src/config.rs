@@ -216,7 +216,7 @@ pub struct GlobalLimits {
 impl Default for GlobalLimits {
     fn default() -> GlobalLimits {
         GlobalLimits {
-            max_nodes: 4096,
+            max_nodes: 16384,
             max_stages_per_node: 4096,
             max_jobs_per_node: 1024,
         }
