@@ -5,7 +5,10 @@
 //! same instance, as in the control loop. Pass `--quick` for a shorter run.
 
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+mod timing;
+
+use std::time::Duration;
+use timing::fmt;
 
 use policies::trace::Rng;
 use policies::{build, JobSnapshot};
@@ -47,17 +50,8 @@ fn jobs(n: usize, seed: u64) -> Vec<JobSnapshot> {
         .collect()
 }
 
-fn fmt(d: Duration) -> String {
-    let us = d.as_secs_f64() * 1e6;
-    if us < 1000.0 {
-        format!("{us:.1} µs")
-    } else {
-        format!("{:.2} ms", us / 1000.0)
-    }
-}
-
 fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
+    let quick = timing::quick();
     let budget = Duration::from_millis(if quick { 100 } else { 400 });
     let inputs: Vec<Vec<JobSnapshot>> = SIZES.iter().map(|&n| jobs(n, n as u64)).collect();
     println!("| policy | 10 jobs | 1 000 jobs | 10 000 jobs | 100 000 jobs | ns/job @ 10 000 |");
@@ -71,19 +65,10 @@ fn main() {
             let mut out = Vec::with_capacity(js.len());
             // Warm-up (also fills AdapTBF's state and the scratch buffers).
             p.allocate_into(max_rate, js, &mut out);
-            let mut times = Vec::new();
-            let start = Instant::now();
-            while times.len() < 5 || (start.elapsed() < budget && times.len() < 10_000) {
-                let t = Instant::now();
+            let median = timing::median(budget, || {
                 p.allocate_into(black_box(max_rate), black_box(js), &mut out);
                 black_box(&out);
-                times.push(t.elapsed());
-                if start.elapsed() > budget * 10 {
-                    break;
-                }
-            }
-            times.sort();
-            let median = times[times.len() / 2];
+            });
             if SIZES[k] == 10_000 {
                 per_job = median.as_secs_f64() * 1e9 / 10_000.0;
             }

@@ -8,7 +8,10 @@
 //! the median time per decision. Pass `--quick` for a shorter run.
 
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+mod timing;
+
+use std::time::Duration;
+use timing::fmt;
 
 use policies::placement::{place, History, Oss, PlaceInput, Placer, PlacerState, Request, Target};
 use policies::trace::Rng;
@@ -52,17 +55,8 @@ fn input(n: usize, seed: u64) -> PlaceInput {
     }
 }
 
-fn fmt(d: Duration) -> String {
-    let us = d.as_secs_f64() * 1e6;
-    if us < 1000.0 {
-        format!("{us:.1} µs")
-    } else {
-        format!("{:.2} ms", us / 1000.0)
-    }
-}
-
 fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
+    let quick = timing::quick();
     let budget = Duration::from_millis(if quick { 100 } else { 500 });
     let inputs: Vec<PlaceInput> = SIZES.iter().map(|&n| input(n, n as u64)).collect();
     println!("| placer | 100 targets | 800 targets | 8 000 targets |");
@@ -73,19 +67,10 @@ fn main() {
         for inp in &inputs {
             let mut state = PlacerState::default();
             place(&placer, inp, &mut state).unwrap();
-            let mut times = Vec::new();
-            let start = Instant::now();
-            while times.len() < 5 || (start.elapsed() < budget && times.len() < 10_000) {
-                let t = Instant::now();
-                let d = place(&placer, black_box(inp), &mut state).unwrap();
-                black_box(&d);
-                times.push(t.elapsed());
-                if start.elapsed() > budget * 10 {
-                    break;
-                }
-            }
-            times.sort();
-            row.push_str(&format!(" {} |", fmt(times[times.len() / 2])));
+            let median = timing::median(budget, || {
+                black_box(place(&placer, black_box(inp), &mut state).unwrap());
+            });
+            row.push_str(&format!(" {} |", fmt(median)));
         }
         println!("{row}");
     }
