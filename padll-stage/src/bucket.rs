@@ -115,6 +115,16 @@ impl TokenBucket {
         self.tat.store(self.units(now_ns), Ordering::Release);
     }
 
+    /// How long before `now_ns` the bucket was first configured (0 before that).
+    pub fn age_ns(&self, now_ns: u64) -> u64 {
+        let origin = self.origin.load(Ordering::Relaxed);
+        if origin == 0 {
+            0
+        } else {
+            now_ns.saturating_sub(origin)
+        }
+    }
+
     /// A [`now_ns`] time in bucket units.
     #[inline]
     fn units(&self, now_ns: u64) -> u64 {

@@ -54,11 +54,25 @@ const MAX_LEASE_BYTES: u64 = 1 << 20;
 /// Smaller leases (burst < 128 tokens: low rates, where accuracy matters most and the
 /// CAS is no bottleneck) are not taken.
 const MIN_LEASE: u64 = 8;
-/// Longest stretch of a channel's rate one sleep may admit for a thread (its batch, see
-/// `take`). A sleep and wake-up cost a thread ~40 µs of CPU on the 2-core VM this was
-/// measured on (a C program pacing `stat` calls 32 per 32 ms: +1.3 µs per call over
-/// back-to-back calls), so at 1 000 ops/s a thread sleeps once per 32 requests.
-const BATCH_SPAN_NS: u64 = 32_000_000;
+/// How much of a channel's rate one sleep may admit for a thread (its batch, see `take`):
+/// a sixty-fourth of the time the bucket has been in use (the job's time on the node, for
+/// a job-wide bucket), from 32 ms up to 128 ms. A sleep and wake-up cost a thread 30–100 µs
+/// of CPU on the 2-core VM this was measured on (mostly the cold caches its next calls
+/// find), so at 1 000 ops/s a thread sleeping once per 32 requests spent 1–3 µs per
+/// request on sleeping alone, once per 128 requests under 1 µs. A longer batch is also what
+/// a job may be short of when it stops (at most one batch is in flight per bucket), so
+/// the span grows with the run: whenever the job stops, it has lost at most 1/64 of its
+/// run (or 32 ms, in its first two seconds).
+const BATCH_SPAN_MIN_NS: u64 = 32_000_000;
+/// See [`BATCH_SPAN_MIN_NS`].
+const BATCH_SPAN_MAX_NS: u64 = 128_000_000;
+/// See [`BATCH_SPAN_MIN_NS`]: a batch spans at most the bucket's age divided by this.
+const BATCH_SPAN_AGE_DIVISOR: u64 = 64;
+
+/// The batch span of a bucket in use for `age_ns` (see [`BATCH_SPAN_MIN_NS`]).
+fn batch_span_ns(age_ns: u64) -> u64 {
+    (age_ns / BATCH_SPAN_AGE_DIVISOR).clamp(BATCH_SPAN_MIN_NS, BATCH_SPAN_MAX_NS)
+}
 
 /// One channel. Its counters are kept per thread in [`stats`] (a shared counter would
 /// be one more contended cache line per request); `counted_before` holds the totals
@@ -81,9 +95,10 @@ struct Slot {
     lease: AtomicU64,
     /// How long leased credit stays spendable (τ/4, ns).
     lease_ttl_ns: AtomicU64,
-    /// Most tokens a thread that must wait reserves ahead ([`BATCH_SPAN_NS`] of the
-    /// rate, at most a lease's cap).
-    batch_max: AtomicU64,
+    /// Tokens per second, for the size of a batch ([`Slot::max_batch`]).
+    rate: AtomicU64,
+    /// Most tokens a batch holds whatever its span (a lease's cap).
+    batch_cap: AtomicU64,
     /// This process' own bucket, used while `shared` is null.
     own_bucket: TokenBucket,
     /// The job's bucket in the node's shared segment (`shared.rs`), or null.
@@ -100,7 +115,8 @@ static SLOTS: [Slot; SLOT_COUNT] = [const {
         byte_charge_cap: AtomicU64::new(u64::MAX),
         lease: AtomicU64::new(0),
         lease_ttl_ns: AtomicU64::new(0),
-        batch_max: AtomicU64::new(0),
+        rate: AtomicU64::new(0),
+        batch_cap: AtomicU64::new(0),
         own_bucket: TokenBucket::new(),
         shared: AtomicPtr::new(std::ptr::null_mut()),
         counted_before: [const { AtomicU64::new(0) }; 2],
@@ -587,8 +603,8 @@ impl Slot {
         };
         let lease = (burst / 16).min(cap);
         let tau_ns = burst as u128 * 1_000_000_000 / rate.max(1) as u128;
-        let batch = (rate as u128 * BATCH_SPAN_NS as u128 / 1_000_000_000).min(cap as u128);
-        self.batch_max.store(batch as u64, Ordering::Relaxed);
+        self.rate.store(rate, Ordering::Relaxed);
+        self.batch_cap.store(cap, Ordering::Relaxed);
         self.lease
             .store(if lease < MIN_LEASE { 0 } else { lease }, Ordering::Relaxed);
         self.lease_ttl_ns
@@ -644,7 +660,7 @@ impl Slot {
             return self.bucket().reserve(cost, 0, 0, now);
         }
         let ttl = self.lease_ttl_ns.load(Ordering::Relaxed);
-        let max_batch = self.batch_max.load(Ordering::Relaxed);
+        let max_batch = self.max_batch(now);
         let batch = counters.next_batch(index, cost, now, ttl, max_batch);
         // What is left of the last grant (too little, or expired: a thread woken late
         // on a loaded machine) goes back to the bucket, so it is not lost to the job.
@@ -661,6 +677,14 @@ impl Slot {
             crate::return_credit_at_thread_exit();
         }
         reservation
+    }
+
+    /// The most tokens a thread that must wait at `now` may reserve ahead: the rate over
+    /// the batch span the bucket's age allows ([`BATCH_SPAN_MIN_NS`]), at most a lease's cap.
+    fn max_batch(&self, now: u64) -> u64 {
+        let span = batch_span_ns(self.bucket().age_ns(now));
+        let tokens = self.rate.load(Ordering::Relaxed) as u128 * span as u128 / 1_000_000_000;
+        tokens.min(self.batch_cap.load(Ordering::Relaxed) as u128) as u64
     }
 
     /// Makes the `tokens` a thread reserved with the request it just waited for (its
@@ -969,7 +993,7 @@ mod tests {
 
         // A re-rate voids credit: at 1000/s with a burst of 1 the third request waits
         // ~1 ms instead of spending the old credit (no lease: too small; a waiting
-        // request may reserve a batch, at most 16 ms of the rate).
+        // request may reserve a batch, what it spends in τ/8 = 125 µs at its pace).
         set_limit(id, 1000, 1).unwrap();
         let waited: u64 = (0..3).map(|_| stat()).sum();
         assert!(
@@ -979,7 +1003,7 @@ mod tests {
         assert!(credit() <= 16, "credit {}", credit());
 
         // A limiting bucket leases nothing (62 tokens at this burst): the request waits,
-        // and what it reserves beyond its cost is a batch (≤ 16 ms = 1 600 tokens).
+        // and what it reserves beyond its cost is a batch (≤ a lease's cap, 256).
         set_limit(id, 100_000, 1_000).unwrap();
         SLOTS[index].bucket().reserve(2_000, 0, 0, bucket::now_ns());
         assert!(stat() > 5_000_000);
@@ -989,6 +1013,17 @@ mod tests {
         let info = list().into_iter().find(|c| c.id == id).unwrap();
         assert_eq!((info.admitted, info.tokens), (4, 4));
         clear();
+    }
+
+    #[test]
+    fn a_batch_spans_a_sixty_fourth_of_the_run_from_32_to_128_ms() {
+        const S: u64 = 1_000_000_000;
+        assert_eq!(batch_span_ns(0), 32_000_000);
+        assert_eq!(batch_span_ns(2 * S), 32_000_000);
+        assert_eq!(batch_span_ns(4 * S), 62_500_000);
+        assert_eq!(batch_span_ns(8 * S), 125_000_000);
+        assert_eq!(batch_span_ns(3600 * S), 128_000_000);
+        assert_eq!(batch_span_ns(u64::MAX), 128_000_000);
     }
 
     #[test]
@@ -1018,7 +1053,7 @@ mod tests {
         // τ/4 after its lease or batch wake-up, and a batch's tokens no earlier than
         // they conform: ≤ rate·τ/4 + one batch more (invariant 12).
         let window = (deadline - t0) as f64 / 1e9;
-        let batch = SLOTS[id.0 as usize].batch_max.load(Ordering::Relaxed) as f64;
+        let batch = SLOTS[id.0 as usize].max_batch(deadline) as f64;
         let bound = rate as f64 * window + burst as f64 * 1.25 + batch + threads as f64;
         assert!(
             (admitted as f64) <= bound,
@@ -1047,7 +1082,7 @@ mod tests {
             now += 1_000;
         }
         // Leases and batches neither raise the rate (invariant 12) nor lose tokens.
-        let batch = slot.batch_max.load(Ordering::Relaxed);
+        let batch = slot.max_batch(end);
         let bound = rate + burst + burst / 4 + batch;
         assert!(admitted <= bound, "{admitted} admitted, bound {bound}");
         assert!(

@@ -277,9 +277,10 @@ fn count(args: &[String]) {
 /// `throttled`: the CPU a throttled call costs. Processes make `stat` calls on a managed
 /// file as fast as they can under `getattr=RATE/s` (one process, or two processes of one
 /// job sharing the limit); the same number of calls is made natively, back to back and
-/// paced by plain sleeps the way a throttled thread's batches are (what sleeping itself
+/// paced by as many plain sleeps as the throttled processes took (what sleeping itself
 /// costs on this machine); user + system time comes from `getrusage(RUSAGE_CHILDREN)`.
-/// Prints a Markdown table.
+/// `PADLL_BENCH_SECONDS` sets the run length (3), `PADLL_BENCH_RATES` the limits
+/// (`1000,20000,100000`). Prints a Markdown table.
 fn throttled() {
     let exe = std::env::current_exe().expect("current exe");
     let library = stage_library(&exe);
@@ -293,7 +294,18 @@ fn throttled() {
         .unwrap_or(3);
     println!("| limit (stat/s) | processes | calls | achieved /s | native CPU µs/call | native paced CPU µs/call | throttled CPU µs/call | extra CPU µs/call | extra over paced | sleeps per 100 calls |");
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for rate in [1_000u64, 20_000, 100_000] {
+    let rates: Vec<u64> = match std::env::var("PADLL_BENCH_RATES") {
+        Ok(list) => list
+            .split(',')
+            .map(|r| {
+                r.trim()
+                    .parse()
+                    .expect("PADLL_BENCH_RATES: comma-separated stat/s")
+            })
+            .collect(),
+        Err(_) => vec![1_000, 20_000, 100_000],
+    };
+    for rate in rates {
         for processes in [1u64, 2] {
             let calls = rate * seconds;
             let stage = [
@@ -306,12 +318,19 @@ fn throttled() {
                 ),
             ];
             let native = run_counting(&exe, &dir, calls, processes, &[], None);
-            // The same calls paced by plain sleeps, one per batch a throttled thread
-            // would take (32 ms of its share of the rate, at most 256 calls).
-            let share = rate / processes;
-            let group = (share * 32 / 1000).clamp(1, 256);
-            let paced = run_counting(&exe, &dir, calls, processes, &[], Some((share, group)));
             let throttled = run_counting(&exe, &dir, calls, processes, &stage, None);
+            // The same calls paced by plain sleeps, as many as the throttled processes
+            // slept (one per batch).
+            let sleeps = (throttled.sleeps - native.sleeps).max(1) as u64;
+            let group = (calls / sleeps).max(1);
+            let paced = run_counting(
+                &exe,
+                &dir,
+                calls,
+                processes,
+                &[],
+                Some((rate / processes, group)),
+            );
             let per_call = |cpu: f64| cpu / calls as f64 * 1e6;
             println!(
                 "| {rate} | {processes} | {calls} | {:.0} | {:.2} | {:.2} | {:.2} | {:+.2} | {:+.2} | {:.1} |",
