@@ -377,7 +377,11 @@ fn is_common(found: u32, effect: Effect) -> bool {
         | Effect::CloseRange(..)
         | Effect::CloseStream(_)
         | Effect::CloseDirStream(_) => true,
-        Effect::NewFd { flags } => main_managed && flags & (libc::O_DIRECTORY | libc::O_PATH) == 0,
+        // A creating call's placement (`placement::create`) is one bit test unless the
+        // mountpoint has it, and then shielded.
+        Effect::NewFd { flags } | Effect::Create { flags, .. } => {
+            main_managed && flags & (libc::O_DIRECTORY | libc::O_PATH) == 0
+        }
         Effect::NewStream => main_managed,
         _ => false,
     }
