@@ -81,18 +81,18 @@ pub async fn run(
     policy: &str,
 ) -> Result<Vec<BenchRow>, String> {
     raise_descriptor_limit(locals + 256)?;
-    let resource = Resource::parse("/scratch:metadata")?;
+    let resource = Resource::parse("/scratch:metadata").map_err(|e| e.to_string())?;
     let mut config = GlobalConfig {
         interval_ms: interval.as_millis() as u64,
         resources: vec![ResourceConfig {
             resource: resource.clone(),
-            max_rate: 1e6,
+            max_rate: resource.own_tokens(1_000_000),
             policy: policy.to_string(),
         }],
         ..GlobalConfig::default()
     };
     config.limits.max_nodes = config.limits.max_nodes.max(locals);
-    let controller = Controller::new(config)?;
+    let controller = Controller::new(config).map_err(|e| e.to_string())?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| e.to_string())?;

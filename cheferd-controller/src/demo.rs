@@ -82,7 +82,7 @@ async fn run_in(
         interval_ms: 1000,
         resources: vec![ResourceConfig {
             resource: resource.clone(),
-            max_rate: options.max_rate,
+            max_rate: resource.own_tokens(options.max_rate as u64),
             policy: options.policy.clone(),
         }],
         jobs: job_names
@@ -91,7 +91,11 @@ async fn run_in(
             .map(|(name, share)| {
                 let job = JobConfig {
                     priority: 1.0,
-                    demand: [(resource.clone(), (share * options.max_rate).round())].into(),
+                    demand: [(
+                        resource.clone(),
+                        resource.own_tokens((share * options.max_rate).round() as u64),
+                    )]
+                    .into(),
                     ..JobConfig::default()
                 };
                 (name.clone(), job)
@@ -101,7 +105,7 @@ async fn run_in(
     };
 
     // The control plane, in this process.
-    let controller = Controller::new(config)?;
+    let controller = Controller::new(config).map_err(|e| e.to_string())?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| format!("cannot listen: {e}"))?;

@@ -468,12 +468,14 @@ impl Kind {
     }
 }
 
-fn usage(message: String) -> Failure {
-    Failure::new(Kind::Usage, message)
+/// Bad usage: `error` (a message or a library's typed error) is the one line shown.
+fn usage(error: impl std::fmt::Display) -> Failure {
+    Failure::new(Kind::Usage, error.to_string())
 }
 
-fn failed(message: String) -> Failure {
-    Failure::new(Kind::Failed, message)
+/// A run-time failure: `error` is the one line shown.
+fn failed(error: impl std::fmt::Display) -> Failure {
+    Failure::new(Kind::Failed, error.to_string())
 }
 
 impl From<CtlErrorKind> for Kind {
@@ -617,7 +619,7 @@ fn replay(args: ReplayArgs) -> Result<(), Failure> {
                 .map_err(usage)?
         }
         (None, Some(rate)) => cheferd_controller::replay::ReplayOptions::constant(rate, seconds),
-        (None, None) => return Err(usage("give --trace FILE or --rate N".into())),
+        (None, None) => return Err(usage("give --trace FILE or --rate N")),
     };
     let options = cheferd_controller::replay::ReplayOptions {
         seconds,
@@ -642,7 +644,7 @@ fn bench(args: BenchArgs) -> Result<(), Failure> {
     policy::check(&name).map_err(|e| usage(format!("--policy: {e}")))?;
     if cycles == 0 || interval_ms == 0 || locals.contains(&0) {
         return Err(usage(
-            "--cycles, --interval-ms and every --locals value must be at least 1".into(),
+            "--cycles, --interval-ms and every --locals value must be at least 1",
         ));
     }
     let interval = std::time::Duration::from_millis(interval_ms);
@@ -830,7 +832,7 @@ async fn run_local(args: LocalArgs) -> Result<(), Failure> {
     ]
     .contains(&0)
     {
-        return Err(usage("every --max-… value must be at least 1".into()));
+        return Err(usage("every --max-… value must be at least 1"));
     }
     if !global
         .split(',')
@@ -952,7 +954,7 @@ async fn ctl(args: CtlArgs) -> Result<(), CtlError> {
 async fn send_change(socket: &std::path::Path, change: Change, json: bool) -> Result<(), CtlError> {
     change
         .check()
-        .map_err(|message| CtlError::new(CtlErrorKind::Usage, message))?;
+        .map_err(|error| CtlError::new(CtlErrorKind::Usage, error.to_string()))?;
     print_ok(
         admin::request(socket, &AdminRequest::Change { change }).await?,
         json,

@@ -43,8 +43,8 @@ pub struct PolicyRunner {
 
 impl PolicyRunner {
     /// Builds the named policy (`psfa`, `adaptbf`, `themis:group,user,size`, …).
-    pub fn new(name: &str) -> Result<PolicyRunner, String> {
-        let policy = policies::build(name).map_err(|e| e.to_string())?;
+    pub fn new(name: &str) -> Result<PolicyRunner, policies::BuildError> {
+        let policy = policies::build(name)?;
         let family = name.split(':').next().unwrap_or_default();
         Ok(PolicyRunner {
             by_usage: matches!(family, "psfa" | "psharing"),
@@ -102,6 +102,6 @@ impl PolicyRunner {
 }
 
 /// `Ok` if `name` builds a policy, else the reason (naming the bad value).
-pub fn check(name: &str) -> Result<(), String> {
-    policies::build(name).map(|_| ()).map_err(|e| e.to_string())
+pub fn check(name: &str) -> Result<(), policies::BuildError> {
+    policies::build(name).map(|_| ())
 }
