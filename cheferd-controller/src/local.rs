@@ -427,11 +427,13 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
     )
     .await
     {
-        Ok(Ok(Line::Text(line))) => control::decode::<StageMessage>(&line),
-        Ok(Ok(Line::TooLong(n))) => Err(format!("first message of {n} bytes is too long")),
-        Ok(Ok(Line::OverBudget)) => Err(over_budget()),
+        Ok(Ok(Line::Text(line))) => {
+            control::decode::<StageMessage>(&line).map_err(HelloError::from)
+        }
+        Ok(Ok(Line::TooLong(n))) => Err(HelloError::TooLong(n)),
+        Ok(Ok(Line::OverBudget)) => Err(HelloError::OverBudget),
         Ok(Ok(Line::End)) | Ok(Err(_)) => return,
-        Err(_) => Err("no hello within 10 s".to_string()),
+        Err(_) => Err(HelloError::Late),
     };
     let (stage_name, identity, mountpoints) = match hello {
         Ok(StageMessage::Hello {
@@ -454,7 +456,7 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
         }
         Err(e) => {
             limited_warn!(PEER_LOG, pid = ?credentials.pid(), "rejected a stage connection: {e}");
-            let reason = e.clone();
+            let reason = e.to_string();
             let _ = write
                 .write_all(control::encode(&ControlMessage::Reject { reason }).as_bytes())
                 .await;
@@ -616,6 +618,23 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
     local.send_upstream(local_message::Body::StageLeft(proto::StageLeft {
         stage_id,
     }));
+}
+
+/// Why a stage's first line was not taken as its hello.
+#[derive(Debug, thiserror::Error)]
+enum HelloError {
+    /// Not a stage message.
+    #[error(transparent)]
+    Decode(#[from] control::DecodeError),
+    /// Longer than a message may be (its length).
+    #[error("first message of {0} bytes is too long")]
+    TooLong(usize),
+    /// Its uid or the node has too many partial lines pending.
+    #[error("{}", over_budget())]
+    OverBudget,
+    /// Nothing within 10 s.
+    #[error("no hello within 10 s")]
+    Late,
 }
 
 fn over_budget() -> String {

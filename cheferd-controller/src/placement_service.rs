@@ -144,13 +144,21 @@ pub enum FeedError {
         /// What is wrong.
         why: &'static str,
     },
-    /// The feed file could not be read, or is bad.
-    #[error("feed '{path}': {why}")]
-    File {
+    /// The feed file could not be read.
+    #[error("feed '{path}': {error}")]
+    Unreadable {
         /// The file.
         path: String,
-        /// Why (a reading error, or the [`FeedError`] of its text).
-        why: String,
+        /// Why.
+        error: padll_wire::config::ReadError,
+    },
+    /// The feed file's text is bad.
+    #[error("feed '{path}': {error}")]
+    InFile {
+        /// The file.
+        path: String,
+        /// What is wrong in it.
+        error: Box<FeedError>,
     },
 }
 
@@ -302,12 +310,15 @@ fn short(text: &str) -> String {
 
 /// Reads a feed file: regular, at most [`MAX_FEED_BYTES`], opened non-blocking.
 fn read_feed(path: &str) -> Result<Loads, FeedError> {
-    let in_file = |why: String| FeedError::File {
+    let text =
+        padll_wire::config::read_config_file(path).map_err(|error| FeedError::Unreadable {
+            path: path.to_string(),
+            error,
+        })?;
+    parse_feed(&text).map_err(|error| FeedError::InFile {
         path: path.to_string(),
-        why,
-    };
-    let text = padll_wire::config::read_config_file(path).map_err(|e| in_file(e.to_string()))?;
-    parse_feed(&text).map_err(|e| in_file(e.to_string()))
+        error: Box::new(error),
+    })
 }
 
 /// What the service knows between requests.
