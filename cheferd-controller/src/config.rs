@@ -171,7 +171,7 @@ pub enum ConfigError {
         /// Where it was given.
         key: String,
         /// Why (it keeps the name).
-        error: policies::BuildError,
+        error: Box<policies::SpecError>,
     },
     /// A bad `[placement]` section.
     #[error(transparent)]
@@ -385,7 +385,7 @@ impl GlobalConfig {
     /// names are known.
     pub fn parse(
         text: &str,
-        policy_exists: &dyn Fn(&str) -> Result<(), policies::BuildError>,
+        policy_exists: &dyn Fn(&str) -> Result<(), policies::SpecError>,
     ) -> Result<GlobalConfig, ConfigError> {
         let raw: RawConfig =
             toml::from_str(text).map_err(|e| ConfigError::Toml(toml_error(text, &e)))?;
@@ -461,7 +461,7 @@ impl GlobalConfig {
             let max_rate = rate_of(&format!("resource[{i}].max_rate"), &r.max_rate.0, &resource)?;
             policy_exists(&r.policy).map_err(|error| ConfigError::Policy {
                 key: format!("resource[{i}].policy"),
-                error,
+                error: Box::new(error),
             })?;
             config.resources.push(ResourceConfig {
                 resource,

@@ -269,7 +269,8 @@ fn summarize(options: &DemoOptions, names: &[String], series: &[Vec<f64>]) -> Re
         options.max_rate,
         Some(&png),
         Some(&svg),
-    )?;
+    )
+    .map_err(|e| e.to_string())?;
 
     // The first seconds run on provisional rates until the first cycles have data.
     let settled = &series[series.len().min(3)..];

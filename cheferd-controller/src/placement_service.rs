@@ -105,9 +105,9 @@ pub enum PlacementConfigError {
     /// `mount` is no absolute path.
     #[error("placement.mount = '{0}': not an absolute mountpoint")]
     RelativeMount(String),
-    /// `placer` names no placer (the reason names it).
+    /// `placer` names no placer.
     #[error("placement.placer: {0}")]
-    Placer(String),
+    Placer(policies::SpecError),
     /// `refresh_ms` out of its range.
     #[error("placement.refresh_ms = {0}: must be between 100 and 3600000")]
     RefreshMs(u64),

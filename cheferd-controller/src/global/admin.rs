@@ -134,7 +134,7 @@ pub enum ChangeError {
     BadResource(#[from] ResourceError),
     /// A policy name that builds no policy.
     #[error(transparent)]
-    BadPolicy(#[from] policies::BuildError),
+    BadPolicy(#[from] policies::SpecError),
     /// A rate that is no rate, or of the wrong unit for its resource.
     #[error(transparent)]
     BadRate(#[from] RateOfError),

@@ -108,7 +108,7 @@ impl Controller {
         for r in &config.resources {
             let runner = PolicyRunner::new(&r.policy).map_err(|error| ConfigError::Policy {
                 key: r.resource.to_string(),
-                error,
+                error: Box::new(error),
             })?;
             policies.insert(r.resource.clone(), runner);
         }
