@@ -51,7 +51,7 @@ mod tests;
 pub use admin::{Change, ChangeError};
 pub use durable::{PolicyState, SavedJob};
 pub use registry::ORPHAN_GRACE;
-pub use service::{serve, Service};
+pub use service::{serve, ServeError, Service};
 pub use snapshot::{NodeSnapshot, Phases, ResourceSnapshot, Snapshot, StageSnapshot};
 
 use crate::config::Resource;
