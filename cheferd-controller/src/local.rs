@@ -533,7 +533,8 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
         // Reads /proc and may run `scontrol`: off the async workers.
         tokio::task::spawn_blocking(move || local.identity.resolve(&job, size, uid, pid))
             .await
-            .unwrap_or_else(|e| Err(format!("identity lookup failed: {e}")))
+            .map_err(|e| format!("identity lookup failed: {e}"))
+            .and_then(|resolved| resolved.map_err(|e| e.to_string()))
     };
     let resolved = match resolved {
         Ok(resolved) => resolved,
