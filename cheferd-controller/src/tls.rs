@@ -102,10 +102,14 @@ pub enum TlsFileErrorKind {
     /// A certificate that names no node.
     #[error(transparent)]
     NoNodeName(#[from] NodeNameError),
-    /// A certificate and key rustls refuses together (e.g. a key of another
-    /// certificate), with the reason.
-    #[error("unusable with its key ({0})")]
-    Unusable(String),
+    /// A certificate rustls refuses with its key (e.g. a key of another certificate).
+    #[error("unusable with --tls-key {} ({reason})", key.display())]
+    Unusable {
+        /// The key file.
+        key: PathBuf,
+        /// Why (rustls's error chain).
+        reason: String,
+    },
 }
 
 /// Reads a file of PEM certificates, naming `flag` and the path in any error.
@@ -167,15 +171,11 @@ impl ServerTls {
         tonic::transport::Server::builder()
             .tls_config(config.clone())
             .map_err(|e| {
-                file_error(
-                    "--tls-cert",
-                    &self.cert,
-                    TlsFileErrorKind::Unusable(format!(
-                        "--tls-key {}: {}",
-                        self.key.display(),
-                        error_chain(&e)
-                    )),
-                )
+                let kind = TlsFileErrorKind::Unusable {
+                    key: self.key.clone(),
+                    reason: error_chain(&e),
+                };
+                file_error("--tls-cert", &self.cert, kind)
             })?;
         Ok(config)
     }
