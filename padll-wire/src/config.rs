@@ -219,13 +219,29 @@ pub fn parse_selector(text: &str) -> Result<(Option<String>, Scope), SelectorErr
     Ok((mount, scope))
 }
 
+/// A rule [`parse_rule`] refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RuleError {
+    /// No `=` (the text as given).
+    #[error(
+        "bad limit '{0}': expected SELECTOR=RATE, as in open=5000/s or /scratch:data=100MiB/s"
+    )]
+    NoRate(String),
+    /// A bad selector before the `=`.
+    #[error(transparent)]
+    Selector(#[from] SelectorError),
+    /// A bad rate after it.
+    #[error(transparent)]
+    Rate(#[from] RateError),
+}
+
 /// Parses `SELECTOR=RATE` into a channel spec whose burst is `burst_ms` of the rate.
-pub fn parse_rule(text: &str, burst_ms: u64) -> Result<ChannelSpec, String> {
+pub fn parse_rule(text: &str, burst_ms: u64) -> Result<ChannelSpec, RuleError> {
     let (selector, rate) = text
         .rsplit_once('=')
-        .ok_or_else(|| format!("bad limit '{text}': expected SELECTOR=RATE, as in open=5000/s or /scratch:data=100MiB/s"))?;
-    let (mount, scope) = parse_selector(selector.trim()).map_err(|e| e.to_string())?;
-    let rate = parse_rate(rate).map_err(|e| e.to_string())?;
+        .ok_or_else(|| RuleError::NoRate(text.to_string()))?;
+    let (mount, scope) = parse_selector(selector.trim())?;
+    let rate = parse_rate(rate)?;
     Ok(ChannelSpec {
         mount: mount.map(|m| normalize_mount(&m)),
         scope,
@@ -291,19 +307,22 @@ pub enum LogLevel {
 }
 
 impl LogLevel {
-    fn parse(text: &str) -> Result<LogLevel, String> {
+    fn parse(text: &str) -> Result<LogLevel, LogLevelError> {
         match text {
             "off" => Ok(LogLevel::Off),
             "error" => Ok(LogLevel::Error),
             "warn" => Ok(LogLevel::Warn),
             "info" => Ok(LogLevel::Info),
             "debug" => Ok(LogLevel::Debug),
-            other => Err(format!(
-                "bad log level '{other}' (use off, error, warn, info, debug)"
-            )),
+            other => Err(LogLevelError(other.to_string())),
         }
     }
 }
+
+/// A log level that is none of [`LogLevel`]'s names (the text).
+#[derive(Debug, thiserror::Error)]
+#[error("bad log level '{0}' (use off, error, warn, info, debug)")]
+struct LogLevelError(String);
 
 /// The stage's whole configuration.
 #[derive(Clone, Debug, PartialEq)]
@@ -385,34 +404,46 @@ pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 /// Reads a configuration file with care: opened non-blocking (a FIFO or a device never
 /// hangs the program), it must be a regular file of at most [`MAX_CONFIG_BYTES`]
 /// (`/dev/zero` would otherwise be read until memory runs out). The error says why.
-pub fn read_config_file(path: &str) -> Result<String, String> {
+pub fn read_config_file(path: &str) -> Result<String, ReadError> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
-        .open(path)
-        .map_err(|e| e.to_string())?;
-    let meta = file.metadata().map_err(|e| e.to_string())?;
+        .open(path)?;
+    let meta = file.metadata()?;
     if !meta.is_file() {
-        return Err("not a regular file".to_string());
+        return Err(ReadError::NotRegular);
     }
     if meta.len() > MAX_CONFIG_BYTES {
-        return Err(format!(
-            "{} bytes exceeds the limit of {MAX_CONFIG_BYTES}",
-            meta.len()
-        ));
+        return Err(ReadError::TooLarge(meta.len()));
     }
     let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(MAX_CONFIG_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| e.to_string())?;
+    file.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(format!(
-            "it grew past the limit of {MAX_CONFIG_BYTES} bytes"
-        ));
+        return Err(ReadError::Grew);
     }
-    String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())
+    String::from_utf8(bytes).map_err(|_| ReadError::NotUtf8)
+}
+
+/// Why [`read_config_file`] did not read a file (the caller names the file).
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// Opening or reading failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// A directory, FIFO, device or socket.
+    #[error("not a regular file")]
+    NotRegular,
+    /// Larger than [`MAX_CONFIG_BYTES`] (its size).
+    #[error("{0} bytes exceeds the limit of {MAX_CONFIG_BYTES}")]
+    TooLarge(u64),
+    /// It grew past [`MAX_CONFIG_BYTES`] while being read.
+    #[error("it grew past the limit of {MAX_CONFIG_BYTES} bytes")]
+    Grew,
+    /// Not text.
+    #[error("not UTF-8 text")]
+    NotUtf8,
 }
 
 /// Reads the configuration through `var` (the environment, or a map in tests).
@@ -676,7 +707,8 @@ fn parse_default_limit(text: &str, burst_ms: u64) -> Result<Vec<ChannelSpec>, St
         .map(str::trim)
         .filter(|rule| !rule.is_empty())
         .map(|rule| parse_rule(rule, burst_ms))
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
     if limits.is_empty() {
         return Err(format!(
             "'{text}' names no limit (give SELECTOR=RATE limits, or 0 for none)"
@@ -789,9 +821,17 @@ mod tests {
         assert_eq!(spec.mount.as_deref(), Some("/scratch"));
         assert_eq!(spec.unit, Unit::Bytes);
         assert_eq!(spec.burst, (100 << 20) / 100);
-        assert!(parse_rule("open", 10)
-            .unwrap_err()
-            .contains("SELECTOR=RATE"));
+        let no_rate = parse_rule("open", 10).unwrap_err();
+        assert_eq!(no_rate, RuleError::NoRate("open".into()));
+        assert!(no_rate.to_string().contains("SELECTOR=RATE"), "{no_rate}");
+        assert!(matches!(
+            parse_rule("opne=5", 10),
+            Err(RuleError::Selector(e)) if e.text == "opne"
+        ));
+        assert!(matches!(
+            parse_rule("open=5 parsecs", 10),
+            Err(RuleError::Rate(e)) if e.text == "5 parsecs"
+        ));
     }
 
     #[test]
