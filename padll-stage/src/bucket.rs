@@ -99,7 +99,7 @@ impl TokenBucket {
     }
 
     /// [`TokenBucket::configure`] at time `now_ns`.
-    fn configure_at(&self, limit: Limit, now_ns: u64) {
+    pub(crate) fn configure_at(&self, limit: Limit, now_ns: u64) {
         let _ = self
             .origin
             .compare_exchange(0, now_ns, Ordering::AcqRel, Ordering::Acquire);

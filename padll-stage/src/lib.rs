@@ -15,6 +15,7 @@
 pub mod bucket;
 pub mod channels;
 mod control;
+pub mod credit;
 mod errno;
 pub mod fdtable;
 mod hooks;
