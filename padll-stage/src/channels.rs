@@ -110,13 +110,41 @@ pub fn release_registry_after_fork() {
     let _ = HELD_FOR_FORK.try_with(|held| held.borrow_mut().take());
 }
 
+/// Why a channel cannot be added or re-rated: each names the value at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ChannelError {
+    /// More mountpoints than the route table has columns.
+    #[error("at most {MAX_MOUNTS} mountpoints are supported, got {0}")]
+    TooManyMounts(usize),
+    /// A channel names a mountpoint the stage does not manage.
+    #[error("'{0}' is not a registered mountpoint")]
+    UnknownMount(String),
+    /// Every slot is in use.
+    #[error("too many channels (at most {MAX_CHANNELS})")]
+    NoFreeSlot,
+    /// No channel has this id.
+    #[error("no channel {0}")]
+    NoChannel(u8),
+    /// A rate of 0 or above [`bucket::MAX_RATE`].
+    #[error("rate {} of '{}' is outside 1..={}", .0.rate, .0, bucket::MAX_RATE)]
+    Rate(ChannelSpec),
+    /// A burst of 0.
+    #[error("burst of '{0}' must be at least 1")]
+    Burst(ChannelSpec),
+    /// A request would pass more channels than a route holds.
+    #[error("more than {MAX_CHANNELS_PER_REQUEST} channels would apply to '{op}' on {mount}")]
+    TooManyPerRequest {
+        /// The operation.
+        op: Op,
+        /// The mountpoint.
+        mount: String,
+    },
+}
+
 /// Declares the registered mountpoints (index = position), so specs can name them.
-pub fn set_mounts(mounts: &[String]) -> Result<(), String> {
+pub fn set_mounts(mounts: &[String]) -> Result<(), ChannelError> {
     if mounts.len() > MAX_MOUNTS {
-        return Err(format!(
-            "at most {MAX_MOUNTS} mountpoints are supported, got {}",
-            mounts.len()
-        ));
+        return Err(ChannelError::TooManyMounts(mounts.len()));
     }
     registry().mounts = mounts.to_vec();
     Ok(())
@@ -124,27 +152,33 @@ pub fn set_mounts(mounts: &[String]) -> Result<(), String> {
 
 /// Adds a channel with a bucket of this process' own and routes matching requests
 /// through it from the next request on.
-pub fn add(spec: ChannelSpec) -> Result<ChannelId, String> {
+pub fn add(spec: ChannelSpec) -> Result<ChannelId, ChannelError> {
     add_with(spec, None)
 }
 
 /// Adds a channel whose bucket is `bucket`, shared with the job's other processes on
 /// this node (already configured: joining it must not refill it).
-pub fn add_shared(spec: ChannelSpec, bucket: &'static TokenBucket) -> Result<ChannelId, String> {
+pub fn add_shared(
+    spec: ChannelSpec,
+    bucket: &'static TokenBucket,
+) -> Result<ChannelId, ChannelError> {
     add_with(spec, Some(bucket))
 }
 
-fn add_with(spec: ChannelSpec, shared: Option<&'static TokenBucket>) -> Result<ChannelId, String> {
+fn add_with(
+    spec: ChannelSpec,
+    shared: Option<&'static TokenBucket>,
+) -> Result<ChannelId, ChannelError> {
     let mut reg = registry();
     if let Some(mount) = &spec.mount {
         if !reg.mounts.contains(mount) {
-            return Err(format!("'{mount}' is not a registered mountpoint"));
+            return Err(ChannelError::UnknownMount(mount.clone()));
         }
     }
     validate(&spec)?;
     let free = (0..MAX_CHANNELS)
         .find(|i| reg.specs.get(*i).is_none_or(|s| s.is_none()))
-        .ok_or_else(|| format!("too many channels (at most {MAX_CHANNELS})"))?;
+        .ok_or(ChannelError::NoFreeSlot)?;
     if reg.specs.len() <= free {
         reg.specs.resize(free + 1, None);
     }
@@ -189,11 +223,11 @@ pub fn remove(id: ChannelId) -> bool {
 /// and for requests already waiting. A channel sharing the job's bucket leaves it for
 /// a bucket of its own: a rate given to one process (by the control plane) is that
 /// process' rate.
-pub fn set_limit(id: ChannelId, rate: u64, burst: u64) -> Result<(), String> {
+pub fn set_limit(id: ChannelId, rate: u64, burst: u64) -> Result<(), ChannelError> {
     let mut reg = registry();
     let index = id.0 as usize;
     let Some(Some(spec)) = reg.specs.get_mut(index) else {
-        return Err(format!("no channel {}", id.0));
+        return Err(ChannelError::NoChannel(id.0));
     };
     let mut updated = spec.clone();
     updated.rate = rate;
@@ -248,26 +282,22 @@ pub fn reset_counters() {
     }
 }
 
-fn validate(spec: &ChannelSpec) -> Result<(), String> {
+fn validate(spec: &ChannelSpec) -> Result<(), ChannelError> {
     if spec.rate == 0 || spec.rate > bucket::MAX_RATE {
-        return Err(format!(
-            "rate {} of '{spec}' is outside 1..={}",
-            spec.rate,
-            bucket::MAX_RATE
-        ));
+        return Err(ChannelError::Rate(spec.clone()));
     }
     if spec.burst == 0 {
-        return Err(format!("burst of '{spec}' must be at least 1"));
+        return Err(ChannelError::Burst(spec.clone()));
     }
     Ok(())
 }
 
 /// Computes every route; fails if some request would need more than four channels.
-fn rebuild_routes(reg: &Registry) -> Result<(), String> {
+fn rebuild_routes(reg: &Registry) -> Result<(), ChannelError> {
     compute_routes(reg).map(|_| ())
 }
 
-fn compute_routes(reg: &Registry) -> Result<Vec<[u64; Op::COUNT]>, String> {
+fn compute_routes(reg: &Registry) -> Result<Vec<[u64; Op::COUNT]>, ChannelError> {
     let mut routes = vec![[0u64; Op::COUNT]; reg.mounts.len()];
     for (mount_index, mount_name) in reg.mounts.iter().enumerate() {
         for op in Op::ALL {
@@ -281,9 +311,10 @@ fn compute_routes(reg: &Registry) -> Result<Vec<[u64; Op::COUNT]>, String> {
                 let mount_matches = spec.mount.as_ref().is_none_or(|m| m == mount_name);
                 if mount_matches && spec.scope.covers(*op) {
                     if count == MAX_CHANNELS_PER_REQUEST {
-                        return Err(format!(
-                            "more than {MAX_CHANNELS_PER_REQUEST} channels would apply to '{op}' on {mount_name}"
-                        ));
+                        return Err(ChannelError::TooManyPerRequest {
+                            op: *op,
+                            mount: mount_name.clone(),
+                        });
                     }
                     count += 1;
                     if spec.unit == Unit::Bytes {
@@ -782,10 +813,9 @@ mod tests {
 
         // Unknown mount and bad rates are rejected with the value named.
         let err = add(spec(Some("/nope"), Scope::All, 1)).unwrap_err();
-        assert!(err.contains("/nope"), "{err}");
-        assert!(add(spec(None, Scope::All, 0))
-            .unwrap_err()
-            .contains("rate 0"));
+        assert_eq!(err.to_string(), "'/nope' is not a registered mountpoint");
+        let err = add(spec(None, Scope::All, 0)).unwrap_err();
+        assert!(err.to_string().starts_with("rate 0 of '"), "{err}");
 
         // A slow channel delays; raising its rate releases a waiter promptly.
         set_limit(meta, 1, 1).unwrap();
@@ -800,9 +830,8 @@ mod tests {
         let extra: Vec<_> = (0..2)
             .map(|_| add(spec(None, Scope::All, 10)).unwrap())
             .collect();
-        assert!(add(spec(None, Scope::All, 10))
-            .unwrap_err()
-            .contains("more than 4"));
+        let err = add(spec(None, Scope::All, 10)).unwrap_err();
+        assert!(err.to_string().starts_with("more than 4 channels"), "{err}");
 
         assert!(remove(open));
         assert!(!remove(open));
