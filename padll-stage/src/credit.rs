@@ -291,7 +291,7 @@ impl Terms {
     /// The most tokens a thread that must wait at `now` in `bucket` may reserve ahead:
     /// the rate over the batch span the bucket's age allows ([`BATCH_SPAN_MIN_NS`]), at
     /// most a lease's cap.
-    pub fn max_batch(&self, bucket: &TokenBucket, now: u64) -> u64 {
+    pub(crate) fn max_batch(&self, bucket: &TokenBucket, now: u64) -> u64 {
         let span = batch_span_ns(bucket.age_ns(now));
         let tokens = self.rate.load(Ordering::Relaxed) as u128 * span as u128 / 1_000_000_000;
         tokens.min(self.batch_cap.load(Ordering::Relaxed) as u128) as u64
