@@ -102,7 +102,7 @@ impl Credit {
     /// Spends `cost` tokens if the credit holds that many, leased under `generation` and
     /// unexpired at `now` (ns). A row never leased into has expired.
     #[inline]
-    pub fn spend(&self, generation: u64, cost: u64, now: u64) -> bool {
+    fn spend(&self, generation: u64, cost: u64, now: u64) -> bool {
         let tokens = self.tokens.load(Ordering::Relaxed);
         if tokens < cost
             || self.expires.load(Ordering::Relaxed) <= now
