@@ -20,16 +20,16 @@ use std::os::fd::{FromRawFd, OwnedFd};
 /// Why the job's last rules cannot be kept or used: the file, and what is wrong with it.
 #[derive(Debug, thiserror::Error)]
 #[error("{path}: {kind}")]
-pub struct LastRulesError {
+pub struct RulesFileError {
     /// The file's path.
     pub path: String,
     /// What is wrong.
-    pub kind: LastRulesErrorKind,
+    pub kind: RulesFileErrorKind,
 }
 
-/// What is wrong with the job's last rules file (see [`LastRulesError`]).
+/// What is wrong with the job's last rules file (see [`RulesFileError`]).
 #[derive(Debug, thiserror::Error)]
-pub enum LastRulesErrorKind {
+pub enum RulesFileErrorKind {
     /// Its temporary file cannot be created.
     #[error("cannot create: {0}")]
     Create(std::io::Error),
@@ -54,9 +54,9 @@ pub enum LastRulesErrorKind {
     /// Reading it failed.
     #[error("cannot read: {0}")]
     Read(std::io::Error),
-    /// Its contents are not rules ([`LastRules::decode`]'s reason).
-    #[error("{0}")]
-    Decode(String),
+    /// Its contents are not rules.
+    #[error(transparent)]
+    Decode(padll_wire::control::LastRulesError),
 }
 
 /// Where the job's last rules are kept.
@@ -65,27 +65,27 @@ pub fn path(uid: u32, job: &str) -> CString {
 }
 
 /// Keeps `rules` as the job's last rules (replacing the previous ones at once).
-pub fn save(uid: u32, job: &str, rules: &[ChannelSpec]) -> Result<(), LastRulesError> {
+pub fn save(uid: u32, job: &str, rules: &[ChannelSpec]) -> Result<(), RulesFileError> {
     let path = path(uid, job);
     // `+` never appears in a job file's name, so no job's file is ever this one.
     let mut staged = path.as_bytes().to_vec();
     staged.extend_from_slice(format!("+{}", std::process::id()).as_bytes());
     let staged = CString::new(staged).expect("no NUL in a job file's name");
-    let error = |kind| LastRulesError {
+    let error = |kind| RulesFileError {
         path: path.to_string_lossy().into_owned(),
         kind,
     };
     let mut file = create_private(&staged).map_err(error)?;
     let written = file
         .write_all(LastRules::encode(rules).as_bytes())
-        .map_err(|e| error(LastRulesErrorKind::Write(e)));
+        .map_err(|e| error(RulesFileErrorKind::Write(e)));
     drop(file);
     let renamed = written.and_then(|()| {
         // SAFETY: NUL-terminated paths alive across the call.
         if unsafe { libc::rename(staged.as_ptr(), path.as_ptr()) } == 0 {
             Ok(())
         } else {
-            Err(error(LastRulesErrorKind::Replace(
+            Err(error(RulesFileErrorKind::Replace(
                 std::io::Error::last_os_error(),
             )))
         }
@@ -99,7 +99,7 @@ pub fn save(uid: u32, job: &str, rules: &[ChannelSpec]) -> Result<(), LastRulesE
 
 /// A new file only we can read or write, at `path`; one left there by a process of
 /// ours with the same pid that was killed between create and rename is replaced.
-fn create_private(path: &CStr) -> Result<std::fs::File, LastRulesErrorKind> {
+fn create_private(path: &CStr) -> Result<std::fs::File, RulesFileErrorKind> {
     for _ in 0..2 {
         // SAFETY: NUL-terminated path; a new file (O_EXCL), never through a symlink.
         let fd = unsafe {
@@ -115,18 +115,18 @@ fn create_private(path: &CStr) -> Result<std::fs::File, LastRulesErrorKind> {
         }
         let error = std::io::Error::last_os_error();
         if error.raw_os_error() != Some(libc::EEXIST) {
-            return Err(LastRulesErrorKind::Create(error));
+            return Err(RulesFileErrorKind::Create(error));
         }
         // SAFETY: NUL-terminated path. In the sticky /dev/shm only our own file goes.
         unsafe { libc::unlink(path.as_ptr()) };
     }
-    Err(LastRulesErrorKind::InTheWay)
+    Err(RulesFileErrorKind::InTheWay)
 }
 
 /// The job's last rules, `None` if it has none here.
-pub fn load(uid: u32, job: &str) -> Result<Option<Vec<ChannelSpec>>, LastRulesError> {
+pub fn load(uid: u32, job: &str) -> Result<Option<Vec<ChannelSpec>>, RulesFileError> {
     let path = path(uid, job);
-    let error = |kind| LastRulesError {
+    let error = |kind| RulesFileError {
         path: path.to_string_lossy().into_owned(),
         kind,
     };
@@ -141,23 +141,23 @@ pub fn load(uid: u32, job: &str) -> Result<Option<Vec<ChannelSpec>>, LastRulesEr
         let os_error = std::io::Error::last_os_error();
         return match os_error.raw_os_error() {
             Some(libc::ENOENT) => Ok(None),
-            _ => Err(error(LastRulesErrorKind::Open(os_error))),
+            _ => Err(error(RulesFileErrorKind::Open(os_error))),
         };
     }
     // SAFETY: a descriptor we just opened and own.
     let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
     let meta = file
         .metadata()
-        .map_err(|e| error(LastRulesErrorKind::Stat(e)))?;
+        .map_err(|e| error(RulesFileErrorKind::Stat(e)))?;
     use std::os::unix::fs::MetadataExt;
     crate::shared::check_private(meta.mode(), meta.uid(), uid).map_err(|e| error(e.into()))?;
     let mut bytes = Vec::new();
     file.take(MAX_LAST_RULES_BYTES as u64 + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| error(LastRulesErrorKind::Read(e)))?;
+        .map_err(|e| error(RulesFileErrorKind::Read(e)))?;
     LastRules::decode(&bytes)
         .map(Some)
-        .map_err(|e| error(LastRulesErrorKind::Decode(e.to_string())))
+        .map_err(|e| error(RulesFileErrorKind::Decode(e)))
 }
 
 #[cfg(test)]
