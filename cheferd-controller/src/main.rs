@@ -347,6 +347,8 @@ struct SignArgs {
 
 #[derive(Subcommand)]
 enum CtlCommand {
+    /// Role (single, leader or follower), term, leader, etcd and lease.
+    Status,
     /// Attached local controllers.
     Nodes,
     /// Jobs with usage, demand and assigned rate per resource.
@@ -682,7 +684,11 @@ async fn run_global(args: GlobalArgs) -> Result<(), Failure> {
         tracing::warn!("{}: {warning}", config.display());
     }
     let server_tls = global_tls(&config, &parsed.tls, tls).map_err(usage)?;
-    let standby = standby_options(standby, &listen, server_tls.is_some()).map_err(usage)?;
+    let standby = standby_options(standby, &listen, server_tls.as_ref()).map_err(usage)?;
+    let server_tls = server_tls
+        .map(|tls| tls.load())
+        .transpose()
+        .map_err(usage)?;
     let mut stop = bounds::StopSignals::install().map_err(failed)?;
     // Removed when this function returns: at a stop, or when starting fails below.
     let (admin_listener, _admin_file) = bounds::bind_unix(&admin_socket, 0o666).map_err(usage)?;
@@ -767,7 +773,7 @@ async fn run_global(args: GlobalArgs) -> Result<(), Failure> {
 fn standby_options(
     args: StandbyArgs,
     listen: &str,
-    tls: bool,
+    tls: Option<&cheferd_controller::tls::ServerTls>,
 ) -> Result<Option<cheferd_controller::standby::StandbyOptions>, String> {
     if args.etcd.is_empty() {
         return Ok(None);
@@ -784,7 +790,7 @@ fn standby_options(
             args.etcd_prefix
         ));
     }
-    let scheme = if tls { "https" } else { "http" };
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let advertise = args
         .advertise
         .unwrap_or_else(|| format!("{scheme}://{listen}"));
@@ -798,6 +804,7 @@ fn standby_options(
         prefix: args.etcd_prefix.trim_end_matches('/').to_string(),
         advertise,
         ttl: Duration::from_secs(args.etcd_ttl),
+        peer_tls: tls.map(|tls| tls.peer_client()).transpose()?,
     }))
 }
 
@@ -885,6 +892,8 @@ async fn ctl(args: CtlArgs) -> Result<(), CtlError> {
     // `--json`: each view prints the part of the admin socket's snapshot it shows.
     let snapshot_json = || admin::request(socket, &AdminRequest::Snapshot);
     match command {
+        CtlCommand::Status if json => println!("{}", snapshot_json().await?["leadership"]),
+        CtlCommand::Status => print!("{}", admin::snapshot(socket).await?.leadership.render()),
         CtlCommand::Nodes if json => println!("{}", snapshot_json().await?["nodes"]),
         CtlCommand::Stages if json => println!("{}", snapshot_json().await?["stages"]),
         CtlCommand::Jobs | CtlCommand::Top { once: true } if json => {
@@ -981,13 +990,14 @@ fn print_ok(value: serde_json::Value, json: bool) {
     }
 }
 
-/// The global controller's TLS: flags over `[tls]` (whose relative paths are taken from
-/// the configuration file's directory); `None` only when plaintext is asked for.
+/// The global controller's TLS files: flags over `[tls]` (whose relative paths are
+/// taken from the configuration file's directory); `None` only when plaintext is asked
+/// for.
 fn global_tls(
     config_path: &std::path::Path,
     settings: &cheferd_controller::config::TlsSettings,
     flags: GlobalTlsArgs,
-) -> Result<Option<tonic::transport::ServerTlsConfig>, String> {
+) -> Result<Option<cheferd_controller::tls::ServerTls>, String> {
     let base = config_path.parent().unwrap_or(std::path::Path::new("."));
     let from_config = |path: &Option<PathBuf>| path.as_ref().map(|p| base.join(p));
     let cert = flags.tls_cert.or_else(|| from_config(&settings.cert));
@@ -1009,13 +1019,11 @@ fn global_tls(
              or --insecure-plaintext"
             .into()),
         _ if plaintext => Err("--insecure-plaintext conflicts with the TLS files given".into()),
-        (Some(cert), Some(key), Some(client_ca)) => cheferd_controller::tls::ServerTls {
+        (Some(cert), Some(key), Some(client_ca)) => Ok(Some(cheferd_controller::tls::ServerTls {
             cert,
             key,
             client_ca,
-        }
-        .load()
-        .map(Some),
+        })),
         (cert, key, _) => Err(format!(
             "mutual TLS needs {} as well",
             if cert.is_none() {

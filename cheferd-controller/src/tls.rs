@@ -115,8 +115,18 @@ fn read_small(flag: &str, path: &Path) -> Result<Vec<u8>, String> {
 }
 
 impl ServerTls {
-    /// Loads and checks the files: the TLS configuration of the gRPC server, requiring
-    /// a client certificate signed by `client_ca`.
+    /// How one global controller checks another's server certificate (a standby
+    /// asking `Standing`): trusting `client_ca`, the site CA, with no client identity.
+    pub fn peer_client(&self) -> Result<ClientTlsConfig, String> {
+        let (ca, _) = read_certs("--tls-client-ca", &self.client_ca)?;
+        Ok(ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(ca))
+            .timeout(HANDSHAKE_TIMEOUT))
+    }
+
+    /// Loads and checks the files: the TLS configuration of the gRPC server, checking
+    /// a client certificate against `client_ca`. The handshake accepts a client without
+    /// one (a standby global controller asking `Standing`); `Attach` refuses it.
     pub fn load(&self) -> Result<ServerTlsConfig, String> {
         let (cert, _) = read_certs("--tls-cert", &self.cert)?;
         let key = read_key("--tls-key", &self.key)?;
@@ -124,7 +134,7 @@ impl ServerTls {
         let config = ServerTlsConfig::new()
             .identity(Identity::from_pem(cert, key))
             .client_ca_root(Certificate::from_pem(ca))
-            .client_auth_optional(false)
+            .client_auth_optional(true)
             .timeout(HANDSHAKE_TIMEOUT);
         // Builds the rustls configuration now, so a key that does not match its
         // certificate is reported at start, not at the first handshake.

@@ -4,8 +4,9 @@
 //! - the leader is killed (`SIGKILL`): the standby leads within the lease's TTL and two
 //!   intervals, the locals follow it, an administrative change made before is still in
 //!   force, the aggregate never exceeds `Max_R` × 1.05 in a second and no job fails;
-//! - etcd is killed: the leader keeps its place and says so, rules stay in force, and
-//!   it controls again once etcd is back;
+//! - etcd is killed: every standby confirms it cannot reach etcd either, so the leader
+//!   keeps controlling (a change made meanwhile reaches the jobs) and says so, in its
+//!   log and `ctl status`; once etcd is back it still leads, with a valid lease;
 //! - the leader is stopped (`SIGSTOP`) past its lease: the standby leads with the
 //!   AdapTBF records it saved, and when the old leader resumes its rules are not
 //!   applied (it finds its lease gone and exits).
@@ -171,6 +172,27 @@ impl Global {
         )
     }
 
+    /// `ctl --json status` on its admin socket.
+    fn status(&self) -> serde_json::Value {
+        let mut command = Command::new(crate::util::cheferd());
+        command
+            .arg("ctl")
+            .arg("--socket")
+            .arg(&self.admin)
+            .args(["--json", "status"]);
+        let output = crate::util::run_with_timeout(&mut command, Duration::from_secs(10));
+        assert!(output.status.success(), "ctl status: {output:?}");
+        serde_json::from_slice(&output.stdout).expect("ctl --json status prints JSON")
+    }
+
+    /// Waits until its `ctl status` satisfies `holds`.
+    fn wait_for_status(&self, what: &str, holds: impl Fn(&serde_json::Value) -> bool) {
+        wait_for(Duration::from_secs(20), what, || {
+            let status = self.status();
+            holds(&status).then_some(())
+        });
+    }
+
     fn signal(&self, signal: libc::c_int) {
         // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
         assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
@@ -297,25 +319,49 @@ fn the_standby_takes_over_a_killed_leader_with_its_changes_and_jobs_stay_capped(
 
 #[test]
 #[cfg_attr(not(has_etcd), ignore = "etcd not installed")]
-fn with_etcd_down_the_leader_keeps_its_place_and_its_rules_stay_in_force() {
+fn with_etcd_down_the_leader_keeps_controlling_and_says_so() {
     let _turn = crate::util::alone();
     let (mut cluster, mut etcd, a, b) = cluster("psfa");
-    let from = Instant::now();
+    let status = a.status();
+    assert_eq!(status["role"], "leader", "{status}");
+    assert_eq!(status["leader"], a.url().as_str(), "{status}");
+    assert_eq!(
+        (&status["etcd_reachable"], &status["lease_valid"]),
+        (&true.into(), &true.into()),
+        "{status}"
+    );
+    let term = status["term"].as_u64().expect("a term");
+    assert_eq!(b.status()["role"], "follower");
+    assert_eq!(b.status()["term"], term, "B knows A's term");
+
     etcd.kill();
-    a.wait_for_log(Duration::from_secs(10), "etcd unreachable");
-    a.wait_for_log(Duration::from_secs(10), "the lease has lapsed");
-    std::thread::sleep(Duration::from_secs(4));
-    cluster.assert_aggregate_capped(from, Instant::now(), MAX_RATE);
+    a.wait_for_log(
+        Duration::from_secs(15),
+        &format!("keeping control in term {term}; no standby can take over until etcd is back"),
+    );
+    assert!(a.log().contains("etcd unreachable since "), "{}", a.log());
+    let status = a.status();
+    assert_eq!(status["etcd_reachable"], false, "{status}");
+    assert_eq!(status["controlling"], true, "{status}");
+    assert_eq!(b.status()["etcd_reachable"], false);
+    // A still adapts the rules: a change made with etcd down reaches the jobs.
+    set_max_rate(&cluster, CHANGED_MAX_RATE);
+    let capped = wait_capped(&cluster, CHANGED_MAX_RATE);
+    std::thread::sleep(Duration::from_secs(3));
+    cluster.assert_aggregate_capped(capped, Instant::now(), CHANGED_MAX_RATE);
     assert!(
         !b.log().contains("elected leader"),
         "B was elected with etcd down"
     );
 
     etcd.restart();
-    a.wait_for_log(Duration::from_secs(15), "controlling");
-    // A controls again: a change reaches the jobs.
-    set_max_rate(&cluster, CHANGED_MAX_RATE);
-    wait_capped(&cluster, CHANGED_MAX_RATE);
+    a.wait_for_status("A to find etcd and its lease again", |status| {
+        status["etcd_reachable"] == true && status["lease_valid"] == true
+    });
+    assert_eq!(a.status()["term"], term, "A leads in the same term");
+    // A controls on: another change reaches the jobs.
+    set_max_rate(&cluster, CHANGED_MAX_RATE / 2.0);
+    wait_capped(&cluster, CHANGED_MAX_RATE / 2.0);
     assert!(!b.log().contains("elected leader"), "B was elected");
     assert_jobs_running(&mut cluster);
     assert!(cluster.controllers_alive(), "a local controller died");
@@ -345,7 +391,19 @@ fn a_leader_stopped_past_its_lease_is_replaced_and_its_rules_are_not_applied() {
         a.child.try_wait().ok().flatten()
     });
     assert!(!status.success());
-    assert!(a.log().contains("has expired"), "{}", a.log());
+    // Whichever notices first: its keep-alive (the lease is gone), B (a newer term)
+    // or a write to etcd (its election key is gone).
+    let log = a.log();
+    assert!(
+        [
+            "has expired",
+            "another global controller leads",
+            "it no longer leads"
+        ]
+        .iter()
+        .any(|why| log.contains(why)),
+        "{log}"
+    );
     std::thread::sleep(Duration::from_secs(4));
     cluster.assert_aggregate_capped(capped, Instant::now(), CHANGED_MAX_RATE);
     assert_jobs_running(&mut cluster);

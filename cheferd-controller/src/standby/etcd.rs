@@ -89,10 +89,16 @@ impl Etcd {
         }
     }
 
-    /// Keeps `lease` alive, a keep-alive every third of `ttl`, calling `renewed` with
-    /// the instant until which each answer makes it valid. Returns only when etcd says
-    /// the lease is gone (it expired there); says when etcd stops and starts answering.
-    pub async fn keep_alive(&self, lease: i64, ttl: Duration, renewed: impl Fn(Instant)) -> String {
+    /// Keeps `lease` alive, a keep-alive every third of `ttl`, calling `answered` after
+    /// each with the instant until which etcd's answer makes it valid (`None`: etcd did
+    /// not answer). Returns only when etcd says the lease is gone (it expired there);
+    /// says when etcd stops and starts answering.
+    pub async fn keep_alive(
+        &self,
+        lease: i64,
+        ttl: Duration,
+        answered: impl Fn(Option<Instant>),
+    ) -> String {
         let mut unreachable = false;
         loop {
             let sent = Instant::now();
@@ -111,7 +117,7 @@ impl Etcd {
                         info!("etcd answers again");
                         unreachable = false;
                     }
-                    renewed(sent + Duration::from_secs(reply.ttl as u64));
+                    answered(Some(sent + Duration::from_secs(reply.ttl as u64)));
                 }
                 Ok(Ok(Some(_))) => {
                     return format!(
@@ -119,6 +125,7 @@ impl Etcd {
                     )
                 }
                 failed => {
+                    answered(None);
                     if !unreachable {
                         let why = match failed {
                             Ok(Err(status)) => status.message().to_string(),
@@ -170,8 +177,9 @@ impl Etcd {
         }
     }
 
-    /// The value the leader of `election` proclaimed (`None`: no leader).
-    pub async fn leader(&self, election: &str) -> Result<Option<String>, tonic::Status> {
+    /// The leader of `election`: the value it proclaimed and its term, the revision
+    /// that created its key (`None`: no leader).
+    pub async fn leader(&self, election: &str) -> Result<Option<super::Leader>, tonic::Status> {
         let request = pb::v3electionpb::LeaderRequest {
             name: election.as_bytes().to_vec(),
         };
@@ -182,10 +190,10 @@ impl Etcd {
         .await
         .map_err(|_| tonic::Status::deadline_exceeded("etcd does not answer"));
         match reply? {
-            Ok(reply) => Ok(reply
-                .into_inner()
-                .kv
-                .map(|kv| String::from_utf8_lossy(&kv.value).into_owned())),
+            Ok(reply) => Ok(reply.into_inner().kv.map(|kv| super::Leader {
+                url: String::from_utf8_lossy(&kv.value).into_owned(),
+                term: kv.create_revision as u64,
+            })),
             // etcd's `ErrElectionNoLeader`, sent with code Unknown.
             Err(status) if status.message() == "election: no leader" => Ok(None),
             Err(status) => Err(status),
