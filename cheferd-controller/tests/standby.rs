@@ -36,9 +36,10 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A one-member etcd on loopback, its data in the cluster's directory (kept across a
+/// An etcd member on loopback, its data in the cluster's directory (kept across a
 /// restart, as a real member's disk is).
-struct Etcd {
+struct Member {
+    name: String,
     child: Option<Child>,
     data: PathBuf,
     log: PathBuf,
@@ -46,45 +47,88 @@ struct Etcd {
     peer: u16,
 }
 
-impl Etcd {
-    fn start(dir: &std::path::Path) -> Etcd {
-        let mut etcd = Etcd {
-            child: None,
-            data: dir.join("etcd-data"),
-            log: dir.join("etcd.log"),
-            client: free_port(),
-            peer: free_port(),
-        };
-        etcd.restart();
-        etcd
-    }
-
-    fn url(&self) -> String {
+impl Member {
+    fn client_url(&self) -> String {
         format!("http://127.0.0.1:{}", self.client)
     }
 
-    /// Starts it (again) and waits until it answers.
-    fn restart(&mut self) {
+    fn peer_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.peer)
+    }
+
+    /// Starts it (again), one of the cluster `initial_cluster`.
+    fn start(&mut self, initial_cluster: &str) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.log)
             .expect("etcd log");
-        let peer = format!("http://127.0.0.1:{}", self.peer);
         let child = Command::new("etcd")
+            .args(["--name", &self.name])
             .arg("--data-dir")
             .arg(&self.data)
-            .args(["--listen-client-urls", &self.url()])
-            .args(["--advertise-client-urls", &self.url()])
-            .args(["--listen-peer-urls", &peer])
-            .args(["--initial-advertise-peer-urls", &peer])
-            .args(["--initial-cluster", &format!("default={peer}")])
+            .args(["--listen-client-urls", &self.client_url()])
+            .args(["--advertise-client-urls", &self.client_url()])
+            .args(["--listen-peer-urls", &self.peer_url()])
+            .args(["--initial-advertise-peer-urls", &self.peer_url()])
+            .args(["--initial-cluster", initial_cluster])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("etcd starts");
         self.child = Some(child);
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// An etcd cluster of one or three members on loopback.
+struct Etcd {
+    members: Vec<Member>,
+}
+
+impl Etcd {
+    /// Starts `size` members and waits until the cluster answers.
+    fn start(dir: &std::path::Path, size: usize) -> Etcd {
+        let members = (0..size)
+            .map(|i| Member {
+                name: format!("m{i}"),
+                child: None,
+                data: dir.join(format!("etcd-{i}")),
+                log: dir.join(format!("etcd-{i}.log")),
+                client: free_port(),
+                peer: free_port(),
+            })
+            .collect();
+        let mut etcd = Etcd { members };
+        etcd.restart();
+        etcd
+    }
+
+    /// Every member's client URL, comma-separated (as `--etcd` takes them).
+    fn urls(&self) -> String {
+        let urls: Vec<String> = self.members.iter().map(Member::client_url).collect();
+        urls.join(",")
+    }
+
+    /// Starts every member that is not running (again) and waits until the cluster
+    /// answers.
+    fn restart(&mut self) {
+        let initial_cluster: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("{}={}", m.name, m.peer_url()))
+            .collect();
+        let initial_cluster = initial_cluster.join(",");
+        for member in self.members.iter_mut().filter(|m| m.child.is_none()) {
+            member.start(&initial_cluster);
+        }
         wait_for(Duration::from_secs(20), "etcd to answer", || {
             self.call(|client| async move { client.leader("/padll-test/probe").await })
                 .ok()
@@ -107,15 +151,14 @@ impl Etcd {
         let runtime = tokio::runtime::Runtime::new().expect("runtime");
         // The client's channel spawns its connection task on the runtime.
         let _entered = runtime.enter();
-        let client = cheferd_controller::standby::etcd::Etcd::new(&[self.url()]).expect("etcd URL");
+        let urls: Vec<String> = self.members.iter().map(Member::client_url).collect();
+        let client = cheferd_controller::standby::etcd::Etcd::new(&urls).expect("etcd URL");
         runtime.block_on(call(client))
     }
 
+    /// Kills every member (`SIGKILL`).
     fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.members.iter_mut().for_each(Member::kill);
     }
 }
 
@@ -142,7 +185,7 @@ impl Global {
         let mut command = Command::new(crate::util::cheferd());
         cluster.global_args(&mut command, port, &admin);
         let child = command
-            .args(["--etcd", &etcd.url(), "--etcd-prefix", ETCD_PREFIX])
+            .args(["--etcd", &etcd.urls(), "--etcd-prefix", ETCD_PREFIX])
             .args(["--etcd-ttl", &TTL.as_secs().to_string()])
             .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()
@@ -209,12 +252,12 @@ impl Drop for Global {
 /// etcd, global controller A elected, B standing by, both nodes' local controllers
 /// (given both URLs) attached to A, and two jobs offering more than `Max_R` on both
 /// nodes under `policy`, past their warm-up.
-fn cluster(policy: &str) -> (Cluster, Etcd, Global, Global) {
+fn cluster(policy: &str, etcd_members: usize) -> (Cluster, Etcd, Global, Global) {
     let mut cluster = Cluster::new(&format!(
         "interval_ms = {}\n[[resource]]\nname = \"{{scratch}}:metadata\"\nmax_rate = \"{MAX_RATE}\"\npolicy = \"{policy}\"\n",
         INTERVAL.as_millis()
     ));
-    let etcd = Etcd::start(cluster.dir.path());
+    let etcd = Etcd::start(cluster.dir.path(), etcd_members);
     let a = Global::start(&cluster, "a", &etcd);
     a.wait_for_log(Duration::from_secs(15), "elected leader");
     let b = Global::start(&cluster, "b", &etcd);
@@ -271,7 +314,28 @@ fn assert_jobs_running(cluster: &mut Cluster) {
 #[cfg_attr(not(has_etcd), ignore = "etcd not installed")]
 fn the_standby_takes_over_a_killed_leader_with_its_changes_and_jobs_stay_capped() {
     let _turn = crate::util::alone();
-    let (mut cluster, _etcd, mut a, b) = cluster("psfa");
+    let (cluster, _etcd, a, b) = cluster("psfa", 1);
+    fails_over(cluster, a, b);
+}
+
+/// The same with a three-member etcd cluster, one of whose members is killed before
+/// the leader: the two left keep quorum, and the election works on.
+#[test]
+#[cfg_attr(not(has_etcd), ignore = "etcd not installed")]
+fn with_three_etcd_members_one_killed_the_standby_still_takes_over() {
+    let _turn = crate::util::alone();
+    let (cluster, mut etcd, a, b) = cluster("psfa", 3);
+    etcd.members[0].kill();
+    // Whichever member led etcd's Raft, the two left elect one (≈ 1 s) and every
+    // controller's etcd calls go to them.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(a.status()["controlling"], true, "{}", a.log());
+    fails_over(cluster, a, b);
+}
+
+/// `kill -9` of leader A with a change made: B leads within TTL + 2 intervals + etcd's
+/// sweep, with the change, the jobs stay capped and none fails.
+fn fails_over(mut cluster: Cluster, mut a: Global, b: Global) {
     // A standby refuses changes, naming the leader.
     let refused = {
         let mut on_b = Command::new(crate::util::cheferd());
@@ -321,7 +385,7 @@ fn the_standby_takes_over_a_killed_leader_with_its_changes_and_jobs_stay_capped(
 #[cfg_attr(not(has_etcd), ignore = "etcd not installed")]
 fn with_etcd_down_the_leader_keeps_controlling_and_says_so() {
     let _turn = crate::util::alone();
-    let (mut cluster, mut etcd, a, b) = cluster("psfa");
+    let (mut cluster, mut etcd, a, b) = cluster("psfa", 1);
     let status = a.status();
     assert_eq!(status["role"], "leader", "{status}");
     assert_eq!(status["leader"], a.url().as_str(), "{status}");
@@ -371,7 +435,7 @@ fn with_etcd_down_the_leader_keeps_controlling_and_says_so() {
 #[cfg_attr(not(has_etcd), ignore = "etcd not installed")]
 fn a_leader_stopped_past_its_lease_is_replaced_and_its_rules_are_not_applied() {
     let _turn = crate::util::alone();
-    let (mut cluster, etcd, mut a, b) = cluster("adaptbf");
+    let (mut cluster, etcd, mut a, b) = cluster("adaptbf", 1);
     // AdapTBF's records, saved every 5 s, go to the next leader.
     let key = format!("{ETCD_PREFIX}/policy-state");
     wait_for(Duration::from_secs(20), "the policy state in etcd", || {

@@ -25,22 +25,35 @@ pub mod pb {
 
 use pb::etcdserverpb::{kv_client::KvClient, lease_client::LeaseClient};
 use pb::v3electionpb::election_client::ElectionClient;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use tonic::{Code, Status};
 
 /// How long one request to etcd may take (a campaign waits for leadership as long as
 /// it takes).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// A connection to an etcd cluster (any of its members).
+/// A connection to an etcd cluster: to one member at a time, moving to the next when
+/// it is unreachable or does not answer (tonic's balancing kept sending some calls to
+/// a dead member, long enough for a lease to lapse).
 #[derive(Clone)]
 pub struct Etcd {
-    channel: Channel,
+    members: Arc<[Channel]>,
+    /// The index of the member used now.
+    current: Arc<AtomicUsize>,
+}
+
+/// Whether a call failed for want of that member (down, cut off from its cluster's
+/// quorum, too slow), so that another may answer it.
+fn member_failed(status: &Status) -> bool {
+    matches!(status.code(), Code::Unavailable | Code::DeadlineExceeded)
 }
 
 impl Etcd {
-    /// A client for the members at `endpoints` (`http://host:port`); connects lazily,
-    /// balancing over them.
+    /// A client for the members at `endpoints` (`http://host:port`); connects lazily.
     pub fn new(endpoints: &[String]) -> Result<Etcd, String> {
-        let endpoints = endpoints
+        let members = endpoints
             .iter()
             .map(|url| {
                 if !url.starts_with("http://") {
@@ -49,17 +62,52 @@ impl Etcd {
                     ));
                 }
                 Endpoint::from_shared(url.clone())
-                    .map(|e| e.connect_timeout(REQUEST_TIMEOUT))
+                    .map(|e| e.connect_timeout(REQUEST_TIMEOUT).connect_lazy())
                     .map_err(|e| format!("--etcd '{url}': not a URL ({e})"))
             })
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Arc<[Channel]>, _>>()?;
+        if members.is_empty() {
+            return Err("--etcd: no URL given".into());
+        }
         Ok(Etcd {
-            channel: Channel::balance_list(endpoints.into_iter()),
+            members,
+            current: Arc::new(AtomicUsize::new(0)),
         })
     }
 
-    fn kv(&self) -> KvClient<Channel> {
-        KvClient::new(self.channel.clone())
+    /// The member used now, and its index.
+    fn member(&self) -> (usize, Channel) {
+        let index = self.current.load(Ordering::Relaxed) % self.members.len();
+        (index, self.members[index].clone())
+    }
+
+    /// Member `index` failed a call: use the next (unless another call moved on
+    /// already).
+    fn move_on(&self, index: usize) {
+        let next = (index + 1) % self.members.len();
+        let _ = self
+            .current
+            .compare_exchange(index, next, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// `call` on the member used now, then on each other member while it fails for want
+    /// of that member, each try within [`REQUEST_TIMEOUT`]; the last failure if none
+    /// answers.
+    async fn call<T, F>(&self, call: impl Fn(Channel) -> F) -> Result<T, Status>
+    where
+        F: Future<Output = Result<T, Status>>,
+    {
+        let mut failure = Status::unavailable("no etcd member");
+        for _ in 0..self.members.len() {
+            let (index, channel) = self.member();
+            failure = match tokio::time::timeout(REQUEST_TIMEOUT, call(channel)).await {
+                Ok(Err(status)) if member_failed(&status) => status,
+                Ok(answered) => return answered,
+                Err(_) => Status::deadline_exceeded("etcd does not answer"),
+            };
+            self.move_on(index);
+        }
+        Err(failure)
     }
 
     /// A lease of `ttl`, asked for until etcd answers (saying once that it does not).
@@ -70,19 +118,16 @@ impl Etcd {
                 ttl: ttl.as_secs().max(1) as i64,
                 id: 0,
             };
-            let granted = tokio::time::timeout(
-                REQUEST_TIMEOUT,
-                LeaseClient::new(self.channel.clone()).lease_grant(request),
-            )
-            .await;
+            let granted = self
+                .call(|channel| async move { LeaseClient::new(channel).lease_grant(request).await })
+                .await;
             match granted {
-                Ok(Ok(reply)) if reply.get_ref().error.is_empty() => return reply.get_ref().id,
-                Ok(Ok(reply)) => warn!("etcd refused a lease: {}", reply.get_ref().error),
-                Ok(Err(status)) if !said => {
+                Ok(reply) if reply.get_ref().error.is_empty() => return reply.get_ref().id,
+                Ok(reply) => warn!("etcd refused a lease: {}", reply.get_ref().error),
+                Err(status) if !said => {
                     warn!("cannot reach etcd ({}); retrying", status.message())
                 }
-                Err(_) if !said => warn!("etcd does not answer; retrying"),
-                _ => {}
+                Err(_) => {}
             }
             said = true;
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -103,23 +148,24 @@ impl Etcd {
         loop {
             let sent = Instant::now();
             let request = pb::etcdserverpb::LeaseKeepAliveRequest { id: lease };
-            let answer = tokio::time::timeout(REQUEST_TIMEOUT, async {
-                let mut replies = LeaseClient::new(self.channel.clone())
-                    .lease_keep_alive(tokio_stream::once(request))
-                    .await?
-                    .into_inner();
-                replies.message().await
-            })
-            .await;
+            let answer = self
+                .call(|channel| async move {
+                    let mut replies = LeaseClient::new(channel)
+                        .lease_keep_alive(tokio_stream::once(request))
+                        .await?
+                        .into_inner();
+                    replies.message().await
+                })
+                .await;
             match answer {
-                Ok(Ok(Some(reply))) if reply.ttl > 0 => {
+                Ok(Some(reply)) if reply.ttl > 0 => {
                     if unreachable {
                         info!("etcd answers again");
                         unreachable = false;
                     }
                     answered(Some(sent + Duration::from_secs(reply.ttl as u64)));
                 }
-                Ok(Ok(Some(_))) => {
+                Ok(Some(_)) => {
                     return format!(
                         "etcd says lease {lease:x} has expired: another global controller may lead now; exiting to start again as a standby"
                     )
@@ -128,7 +174,7 @@ impl Etcd {
                     answered(None);
                     if !unreachable {
                         let why = match failed {
-                            Ok(Err(status)) => status.message().to_string(),
+                            Err(status) => status.message().to_string(),
                             _ => "no answer".to_string(),
                         };
                         warn!("cannot renew the lease: etcd unreachable ({why}); if it is down, no other global controller can be elected meanwhile");
@@ -141,8 +187,9 @@ impl Etcd {
     }
 
     /// Campaigns in `election` with `lease`, proclaiming `value`, until elected (a
-    /// campaign that fails, e.g. while etcd is down, is started again); returns the
-    /// leadership key (its `rev`, the revision that created it, is the term).
+    /// campaign that fails, e.g. while etcd is down, is started again, on the next
+    /// member if that one failed); returns the leadership key (its `rev`, the revision
+    /// that created it, is the term).
     pub async fn campaign(
         &self,
         election: &str,
@@ -156,22 +203,24 @@ impl Etcd {
                 lease,
                 value: value.as_bytes().to_vec(),
             };
-            match ElectionClient::new(self.channel.clone())
-                .campaign(request)
-                .await
-            {
+            let (index, channel) = self.member();
+            match ElectionClient::new(channel).campaign(request).await {
                 Ok(reply) => match reply.into_inner().leader {
                     Some(leader) => return leader,
                     None => warn!("etcd elected this controller but named no leadership key"),
                 },
-                Err(status) if !said => {
-                    warn!(
-                        "campaigning in etcd failed ({}); retrying",
-                        status.message()
-                    );
-                    said = true;
+                Err(status) => {
+                    if member_failed(&status) {
+                        self.move_on(index);
+                    }
+                    if !said {
+                        warn!(
+                            "campaigning in etcd failed ({}); retrying",
+                            status.message()
+                        );
+                        said = true;
+                    }
                 }
-                Err(_) => {}
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
@@ -179,17 +228,17 @@ impl Etcd {
 
     /// The leader of `election`: the value it proclaimed and its term, the revision
     /// that created its key (`None`: no leader).
-    pub async fn leader(&self, election: &str) -> Result<Option<super::Leader>, tonic::Status> {
+    pub async fn leader(&self, election: &str) -> Result<Option<super::Leader>, Status> {
         let request = pb::v3electionpb::LeaderRequest {
             name: election.as_bytes().to_vec(),
         };
-        let reply = tokio::time::timeout(
-            REQUEST_TIMEOUT,
-            ElectionClient::new(self.channel.clone()).leader(request),
-        )
-        .await
-        .map_err(|_| tonic::Status::deadline_exceeded("etcd does not answer"));
-        match reply? {
+        let reply = self
+            .call(|channel| {
+                let request = request.clone();
+                async move { ElectionClient::new(channel).leader(request).await }
+            })
+            .await;
+        match reply {
             Ok(reply) => Ok(reply.into_inner().kv.map(|kv| super::Leader {
                 url: String::from_utf8_lossy(&kv.value).into_owned(),
                 term: kv.create_revision as u64,
@@ -222,11 +271,13 @@ impl Etcd {
             range_end,
             ..Default::default()
         };
-        tokio::time::timeout(REQUEST_TIMEOUT, self.kv().range(request))
-            .await
-            .map_err(|_| "etcd does not answer".to_string())?
-            .map(|reply| reply.into_inner().kvs)
-            .map_err(|s| s.message().to_string())
+        self.call(|channel| {
+            let request = request.clone();
+            async move { KvClient::new(channel).range(request).await }
+        })
+        .await
+        .map(|reply| reply.into_inner().kvs)
+        .map_err(|s| s.message().to_string())
     }
 
     /// Puts `key` = `value` if `guard`'s creation revision is still `revision` (the
@@ -256,11 +307,13 @@ impl Etcd {
             }],
             failure: Vec::new(),
         };
-        tokio::time::timeout(REQUEST_TIMEOUT, self.kv().txn(request))
-            .await
-            .map_err(|_| "etcd does not answer".to_string())?
-            .map(|reply| reply.into_inner().succeeded)
-            .map_err(|s| s.message().to_string())
+        self.call(|channel| {
+            let request = request.clone();
+            async move { KvClient::new(channel).txn(request).await }
+        })
+        .await
+        .map(|reply| reply.into_inner().succeeded)
+        .map_err(|s| s.message().to_string())
     }
 }
 
