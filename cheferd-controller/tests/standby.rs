@@ -7,6 +7,8 @@
 //! - etcd is killed: every standby confirms it cannot reach etcd either, so the leader
 //!   keeps controlling (a change made meanwhile reaches the jobs) and says so, in its
 //!   log and `ctl status`; once etcd is back it still leads, with a valid lease;
+//! - more changes than the bound are made: the leader folds them into one key, and the
+//!   next leader restores the last of them;
 //! - the leader is stopped (`SIGSTOP`) past its lease: the standby leads with the
 //!   AdapTBF records it saved, and when the old leader resumes its rules are not
 //!   applied (it finds its lease gone and exits).
@@ -141,6 +143,14 @@ impl Etcd {
         self.call(|client| async move { client.get(&key).await })
             .ok()
             .flatten()
+    }
+
+    /// How many keys start with `prefix` (`None`: etcd does not answer).
+    fn count(&self, prefix: &str) -> Option<usize> {
+        let prefix = prefix.to_string();
+        self.call(|client| async move { client.range_prefix(&prefix).await })
+            .ok()
+            .map(|kvs| kvs.len())
     }
 
     /// One call of the project's etcd client, on a runtime of its own.
@@ -472,4 +482,44 @@ fn a_leader_stopped_past_its_lease_is_replaced_and_its_rules_are_not_applied() {
     cluster.assert_aggregate_capped(capped, Instant::now(), CHANGED_MAX_RATE);
     assert_jobs_running(&mut cluster);
     assert!(cluster.controllers_alive(), "a local controller died");
+}
+
+#[test]
+#[cfg_attr(not(has_etcd), ignore = "etcd not installed")]
+fn the_leader_folds_the_stored_changes_and_the_next_one_restores_them() {
+    use cheferd_controller::standby::persist::FOLD_AFTER;
+    let _turn = crate::util::alone();
+    let (mut cluster, etcd, mut a, b) = cluster("psfa", 1);
+    let changes = FOLD_AFTER + 6;
+    for i in 0..changes {
+        set_max_rate(&cluster, CHANGED_MAX_RATE + i as f64);
+    }
+    let last = CHANGED_MAX_RATE + (changes - 1) as f64;
+    let keys = format!("{ETCD_PREFIX}/changes/");
+    let folded = wait_for(Duration::from_secs(20), "the changes folded", || {
+        let left = etcd.count(&keys)?;
+        let folded = etcd.get(&format!("{ETCD_PREFIX}/changes-folded"))?;
+        (left <= FOLD_AFTER).then_some((left, folded))
+    });
+    let (left, folded) = (
+        folded.0,
+        serde_json::from_slice::<serde_json::Value>(&folded.1),
+    );
+    eprintln!("{left} change keys left, folded: {folded:?}");
+    let folded = folded.expect("the folded changes are JSON");
+    assert_eq!(folded.as_array().map(Vec::len), Some(1), "{folded}");
+    assert!(a.log().contains("folded the stored changes"), "{}", a.log());
+
+    let _ = a.child.kill();
+    let _ = a.child.wait();
+    b.wait_for_log(Duration::from_secs(15), "elected leader");
+    assert!(
+        b.log().contains(&format!("restored={}", left + 1)),
+        "{}",
+        b.log()
+    );
+    cluster.admin = b.admin.clone();
+    let resources = cluster.snapshot().resources;
+    assert_eq!(resources[0].max_rate, last, "{resources:?}");
+    assert_jobs_running(&mut cluster);
 }

@@ -289,7 +289,19 @@ impl Etcd {
         key: &str,
         value: Vec<u8>,
     ) -> Result<bool, String> {
-        use pb::etcdserverpb::{compare, request_op, Compare, PutRequest, RequestOp, TxnRequest};
+        self.txn_guarded(guard, revision, vec![put(key, value)])
+            .await
+    }
+
+    /// Applies `operations` in one transaction if `guard`'s creation revision is still
+    /// `revision`; `Ok(false)` if it is not.
+    pub async fn txn_guarded(
+        &self,
+        guard: &[u8],
+        revision: i64,
+        operations: Vec<pb::etcdserverpb::RequestOp>,
+    ) -> Result<bool, String> {
+        use pb::etcdserverpb::{compare, Compare, TxnRequest};
         let request = TxnRequest {
             compare: vec![Compare {
                 result: compare::CompareResult::Equal as i32,
@@ -298,13 +310,7 @@ impl Etcd {
                 target_union: Some(compare::TargetUnion::CreateRevision(revision)),
                 range_end: Vec::new(),
             }],
-            success: vec![RequestOp {
-                request: Some(request_op::Request::RequestPut(PutRequest {
-                    key: key.as_bytes().to_vec(),
-                    value,
-                    lease: 0,
-                })),
-            }],
+            success: operations,
             failure: Vec::new(),
         };
         self.call(|channel| {
@@ -314,6 +320,31 @@ impl Etcd {
         .await
         .map(|reply| reply.into_inner().succeeded)
         .map_err(|s| s.message().to_string())
+    }
+}
+
+/// A put of `key` = `value`, for [`Etcd::txn_guarded`].
+pub fn put(key: &str, value: Vec<u8>) -> pb::etcdserverpb::RequestOp {
+    use pb::etcdserverpb::{request_op::Request, PutRequest, RequestOp};
+    RequestOp {
+        request: Some(Request::RequestPut(PutRequest {
+            key: key.as_bytes().to_vec(),
+            value,
+            lease: 0,
+        })),
+    }
+}
+
+/// Deleting the keys from `key` up to (not including) `range_end`, for
+/// [`Etcd::txn_guarded`].
+pub fn delete_range(key: &str, range_end: Vec<u8>) -> pb::etcdserverpb::RequestOp {
+    use pb::etcdserverpb::{request_op::Request, DeleteRangeRequest, RequestOp};
+    RequestOp {
+        request: Some(Request::RequestDeleteRange(DeleteRangeRequest {
+            key: key.as_bytes().to_vec(),
+            range_end,
+            prev_kv: false,
+        })),
     }
 }
 
