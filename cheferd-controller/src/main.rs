@@ -301,6 +301,15 @@ struct StandbyArgs {
     /// `--global` lists (default: http(s)://LISTEN).
     #[arg(long, value_name = "URL", requires = "etcd")]
     advertise: Option<String>,
+    /// The CA of etcd's server certificates: talk to etcd over TLS (https:// URLs).
+    #[arg(long, value_name = "PEM", requires = "etcd")]
+    etcd_ca: Option<PathBuf>,
+    /// A client certificate for etcd (its `--client-cert-auth`), with --etcd-key.
+    #[arg(long, value_name = "PEM", requires_all = ["etcd_key", "etcd_ca"])]
+    etcd_cert: Option<PathBuf>,
+    /// The key of --etcd-cert.
+    #[arg(long, value_name = "PEM", requires = "etcd_cert")]
+    etcd_key: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -799,8 +808,22 @@ fn standby_options(
             "--advertise '{advertise}' must be a {scheme}:// URL (as in the local controllers' --global)"
         ));
     }
+    let etcd_tls = match (args.etcd_ca, args.etcd_cert, args.etcd_key) {
+        (Some(ca), Some(cert), Some(key)) => Some(
+            cheferd_controller::tls::ClientTls {
+                cert,
+                key,
+                ca,
+                server_name: None,
+            }
+            .load()?,
+        ),
+        (Some(ca), _, _) => Some(cheferd_controller::tls::trusting("--etcd-ca", &ca)?),
+        _ => None,
+    };
     Ok(Some(cheferd_controller::standby::StandbyOptions {
         endpoints: args.etcd,
+        etcd_tls,
         prefix: args.etcd_prefix.trim_end_matches('/').to_string(),
         advertise,
         ttl: Duration::from_secs(args.etcd_ttl),

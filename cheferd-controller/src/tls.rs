@@ -69,6 +69,15 @@ pub struct ClientTls {
     pub server_name: Option<String>,
 }
 
+/// A client configuration that trusts the CA in `ca` (given as `flag`), with no client
+/// identity.
+pub fn trusting(flag: &str, ca: &Path) -> Result<ClientTlsConfig, String> {
+    let (ca, _) = read_certs(flag, ca)?;
+    Ok(ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(ca))
+        .timeout(HANDSHAKE_TIMEOUT))
+}
+
 /// Reads a file of PEM certificates, naming `flag` and the path in any error.
 fn read_certs(flag: &str, path: &Path) -> Result<(Vec<u8>, Vec<CertificateDer<'static>>), String> {
     let bytes = read_small(flag, path)?;
@@ -118,10 +127,7 @@ impl ServerTls {
     /// How one global controller checks another's server certificate (a standby
     /// asking `Standing`): trusting `client_ca`, the site CA, with no client identity.
     pub fn peer_client(&self) -> Result<ClientTlsConfig, String> {
-        let (ca, _) = read_certs("--tls-client-ca", &self.client_ca)?;
-        Ok(ClientTlsConfig::new()
-            .ca_certificate(Certificate::from_pem(ca))
-            .timeout(HANDSHAKE_TIMEOUT))
+        trusting("--tls-client-ca", &self.client_ca)
     }
 
     /// Loads and checks the files: the TLS configuration of the gRPC server, checking

@@ -42,6 +42,9 @@ fn free_port() -> u16 {
 /// restart, as a real member's disk is).
 struct Member {
     name: String,
+    /// The site directory whose CA and server certificate it serves clients with
+    /// (`--client-cert-auth`); `None`: plaintext.
+    tls: Option<PathBuf>,
     child: Option<Child>,
     data: PathBuf,
     log: PathBuf,
@@ -51,7 +54,8 @@ struct Member {
 
 impl Member {
     fn client_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client)
     }
 
     fn peer_url(&self) -> String {
@@ -65,7 +69,18 @@ impl Member {
             .append(true)
             .open(&self.log)
             .expect("etcd log");
-        let child = Command::new("etcd")
+        let mut command = Command::new("etcd");
+        if let Some(site) = &self.tls {
+            command
+                .arg("--cert-file")
+                .arg(site.join("server.pem"))
+                .arg("--key-file")
+                .arg(site.join("server.key"))
+                .arg("--trusted-ca-file")
+                .arg(site.join("ca.pem"))
+                .arg("--client-cert-auth");
+        }
+        let child = command
             .args(["--name", &self.name])
             .arg("--data-dir")
             .arg(&self.data)
@@ -93,14 +108,32 @@ impl Member {
 /// An etcd cluster of one or three members on loopback.
 struct Etcd {
     members: Vec<Member>,
+    /// The site directory of its TLS files, with the client certificate
+    /// [`ETCD_CLIENT`] made for the global controllers; `None`: plaintext.
+    tls: Option<PathBuf>,
 }
 
+/// The name of the client certificate the global controllers present to etcd.
+const ETCD_CLIENT: &str = "etcd-client";
+
 impl Etcd {
-    /// Starts `size` members and waits until the cluster answers.
-    fn start(dir: &std::path::Path, size: usize) -> Etcd {
+    /// Starts `size` members — with TLS (server and client certificates of the
+    /// cluster's site `tls`) if given — and waits until the cluster answers.
+    fn start(dir: &std::path::Path, size: usize, tls: Option<PathBuf>) -> Etcd {
+        if let Some(site) = &tls {
+            cheferd_controller::tls::make_leaf(
+                cheferd_controller::tls::Role::Node,
+                &[ETCD_CLIENT.to_string()],
+                site,
+                site,
+                30,
+            )
+            .expect("a client certificate for etcd");
+        }
         let members = (0..size)
             .map(|i| Member {
                 name: format!("m{i}"),
+                tls: tls.clone(),
                 child: None,
                 data: dir.join(format!("etcd-{i}")),
                 log: dir.join(format!("etcd-{i}.log")),
@@ -108,9 +141,25 @@ impl Etcd {
                 peer: free_port(),
             })
             .collect();
-        let mut etcd = Etcd { members };
+        let mut etcd = Etcd { members, tls };
         etcd.restart();
         etcd
+    }
+
+    /// `--etcd-ca`, `--etcd-cert` and `--etcd-key` (none without TLS).
+    fn tls_args(&self) -> Vec<std::ffi::OsString> {
+        let Some(site) = &self.tls else {
+            return Vec::new();
+        };
+        let client = cheferd_controller::tls::loopback_node(site, ETCD_CLIENT);
+        vec![
+            "--etcd-ca".into(),
+            client.ca.into(),
+            "--etcd-cert".into(),
+            client.cert.into(),
+            "--etcd-key".into(),
+            client.key.into(),
+        ]
     }
 
     /// Every member's client URL, comma-separated (as `--etcd` takes them).
@@ -162,7 +211,12 @@ impl Etcd {
         // The client's channel spawns its connection task on the runtime.
         let _entered = runtime.enter();
         let urls: Vec<String> = self.members.iter().map(Member::client_url).collect();
-        let client = cheferd_controller::standby::etcd::Etcd::new(&urls).expect("etcd URL");
+        let tls = self.tls.as_ref().map(|site| {
+            cheferd_controller::tls::loopback_node(site, ETCD_CLIENT)
+                .load()
+                .expect("the etcd client certificate")
+        });
+        let client = cheferd_controller::standby::etcd::Etcd::new(&urls, tls).expect("etcd URL");
         runtime.block_on(call(client))
     }
 
@@ -197,6 +251,7 @@ impl Global {
         let child = command
             .args(["--etcd", &etcd.urls(), "--etcd-prefix", ETCD_PREFIX])
             .args(["--etcd-ttl", &TTL.as_secs().to_string()])
+            .args(etcd.tls_args())
             .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()
             .expect("cheferd global starts");
@@ -262,12 +317,16 @@ impl Drop for Global {
 /// etcd, global controller A elected, B standing by, both nodes' local controllers
 /// (given both URLs) attached to A, and two jobs offering more than `Max_R` on both
 /// nodes under `policy`, past their warm-up.
-fn cluster(policy: &str, etcd_members: usize) -> (Cluster, Etcd, Global, Global) {
+fn cluster(policy: &str, etcd_members: usize, etcd_tls: bool) -> (Cluster, Etcd, Global, Global) {
     let mut cluster = Cluster::new(&format!(
         "interval_ms = {}\n[[resource]]\nname = \"{{scratch}}:metadata\"\nmax_rate = \"{MAX_RATE}\"\npolicy = \"{policy}\"\n",
         INTERVAL.as_millis()
     ));
-    let etcd = Etcd::start(cluster.dir.path(), etcd_members);
+    let etcd = Etcd::start(
+        cluster.dir.path(),
+        etcd_members,
+        etcd_tls.then(|| cluster.tls.clone()),
+    );
     let a = Global::start(&cluster, "a", &etcd);
     a.wait_for_log(Duration::from_secs(15), "elected leader");
     let b = Global::start(&cluster, "b", &etcd);
@@ -324,7 +383,7 @@ fn assert_jobs_running(cluster: &mut Cluster) {
 #[cfg_attr(not(has_etcd), ignore = "etcd not installed")]
 fn the_standby_takes_over_a_killed_leader_with_its_changes_and_jobs_stay_capped() {
     let _turn = crate::util::alone();
-    let (cluster, _etcd, a, b) = cluster("psfa", 1);
+    let (cluster, _etcd, a, b) = cluster("psfa", 1, false);
     fails_over(cluster, a, b);
 }
 
@@ -334,12 +393,22 @@ fn the_standby_takes_over_a_killed_leader_with_its_changes_and_jobs_stay_capped(
 #[cfg_attr(not(has_etcd), ignore = "etcd not installed")]
 fn with_three_etcd_members_one_killed_the_standby_still_takes_over() {
     let _turn = crate::util::alone();
-    let (cluster, mut etcd, a, b) = cluster("psfa", 3);
+    let (cluster, mut etcd, a, b) = cluster("psfa", 3, false);
     etcd.members[0].kill();
     // Whichever member led etcd's Raft, the two left elect one (≈ 1 s) and every
     // controller's etcd calls go to them.
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(a.status()["controlling"], true, "{}", a.log());
+    fails_over(cluster, a, b);
+}
+
+/// The same with etcd speaking TLS only, and asking for client certificates.
+#[test]
+#[cfg_attr(not(has_etcd), ignore = "etcd not installed")]
+fn over_tls_to_etcd_the_standby_still_takes_over() {
+    let _turn = crate::util::alone();
+    let (cluster, etcd, a, b) = cluster("psfa", 1, true);
+    assert!(etcd.urls().starts_with("https://"));
     fails_over(cluster, a, b);
 }
 
@@ -395,7 +464,7 @@ fn fails_over(mut cluster: Cluster, mut a: Global, b: Global) {
 #[cfg_attr(not(has_etcd), ignore = "etcd not installed")]
 fn with_etcd_down_the_leader_keeps_controlling_and_says_so() {
     let _turn = crate::util::alone();
-    let (mut cluster, mut etcd, a, b) = cluster("psfa", 1);
+    let (mut cluster, mut etcd, a, b) = cluster("psfa", 1, false);
     let status = a.status();
     assert_eq!(status["role"], "leader", "{status}");
     assert_eq!(status["leader"], a.url().as_str(), "{status}");
@@ -445,7 +514,7 @@ fn with_etcd_down_the_leader_keeps_controlling_and_says_so() {
 #[cfg_attr(not(has_etcd), ignore = "etcd not installed")]
 fn a_leader_stopped_past_its_lease_is_replaced_and_its_rules_are_not_applied() {
     let _turn = crate::util::alone();
-    let (mut cluster, etcd, mut a, b) = cluster("adaptbf", 1);
+    let (mut cluster, etcd, mut a, b) = cluster("adaptbf", 1, false);
     // AdapTBF's records, saved every 5 s, go to the next leader.
     let key = format!("{ETCD_PREFIX}/policy-state");
     wait_for(Duration::from_secs(20), "the policy state in etcd", || {
@@ -489,7 +558,7 @@ fn a_leader_stopped_past_its_lease_is_replaced_and_its_rules_are_not_applied() {
 fn the_leader_folds_the_stored_changes_and_the_next_one_restores_them() {
     use cheferd_controller::standby::persist::FOLD_AFTER;
     let _turn = crate::util::alone();
-    let (mut cluster, etcd, mut a, b) = cluster("psfa", 1);
+    let (mut cluster, etcd, mut a, b) = cluster("psfa", 1, false);
     let changes = FOLD_AFTER + 6;
     for i in 0..changes {
         set_max_rate(&cluster, CHANGED_MAX_RATE + i as f64);

@@ -3,7 +3,7 @@
 //! `etcd-client` crate).
 
 use std::time::{Duration, Instant};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tracing::{info, warn};
 
 /// The generated etcd protocol.
@@ -51,19 +51,28 @@ fn member_failed(status: &Status) -> bool {
 }
 
 impl Etcd {
-    /// A client for the members at `endpoints` (`http://host:port`); connects lazily.
-    pub fn new(endpoints: &[String]) -> Result<Etcd, String> {
+    /// A client for the members at `endpoints` (`http://host:port`, or `https://`
+    /// with `tls`); connects lazily.
+    pub fn new(endpoints: &[String], tls: Option<ClientTlsConfig>) -> Result<Etcd, String> {
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let members = endpoints
             .iter()
             .map(|url| {
-                if !url.starts_with("http://") {
+                if !url.starts_with(&format!("{scheme}://")) {
                     return Err(format!(
-                        "--etcd '{url}' must be a URL such as http://127.0.0.1:2379"
+                        "--etcd '{url}' must be a URL such as {scheme}://127.0.0.1:2379 \
+                         (https:// with --etcd-ca, http:// without)"
                     ));
                 }
-                Endpoint::from_shared(url.clone())
-                    .map(|e| e.connect_timeout(REQUEST_TIMEOUT).connect_lazy())
-                    .map_err(|e| format!("--etcd '{url}': not a URL ({e})"))
+                let endpoint = Endpoint::from_shared(url.clone())
+                    .map_err(|e| format!("--etcd '{url}': not a URL ({e})"))?;
+                let endpoint = match &tls {
+                    Some(tls) => endpoint
+                        .tls_config(tls.clone())
+                        .map_err(|e| format!("--etcd-ca: {}", crate::tls::error_chain(&e)))?,
+                    None => endpoint,
+                };
+                Ok(endpoint.connect_timeout(REQUEST_TIMEOUT).connect_lazy())
             })
             .collect::<Result<Arc<[Channel]>, _>>()?;
         if members.is_empty() {
@@ -363,7 +372,19 @@ fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    use super::prefix_end;
+    use super::{prefix_end, Etcd};
+    use tonic::transport::ClientTlsConfig;
+
+    #[tokio::test]
+    async fn the_urls_scheme_must_match_whether_tls_is_given() {
+        let plain = Etcd::new(&["https://127.0.0.1:2379".into()], None).err();
+        assert!(plain.is_some_and(|e| e.contains("http://127.0.0.1:2379")));
+        let tls = Some(ClientTlsConfig::new());
+        let secure = Etcd::new(&["http://127.0.0.1:2379".into()], tls.clone()).err();
+        assert!(secure.is_some_and(|e| e.contains("https://") && e.contains("--etcd-ca")));
+        assert!(Etcd::new(&["https://127.0.0.1:2379".into()], tls).is_ok());
+        assert!(Etcd::new(&[], None).is_err());
+    }
 
     #[test]
     fn prefix_end_increments_the_last_byte_below_0xff() {

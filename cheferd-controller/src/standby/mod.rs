@@ -43,8 +43,11 @@ pub const LEADER_METADATA: &str = "padll-leader";
 /// `cheferd global --etcd …`: where the election is and what to proclaim.
 #[derive(Clone, Debug)]
 pub struct StandbyOptions {
-    /// etcd client URLs (`http://host:port`).
+    /// etcd client URLs (`http://host:port`, `https://` with `etcd_tls`).
     pub endpoints: Vec<String>,
+    /// TLS to etcd (`--etcd-ca`, and `--etcd-cert`/`--etcd-key` if it asks for a
+    /// client certificate); `None`: plaintext.
+    pub etcd_tls: Option<ClientTlsConfig>,
     /// The key prefix of this cluster's election and state (`/padll`).
     pub prefix: String,
     /// The URL local controllers reach this global controller by (as in their
@@ -356,7 +359,7 @@ fn refusal(leader: Option<&str>) -> Status {
 pub async fn run(controller: Arc<Controller>, options: StandbyOptions) -> Result<(), String> {
     let leadership = controller.leadership();
     leadership.set(Role::Follower(None));
-    let etcd = etcd::Etcd::new(&options.endpoints)?;
+    let etcd = etcd::Etcd::new(&options.endpoints, options.etcd_tls.clone())?;
     let lease = etcd.grant_retrying(options.ttl).await;
     leadership.renewed(Instant::now() + options.ttl);
     info!(
