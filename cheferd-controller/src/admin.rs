@@ -71,15 +71,19 @@ pub enum AdminReply {
     Error(String),
 }
 
+/// The admin socket, bound, could not be served.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot serve the admin socket: {0}")]
+pub struct AdminSocketError(pub std::io::Error);
+
 /// Serves the admin socket (bound by [`crate::bounds::bind_unix`]) until the process
 /// ends.
 pub async fn serve(
     controller: Arc<Controller>,
     listener: std::os::unix::net::UnixListener,
     admins: Vec<u32>,
-) -> Result<(), String> {
-    let listener = UnixListener::from_std(listener)
-        .map_err(|e| format!("cannot serve the admin socket: {e}"))?;
+) -> Result<(), AdminSocketError> {
+    let listener = UnixListener::from_std(listener).map_err(AdminSocketError)?;
     // SAFETY: geteuid takes no arguments, touches no memory of ours and cannot fail.
     let owner = unsafe { libc::geteuid() };
     let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));

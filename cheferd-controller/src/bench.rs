@@ -79,38 +79,45 @@ pub async fn run(
     cycles: usize,
     interval: Duration,
     policy: &str,
-) -> Result<Vec<BenchRow>, String> {
+) -> Result<Vec<BenchRow>, BenchError> {
     raise_descriptor_limit(locals + 256)?;
     let resource = Resource::parse("/scratch:metadata")?;
     let mut config = GlobalConfig {
         interval_ms: interval.as_millis() as u64,
         resources: vec![ResourceConfig {
             resource: resource.clone(),
-            max_rate: 1e6,
+            max_rate: resource.own_tokens(1_000_000),
             policy: policy.to_string(),
         }],
         ..GlobalConfig::default()
     };
     config.limits.max_nodes = config.limits.max_nodes.max(locals);
     let controller = Controller::new(config)?;
+    let listen = |error| BenchError::Io {
+        what: "listen",
+        error,
+    };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
-        .map_err(|e| e.to_string())?;
-    let url = format!(
-        "http://{}",
-        listener.local_addr().map_err(|e| e.to_string())?
-    );
+        .map_err(listen)?;
+    let url = format!("http://{}", listener.local_addr().map_err(listen)?);
     // Plaintext on loopback: the numbers are the control cycle's, not TLS's (the
     // handshake is once per stream; record encryption adds per-byte cost on both ends).
     let server = tokio::spawn(global::serve(controller.clone(), listener, None));
     let child = LocalsProcess(
-        Command::new(std::env::current_exe().map_err(|e| e.to_string())?)
-            .args(["bench-locals", "--url", &url])
-            .args(["--locals", &locals.to_string()])
-            .args(["--stages", &stages.to_string()])
-            .stdin(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("cannot start the simulated local controllers: {e}"))?,
+        Command::new(std::env::current_exe().map_err(|error| BenchError::Io {
+            what: "locate this executable",
+            error,
+        })?)
+        .args(["bench-locals", "--url", &url])
+        .args(["--locals", &locals.to_string()])
+        .args(["--stages", &stages.to_string()])
+        .stdin(Stdio::null())
+        .spawn()
+        .map_err(|error| BenchError::Io {
+            what: "start the simulated local controllers",
+            error,
+        })?,
     );
 
     // Wait until every local controller and stage is registered.
@@ -121,10 +128,10 @@ pub async fn run(
             break;
         }
         if Instant::now() > deadline {
-            return Err(format!(
-                "only {} of {locals} local controllers attached",
-                snapshot.nodes.len()
-            ));
+            return Err(BenchError::NotAttached {
+                attached: snapshot.nodes.len(),
+                locals,
+            });
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -139,13 +146,15 @@ pub async fn run(
             *tick += interval;
             if changing {
                 max_rate = if max_rate == 1e6 { 0.9e6 } else { 1e6 };
-                controller.change(Change::MaxRate {
-                    resource: resource.to_string(),
-                    rate: max_rate.to_string(),
-                })?;
+                controller
+                    .change(Change::MaxRate {
+                        resource: resource.to_string(),
+                        rate: max_rate.to_string(),
+                    })
+                    .map_err(BenchError::Change)?;
             }
             controller.cycle().await;
-            Ok::<_, String>(())
+            Ok::<_, BenchError>(())
         };
         // The warm-up also sends the rules of the new stages.
         for _ in 0..WARM_UP {
@@ -192,6 +201,47 @@ pub async fn run(
     drop(child);
     server.abort();
     Ok(rows)
+}
+
+/// Why a benchmark could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// More open files needed than the hard limit allows.
+    #[error("{needed} open files needed but the hard limit is {hard}")]
+    HardLimit {
+        /// Descriptors needed.
+        needed: usize,
+        /// The hard limit.
+        hard: libc::rlim_t,
+    },
+    /// The soft limit could not be raised (to this).
+    #[error("cannot raise the open-file limit to {0}")]
+    RaiseLimit(usize),
+    /// The benchmark's resource was refused.
+    #[error(transparent)]
+    Resource(#[from] crate::config::ResourceError),
+    /// Its configuration was refused.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// A system call failed (what it was for).
+    #[error("cannot {what}: {error}")]
+    Io {
+        /// What it was for.
+        what: &'static str,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// Not every simulated local controller attached within two minutes.
+    #[error("only {attached} of {locals} local controllers attached")]
+    NotAttached {
+        /// How many did.
+        attached: usize,
+        /// How many were started.
+        locals: usize,
+    },
+    /// A `set-max-rate` change was refused (the controller's line).
+    #[error("{0}")]
+    Change(String),
 }
 
 /// The child process, killed when dropped (whatever way the benchmark ends).
@@ -247,7 +297,7 @@ fn resident_mib() -> f64 {
 
 /// `cheferd bench-locals`: `locals` simulated local controllers attached to `url`, until
 /// killed.
-pub async fn run_locals(url: String, locals: usize, stages: usize) -> Result<(), String> {
+pub async fn run_locals(url: String, locals: usize, stages: usize) -> Result<(), BenchError> {
     raise_descriptor_limit(locals + 256)?;
     let tasks: Vec<_> = (0..locals)
         .map(|i| tokio::spawn(simulated_local(url.clone(), format!("node{i:04}"), stages)))
@@ -328,7 +378,7 @@ async fn attach_once(url: &str, node: &str, stages: usize) -> bool {
 
 /// One descriptor per local controller in each process: raise the soft limit towards
 /// the hard one, or say why the run cannot work.
-fn raise_descriptor_limit(needed: usize) -> Result<(), String> {
+fn raise_descriptor_limit(needed: usize) -> Result<(), BenchError> {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -340,15 +390,15 @@ fn raise_descriptor_limit(needed: usize) -> Result<(), String> {
         return Ok(());
     }
     if (limit.rlim_max as usize) < needed {
-        return Err(format!(
-            "{needed} open files needed but the hard limit is {}",
-            limit.rlim_max
-        ));
+        return Err(BenchError::HardLimit {
+            needed,
+            hard: limit.rlim_max,
+        });
     }
     limit.rlim_cur = needed as libc::rlim_t;
     // SAFETY: valid pointer; raising the soft limit up to the hard one is allowed.
     if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
-        return Err(format!("cannot raise the open-file limit to {needed}"));
+        return Err(BenchError::RaiseLimit(needed));
     }
     Ok(())
 }

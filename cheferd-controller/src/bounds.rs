@@ -26,91 +26,148 @@ use tracing::warn;
 pub fn bind_unix(
     path: &Path,
     mode: u32,
-) -> Result<(std::os::unix::net::UnixListener, SocketFile), String> {
-    let shown = path.display();
+) -> Result<(std::os::unix::net::UnixListener, SocketFile), SocketError> {
+    let bad = |kind| SocketError {
+        path: path.to_path_buf(),
+        kind,
+    };
     let parent = match path.parent().filter(|p| !p.as_os_str().is_empty()) {
         Some(parent) => parent,
         None => Path::new("."),
     };
-    let dir = std::fs::metadata(parent).map_err(|e| {
-        format!(
-            "cannot use the socket {shown}: its directory {}: {e}",
-            parent.display()
-        )
-    })?;
+    let dir_error = |error| {
+        bad(SocketErrorKind::Directory {
+            dir: parent.to_path_buf(),
+            error,
+        })
+    };
+    let dir = std::fs::metadata(parent).map_err(dir_error)?;
     let sticky = dir.mode() & 0o1000 != 0;
     // SAFETY: geteuid takes no arguments, touches no memory of ours and cannot fail.
     let me = unsafe { libc::geteuid() };
     if dir.mode() & 0o022 != 0 && !sticky {
-        return Err(format!(
-            "refusing the socket {shown}: its directory {} is writable by others (mode {:o}) and not sticky",
-            parent.display(),
-            dir.mode() & 0o7777
-        ));
+        return Err(bad(SocketErrorKind::OpenDirectory {
+            dir: parent.to_path_buf(),
+            mode: dir.mode() & 0o7777,
+        }));
     }
     if dir.uid() != me && dir.uid() != 0 && dir.mode() & 0o022 == 0 {
         // Another user's private directory: they could replace our socket.
-        return Err(format!(
-            "refusing the socket {shown}: its directory {} belongs to uid {}",
-            parent.display(),
-            dir.uid()
-        ));
+        return Err(bad(SocketErrorKind::ForeignDirectory {
+            dir: parent.to_path_buf(),
+            uid: dir.uid(),
+        }));
     }
     match std::fs::symlink_metadata(path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(format!("cannot use the socket {shown}: {e}")),
-        Ok(meta) if meta.file_type().is_symlink() => {
-            return Err(format!(
-                "refusing the socket {shown}: it is a symbolic link (remove it if it is yours)"
-            ))
-        }
-        Ok(meta) if !meta.file_type().is_socket() => {
-            return Err(format!(
-                "refusing the socket {shown}: it exists and is not a socket"
-            ))
-        }
+        Err(e) => return Err(bad(SocketErrorKind::Inspect(e))),
+        Ok(meta) if meta.file_type().is_symlink() => return Err(bad(SocketErrorKind::Symlink)),
+        Ok(meta) if !meta.file_type().is_socket() => return Err(bad(SocketErrorKind::NotSocket)),
         Ok(meta) => {
             match std::os::unix::net::UnixStream::connect(path) {
-                Ok(_) => {
-                    return Err(format!(
-                        "refusing the socket {shown}: a running controller answers on it \
-                         (stop it first, or give another path)"
-                    ))
-                }
+                Ok(_) => return Err(bad(SocketErrorKind::Live)),
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {}
-                Err(e) => {
-                    return Err(format!(
-                        "refusing the socket {shown}: cannot tell whether a controller answers on it: {e}"
-                    ))
-                }
+                Err(e) => return Err(bad(SocketErrorKind::Undecidable(e))),
             }
             if meta.uid() != me && meta.uid() != 0 && (sticky || me != 0) {
-                return Err(format!(
-                    "refusing the socket {shown}: the stale socket there belongs to uid {}",
-                    meta.uid()
-                ));
+                return Err(bad(SocketErrorKind::ForeignStale(meta.uid())));
             }
-            std::fs::remove_file(path)
-                .map_err(|e| format!("cannot replace the stale socket {shown}: {e}"))?;
+            std::fs::remove_file(path).map_err(|e| bad(SocketErrorKind::Replace(e)))?;
         }
     }
-    let listener = std::os::unix::net::UnixListener::bind(path)
-        .map_err(|e| format!("cannot listen on {shown}: {e}"))?;
+    let listen = |e| bad(SocketErrorKind::Listen(e));
+    let listener = std::os::unix::net::UnixListener::bind(path).map_err(listen)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .map_err(|e| format!("cannot set permissions of {shown}: {e}"))?;
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| format!("cannot listen on {shown}: {e}"))?;
-    let created =
-        std::fs::symlink_metadata(path).map_err(|e| format!("cannot listen on {shown}: {e}"))?;
+        .map_err(|e| bad(SocketErrorKind::Permissions(e)))?;
+    listener.set_nonblocking(true).map_err(listen)?;
+    let created = std::fs::symlink_metadata(path).map_err(listen)?;
     let file = SocketFile {
         path: path.to_path_buf(),
         identity: (created.dev(), created.ino()),
-        _bound: listener
-            .try_clone()
-            .map_err(|e| format!("cannot listen on {shown}: {e}"))?,
+        _bound: listener.try_clone().map_err(listen)?,
     };
     Ok((listener, file))
+}
+
+/// A socket [`bind_unix`] refused or could not make: the path and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{} {}: {kind}", kind.what_of(), path.display())]
+pub struct SocketError {
+    /// The socket's path.
+    pub path: PathBuf,
+    /// Why.
+    pub kind: SocketErrorKind,
+}
+
+/// Why a socket was refused or not made.
+#[derive(Debug, thiserror::Error)]
+pub enum SocketErrorKind {
+    /// Its directory cannot be examined.
+    #[error("its directory {}: {error}", dir.display())]
+    Directory {
+        /// The directory.
+        dir: PathBuf,
+        /// Why.
+        error: io::Error,
+    },
+    /// Its directory is writable by others and not sticky.
+    #[error("its directory {} is writable by others (mode {mode:o}) and not sticky", dir.display())]
+    OpenDirectory {
+        /// The directory.
+        dir: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// Its directory is another user's.
+    #[error("its directory {} belongs to uid {uid}", dir.display())]
+    ForeignDirectory {
+        /// The directory.
+        dir: PathBuf,
+        /// Its owner.
+        uid: u32,
+    },
+    /// What is at the path cannot be examined.
+    #[error("{0}")]
+    Inspect(io::Error),
+    /// A symbolic link is there.
+    #[error("it is a symbolic link (remove it if it is yours)")]
+    Symlink,
+    /// Some other file is there.
+    #[error("it exists and is not a socket")]
+    NotSocket,
+    /// A controller answers on it.
+    #[error("a running controller answers on it (stop it first, or give another path)")]
+    Live,
+    /// Whether a controller answers on it cannot be told.
+    #[error("cannot tell whether a controller answers on it: {0}")]
+    Undecidable(io::Error),
+    /// A stale socket of another uid.
+    #[error("the stale socket there belongs to uid {0}")]
+    ForeignStale(u32),
+    /// The stale socket could not be removed.
+    #[error("{0}")]
+    Replace(io::Error),
+    /// Binding or listening failed.
+    #[error("{0}")]
+    Listen(io::Error),
+    /// Its mode could not be set.
+    #[error("{0}")]
+    Permissions(io::Error),
+}
+
+impl SocketErrorKind {
+    /// How the message begins, before the path.
+    fn what_of(&self) -> &'static str {
+        match self {
+            SocketErrorKind::Directory { .. } | SocketErrorKind::Inspect(_) => {
+                "cannot use the socket"
+            }
+            SocketErrorKind::Replace(_) => "cannot replace the stale socket",
+            SocketErrorKind::Listen(_) => "cannot listen on",
+            SocketErrorKind::Permissions(_) => "cannot set permissions of",
+            _ => "refusing the socket",
+        }
+    }
 }
 
 /// A socket file [`bind_unix`] created: removed when dropped (at shutdown, or when a
@@ -148,11 +205,9 @@ pub struct StopSignals {
 
 impl StopSignals {
     /// Catches both signals from now on (inside a tokio runtime).
-    pub fn install() -> Result<StopSignals, String> {
+    pub fn install() -> Result<StopSignals, SignalsError> {
         use tokio::signal::unix::{signal, SignalKind};
-        let install = |kind: SignalKind| {
-            signal(kind).map_err(|e| format!("cannot handle SIGTERM and SIGINT: {e}"))
-        };
+        let install = |kind: SignalKind| signal(kind).map_err(SignalsError);
         Ok(StopSignals {
             term: install(SignalKind::terminate())?,
             int: install(SignalKind::interrupt())?,
@@ -167,6 +222,11 @@ impl StopSignals {
         }
     }
 }
+
+/// The stop signals could not be caught.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot handle SIGTERM and SIGINT: {0}")]
+pub struct SignalsError(pub io::Error);
 
 /// Whether an accept error means the process (or system) ran out of something that
 /// only time frees (descriptors, memory): the accept loop must then sleep, not spin.
@@ -344,7 +404,7 @@ pub const MAX_MOUNT_BYTES: usize = 4096;
 
 /// Checks the sizes of what a stage registers (every field is kept for as long as the
 /// stage runs, on the local and the global controller).
-pub fn check_stage(stage: &crate::proto::Stage) -> Result<(), String> {
+pub fn check_stage(stage: &crate::proto::Stage) -> Result<(), StageTooLarge> {
     for (what, value) in [
         ("job id", &stage.job_id),
         ("user", &stage.user),
@@ -353,25 +413,39 @@ pub fn check_stage(stage: &crate::proto::Stage) -> Result<(), String> {
         ("program name", &stage.stage_name),
     ] {
         if value.len() > MAX_NAME_BYTES {
-            return Err(format!(
-                "its {what} of {} bytes exceeds {MAX_NAME_BYTES}",
-                value.len()
-            ));
+            return Err(StageTooLarge::Name {
+                what,
+                bytes: value.len(),
+            });
         }
     }
     if stage.mountpoints.len() > MAX_MOUNTPOINTS {
-        return Err(format!(
-            "{} mountpoints exceed {MAX_MOUNTPOINTS}",
-            stage.mountpoints.len()
-        ));
+        return Err(StageTooLarge::Mountpoints(stage.mountpoints.len()));
     }
     if let Some(long) = stage.mountpoints.iter().find(|m| m.len() > MAX_MOUNT_BYTES) {
-        return Err(format!(
-            "a mountpoint of {} bytes exceeds {MAX_MOUNT_BYTES}",
-            long.len()
-        ));
+        return Err(StageTooLarge::Mountpoint(long.len()));
     }
     Ok(())
+}
+
+/// What of a stage [`check_stage`] found too large (its size; the bytes themselves are
+/// a peer's and not echoed).
+#[derive(Debug, thiserror::Error)]
+pub enum StageTooLarge {
+    /// A name field.
+    #[error("its {what} of {bytes} bytes exceeds {MAX_NAME_BYTES}")]
+    Name {
+        /// Which field.
+        what: &'static str,
+        /// Its length.
+        bytes: usize,
+    },
+    /// Too many mountpoints.
+    #[error("{0} mountpoints exceed {MAX_MOUNTPOINTS}")]
+    Mountpoints(usize),
+    /// A mountpoint too long.
+    #[error("a mountpoint of {0} bytes exceeds {MAX_MOUNT_BYTES}")]
+    Mountpoint(usize),
 }
 
 /// A TCP listener as a stream of connections for tonic whose accept errors never end

@@ -37,16 +37,50 @@ impl Resource {
         self.class == Class::Data
     }
 
-    /// Its tokens per second at `rate`: the one way from a parsed rate to a resource's
-    /// number, so a bytes rate never configures a resource counting operations (a
-    /// plain number is in the resource's own tokens).
-    pub fn tokens(&self, rate: Rate) -> Result<f64, UnitMismatch> {
+    /// `rate` as a rate of this resource: the one way from a parsed rate to a
+    /// resource's capacity, demand or limit, so a bytes rate never configures a
+    /// resource counting operations (a plain number is in the resource's own tokens).
+    pub fn rate(&self, rate: Rate) -> Result<ResourceRate, UnitMismatch> {
         match rate {
             Rate::Bytes(_) if !self.counts_bytes() => Err(UnitMismatch {
                 resource: self.clone(),
             }),
-            rate => Ok(rate.per_second() as f64),
+            rate => Ok(self.own_tokens(rate.per_second())),
         }
+    }
+
+    /// `per_second` of the resource's own tokens (operations, or bytes for data): a
+    /// number the program chose rather than one a user wrote with a unit.
+    pub fn own_tokens(&self, per_second: u64) -> ResourceRate {
+        ResourceRate(per_second)
+    }
+}
+
+/// A rate checked against the resource it configures (its capacity, a job's demand
+/// or limit), in that resource's tokens per second. Only a [`Resource`] makes one
+/// ([`Resource::rate`], [`Resource::own_tokens`]); it becomes a unit-free number only
+/// where it enters the policies' arithmetic ([`ResourceRate::tokens`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ResourceRate(u64);
+
+impl ResourceRate {
+    /// Tokens per second, for the policies and the plan (unit-free math).
+    pub fn tokens(self) -> f64 {
+        self.0 as f64
+    }
+}
+
+/// As the number of tokens per second (a float, as before rates were typed), for
+/// `ctl config`.
+impl Serialize for ResourceRate {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_f64(self.tokens())
+    }
+}
+
+impl std::fmt::Display for ResourceRate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
     }
 }
 
@@ -87,18 +121,61 @@ pub enum RateOfError {
     },
 }
 
-/// For the callers that report these errors as one line of text.
-impl From<ResourceError> for String {
-    fn from(error: ResourceError) -> String {
-        error.to_string()
-    }
-}
-
-/// For the callers that report these errors as one line of text.
-impl From<RateOfError> for String {
-    fn from(error: RateOfError) -> String {
-        error.to_string()
-    }
+/// A configuration file [`GlobalConfig::parse`] refused: one line naming the key and
+/// the bad value.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Not TOML, or not this file's shape (the line and its text, then what is wrong).
+    #[error("{0}")]
+    Toml(String),
+    /// A number out of its range.
+    #[error("{key} = {value}: {range}")]
+    OutOfRange {
+        /// The key (`interval_ms`, `job[0].priority`).
+        key: String,
+        /// The value as written.
+        value: String,
+        /// The allowed range, as a sentence.
+        range: &'static str,
+    },
+    /// A resource name that is no `MOUNT:CLASS`.
+    #[error("{key}: {error}")]
+    BadResource {
+        /// Where it was given.
+        key: String,
+        /// Why (it keeps the text).
+        error: ResourceError,
+    },
+    /// A resource configured twice.
+    #[error("{key}: '{name}' is configured twice")]
+    Duplicate {
+        /// Where the second one is.
+        key: String,
+        /// The name as written.
+        name: String,
+    },
+    /// A job setting or rule for a resource that is not configured.
+    #[error("{key}: '{name}' is not a configured resource")]
+    NotConfigured {
+        /// Where it was given.
+        key: String,
+        /// The name as written.
+        name: String,
+    },
+    /// A rate that is no rate, or of the wrong unit.
+    #[error(transparent)]
+    Rate(#[from] RateOfError),
+    /// A policy name that builds no policy.
+    #[error("{key}: {error}")]
+    Policy {
+        /// Where it was given.
+        key: String,
+        /// Why (it keeps the name).
+        error: Box<policies::SpecError>,
+    },
+    /// A bad `[placement]` section.
+    #[error(transparent)]
+    Placement(#[from] crate::placement_service::PlacementConfigError),
 }
 
 impl serde::Serialize for Resource {
@@ -121,29 +198,29 @@ impl std::fmt::Display for Resource {
 }
 
 /// One shared resource and how it is shared.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ResourceConfig {
     /// Mountpoint and class.
     pub resource: Resource,
-    /// Capacity `Max_R`, tokens per second.
-    pub max_rate: f64,
+    /// Capacity `Max_R`.
+    pub max_rate: ResourceRate,
     /// Policy name.
     pub policy: String,
 }
 
 /// Per-job settings.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct JobConfig {
     /// Priority or weight (default 1).
     pub priority: f64,
     /// Demand (QoS reservation) per resource.
-    pub demand: BTreeMap<Resource, f64>,
+    pub demand: BTreeMap<Resource, ResourceRate>,
     /// Static limit per resource.
-    pub limit: BTreeMap<Resource, f64>,
+    pub limit: BTreeMap<Resource, ResourceRate>,
 }
 
 /// A time-scheduled static rule.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ScheduledRule {
     /// Seconds after start.
     pub at: f64,
@@ -152,11 +229,11 @@ pub struct ScheduledRule {
     /// The resource limited.
     pub resource: Resource,
     /// The limit; `None` lifts it.
-    pub limit: Option<f64>,
+    pub limit: Option<ResourceRate>,
 }
 
 /// The whole configuration.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct GlobalConfig {
     /// Control loop period, ms.
     pub interval_ms: u64,
@@ -290,19 +367,17 @@ struct RawRule {
     limit: RateText,
 }
 
-/// Parses `text`, given under `key`, as a rate of `resource` (see [`Resource::tokens`]).
-pub fn rate_of(key: &str, text: &str, resource: &Resource) -> Result<f64, RateOfError> {
+/// Parses `text`, given under `key`, as a rate of `resource` (see [`Resource::rate`]).
+pub fn rate_of(key: &str, text: &str, resource: &Resource) -> Result<ResourceRate, RateOfError> {
     let rate = parse_rate(text).map_err(|error| RateOfError::Unparsable {
         key: key.to_string(),
         error,
     })?;
-    resource
-        .tokens(rate)
-        .map_err(|error| RateOfError::WrongUnit {
-            key: key.to_string(),
-            text: text.to_string(),
-            error,
-        })
+    resource.rate(rate).map_err(|error| RateOfError::WrongUnit {
+        key: key.to_string(),
+        text: text.to_string(),
+        error,
+    })
 }
 
 impl GlobalConfig {
@@ -310,25 +385,40 @@ impl GlobalConfig {
     /// names are known.
     pub fn parse(
         text: &str,
-        policy_exists: &dyn Fn(&str) -> Result<(), String>,
-    ) -> Result<GlobalConfig, String> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| toml_error(text, &e))?;
+        policy_exists: &dyn Fn(&str) -> Result<(), policies::SpecError>,
+    ) -> Result<GlobalConfig, ConfigError> {
+        let raw: RawConfig =
+            toml::from_str(text).map_err(|e| ConfigError::Toml(toml_error(text, &e)))?;
+        let out_of_range =
+            |key: &str, value: &dyn std::fmt::Display, range| ConfigError::OutOfRange {
+                key: key.to_string(),
+                value: value.to_string(),
+                range,
+            };
         let mut config = GlobalConfig::default();
         if let Some(ms) = raw.interval_ms {
             if ms == 0 || ms > 3_600_000 {
-                return Err(format!("interval_ms = {ms}: must be between 1 and 3600000"));
+                return Err(out_of_range(
+                    "interval_ms",
+                    &ms,
+                    "must be between 1 and 3600000",
+                ));
             }
             config.interval_ms = ms;
         }
         if let Some(ms) = raw.burst_ms {
             if ms == 0 {
-                return Err("burst_ms = 0: must be at least 1".into());
+                return Err(out_of_range("burst_ms", &ms, "must be at least 1"));
             }
             config.burst_ms = ms;
         }
         if let Some(floor) = raw.stage_floor {
             if !(0.0..=1.0).contains(&floor) {
-                return Err(format!("stage_floor = {floor}: must be between 0 and 1"));
+                return Err(out_of_range(
+                    "stage_floor",
+                    &floor,
+                    "must be between 0 and 1",
+                ));
             }
             config.stage_floor = floor;
         }
@@ -352,41 +442,52 @@ impl GlobalConfig {
             ),
         ] {
             match value {
-                Some(0) => return Err(format!("{key} = 0: must be at least 1")),
+                Some(0) => return Err(out_of_range(key, &0, "must be at least 1")),
                 Some(n) => *slot = n,
                 None => {}
             }
         }
+        let parse_resource = |key: String, name: &str| {
+            Resource::parse(name).map_err(|error| ConfigError::BadResource { key, error })
+        };
         for (i, r) in raw.resource.iter().enumerate() {
-            let resource =
-                Resource::parse(&r.name).map_err(|e| format!("resource[{i}].name: {e}"))?;
+            let resource = parse_resource(format!("resource[{i}].name"), &r.name)?;
             if config.resources.iter().any(|c| c.resource == resource) {
-                return Err(format!(
-                    "resource[{i}].name: '{}' is configured twice",
-                    r.name
-                ));
+                return Err(ConfigError::Duplicate {
+                    key: format!("resource[{i}].name"),
+                    name: r.name.clone(),
+                });
             }
             let max_rate = rate_of(&format!("resource[{i}].max_rate"), &r.max_rate.0, &resource)?;
-            policy_exists(&r.policy).map_err(|e| format!("resource[{i}].policy: {e}"))?;
+            policy_exists(&r.policy).map_err(|error| ConfigError::Policy {
+                key: format!("resource[{i}].policy"),
+                error: Box::new(error),
+            })?;
             config.resources.push(ResourceConfig {
                 resource,
                 max_rate,
                 policy: r.policy.clone(),
             });
         }
-        let known =
-            |key: &str, name: &str, resources: &[ResourceConfig]| -> Result<Resource, String> {
-                let resource = Resource::parse(name).map_err(|e| format!("{key}: {e}"))?;
-                if resources.iter().any(|c| c.resource == resource) {
-                    Ok(resource)
-                } else {
-                    Err(format!("{key}: '{name}' is not a configured resource"))
-                }
-            };
+        let known = |key: String, name: &str, resources: &[ResourceConfig]| {
+            let resource = parse_resource(key.clone(), name)?;
+            if resources.iter().any(|c| c.resource == resource) {
+                Ok(resource)
+            } else {
+                Err(ConfigError::NotConfigured {
+                    key,
+                    name: name.to_string(),
+                })
+            }
+        };
         for (i, j) in raw.job.iter().enumerate() {
             let priority = j.priority.unwrap_or(1.0);
             if !(priority > 0.0 && priority.is_finite()) {
-                return Err(format!("job[{i}].priority = {priority}: must be positive"));
+                return Err(out_of_range(
+                    &format!("job[{i}].priority"),
+                    &priority,
+                    "must be positive",
+                ));
             }
             let mut job = JobConfig {
                 priority,
@@ -394,13 +495,13 @@ impl GlobalConfig {
             };
             for (name, value) in &j.demand {
                 let key = format!("job[{i}].demand.\"{name}\"");
-                let resource = known(&key, name, &config.resources)?;
+                let resource = known(key.clone(), name, &config.resources)?;
                 let value = rate_of(&key, &value.0, &resource)?;
                 job.demand.insert(resource, value);
             }
             for (name, value) in &j.limit {
                 let key = format!("job[{i}].limit.\"{name}\"");
-                let resource = known(&key, name, &config.resources)?;
+                let resource = known(key.clone(), name, &config.resources)?;
                 let value = rate_of(&key, &value.0, &resource)?;
                 job.limit.insert(resource, value);
             }
@@ -408,13 +509,14 @@ impl GlobalConfig {
         }
         for (i, r) in raw.rule.iter().enumerate() {
             if !(r.at >= 0.0 && r.at.is_finite()) {
-                return Err(format!(
-                    "rule[{i}].at = {}: must be a non-negative number of seconds",
-                    r.at
+                return Err(out_of_range(
+                    &format!("rule[{i}].at"),
+                    &r.at,
+                    "must be a non-negative number of seconds",
                 ));
             }
             let resource = known(
-                &format!("rule[{i}].resource"),
+                format!("rule[{i}].resource"),
                 &r.resource,
                 &config.resources,
             )?;
@@ -482,12 +584,12 @@ mod tests {
     fn rates_keep_their_unit_to_the_resource() {
         let metadata = Resource::parse("/s:metadata").unwrap();
         let data = Resource::parse("/s:data").unwrap();
-        assert_eq!(metadata.tokens(Rate::Ops(5)), Ok(5.0));
-        assert_eq!(data.tokens(Rate::Bytes(5)), Ok(5.0));
+        assert_eq!(metadata.rate(Rate::Ops(5)), Ok(metadata.own_tokens(5)));
+        assert_eq!(data.rate(Rate::Bytes(5)), Ok(data.own_tokens(5)));
         // A plain number counts the resource's own tokens.
-        assert_eq!(data.tokens(Rate::Ops(5)), Ok(5.0));
+        assert_eq!(data.rate(Rate::Ops(5)), Ok(data.own_tokens(5)));
         assert_eq!(
-            metadata.tokens(Rate::Bytes(5)),
+            metadata.rate(Rate::Bytes(5)),
             Err(UnitMismatch {
                 resource: metadata.clone()
             })
@@ -500,13 +602,7 @@ mod tests {
     }
 
     fn parse(text: &str) -> Result<GlobalConfig, String> {
-        GlobalConfig::parse(text, &|name| {
-            if name == "psfa" || name == "uniform" {
-                Ok(())
-            } else {
-                Err(format!("unknown policy '{name}'"))
-            }
-        })
+        GlobalConfig::parse(text, &crate::policy::check).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -533,24 +629,19 @@ mod tests {
         .unwrap();
         assert_eq!(config.interval_ms, 500);
         let metadata = Resource::parse("/scratch:metadata").unwrap();
-        assert_eq!(config.resources[0].max_rate, 110_000.0);
+        assert_eq!(config.resources[0].max_rate, metadata.own_tokens(110_000));
         let job = config.job("4242");
         assert_eq!(job.priority, 2.0);
-        assert_eq!(job.demand[&metadata], 40_000.0);
-        assert_eq!(job.limit[&metadata], 10_000.0);
+        assert_eq!(job.demand[&metadata], metadata.own_tokens(40_000));
+        assert_eq!(job.limit[&metadata], metadata.own_tokens(10_000));
         assert_eq!(config.rules[0].limit, None);
         assert_eq!(config.job("other").priority, 1.0);
     }
 
     #[test]
     fn rates_are_numbers_or_strings() {
-        for (written, expected) in [
-            ("110000", 110_000.0),
-            ("110000.0", 110_000.0),
-            ("\"110000\"", 110_000.0),
-            ("\"110k\"", 110_000.0),
-            ("\"110k/s\"", 110_000.0),
-        ] {
+        let expected = Resource::parse("/s:metadata").unwrap().own_tokens(110_000);
+        for written in ["110000", "110000.0", "\"110000\"", "\"110k\"", "\"110k/s\""] {
             let config = parse(&format!(
                 "[[resource]]\nname = \"/s:metadata\"\nmax_rate = {written}\npolicy = \"psfa\"\n\
                  [[job]]\nid = \"j\"\ndemand = {{ \"/s:metadata\" = {written} }}\n\
@@ -565,7 +656,7 @@ mod tests {
         let data =
             parse("[[resource]]\nname = \"/s:data\"\nmax_rate = \"20GiB/s\"\npolicy = \"psfa\"")
                 .unwrap();
-        assert_eq!(data.resources[0].max_rate, (20u64 << 30) as f64);
+        assert_eq!(data.resources[0].max_rate.tokens(), (20u64 << 30) as f64);
     }
 
     #[test]
@@ -592,7 +683,7 @@ mod tests {
             ),
             (
                 "[[resource]]\nname = \"/s:metadata\"\nmax_rate = \"1k\"\npolicy = \"magic\"",
-                "'magic'",
+                "resource[0].policy: unknown policy `magic`",
             ),
             (
                 "[[job]]\nid = \"1\"\ndemand = { \"/nope:data\" = \"1k\" }",
@@ -602,6 +693,16 @@ mod tests {
             (
                 "[[resource]]\nname = \"/s:metadata\"\nmax_rate = \"20GiB/s\"\npolicy = \"psfa\"",
                 "resource[0].max_rate: '20GiB/s' is a rate of bytes, but /s:metadata counts operations",
+            ),
+            (
+                "[[resource]]\nname = \"/s:metadata\"\nmax_rate = \"1k\"\npolicy = \"psfa\"\n\
+                 [[job]]\nid = \"1\"\nlimit = { \"/s:metadata\" = \"1MiB/s\" }",
+                "job[0].limit.\"/s:metadata\": '1MiB/s' is a rate of bytes, but /s:metadata counts operations",
+            ),
+            (
+                "[[resource]]\nname = \"/s:metadata\"\nmax_rate = \"1k\"\npolicy = \"psfa\"\n\
+                 [[rule]]\nat = 5\njob = \"1\"\nresource = \"/s:metadata\"\nlimit = \"1MB\"",
+                "rule[0].limit: '1MB' is a rate of bytes, but /s:metadata counts operations",
             ),
             (
                 "[[resource]]\nname = \"/s:metadata\"\nmax_rate = -5\npolicy = \"psfa\"",

@@ -8,9 +8,10 @@
 //! against `Max_R`, and each job's share against its demand.
 
 use crate::config::Resource;
-use crate::config::{GlobalConfig, JobConfig, ResourceConfig};
+use crate::config::{ConfigError, GlobalConfig, JobConfig, ResourceConfig};
 use crate::global::{self, Controller};
 use crate::local::{self, LocalOptions};
+use crate::tls::{CertsError, TlsFileError};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -48,18 +49,68 @@ impl Drop for Jobs {
     }
 }
 
+/// Why the demo stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    /// `--jobs` out of range.
+    #[error("--jobs {0} must be between 1 and 4")]
+    Jobs(usize),
+    /// A file or directory could not be made or written.
+    #[error("cannot {action} {}: {error}", path.display())]
+    Io {
+        /// `create`, `create --out` or `write`.
+        action: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The gRPC port could not be opened.
+    #[error("cannot listen: {0}")]
+    Listen(std::io::Error),
+    /// A job's process could not be started (its number).
+    #[error("cannot start job {job}: {error}")]
+    StartJob {
+        /// 1-based.
+        job: usize,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The demo's own configuration was refused.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Its throwaway certificates could not be made.
+    #[error(transparent)]
+    Certs(#[from] CertsError),
+    /// Or not loaded.
+    #[error(transparent)]
+    Tls(#[from] TlsFileError),
+    /// The plot could not be drawn.
+    #[error(transparent)]
+    Plot(#[from] policies::plot::PlotError),
+}
+
+fn io_error<'a>(
+    action: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> DemoError + 'a {
+    move |error| DemoError::Io {
+        action,
+        path: path.to_path_buf(),
+        error,
+    }
+}
+
 /// Runs the demo. `cheferd` is this executable (the jobs run its `replay`), `library`
 /// the stage.
-pub async fn run(options: &DemoOptions, cheferd: &Path, library: &Path) -> Result<(), String> {
+pub async fn run(options: &DemoOptions, cheferd: &Path, library: &Path) -> Result<(), DemoError> {
     if !(1..=4).contains(&options.jobs) {
-        return Err(format!("--jobs {} must be between 1 and 4", options.jobs));
+        return Err(DemoError::Jobs(options.jobs));
     }
     let base = std::env::temp_dir().join(format!("cheferd-demo-{}", std::process::id()));
     let scratch = base.join("scratch");
-    std::fs::create_dir_all(&scratch)
-        .map_err(|e| format!("cannot create {}: {e}", scratch.display()))?;
-    std::fs::create_dir_all(&options.out)
-        .map_err(|e| format!("cannot create --out {}: {e}", options.out.display()))?;
+    std::fs::create_dir_all(&scratch).map_err(io_error("create", &scratch))?;
+    std::fs::create_dir_all(&options.out).map_err(io_error("create --out", &options.out))?;
     let result = run_in(options, cheferd, library, &base, &scratch).await;
     let _ = std::fs::remove_dir_all(&base);
     result
@@ -71,7 +122,7 @@ async fn run_in(
     library: &Path,
     base: &Path,
     scratch: &Path,
-) -> Result<(), String> {
+) -> Result<(), DemoError> {
     let mount = scratch.display().to_string();
     let resource = Resource {
         mount: mount.clone(),
@@ -82,7 +133,7 @@ async fn run_in(
         interval_ms: 1000,
         resources: vec![ResourceConfig {
             resource: resource.clone(),
-            max_rate: options.max_rate,
+            max_rate: resource.own_tokens(options.max_rate as u64),
             policy: options.policy.clone(),
         }],
         jobs: job_names
@@ -91,7 +142,11 @@ async fn run_in(
             .map(|(name, share)| {
                 let job = JobConfig {
                     priority: 1.0,
-                    demand: [(resource.clone(), (share * options.max_rate).round())].into(),
+                    demand: [(
+                        resource.clone(),
+                        resource.own_tokens((share * options.max_rate).round() as u64),
+                    )]
+                    .into(),
                     ..JobConfig::default()
                 };
                 (name.clone(), job)
@@ -104,7 +159,7 @@ async fn run_in(
     let controller = Controller::new(config)?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
-        .map_err(|e| format!("cannot listen: {e}"))?;
+        .map_err(DemoError::Listen)?;
     // Local ↔ global runs as in production, with mutual TLS: a throwaway site CA, a
     // server certificate for loopback and the node's certificate, made here (in the
     // temporary directory, removed at the end) so the demo needs no setup.
@@ -113,7 +168,7 @@ async fn run_in(
     let server_tls = crate::tls::loopback_server(&tls_dir).load()?;
     let url = format!(
         "https://{}",
-        listener.local_addr().map_err(|e| e.to_string())?
+        listener.local_addr().map_err(DemoError::Listen)?
     );
     println!(
         "local ↔ global: mutual TLS (throwaway CA and certificates in {}, removed at the end)",
@@ -144,8 +199,9 @@ async fn run_in(
     });
     let traces = policies::trace::split(&aggregate, &[0.25; 4][..options.jobs]);
     let trace_path = base.join("trace.csv");
-    let mut file = std::fs::File::create(&trace_path).map_err(|e| e.to_string())?;
-    policies::trace::write(&mut file, &traces, "cheferd demo").map_err(|e| e.to_string())?;
+    let mut file = std::fs::File::create(&trace_path).map_err(io_error("create", &trace_path))?;
+    policies::trace::write(&mut file, &traces, "cheferd demo")
+        .map_err(io_error("write", &trace_path))?;
 
     println!(
         "PADLL demo: {} jobs replay a bursty metadata trace on {mount}\n  Max_R = {:.0} ops/s, policy {}, demands {}\n",
@@ -174,7 +230,7 @@ async fn run_in(
         while jobs.0.len() < options.jobs && elapsed >= jobs.0.len() * options.stagger {
             let j = jobs.0.len() + 1;
             let dir = scratch.join(format!("job-{j}"));
-            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            std::fs::create_dir_all(&dir).map_err(io_error("create", &dir))?;
             let child = Command::new(cheferd)
                 .arg("replay")
                 .arg("--trace")
@@ -187,7 +243,7 @@ async fn run_in(
                 .env("PADLL_JOB_ID", &job_names[j - 1])
                 .stdout(Stdio::null())
                 .spawn()
-                .map_err(|e| format!("cannot start job {j}: {e}"))?;
+                .map_err(|error| DemoError::StartJob { job: j, error })?;
             jobs.0.push(child);
         }
         tokio::time::sleep_until(next_tick.into()).await;
@@ -238,7 +294,11 @@ async fn run_in(
     summarize(options, &job_names, &series)
 }
 
-fn summarize(options: &DemoOptions, names: &[String], series: &[Vec<f64>]) -> Result<(), String> {
+fn summarize(
+    options: &DemoOptions,
+    names: &[String],
+    series: &[Vec<f64>],
+) -> Result<(), DemoError> {
     let csv_path = options.out.join("rates.csv");
     let mut csv = format!("second,{},total\n", names.join(","));
     for (s, row) in series.iter().enumerate() {
@@ -250,8 +310,7 @@ fn summarize(options: &DemoOptions, names: &[String], series: &[Vec<f64>]) -> Re
             row.iter().sum::<f64>()
         ));
     }
-    std::fs::write(&csv_path, csv)
-        .map_err(|e| format!("cannot write {}: {e}", csv_path.display()))?;
+    std::fs::write(&csv_path, csv).map_err(io_error("write", &csv_path))?;
     let png = options.out.join("rates.png");
     let svg = options.out.join("rates.svg");
     let title = format!(

@@ -79,14 +79,16 @@ impl Resolver {
         claimed_size: u32,
         uid: u32,
         pid: u32,
-    ) -> Result<Resolved, String> {
+    ) -> Result<Resolved, ForeignJob> {
         if let Some(job) = self.source.job_of(pid) {
             if let Some(owner) = job.owner {
                 if owner != uid && uid != 0 {
-                    return Err(format!(
-                        "process {pid} of uid {uid} runs in Slurm job {} of uid {owner}",
-                        job.id
-                    ));
+                    return Err(ForeignJob {
+                        pid,
+                        uid,
+                        job: job.id,
+                        owner,
+                    });
                 }
             }
             let note = (claimed_job != job.id).then(|| {
@@ -117,6 +119,20 @@ impl Resolver {
             note,
         })
     }
+}
+
+/// A stage refused: its process runs in a scheduler job of another uid.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("process {pid} of uid {uid} runs in Slurm job {job} of uid {owner}")]
+pub struct ForeignJob {
+    /// The stage's process.
+    pub pid: u32,
+    /// Its uid.
+    pub uid: u32,
+    /// The job it runs in.
+    pub job: String,
+    /// The job's owner.
+    pub owner: u32,
 }
 
 /// Slurm's `proctrack/cgroup`: the job from `<proc>/<pid>/cgroup`, its size and owner
@@ -284,10 +300,9 @@ mod tests {
         assert_eq!((r.job_id.as_str(), r.job_size), ("4242", 1));
         assert!(r.note.unwrap().contains("victim"));
         // Another uid inside that job (impossible without root's help) is refused.
-        assert!(resolver
-            .resolve("4242", 1, 1001, 100)
-            .unwrap_err()
-            .contains("uid 1000"));
+        let refused = resolver.resolve("4242", 1, 1001, 100).unwrap_err();
+        assert_eq!((refused.job.as_str(), refused.owner), ("4242", 1000));
+        assert!(refused.to_string().contains("uid 1000"), "{refused}");
         // Root is trusted inside a job too.
         assert_eq!(resolver.resolve("x", 1, 0, 100).unwrap().job_id, "4242");
         // cgroup v2 has no owner in the path: the job is still Slurm's.
@@ -329,10 +344,8 @@ mod tests {
         );
         let r = resolver.resolve("77", 1, 1002, 100).unwrap();
         assert_eq!((r.job_id.as_str(), r.job_size), ("77", 16));
-        assert!(resolver
-            .resolve("77", 1, 1000, 100)
-            .unwrap_err()
-            .contains("uid 1002"));
+        let refused = resolver.resolve("77", 1, 1000, 100).unwrap_err();
+        assert!(refused.to_string().contains("uid 1002"), "{refused}");
         std::fs::remove_dir_all(root).unwrap();
     }
 }

@@ -210,14 +210,11 @@ impl Local {
     }
 
     /// Counts a new connection of `uid`, or says which cap refuses it.
-    fn admit(self: &Arc<Self>, uid: u32) -> Result<Admission, String> {
+    fn admit(self: &Arc<Self>, uid: u32) -> Result<Admission, Refusal> {
         let limits = &self.options.limits;
         let mut peers = self.lock_peers();
         if peers.connections >= limits.max_connections {
-            return Err(format!(
-                "{} connections on this node (the limit)",
-                peers.connections
-            ));
+            return Err(Refusal::NodeConnections(peers.connections));
         }
         let per_uid = limits.max_pending_bytes_per_uid;
         let user = peers.users.entry(uid).or_insert_with(|| UserState {
@@ -226,10 +223,10 @@ impl Local {
             jobs: HashMap::new(),
         });
         if user.connections >= limits.max_connections_per_uid {
-            return Err(format!(
-                "uid {uid} has {} connections (the limit per uid)",
-                user.connections
-            ));
+            return Err(Refusal::UidConnections {
+                uid,
+                connections: user.connections,
+            });
         }
         user.connections += 1;
         let pending = user.pending.clone();
@@ -244,26 +241,27 @@ impl Local {
 
     /// Records that the connection of `admission` is a stage of `job`, or says why not:
     /// the job runs under another uid on this node, or its uid has too many jobs.
-    fn join_job(&self, admission: &mut Admission, job: &str) -> Result<(), String> {
+    fn join_job(&self, admission: &mut Admission, job: &str) -> Result<(), Refusal> {
         let max_jobs = self.options.limits.max_jobs_per_uid;
         let mut peers = self.lock_peers();
         let uid = admission.uid;
         if let Some(&owner) = peers.job_owner.get(job) {
             if owner != uid && uid != 0 {
-                return Err(format!(
-                    "job '{}' runs under uid {owner} on this node, not uid {uid}",
-                    control::short(job)
-                ));
+                return Err(Refusal::OtherOwner {
+                    job: job.to_string(),
+                    owner,
+                    uid,
+                });
             }
         }
         let Some(user) = peers.users.get_mut(&uid) else {
-            return Err("connection not counted".into());
+            return Err(Refusal::NotCounted);
         };
         if !user.jobs.contains_key(job) && user.jobs.len() >= max_jobs {
-            return Err(format!(
-                "uid {uid} already has {} jobs on this node (the limit per uid)",
-                user.jobs.len()
-            ));
+            return Err(Refusal::UidJobs {
+                uid,
+                jobs: user.jobs.len(),
+            });
         }
         *user.jobs.entry(job.to_string()).or_insert(0) += 1;
         peers.job_owner.entry(job.to_string()).or_insert(uid);
@@ -313,28 +311,30 @@ impl Local {
 /// Runs a local controller until its future is dropped (which removes its socket), or
 /// until one of its tasks ends (the error says which). Fails at once (with a message
 /// naming the path) if the socket cannot be created.
-pub async fn run(mut options: LocalOptions) -> Result<(), String> {
+pub async fn run(mut options: LocalOptions) -> Result<(), LocalError> {
     // The TLS files are checked before anything else is done, and the node name must
     // be one the certificate carries (the global controller would refuse any other).
     if let Some(tls) = &options.tls {
-        let names = tls.node_names()?;
+        let mut names = tls.node_names()?;
         if !names.contains(&options.node) {
-            return Err(format!(
-                "--node '{}': the certificate {} is for node '{}'",
-                control::short(&options.node),
-                tls.cert.display(),
-                control::short(&names[0])
-            ));
+            return Err(LocalError::OtherNode {
+                node: options.node.clone(),
+                cert: tls.cert.clone(),
+                certified: names.swap_remove(0),
+            });
         }
     }
     let tls = options.tls.as_ref().map(|t| t.load()).transpose()?;
-    let globals = crate::standby::follow::Globals::new(&options.global, tls)?;
+    let globals =
+        crate::standby::follow::Globals::new(&options.global, tls).map_err(LocalError::Global)?;
     // Stages of every user must reach the socket, so it is world-writable; who connected
     // is recorded from `SO_PEERCRED`, and a stage can only ever affect its own channels.
     // The socket file is removed when this future is dropped (the daemon stops).
     let (listener, _socket_file) = bounds::bind_unix(&options.socket, 0o666)?;
-    let listener = UnixListener::from_std(listener)
-        .map_err(|e| format!("cannot listen on {}: {e}", options.socket.display()))?;
+    let listener = UnixListener::from_std(listener).map_err(|error| LocalError::Listen {
+        socket: options.socket.clone(),
+        error,
+    })?;
     // Connections stay well below the descriptor limit (the gRPC stream, logs and the
     // runtime need some).
     let descriptors = bounds::raise_nofile() as usize;
@@ -380,7 +380,65 @@ pub async fn run(mut options: LocalOptions) -> Result<(), String> {
         accept_stages(local, listener).await;
         Ok(())
     });
-    Err(tasks.first_end().await.into_error(|line| line))
+    Err(tasks.first_end().await.into_error(LocalError::Ended))
+}
+
+/// Why a local controller did not start, or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    /// A TLS file refused.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsFileError),
+    /// `--node` is not a name the certificate carries.
+    #[error("--node '{}': the certificate {} is for node '{}'", control::short(node), cert.display(), control::short(certified))]
+    OtherNode {
+        /// `--node`.
+        node: String,
+        /// The certificate.
+        cert: PathBuf,
+        /// The first name it carries.
+        certified: String,
+    },
+    /// A bad `--global` (the line the standby's follower gives).
+    #[error("{0}")]
+    Global(String),
+    /// The stage socket refused or not made.
+    #[error(transparent)]
+    Socket(#[from] bounds::SocketError),
+    /// The stage socket made but not listened on.
+    #[error("cannot listen on {}: {error}", socket.display())]
+    Listen {
+        /// The socket.
+        socket: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// A task that runs for the life of the process ended (which and how).
+    #[error("{0}")]
+    Ended(String),
+}
+
+/// Why a stage's connection or job was refused (it is told, and it is logged).
+#[derive(Debug, thiserror::Error)]
+enum Refusal {
+    /// The node has as many connections as it takes.
+    #[error("{0} connections on this node (the limit)")]
+    NodeConnections(usize),
+    /// The uid has as many connections as it may.
+    #[error("uid {uid} has {connections} connections (the limit per uid)")]
+    UidConnections { uid: u32, connections: usize },
+    /// The job runs under another uid on this node.
+    #[error(
+        "job '{}' runs under uid {owner} on this node, not uid {uid}",
+        control::short(job)
+    )]
+    OtherOwner { job: String, owner: u32, uid: u32 },
+    /// The connection was never admitted.
+    #[error("connection not counted")]
+    NotCounted,
+    /// The uid has as many jobs on this node as it may.
+    #[error("uid {uid} already has {jobs} jobs on this node (the limit per uid)")]
+    UidJobs { uid: u32, jobs: usize },
 }
 
 /// Serves each stage connecting to `listener` in a task of its own.
@@ -427,11 +485,13 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
     )
     .await
     {
-        Ok(Ok(Line::Text(line))) => control::decode::<StageMessage>(&line),
-        Ok(Ok(Line::TooLong(n))) => Err(format!("first message of {n} bytes is too long")),
-        Ok(Ok(Line::OverBudget)) => Err(over_budget()),
+        Ok(Ok(Line::Text(line))) => {
+            control::decode::<StageMessage>(&line).map_err(HelloError::from)
+        }
+        Ok(Ok(Line::TooLong(n))) => Err(HelloError::TooLong(n)),
+        Ok(Ok(Line::OverBudget)) => Err(HelloError::OverBudget),
         Ok(Ok(Line::End)) | Ok(Err(_)) => return,
-        Err(_) => Err("no hello within 10 s".to_string()),
+        Err(_) => Err(HelloError::Late),
     };
     let (stage_name, identity, mountpoints) = match hello {
         Ok(StageMessage::Hello {
@@ -454,7 +514,7 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
         }
         Err(e) => {
             limited_warn!(PEER_LOG, pid = ?credentials.pid(), "rejected a stage connection: {e}");
-            let reason = e.clone();
+            let reason = e.to_string();
             let _ = write
                 .write_all(control::encode(&ControlMessage::Reject { reason }).as_bytes())
                 .await;
@@ -473,7 +533,8 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
         // Reads /proc and may run `scontrol`: off the async workers.
         tokio::task::spawn_blocking(move || local.identity.resolve(&job, size, uid, pid))
             .await
-            .unwrap_or_else(|e| Err(format!("identity lookup failed: {e}")))
+            .map_err(|e| format!("identity lookup failed: {e}"))
+            .and_then(|resolved| resolved.map_err(|e| e.to_string()))
     };
     let resolved = match resolved {
         Ok(resolved) => resolved,
@@ -488,8 +549,9 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
     if let Some(note) = &resolved.note {
         limited_warn!(PEER_LOG, pid, job = %resolved.job_id, "stage identity corrected: {note}");
     }
-    if let Err(reason) = local.join_job(&mut admission, &resolved.job_id) {
-        limited_warn!(PEER_LOG, pid = ?credentials.pid(), "rejected a stage: {reason}");
+    if let Err(refusal) = local.join_job(&mut admission, &resolved.job_id) {
+        limited_warn!(PEER_LOG, pid = ?credentials.pid(), "rejected a stage: {refusal}");
+        let reason = refusal.to_string();
         let _ = write
             .write_all(control::encode(&ControlMessage::Reject { reason }).as_bytes())
             .await;
@@ -511,8 +573,9 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
         stage_name,
         mountpoints,
     };
-    if let Err(reason) = bounds::check_stage(&info) {
-        limited_warn!(PEER_LOG, pid = info.pid, "rejected a stage: {reason}");
+    if let Err(too_large) = bounds::check_stage(&info) {
+        limited_warn!(PEER_LOG, pid = info.pid, "rejected a stage: {too_large}");
+        let reason = too_large.to_string();
         let _ = write
             .write_all(control::encode(&ControlMessage::Reject { reason }).as_bytes())
             .await;
@@ -616,6 +679,23 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
     local.send_upstream(local_message::Body::StageLeft(proto::StageLeft {
         stage_id,
     }));
+}
+
+/// Why a stage's first line was not taken as its hello.
+#[derive(Debug, thiserror::Error)]
+enum HelloError {
+    /// Not a stage message.
+    #[error(transparent)]
+    Decode(#[from] control::DecodeError),
+    /// Longer than a message may be (its length).
+    #[error("first message of {0} bytes is too long")]
+    TooLong(usize),
+    /// Its uid or the node has too many partial lines pending.
+    #[error("{}", over_budget())]
+    OverBudget,
+    /// Nothing within 10 s.
+    #[error("no hello within 10 s")]
+    Late,
 }
 
 fn over_budget() -> String {

@@ -479,12 +479,14 @@ impl Kind {
     }
 }
 
-fn usage(message: String) -> Failure {
-    Failure::new(Kind::Usage, message)
+/// Bad usage: `error` (a message or a library's typed error) is the one line shown.
+fn usage(error: impl std::fmt::Display) -> Failure {
+    Failure::new(Kind::Usage, error.to_string())
 }
 
-fn failed(message: String) -> Failure {
-    Failure::new(Kind::Failed, message)
+/// A run-time failure: `error` is the one line shown.
+fn failed(error: impl std::fmt::Display) -> Failure {
+    Failure::new(Kind::Failed, error.to_string())
 }
 
 impl From<CtlErrorKind> for Kind {
@@ -549,7 +551,7 @@ async fn demo(args: DemoArgs) -> Result<(), Failure> {
         policy: args.policy,
         out: args.out,
     };
-    let (exe, library) = stage_library().map_err(failed)?;
+    let (exe, library) = stage_library()?;
     cheferd_controller::demo::run(&options, &exe, &library)
         .await
         .map_err(failed)
@@ -563,8 +565,9 @@ async fn bench_locals(args: BenchLocalsArgs) -> Result<(), Failure> {
 
 /// This executable and the stage beside it. When the stage is missing and we run under
 /// cargo (`cargo run … demo`), it is built first, so one command is enough.
-fn stage_library() -> Result<(PathBuf, PathBuf), String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot locate this executable: {e}"))?;
+fn stage_library() -> Result<(PathBuf, PathBuf), Failure> {
+    let exe = std::env::current_exe()
+        .map_err(|e| failed(format!("cannot locate this executable: {e}")))?;
     let dir = exe
         .parent()
         .unwrap_or(std::path::Path::new("/"))
@@ -574,10 +577,10 @@ fn stage_library() -> Result<(PathBuf, PathBuf), String> {
     }
     let expected = dir.join(padll_wire::STAGE_LIBRARY);
     let cargo = std::env::var_os("CARGO").ok_or_else(|| {
-        format!(
+        failed(format!(
             "{} not found: build it with `cargo build --release -p padll-stage`",
             expected.display()
-        )
+        ))
     })?;
     eprintln!("cheferd: building the stage (libpadll.so)…");
     let mut build = std::process::Command::new(cargo);
@@ -587,10 +590,10 @@ fn stage_library() -> Result<(PathBuf, PathBuf), String> {
     }
     let status = build
         .status()
-        .map_err(|e| format!("cannot run cargo: {e}"))?;
+        .map_err(|e| failed(format!("cannot run cargo: {e}")))?;
     match padll_wire::locate_stage_library(&dir) {
         Some(library) if status.success() => Ok((exe, library)),
-        _ => Err(format!("could not build {}", expected.display())),
+        _ => Err(failed(format!("could not build {}", expected.display()))),
     }
 }
 
@@ -628,7 +631,7 @@ fn replay(args: ReplayArgs) -> Result<(), Failure> {
                 .map_err(usage)?
         }
         (None, Some(rate)) => cheferd_controller::replay::ReplayOptions::constant(rate, seconds),
-        (None, None) => return Err(usage("give --trace FILE or --rate N".into())),
+        (None, None) => return Err(usage("give --trace FILE or --rate N")),
     };
     let options = cheferd_controller::replay::ReplayOptions {
         seconds,
@@ -653,7 +656,7 @@ fn bench(args: BenchArgs) -> Result<(), Failure> {
     policy::check(&name).map_err(|e| usage(format!("--policy: {e}")))?;
     if cycles == 0 || interval_ms == 0 || locals.contains(&0) {
         return Err(usage(
-            "--cycles, --interval-ms and every --locals value must be at least 1".into(),
+            "--cycles, --interval-ms and every --locals value must be at least 1",
         ));
     }
     let interval = std::time::Duration::from_millis(interval_ms);
@@ -692,8 +695,8 @@ async fn run_global(args: GlobalArgs) -> Result<(), Failure> {
     for warning in parsed.warnings() {
         tracing::warn!("{}: {warning}", config.display());
     }
-    let server_tls = global_tls(&config, &parsed.tls, tls).map_err(usage)?;
-    let standby = standby_options(standby, &listen, server_tls.as_ref()).map_err(usage)?;
+    let server_tls = global_tls(&config, &parsed.tls, tls)?;
+    let standby = standby_options(standby, &listen, server_tls.as_ref())?;
     let server_tls = server_tls
         .map(|tls| tls.load())
         .transpose()
@@ -783,42 +786,42 @@ fn standby_options(
     args: StandbyArgs,
     listen: &str,
     tls: Option<&cheferd_controller::tls::ServerTls>,
-) -> Result<Option<cheferd_controller::standby::StandbyOptions>, String> {
+) -> Result<Option<cheferd_controller::standby::StandbyOptions>, Failure> {
     if args.etcd.is_empty() {
         return Ok(None);
     }
     if !(1..=3600).contains(&args.etcd_ttl) {
-        return Err(format!(
+        return Err(usage(format!(
             "--etcd-ttl {} must be between 1 and 3600 seconds",
             args.etcd_ttl
-        ));
+        )));
     }
     if !args.etcd_prefix.starts_with('/') || args.etcd_prefix.len() > 256 {
-        return Err(format!(
+        return Err(usage(format!(
             "--etcd-prefix '{}' must start with / and be at most 256 bytes",
             args.etcd_prefix
-        ));
+        )));
     }
     let scheme = if tls.is_some() { "https" } else { "http" };
     let advertise = args
         .advertise
         .unwrap_or_else(|| format!("{scheme}://{listen}"));
     if !advertise.starts_with(&format!("{scheme}://")) {
-        return Err(format!(
+        return Err(usage(format!(
             "--advertise '{advertise}' must be a {scheme}:// URL (as in the local controllers' --global)"
-        ));
+        )));
     }
     let etcd_tls = match (args.etcd_ca, args.etcd_cert, args.etcd_key) {
-        (Some(ca), Some(cert), Some(key)) => Some(
-            cheferd_controller::tls::ClientTls {
-                cert,
-                key,
-                ca,
-                server_name: None,
-            }
-            .load()?,
-        ),
-        (Some(ca), _, _) => Some(cheferd_controller::tls::trusting("--etcd-ca", &ca)?),
+        (Some(ca), cert, key) => {
+            let trust = cheferd_controller::tls::trusting("--etcd-ca", &ca).map_err(usage)?;
+            Some(match (cert, key) {
+                (Some(cert), Some(key)) => trust.identity(
+                    cheferd_controller::tls::identity("--etcd-cert", &cert, "--etcd-key", &key)
+                        .map_err(usage)?,
+                ),
+                _ => trust,
+            })
+        }
         _ => None,
     };
     Ok(Some(cheferd_controller::standby::StandbyOptions {
@@ -827,7 +830,10 @@ fn standby_options(
         prefix: args.etcd_prefix.trim_end_matches('/').to_string(),
         advertise,
         ttl: Duration::from_secs(args.etcd_ttl),
-        peer_tls: tls.map(|tls| tls.peer_client()).transpose()?,
+        peer_tls: tls
+            .map(|tls| tls.peer_client())
+            .transpose()
+            .map_err(usage)?,
     }))
 }
 
@@ -860,7 +866,7 @@ async fn run_local(args: LocalArgs) -> Result<(), Failure> {
     ]
     .contains(&0)
     {
-        return Err(usage("every --max-… value must be at least 1".into()));
+        return Err(usage("every --max-… value must be at least 1"));
     }
     if !global
         .split(',')
@@ -875,7 +881,7 @@ async fn run_local(args: LocalArgs) -> Result<(), Failure> {
             "--report-ms {report_ms} must be between 10 and 60000"
         )));
     }
-    let tls = local_tls(tls).map_err(usage)?;
+    let tls = local_tls(tls)?;
     // With a certificate, the node is who the certificate says (its first DNS name).
     let certified = match &tls {
         Some(tls) => Some(tls.node_names().map_err(usage)?.remove(0)),
@@ -984,7 +990,7 @@ async fn ctl(args: CtlArgs) -> Result<(), CtlError> {
 async fn send_change(socket: &std::path::Path, change: Change, json: bool) -> Result<(), CtlError> {
     change
         .check()
-        .map_err(|message| CtlError::new(CtlErrorKind::Usage, message))?;
+        .map_err(|error| CtlError::new(CtlErrorKind::Usage, error.to_string()))?;
     print_ok(
         admin::request(socket, &AdminRequest::Change { change }).await?,
         json,
@@ -1020,7 +1026,7 @@ fn global_tls(
     config_path: &std::path::Path,
     settings: &cheferd_controller::config::TlsSettings,
     flags: GlobalTlsArgs,
-) -> Result<Option<cheferd_controller::tls::ServerTls>, String> {
+) -> Result<Option<cheferd_controller::tls::ServerTls>, Failure> {
     let base = config_path.parent().unwrap_or(std::path::Path::new("."));
     let from_config = |path: &Option<PathBuf>| path.as_ref().map(|p| base.join(p));
     let cert = flags.tls_cert.or_else(|| from_config(&settings.cert));
@@ -1037,17 +1043,20 @@ fn global_tls(
             );
             Ok(None)
         }
-        (None, None, None) => Err("the gRPC port needs --tls-cert, --tls-key and \
+        (None, None, None) => Err(usage(
+            "the gRPC port needs --tls-cert, --tls-key and \
              --tls-client-ca (or [tls] in the configuration; `cheferd certs` makes them), \
-             or --insecure-plaintext"
-            .into()),
-        _ if plaintext => Err("--insecure-plaintext conflicts with the TLS files given".into()),
+             or --insecure-plaintext",
+        )),
+        _ if plaintext => Err(usage(
+            "--insecure-plaintext conflicts with the TLS files given",
+        )),
         (Some(cert), Some(key), Some(client_ca)) => Ok(Some(cheferd_controller::tls::ServerTls {
             cert,
             key,
             client_ca,
         })),
-        (cert, key, _) => Err(format!(
+        (cert, key, _) => Err(usage(format!(
             "mutual TLS needs {} as well",
             if cert.is_none() {
                 "--tls-cert"
@@ -1056,12 +1065,12 @@ fn global_tls(
             } else {
                 "--tls-client-ca"
             }
-        )),
+        ))),
     }
 }
 
 /// A local controller's TLS files; `None` only when plaintext is asked for.
-fn local_tls(flags: LocalTlsArgs) -> Result<Option<cheferd_controller::tls::ClientTls>, String> {
+fn local_tls(flags: LocalTlsArgs) -> Result<Option<cheferd_controller::tls::ClientTls>, Failure> {
     match (flags.tls_cert, flags.tls_key, flags.tls_ca) {
         (None, None, None) if flags.insecure_plaintext => {
             tracing::warn!(
@@ -1070,19 +1079,20 @@ fn local_tls(flags: LocalTlsArgs) -> Result<Option<cheferd_controller::tls::Clie
             );
             Ok(None)
         }
-        (None, None, None) => Err("the global controller is reached with --tls-cert, \
-             --tls-key and --tls-ca (`cheferd certs` makes them), or --insecure-plaintext"
-            .into()),
-        _ if flags.insecure_plaintext => {
-            Err("--insecure-plaintext conflicts with the TLS files given".into())
-        }
+        (None, None, None) => Err(usage(
+            "the global controller is reached with --tls-cert, \
+             --tls-key and --tls-ca (`cheferd certs` makes them), or --insecure-plaintext",
+        )),
+        _ if flags.insecure_plaintext => Err(usage(
+            "--insecure-plaintext conflicts with the TLS files given",
+        )),
         (Some(cert), Some(key), Some(ca)) => Ok(Some(cheferd_controller::tls::ClientTls {
             cert,
             key,
             ca,
             server_name: flags.tls_server_name,
         })),
-        (cert, key, _) => Err(format!(
+        (cert, key, _) => Err(usage(format!(
             "mutual TLS needs {} as well",
             if cert.is_none() {
                 "--tls-cert"
@@ -1091,7 +1101,7 @@ fn local_tls(flags: LocalTlsArgs) -> Result<Option<cheferd_controller::tls::Clie
             } else {
                 "--tls-ca"
             }
-        )),
+        ))),
     }
 }
 

@@ -82,30 +82,84 @@ fn default_refresh_ms() -> u64 {
 
 impl PlacementConfig {
     /// `Ok` if usable; else one line naming the key and value.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), PlacementConfigError> {
         if !self.mount.starts_with('/') {
-            return Err(format!(
-                "placement.mount = '{}': not an absolute mountpoint",
-                self.mount
-            ));
+            return Err(PlacementConfigError::RelativeMount(self.mount.clone()));
         }
-        Placer::parse(&self.placer).map_err(|e| format!("placement.placer: {e}"))?;
+        Placer::parse(&self.placer).map_err(PlacementConfigError::Placer)?;
         if !(100..=3_600_000).contains(&self.refresh_ms) {
-            return Err(format!(
-                "placement.refresh_ms = {}: must be between 100 and 3600000",
-                self.refresh_ms
-            ));
+            return Err(PlacementConfigError::RefreshMs(self.refresh_ms));
         }
         if let Some(spec) = self.feed.strip_prefix("simulated:") {
-            simulated(spec).map_err(|e| format!("placement.feed: {e}"))?;
+            simulated(spec).map_err(PlacementConfigError::Simulated)?;
         } else if !self.feed.starts_with('/') {
-            return Err(format!(
-                "placement.feed = '{}': an absolute path or simulated:OSSES:TARGETS",
-                self.feed
-            ));
+            return Err(PlacementConfigError::Feed(self.feed.clone()));
         }
         Ok(())
     }
+}
+
+/// A `[placement]` section refused, naming the key and the value.
+#[derive(Debug, thiserror::Error)]
+pub enum PlacementConfigError {
+    /// `mount` is no absolute path.
+    #[error("placement.mount = '{0}': not an absolute mountpoint")]
+    RelativeMount(String),
+    /// `placer` names no placer.
+    #[error("placement.placer: {0}")]
+    Placer(policies::SpecError),
+    /// `refresh_ms` out of its range.
+    #[error("placement.refresh_ms = {0}: must be between 100 and 3600000")]
+    RefreshMs(u64),
+    /// A bad `simulated:` feed.
+    #[error("placement.feed: {0}")]
+    Simulated(FeedError),
+    /// `feed` is neither an absolute path nor `simulated:…`.
+    #[error("placement.feed = '{0}': an absolute path or simulated:OSSES:TARGETS")]
+    Feed(String),
+}
+
+/// A feed refused: where (its `simulated:` spec, its file, a line, a target) and why.
+#[derive(Debug, thiserror::Error)]
+pub enum FeedError {
+    /// `simulated:SPEC` not of the form `OSSES:TARGETS_PER_OSS`.
+    #[error("'simulated:{0}': expected simulated:OSSES:TARGETS_PER_OSS")]
+    SimulatedSyntax(String),
+    /// `simulated:SPEC` with no target or more than [`MAX_TARGETS`].
+    #[error("'simulated:{0}': 1 to {MAX_TARGETS} targets in all")]
+    SimulatedSize(String),
+    /// A malformed known line (its number; the reason quotes the bad part, shortened).
+    #[error("line {line}: {why}")]
+    Line {
+        /// 1-based.
+        line: usize,
+        /// What is wrong, naming the value.
+        why: String,
+    },
+    /// A target whose numbers do not fit together.
+    #[error("OST{target:04x}: {why}")]
+    Target {
+        /// The target's index.
+        target: u32,
+        /// What is wrong.
+        why: &'static str,
+    },
+    /// The feed file could not be read.
+    #[error("feed '{path}': {error}")]
+    Unreadable {
+        /// The file.
+        path: String,
+        /// Why.
+        error: padll_wire::config::ReadError,
+    },
+    /// The feed file's text is bad.
+    #[error("feed '{path}': {error}")]
+    InFile {
+        /// The file.
+        path: String,
+        /// What is wrong in it.
+        error: Box<FeedError>,
+    },
 }
 
 /// Servers and targets as the feed describes them.
@@ -118,15 +172,13 @@ pub struct Loads {
 }
 
 /// `OSSES:TARGETS`: `OSSES × TARGETS` 1 TiB targets, target `i` `(i mod 10) × 5 %` full.
-fn simulated(spec: &str) -> Result<Loads, String> {
-    let bad = || format!("'simulated:{spec}': expected simulated:OSSES:TARGETS_PER_OSS");
+fn simulated(spec: &str) -> Result<Loads, FeedError> {
+    let bad = || FeedError::SimulatedSyntax(spec.to_string());
     let (osses, per_oss) = spec.split_once(':').ok_or_else(bad)?;
     let osses: u32 = osses.trim().parse().map_err(|_| bad())?;
     let per_oss: u32 = per_oss.trim().parse().map_err(|_| bad())?;
     if osses == 0 || per_oss == 0 || osses as usize * per_oss as usize > MAX_TARGETS {
-        return Err(format!(
-            "'simulated:{spec}': 1 to {MAX_TARGETS} targets in all"
-        ));
+        return Err(FeedError::SimulatedSize(spec.to_string()));
     }
     let capacity = (1u64 << 40) as f64;
     Ok(Loads {
@@ -150,7 +202,7 @@ fn simulated(spec: &str) -> Result<Loads, String> {
 }
 
 /// Parses a feed (see the module's documentation).
-pub fn parse_feed(text: &str) -> Result<Loads, String> {
+pub fn parse_feed(text: &str) -> Result<Loads, FeedError> {
     let mut loads = Loads::default();
     let mut oss = 0u32;
     // Per target: (server, kbytestotal, kbytesavail).
@@ -158,7 +210,7 @@ pub fn parse_feed(text: &str) -> Result<Loads, String> {
         Default::default();
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
-        let at = |why: String| format!("line {}: {why}", n + 1);
+        let at = |why: String| FeedError::Line { line: n + 1, why };
         if let Some(rest) = line.strip_prefix("oss=") {
             let mut words = rest.split_whitespace();
             oss = words
@@ -224,12 +276,16 @@ pub fn parse_feed(text: &str) -> Result<Loads, String> {
     }
     for (id, (oss, total, avail)) in targets {
         let (Some(capacity), Some(avail)) = (total, avail) else {
-            return Err(format!(
-                "OST{id:04x}: needs both kbytestotal and kbytesavail"
-            ));
+            return Err(FeedError::Target {
+                target: id,
+                why: "needs both kbytestotal and kbytesavail",
+            });
         };
         if avail > capacity {
-            return Err(format!("OST{id:04x}: kbytesavail exceeds kbytestotal"));
+            return Err(FeedError::Target {
+                target: id,
+                why: "kbytesavail exceeds kbytestotal",
+            });
         }
         loads.targets.push(Target {
             id,
@@ -253,10 +309,16 @@ fn short(text: &str) -> String {
 }
 
 /// Reads a feed file: regular, at most [`MAX_FEED_BYTES`], opened non-blocking.
-fn read_feed(path: &str) -> Result<Loads, String> {
+fn read_feed(path: &str) -> Result<Loads, FeedError> {
     let text =
-        padll_wire::config::read_config_file(path).map_err(|e| format!("feed '{path}': {e}"))?;
-    parse_feed(&text).map_err(|e| format!("feed '{path}': {e}"))
+        padll_wire::config::read_config_file(path).map_err(|error| FeedError::Unreadable {
+            path: path.to_string(),
+            error,
+        })?;
+    parse_feed(&text).map_err(|error| FeedError::InFile {
+        path: path.to_string(),
+        error: Box::new(error),
+    })
 }
 
 /// What the service knows between requests.
@@ -275,10 +337,10 @@ pub struct PlacementService {
 
 impl PlacementService {
     /// A service for a validated configuration (the feed is read at the first request).
-    pub fn new(config: PlacementConfig) -> Result<PlacementService, String> {
+    pub fn new(config: PlacementConfig) -> Result<PlacementService, PlacementConfigError> {
         config.validate()?;
         Ok(PlacementService {
-            placer: Placer::parse(&config.placer)?,
+            placer: Placer::parse(&config.placer).map_err(PlacementConfigError::Placer)?,
             config,
             state: Mutex::new(State {
                 loads: Loads::default(),
@@ -422,7 +484,7 @@ mod tests {
             ),
         ] {
             let error = parse_feed(text).unwrap_err();
-            assert!(error.contains(needle), "{text}: {error}");
+            assert!(error.to_string().contains(needle), "{text}: {error}");
         }
     }
 
@@ -493,7 +555,7 @@ mod tests {
             (config("/l", "mcmf", "simulated:x", 5000), "simulated:OSSES"),
         ] {
             let error = bad.validate().unwrap_err();
-            assert!(error.contains(needle), "{error}");
+            assert!(error.to_string().contains(needle), "{error}");
         }
     }
 

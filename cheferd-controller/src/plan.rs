@@ -231,7 +231,7 @@ pub fn compute_with(
     let mut nodes: Vec<usize> = Vec::new();
     for (ri, resource_config) in config.resources.iter().enumerate() {
         let resource = &resource_config.resource;
-        let max_rate = resource_config.max_rate;
+        let max_rate = resource_config.max_rate.tokens();
         members.clear();
         jobs.clear();
         for (job, group) in &by_job {
@@ -270,8 +270,7 @@ pub fn compute_with(
                 usage: usage.clone().map(|u| u.rate).sum(),
                 demand: settings
                     .and_then(|s| s.demand.get(resource))
-                    .copied()
-                    .unwrap_or(max_rate),
+                    .map_or(max_rate, |d| d.tokens()),
                 priority: settings.map_or(1.0, |s| s.priority),
                 static_limit: terms.limits.get(&(*job, ri)).copied(),
                 assigned: 0.0,
@@ -466,7 +465,7 @@ mod tests {
         GlobalConfig {
             resources: vec![ResourceConfig {
                 resource: metadata(),
-                max_rate: 1000.0,
+                max_rate: metadata().own_tokens(1000),
                 policy: policy.into(),
             }],
             ..GlobalConfig::default()
@@ -539,7 +538,7 @@ mod tests {
         let config = config("psfa");
         let small = crate::config::JobConfig {
             priority: 1.0,
-            demand: [(metadata(), 100.0)].into(),
+            demand: [(metadata(), metadata().own_tokens(100))].into(),
             ..Default::default()
         };
         let terms = JobTerms {

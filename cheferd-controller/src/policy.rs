@@ -43,8 +43,8 @@ pub struct PolicyRunner {
 
 impl PolicyRunner {
     /// Builds the named policy (`psfa`, `adaptbf`, `themis:group,user,size`, …).
-    pub fn new(name: &str) -> Result<PolicyRunner, String> {
-        let policy = policies::build(name).map_err(|e| e.to_string())?;
+    pub fn new(name: &str) -> Result<PolicyRunner, policies::SpecError> {
+        let policy = policies::build(name)?;
         let family = name.split(':').next().unwrap_or_default();
         Ok(PolicyRunner {
             by_usage: matches!(family, "psfa" | "psharing"),
@@ -65,7 +65,7 @@ impl PolicyRunner {
     }
 
     /// Restores a state [`PolicyRunner::state`] gave.
-    pub fn load_state(&mut self, state: &serde_json::Value) -> Result<(), String> {
+    pub fn load_state(&mut self, state: &serde_json::Value) -> Result<(), policies::StateError> {
         self.policy.load_state(state)
     }
 
@@ -102,6 +102,6 @@ impl PolicyRunner {
 }
 
 /// `Ok` if `name` builds a policy, else the reason (naming the bad value).
-pub fn check(name: &str) -> Result<(), String> {
-    policies::build(name).map(|_| ()).map_err(|e| e.to_string())
+pub fn check(name: &str) -> Result<(), policies::SpecError> {
+    policies::build(name).map(|_| ())
 }

@@ -48,14 +48,21 @@ impl ReplayOptions {
         job: usize,
         scale: f64,
         max_seconds: Option<usize>,
-    ) -> Result<Vec<[u64; 7]>, String> {
-        let file = std::fs::File::open(path)
-            .map_err(|e| format!("cannot read --trace {}: {e}", path.display()))?;
-        let traces = policies::trace::read(std::io::BufReader::new(file))
-            .map_err(|e| format!("--trace {}: {e}", path.display()))?;
-        let trace = traces
-            .get(job.wrapping_sub(1))
-            .ok_or_else(|| format!("--job {job}: the trace has jobs 1 to {}", traces.len()))?;
+    ) -> Result<Vec<[u64; 7]>, ReplayError> {
+        let file = std::fs::File::open(path).map_err(|error| ReplayError::Unreadable {
+            path: path.to_path_buf(),
+            error,
+        })?;
+        let traces = policies::trace::read(std::io::BufReader::new(file)).map_err(|error| {
+            ReplayError::BadTrace {
+                path: path.to_path_buf(),
+                error,
+            }
+        })?;
+        let trace = traces.get(job.wrapping_sub(1)).ok_or(ReplayError::NoJob {
+            job,
+            jobs: traces.len(),
+        })?;
         let mut seconds: Vec<[u64; 7]> = trace
             .ops
             .iter()
@@ -72,6 +79,46 @@ impl ReplayOptions {
     pub fn constant(rate: u64, seconds: usize) -> Vec<[u64; 7]> {
         vec![policies::trace::split_ops(rate); seconds]
     }
+}
+
+/// Why a replay did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// The trace file could not be opened.
+    #[error("cannot read --trace {}: {error}", path.display())]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The trace file is not a trace.
+    #[error("--trace {}: {error}", path.display())]
+    BadTrace {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong in it.
+        error: policies::trace::TraceError,
+    },
+    /// `--job` names no job of the trace.
+    #[error("--job {job}: the trace has jobs 1 to {jobs}")]
+    NoJob {
+        /// `--job`.
+        job: usize,
+        /// Jobs in the trace.
+        jobs: usize,
+    },
+    /// `--threads` or `--speed` not positive.
+    #[error("--threads and --speed must be positive")]
+    NotPositive,
+    /// Its working directory could not be made.
+    #[error("cannot create {}: {error}", path.display())]
+    Create {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
 }
 
 /// Per-second achieved rates and the total.
@@ -92,12 +139,15 @@ struct Shared {
 }
 
 /// Replays, printing `second,ops` lines to `out` as they complete.
-pub fn run(options: &ReplayOptions, out: &mut dyn Write) -> Result<ReplayResult, String> {
+pub fn run(options: &ReplayOptions, out: &mut dyn Write) -> Result<ReplayResult, ReplayError> {
     if options.threads == 0 || options.speed.is_nan() || options.speed <= 0.0 {
-        return Err("--threads and --speed must be positive".into());
+        return Err(ReplayError::NotPositive);
     }
     let work = options.dir.join(format!("replay-{}", std::process::id()));
-    std::fs::create_dir_all(&work).map_err(|e| format!("cannot create {}: {e}", work.display()))?;
+    std::fs::create_dir_all(&work).map_err(|error| ReplayError::Create {
+        path: work.clone(),
+        error,
+    })?;
     let shared = Arc::new(Shared {
         backlog: Mutex::new(VecDeque::new()),
         trace_done: AtomicBool::new(false),

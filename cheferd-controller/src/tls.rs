@@ -71,69 +71,121 @@ pub struct ClientTls {
 
 /// A client configuration that trusts the CA in `ca` (given as `flag`), with no client
 /// identity.
-pub fn trusting(flag: &str, ca: &Path) -> Result<ClientTlsConfig, String> {
+pub fn trusting(flag: &'static str, ca: &Path) -> Result<ClientTlsConfig, TlsFileError> {
     let (ca, _) = read_certs(flag, ca)?;
     Ok(ClientTlsConfig::new()
         .ca_certificate(Certificate::from_pem(ca))
         .timeout(HANDSHAKE_TIMEOUT))
 }
 
+/// A TLS file refused: the flag that named it, the file, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{flag} {}: {kind}", path.display())]
+pub struct TlsFileError {
+    /// `--tls-cert`, `--tls-key`, `--tls-ca` or `--tls-client-ca`.
+    pub flag: &'static str,
+    /// The file.
+    pub path: PathBuf,
+    /// Why.
+    pub kind: TlsFileErrorKind,
+}
+
+/// Why a TLS file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsFileErrorKind {
+    /// It could not be read.
+    #[error("cannot read it ({0})")]
+    Unreadable(std::io::Error),
+    /// A directory, a device, or larger than 1 MiB.
+    #[error("not a regular file of at most 1 MiB")]
+    NotSmallFile,
+    /// PEM that does not parse (the parser's reason).
+    #[error("not a PEM certificate file ({0})")]
+    NotCertificates(String),
+    /// No certificate in it.
+    #[error("no PEM certificate in the file")]
+    NoCertificate,
+    /// No private key in it (the parser's reason).
+    #[error("no PEM private key in the file ({0})")]
+    NoKey(String),
+    /// A certificate that names no node.
+    #[error(transparent)]
+    NoNodeName(#[from] NodeNameError),
+    /// A certificate rustls refuses with its key (e.g. a key of another certificate).
+    #[error("unusable with --tls-key {} ({reason})", key.display())]
+    Unusable {
+        /// The key file.
+        key: PathBuf,
+        /// Why (rustls's error chain).
+        reason: String,
+    },
+}
+
+/// A client identity: the certificate in `cert` and its key in `key` (given as
+/// `cert_flag` and `key_flag`).
+pub fn identity(
+    cert_flag: &'static str,
+    cert: &Path,
+    key_flag: &'static str,
+    key: &Path,
+) -> Result<Identity, TlsFileError> {
+    let (cert, _) = read_certs(cert_flag, cert)?;
+    Ok(Identity::from_pem(cert, read_key(key_flag, key)?))
+}
+
 /// Reads a file of PEM certificates, naming `flag` and the path in any error.
-fn read_certs(flag: &str, path: &Path) -> Result<(Vec<u8>, Vec<CertificateDer<'static>>), String> {
+fn read_certs(
+    flag: &'static str,
+    path: &Path,
+) -> Result<(Vec<u8>, Vec<CertificateDer<'static>>), TlsFileError> {
     let bytes = read_small(flag, path)?;
+    let bad = |kind| file_error(flag, path, kind);
     let certs = CertificateDer::pem_slice_iter(&bytes)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| {
-            format!(
-                "{flag} {}: not a PEM certificate file ({e})",
-                path.display()
-            )
-        })?;
+        .map_err(|e| bad(TlsFileErrorKind::NotCertificates(e.to_string())))?;
     if certs.is_empty() {
-        return Err(format!(
-            "{flag} {}: no PEM certificate in the file",
-            path.display()
-        ));
+        return Err(bad(TlsFileErrorKind::NoCertificate));
     }
     Ok((bytes, certs))
 }
 
 /// Reads a PEM private key, naming `flag` and the path in any error.
-fn read_key(flag: &str, path: &Path) -> Result<Vec<u8>, String> {
+fn read_key(flag: &'static str, path: &Path) -> Result<Vec<u8>, TlsFileError> {
     let bytes = read_small(flag, path)?;
-    PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| {
-        format!(
-            "{flag} {}: no PEM private key in the file ({e})",
-            path.display()
-        )
-    })?;
+    PrivateKeyDer::from_pem_slice(&bytes)
+        .map_err(|e| file_error(flag, path, TlsFileErrorKind::NoKey(e.to_string())))?;
     Ok(bytes)
 }
 
 /// Reads a regular file of at most 1 MiB.
-fn read_small(flag: &str, path: &Path) -> Result<Vec<u8>, String> {
-    let metadata = std::fs::metadata(path)
-        .map_err(|e| format!("cannot read {flag} {}: {e}", path.display()))?;
+fn read_small(flag: &'static str, path: &Path) -> Result<Vec<u8>, TlsFileError> {
+    let bad = |kind| file_error(flag, path, kind);
+    let metadata = std::fs::metadata(path).map_err(|e| bad(TlsFileErrorKind::Unreadable(e)))?;
     if !metadata.is_file() || metadata.len() > 1 << 20 {
-        return Err(format!(
-            "{flag} {}: not a regular file of at most 1 MiB",
-            path.display()
-        ));
+        return Err(bad(TlsFileErrorKind::NotSmallFile));
     }
-    std::fs::read(path).map_err(|e| format!("cannot read {flag} {}: {e}", path.display()))
+    std::fs::read(path).map_err(|e| bad(TlsFileErrorKind::Unreadable(e)))
+}
+
+fn file_error(flag: &'static str, path: &Path, kind: TlsFileErrorKind) -> TlsFileError {
+    TlsFileError {
+        flag,
+        path: path.to_path_buf(),
+        kind,
+    }
 }
 
 impl ServerTls {
     /// How one global controller checks another's server certificate (a standby
     /// asking `Standing`): trusting `client_ca`, the site CA, with no client identity.
-    pub fn peer_client(&self) -> Result<ClientTlsConfig, String> {
+    pub fn peer_client(&self) -> Result<ClientTlsConfig, TlsFileError> {
         trusting("--tls-client-ca", &self.client_ca)
     }
 
     /// Loads and checks the files: the TLS configuration of the gRPC server, checking
     /// a client certificate against `client_ca`. The handshake accepts a client without
     /// one (a standby global controller asking `Standing`); `Attach` refuses it.
-    pub fn load(&self) -> Result<ServerTlsConfig, String> {
+    pub fn load(&self) -> Result<ServerTlsConfig, TlsFileError> {
         let (cert, _) = read_certs("--tls-cert", &self.cert)?;
         let key = read_key("--tls-key", &self.key)?;
         let (ca, _) = read_certs("--tls-client-ca", &self.client_ca)?;
@@ -147,12 +199,11 @@ impl ServerTls {
         tonic::transport::Server::builder()
             .tls_config(config.clone())
             .map_err(|e| {
-                format!(
-                    "--tls-cert {} / --tls-key {}: unusable ({})",
-                    self.cert.display(),
-                    self.key.display(),
-                    error_chain(&e)
-                )
+                let kind = TlsFileErrorKind::Unusable {
+                    key: self.key.clone(),
+                    reason: error_chain(&e),
+                };
+                file_error("--tls-cert", &self.cert, kind)
             })?;
         Ok(config)
     }
@@ -160,7 +211,7 @@ impl ServerTls {
 
 impl ClientTls {
     /// Loads and checks the files.
-    pub fn load(&self) -> Result<ClientTlsConfig, String> {
+    pub fn load(&self) -> Result<ClientTlsConfig, TlsFileError> {
         let (cert, _) = read_certs("--tls-cert", &self.cert)?;
         let key = read_key("--tls-key", &self.key)?;
         let (ca, _) = read_certs("--tls-ca", &self.ca)?;
@@ -175,9 +226,9 @@ impl ClientTls {
     }
 
     /// The node names the certificate carries (see [`node_names`]).
-    pub fn node_names(&self) -> Result<Vec<String>, String> {
+    pub fn node_names(&self) -> Result<Vec<String>, TlsFileError> {
         let (_, certs) = read_certs("--tls-cert", &self.cert)?;
-        node_names(&certs[0]).map_err(|e| format!("--tls-cert {}: {e}", self.cert.display()))
+        node_names(&certs[0]).map_err(|e| file_error("--tls-cert", &self.cert, e.into()))
     }
 }
 
@@ -204,9 +255,9 @@ pub fn endpoint(url: &str, tls: Option<ClientTlsConfig>) -> Result<Endpoint, Str
 
 /// The node names a certificate speaks for: its DNS subject alternative names, or,
 /// without any, its subject's common name.
-pub fn node_names(cert: &[u8]) -> Result<Vec<String>, String> {
+pub fn node_names(cert: &[u8]) -> Result<Vec<String>, NodeNameError> {
     let (_, parsed) = x509_parser::parse_x509_certificate(cert)
-        .map_err(|e| format!("not an X.509 certificate ({e})"))?;
+        .map_err(|e| NodeNameError::NotX509(e.to_string()))?;
     let mut names = Vec::new();
     if let Ok(Some(san)) = parsed.subject_alternative_name() {
         for name in &san.value.general_names {
@@ -226,9 +277,20 @@ pub fn node_names(cert: &[u8]) -> Result<Vec<String>, String> {
         }
     }
     if names.is_empty() {
-        return Err("the certificate names no node (no DNS name, no common name)".into());
+        return Err(NodeNameError::NoName);
     }
     Ok(names)
+}
+
+/// Why a certificate speaks for no node.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeNameError {
+    /// Not a certificate (the parser's reason).
+    #[error("not an X.509 certificate ({0})")]
+    NotX509(String),
+    /// Neither a DNS name nor a common name.
+    #[error("the certificate names no node (no DNS name, no common name)")]
+    NoName,
 }
 
 /// An error with its sources, on one line.
@@ -245,7 +307,7 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
 
 /// Whether `name` can be a node or host name in a certificate: DNS-name characters
 /// (`A-Z a-z 0-9 - . _`), 1–253 bytes, no empty label.
-pub fn check_name(name: &str) -> Result<(), String> {
+pub fn check_name(name: &str) -> Result<(), NameError> {
     let ok = !name.is_empty()
         && name.len() <= 253
         && name
@@ -257,11 +319,71 @@ pub fn check_name(name: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "'{}' is not a host name (letters, digits, '-', '_' and '.'-separated labels)",
-            padll_wire::control::short(name)
-        ))
+        Err(NameError(name.to_string()))
     }
+}
+
+/// A name [`check_name`] refused (kept whole; shown shortened).
+#[derive(Debug, thiserror::Error)]
+#[error("'{}' is not a host name (letters, digits, '-', '_' and '.'-separated labels)", padll_wire::control::short(.0))]
+pub struct NameError(pub String);
+
+/// Why `cheferd certs` made no certificate.
+#[derive(Debug, thiserror::Error)]
+pub enum CertsError {
+    /// A file that would be replaced.
+    #[error("{} exists: not replaced (remove it first to make a new one)", .0.display())]
+    Exists(PathBuf),
+    /// The output directory is some other file.
+    #[error("{} is not a directory", .0.display())]
+    NotADirectory(PathBuf),
+    /// A file or directory could not be made, written or read.
+    #[error("cannot {action} {}: {error}", path.display())]
+    Io {
+        /// `create`, `write` or `read`.
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// No name given.
+    #[error("give at least one name")]
+    NoName,
+    /// A name that is no host name.
+    #[error(transparent)]
+    BadName(#[from] NameError),
+    /// The CA's files are not a CA's (the file and the reason).
+    #[error("{}: {why}", path.display())]
+    NotCa {
+        /// The CA file.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
+    /// Generating a key or signing failed (what, and the library's reason).
+    #[error("cannot {what}: {error}")]
+    Crypto {
+        /// `make a key`, `sign the certificate`, …
+        what: &'static str,
+        /// The reason.
+        error: rcgen::Error,
+    },
+}
+
+fn io_error<'a>(
+    action: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> CertsError + 'a {
+    move |error| CertsError::Io {
+        action,
+        path: path.to_path_buf(),
+        error,
+    }
+}
+
+fn crypto_error(what: &'static str) -> impl FnOnce(rcgen::Error) -> CertsError {
+    move |error| CertsError::Crypto { what, error }
 }
 
 /// Validity of certificates `cheferd certs` makes, from a day ago (clock skew).
@@ -272,52 +394,46 @@ fn validity(params: &mut CertificateParams, days: u32) {
 }
 
 /// Writes a new file (never replacing one) with `mode`.
-fn write_new(path: &Path, text: &str, mode: u32) -> Result<(), String> {
+fn write_new(path: &Path, text: &str, mode: u32) -> Result<(), CertsError> {
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(mode)
         .open(path)
         .map_err(|e| match e.kind() {
-            std::io::ErrorKind::AlreadyExists => format!(
-                "{} exists: not replaced (remove it first to make a new one)",
-                path.display()
-            ),
-            _ => format!("cannot create {}: {e}", path.display()),
+            std::io::ErrorKind::AlreadyExists => CertsError::Exists(path.to_path_buf()),
+            _ => io_error("create", path)(e),
         })?;
     file.write_all(text.as_bytes())
         .and_then(|_| file.sync_all())
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+        .map_err(io_error("write", path))
 }
 
 /// Creates `dir` (mode 0700 if new) and checks that none of `files` exists in it yet,
 /// so that nothing is written unless everything can be.
-fn prepare(dir: &Path, files: &[&str]) -> Result<(), String> {
+fn prepare(dir: &Path, files: &[&str]) -> Result<(), CertsError> {
     if !dir.exists() {
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            .map_err(io_error("create", dir))?;
     } else if !dir.is_dir() {
-        return Err(format!("{} is not a directory", dir.display()));
+        return Err(CertsError::NotADirectory(dir.to_path_buf()));
     }
     for file in files {
         let path = dir.join(file);
         if path.exists() || path.symlink_metadata().is_ok() {
-            return Err(format!(
-                "{} exists: not replaced (remove it first to make a new one)",
-                path.display()
-            ));
+            return Err(CertsError::Exists(path));
         }
     }
     Ok(())
 }
 
 /// `cheferd certs ca`: a new site CA in `out` (`ca.pem`, `ca.key` mode 0600).
-pub fn make_ca(out: &Path, name: &str, days: u32) -> Result<Vec<PathBuf>, String> {
+pub fn make_ca(out: &Path, name: &str, days: u32) -> Result<Vec<PathBuf>, CertsError> {
     prepare(out, &[CA_CERT, CA_KEY])?;
-    let key = KeyPair::generate().map_err(|e| format!("cannot make a key: {e}"))?;
+    let key = KeyPair::generate().map_err(crypto_error("make a key"))?;
     let mut params = CertificateParams::default();
     params.distinguished_name = DistinguishedName::new();
     params.distinguished_name.push(DnType::CommonName, name);
@@ -330,7 +446,7 @@ pub fn make_ca(out: &Path, name: &str, days: u32) -> Result<Vec<PathBuf>, String
     validity(&mut params, days);
     let cert = params
         .self_signed(&key)
-        .map_err(|e| format!("cannot sign the CA certificate: {e}"))?;
+        .map_err(crypto_error("sign the CA certificate"))?;
     let (cert_path, key_path) = (out.join(CA_CERT), out.join(CA_KEY));
     write_new(&key_path, &key.serialize_pem(), 0o600)?;
     write_new(&cert_path, &cert.pem(), 0o644)?;
@@ -355,9 +471,9 @@ pub fn make_leaf(
     ca_dir: &Path,
     out: &Path,
     days: u32,
-) -> Result<Vec<PathBuf>, String> {
+) -> Result<Vec<PathBuf>, CertsError> {
     let Some(first) = names.first() else {
-        return Err("give at least one name".into());
+        return Err(CertsError::NoName);
     };
     for name in names {
         if name.parse::<std::net::IpAddr>().is_ok() && role == Role::Server {
@@ -365,34 +481,27 @@ pub fn make_leaf(
         }
         check_name(name)?;
     }
-    let ca_cert = std::fs::read_to_string(ca_dir.join(CA_CERT)).map_err(|e| {
-        format!(
-            "cannot read the CA certificate {}: {e}",
-            ca_dir.join(CA_CERT).display()
-        )
-    })?;
-    let ca_key_text = std::fs::read_to_string(ca_dir.join(CA_KEY)).map_err(|e| {
-        format!(
-            "cannot read the CA key {}: {e}",
-            ca_dir.join(CA_KEY).display()
-        )
-    })?;
+    let (ca_cert_path, ca_key_path) = (ca_dir.join(CA_CERT), ca_dir.join(CA_KEY));
+    let ca_cert = std::fs::read_to_string(&ca_cert_path)
+        .map_err(io_error("read the CA certificate", &ca_cert_path))?;
+    let ca_key_text =
+        std::fs::read_to_string(&ca_key_path).map_err(io_error("read the CA key", &ca_key_path))?;
+    let not_ca = |path: &Path, why: String| CertsError::NotCa {
+        path: path.to_path_buf(),
+        why,
+    };
     let ca_key = KeyPair::from_pem(&ca_key_text)
-        .map_err(|e| format!("{}: not a PEM key ({e})", ca_dir.join(CA_KEY).display()))?;
-    let issuer = Issuer::from_ca_cert_pem(&ca_cert, ca_key).map_err(|e| {
-        format!(
-            "{}: not a CA certificate ({e})",
-            ca_dir.join(CA_CERT).display()
-        )
-    })?;
+        .map_err(|e| not_ca(&ca_key_path, format!("not a PEM key ({e})")))?;
+    let issuer = Issuer::from_ca_cert_pem(&ca_cert, ca_key)
+        .map_err(|e| not_ca(&ca_cert_path, format!("not a CA certificate ({e})")))?;
     let (cert_file, key_file) = match role {
         Role::Node => (node_cert_file(first), node_key_file(first)),
         Role::Server => (SERVER_CERT.to_string(), SERVER_KEY.to_string()),
     };
     prepare(out, &[&cert_file, &key_file])?;
-    let key = KeyPair::generate().map_err(|e| format!("cannot make a key: {e}"))?;
-    let mut params = CertificateParams::new(names.to_vec())
-        .map_err(|e| format!("bad name in {names:?}: {e}"))?;
+    let key = KeyPair::generate().map_err(crypto_error("make a key"))?;
+    let mut params =
+        CertificateParams::new(names.to_vec()).map_err(crypto_error("use these names"))?;
     params.distinguished_name = DistinguishedName::new();
     params
         .distinguished_name
@@ -407,7 +516,7 @@ pub fn make_leaf(
     validity(&mut params, days);
     let cert = params
         .signed_by(&key, &issuer)
-        .map_err(|e| format!("cannot sign the certificate: {e}"))?;
+        .map_err(crypto_error("sign the certificate"))?;
     let (cert_path, key_path) = (out.join(cert_file), out.join(key_file));
     write_new(&key_path, &key.serialize_pem(), 0o600)?;
     write_new(&cert_path, &cert.pem(), 0o644)?;
@@ -416,7 +525,7 @@ pub fn make_leaf(
 
 /// A throwaway CA with a server certificate for loopback (`127.0.0.1`, `localhost`)
 /// and node certificates for `nodes`, in `dir` (the demo and tests use it).
-pub fn make_loopback_site(dir: &Path, nodes: &[&str]) -> Result<(), String> {
+pub fn make_loopback_site(dir: &Path, nodes: &[&str]) -> Result<(), CertsError> {
     make_ca(dir, "cheferd throwaway CA", 30)?;
     make_leaf(
         Role::Server,
@@ -472,8 +581,10 @@ mod tests {
         loopback_server(dir.path()).load().unwrap();
         // Nothing is replaced.
         let again = make_leaf(Role::Node, &["node-a".into()], dir.path(), dir.path(), 1);
-        assert!(again.unwrap_err().contains("exists"));
-        assert!(make_ca(dir.path(), "x", 1).unwrap_err().contains("exists"));
+        let node_cert = dir.path().join("node-node-a.pem");
+        assert!(matches!(again, Err(CertsError::Exists(path)) if path == node_cert));
+        let ca = make_ca(dir.path(), "x", 1).unwrap_err();
+        assert!(ca.to_string().contains("exists"), "{ca}");
     }
 
     #[test]
@@ -486,6 +597,11 @@ mod tests {
         };
         let error = missing.load().unwrap_err();
         assert!(
+            matches!(error.kind, TlsFileErrorKind::Unreadable(_)) && error.flag == "--tls-cert",
+            "{error:?}"
+        );
+        let error = error.to_string();
+        assert!(
             error.contains("--tls-cert") && error.contains("nope.pem"),
             "{error}"
         );
@@ -496,7 +612,7 @@ mod tests {
             ca: dir.path().join("junk.pem"),
             server_name: None,
         };
-        let error = junk.load().unwrap_err();
+        let error = junk.load().unwrap_err().to_string();
         assert!(
             error.contains("junk.pem") && error.contains("no PEM"),
             "{error}"

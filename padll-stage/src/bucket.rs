@@ -8,7 +8,7 @@
 //! than the burst is admitted when the bucket is full, then paid for by those after it
 //! (no starvation).
 //!
-//! A reservation may also *lease* tokens for later (see `channels`): GCRA charges tokens
+//! A reservation may also *lease* tokens for later (see `credit`): GCRA charges tokens
 //! when they are reserved, so tokens reserved ahead are already paid for.
 //!
 //! Time is kept in units of 2⁻¹⁰ ns since the bucket's first configuration (range ≈ 208
@@ -99,7 +99,7 @@ impl TokenBucket {
     }
 
     /// [`TokenBucket::configure`] at time `now_ns`.
-    fn configure_at(&self, limit: Limit, now_ns: u64) {
+    pub(crate) fn configure_at(&self, limit: Limit, now_ns: u64) {
         let _ = self
             .origin
             .compare_exchange(0, now_ns, Ordering::AcqRel, Ordering::Acquire);
@@ -134,7 +134,7 @@ impl TokenBucket {
     /// Reserves `cost` tokens at time `now_ns` and says when the request may start.
     /// A zero cost is admitted at once and reserves nothing.
     ///
-    /// Extra tokens for the caller's next requests (credit, see `channels`) come in two
+    /// Extra tokens for the caller's next requests (credit, see `credit`) come in two
     /// ways, both charged here:
     /// - a *lease* of `lease` tokens, only if the bucket holds `cost + lease` now (the
     ///   larger reservation still ends within τ of now, so it starts at once and puts no

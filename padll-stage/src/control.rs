@@ -27,6 +27,41 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+/// Why a rule set cannot be applied: the rule at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum RulesError {
+    /// A rule names a mountpoint this stage does not manage.
+    #[error("'{0}' is not a mountpoint of this stage")]
+    NotAMountpoint(String),
+    /// A rule's rate or burst is 0, or its rate above [`padll_wire::channel::MAX_RATE`].
+    #[error("rule '{0}' has a rate or burst out of range")]
+    OutOfRange(ChannelSpec),
+    /// The channel table refused a rule.
+    #[error(transparent)]
+    Channel(#[from] channels::ChannelError),
+}
+
+/// Why the process at the controller's socket is not trusted to give rules.
+#[derive(Debug, thiserror::Error)]
+pub enum TrustError {
+    /// Its credentials cannot be read.
+    #[error("cannot tell who serves it: {0}")]
+    Unknown(std::io::Error),
+    /// It runs as a uid that may not set our rules.
+    #[error(
+        "it is served by uid {uid} (pid {pid}), neither root{} nor this process' uid; its rules are refused",
+        .controller_uid.map_or(String::new(), |uid| format!(", the controller's uid {uid}"))
+    )]
+    Stranger {
+        /// Its uid.
+        uid: u32,
+        /// Its pid.
+        pid: i32,
+        /// The configured controller uid, if any.
+        controller_uid: Option<u32>,
+    },
+}
+
 /// Where to connect, whom to trust there, who we are, and what to run under without
 /// rules from the controller.
 pub struct Target {
@@ -130,7 +165,7 @@ fn no_first_rules(why: String) -> bool {
 }
 
 /// Applies rules from the controller; the first ones end the starting program's wait.
-fn apply_from_controller(target: &Target, rules: &[ChannelSpec]) -> Result<(), String> {
+fn apply_from_controller(target: &Target, rules: &[ChannelSpec]) -> Result<(), RulesError> {
     let result = if SETTLED.load(Ordering::Acquire) {
         apply(rules)
     } else {
@@ -163,17 +198,24 @@ fn apply_from_controller(target: &Target, rules: &[ChannelSpec]) -> Result<(), S
 /// default limit, else leaves its configured limits; says which in one line at `level`.
 fn fall_back(target: &Target, level: LogLevel, why: &str) {
     let fallback = &target.fallback;
-    let saved = fallback.job.as_ref().and_then(|(uid, job)| {
-        last_rules::load(*uid, job)
-            .and_then(|rules| rules.map(|r| check(&r).map(|()| r)).transpose())
-            .unwrap_or_else(|e| {
-                log(
-                    LogLevel::Error,
-                    &format!("ignored the job's last rules: {e}"),
-                );
-                None
-            })
-    });
+    let ignored = |e: &dyn std::fmt::Display| {
+        log(
+            LogLevel::Error,
+            &format!("ignored the job's last rules: {e}"),
+        );
+        None
+    };
+    let saved = fallback
+        .job
+        .as_ref()
+        .and_then(|(uid, job)| match last_rules::load(*uid, job) {
+            Ok(Some(rules)) => match check(&rules) {
+                Ok(()) => Some(rules),
+                Err(e) => ignored(&e),
+            },
+            Ok(None) => None,
+            Err(e) => ignored(&e),
+        });
     let chosen = match (saved, &fallback.default_limits) {
         (Some(rules), _) => Some((rules, "the job's last rules on this node")),
         (None, Some(limits)) => Some((limits.clone(), "the default limit (PADLL_DEFAULT_LIMIT)")),
@@ -302,7 +344,7 @@ enum Lost {
 fn session(target: &Target) -> Result<String, Lost> {
     let stream =
         UnixStream::connect(&target.socket).map_err(|e| Lost::NeverConnected(e.to_string()))?;
-    trust(&stream, target.controller_uid).map_err(Lost::NeverConnected)?;
+    trust(&stream, target.controller_uid).map_err(|e| Lost::NeverConnected(e.to_string()))?;
     CONNECTION_FD.store(stream.as_raw_fd(), Ordering::Release);
     let result = serve(target, stream);
     CONNECTION_FD.store(-1, Ordering::Release);
@@ -313,7 +355,7 @@ fn session(target: &Target) -> Result<String, Lost> {
 /// Rules are taken only from a controller running as root, as the configured
 /// controller uid, or as ourselves (who could change our rules anyway): anyone else who
 /// put a socket at that path is not the node's controller.
-fn trust(stream: &UnixStream, controller_uid: Option<u32>) -> Result<(), String> {
+fn trust(stream: &UnixStream, controller_uid: Option<u32>) -> Result<(), TrustError> {
     let mut peer = libc::ucred {
         pid: 0,
         uid: u32::MAX,
@@ -331,22 +373,18 @@ fn trust(stream: &UnixStream, controller_uid: Option<u32>) -> Result<(), String>
         )
     };
     if got != 0 {
-        return Err(format!(
-            "cannot tell who serves it: {}",
-            std::io::Error::last_os_error()
-        ));
+        return Err(TrustError::Unknown(std::io::Error::last_os_error()));
     }
     // SAFETY: geteuid takes no arguments, touches no memory of ours and cannot fail.
     let own = unsafe { libc::geteuid() };
     if peer.uid == 0 || peer.uid == own || Some(peer.uid) == controller_uid {
         return Ok(());
     }
-    Err(format!(
-        "it is served by uid {} (pid {}), neither root{} nor this process' uid; its rules are refused",
-        peer.uid,
-        peer.pid,
-        controller_uid.map_or(String::new(), |uid| format!(", the controller's uid {uid}"))
-    ))
+    Err(TrustError::Stranger {
+        uid: peer.uid,
+        pid: peer.pid,
+        controller_uid,
+    })
 }
 
 fn serve(target: &Target, stream: UnixStream) -> Result<String, Lost> {
@@ -424,7 +462,9 @@ fn serve(target: &Target, stream: UnixStream) -> Result<String, Lost> {
                 seq: rules_seq,
                 rules,
             })) => {
-                let error = apply_from_controller(target, &rules).err();
+                let error = apply_from_controller(target, &rules)
+                    .err()
+                    .map(|e| e.to_string());
                 if let Some(e) = &error {
                     log(
                         LogLevel::Warn,
@@ -603,7 +643,7 @@ pub fn release_after_fork() {
 /// Makes the channel set exactly `rules`: matching channels (same mountpoint, scope and
 /// unit) are re-rated in place so their waiters and counters carry on; the rest are
 /// added or removed. All rules are validated first, so a bad set changes nothing.
-pub fn apply(rules: &[ChannelSpec]) -> Result<(), String> {
+pub fn apply(rules: &[ChannelSpec]) -> Result<(), RulesError> {
     check(rules)?;
     let same = |a: &ChannelSpec, b: &ChannelSpec| {
         a.mount == b.mount && a.scope == b.scope && a.unit == b.unit
@@ -628,16 +668,16 @@ pub fn apply(rules: &[ChannelSpec]) -> Result<(), String> {
 }
 
 /// Whether this stage can hold `rules`: its mountpoints, rates and bursts in range.
-fn check(rules: &[ChannelSpec]) -> Result<(), String> {
+fn check(rules: &[ChannelSpec]) -> Result<(), RulesError> {
     let mounts = crate::mountpoints();
     for rule in rules {
         if let Some(mount) = &rule.mount {
             if !mounts.contains(mount) {
-                return Err(format!("'{mount}' is not a mountpoint of this stage"));
+                return Err(RulesError::NotAMountpoint(mount.clone()));
             }
         }
         if rule.rate == 0 || rule.rate > padll_wire::channel::MAX_RATE || rule.burst == 0 {
-            return Err(format!("rule '{rule}' has a rate or burst out of range"));
+            return Err(RulesError::OutOfRange(rule.clone()));
         }
     }
     Ok(())

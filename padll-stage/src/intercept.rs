@@ -377,7 +377,11 @@ fn is_common(found: u32, effect: Effect) -> bool {
         | Effect::CloseRange(..)
         | Effect::CloseStream(_)
         | Effect::CloseDirStream(_) => true,
-        Effect::NewFd { flags } => main_managed && flags & (libc::O_DIRECTORY | libc::O_PATH) == 0,
+        // A creating call's placement (`placement::create`) is one bit test unless the
+        // mountpoint has it, and then shielded.
+        Effect::NewFd { flags } | Effect::Create { flags, .. } => {
+            main_managed && flags & (libc::O_DIRECTORY | libc::O_PATH) == 0
+        }
         Effect::NewStream => main_managed,
         _ => false,
     }
@@ -1076,5 +1080,39 @@ pub mod account {
                 len as u64
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every managed call that needs at most one store in the descriptor table stays on
+    /// the inline common path; a creating `open` (placement made it an `Effect::Create`)
+    /// once fell out of it, +60 instructions per managed open.
+    #[test]
+    fn managed_opens_and_creations_are_common() {
+        let managed = Resolved::new(Place::Managed(0), Place::Unrelated).0;
+        let common = |effect| is_common(managed, effect);
+        assert!(common(Effect::NewFd {
+            flags: libc::O_RDONLY
+        }));
+        for flags in [
+            libc::O_RDONLY,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+        ] {
+            assert!(
+                common(Effect::Create { flags, mode: 0o644 }),
+                "flags {flags:#o}"
+            );
+        }
+        assert!(common(Effect::Close(3)));
+        // A directory's descriptor keeps its path: not common.
+        assert!(!common(Effect::Create {
+            flags: libc::O_DIRECTORY,
+            mode: 0
+        }));
+        assert!(!is_common(Resolved::UNKNOWN, Effect::Close(3)));
+        assert!(!is_common(UNRELATED.0, Effect::Close(3)));
     }
 }

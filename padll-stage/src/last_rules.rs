@@ -17,33 +17,77 @@ use std::ffi::{CStr, CString};
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 
+/// Why the job's last rules cannot be kept or used: the file, and what is wrong with it.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {kind}")]
+pub struct RulesFileError {
+    /// The file's path.
+    pub path: String,
+    /// What is wrong.
+    pub kind: RulesFileErrorKind,
+}
+
+/// What is wrong with the job's last rules file (see [`RulesFileError`]).
+#[derive(Debug, thiserror::Error)]
+pub enum RulesFileErrorKind {
+    /// Its temporary file cannot be created.
+    #[error("cannot create: {0}")]
+    Create(std::io::Error),
+    /// Another user's file holds the temporary name.
+    #[error("cannot create: a file of another owner is in the way")]
+    InTheWay,
+    /// Writing it failed.
+    #[error("cannot write: {0}")]
+    Write(std::io::Error),
+    /// Renaming it into place failed.
+    #[error("cannot replace it: {0}")]
+    Replace(std::io::Error),
+    /// It exists but cannot be opened.
+    #[error("cannot open: {0}")]
+    Open(std::io::Error),
+    /// Its metadata cannot be read.
+    #[error("cannot stat: {0}")]
+    Stat(std::io::Error),
+    /// Not a file only the job's user can use: anyone could have put rules in it.
+    #[error(transparent)]
+    NotPrivate(#[from] crate::shared::NotPrivate),
+    /// Reading it failed.
+    #[error("cannot read: {0}")]
+    Read(std::io::Error),
+    /// Its contents are not rules.
+    #[error(transparent)]
+    Decode(padll_wire::control::LastRulesError),
+}
+
 /// Where the job's last rules are kept.
 pub fn path(uid: u32, job: &str) -> CString {
     crate::shared::job_file("padll-rules", uid, job)
 }
 
 /// Keeps `rules` as the job's last rules (replacing the previous ones at once).
-pub fn save(uid: u32, job: &str, rules: &[ChannelSpec]) -> Result<(), String> {
+pub fn save(uid: u32, job: &str, rules: &[ChannelSpec]) -> Result<(), RulesFileError> {
     let path = path(uid, job);
     // `+` never appears in a job file's name, so no job's file is ever this one.
     let mut staged = path.as_bytes().to_vec();
     staged.extend_from_slice(format!("+{}", std::process::id()).as_bytes());
     let staged = CString::new(staged).expect("no NUL in a job file's name");
-    let shown = path.to_string_lossy();
-    let mut file = create_private(&staged).map_err(|e| format!("{shown}: {e}"))?;
+    let error = |kind| RulesFileError {
+        path: path.to_string_lossy().into_owned(),
+        kind,
+    };
+    let mut file = create_private(&staged).map_err(error)?;
     let written = file
         .write_all(LastRules::encode(rules).as_bytes())
-        .map_err(|e| format!("{shown}: cannot write: {e}"));
+        .map_err(|e| error(RulesFileErrorKind::Write(e)));
     drop(file);
     let renamed = written.and_then(|()| {
         // SAFETY: NUL-terminated paths alive across the call.
         if unsafe { libc::rename(staged.as_ptr(), path.as_ptr()) } == 0 {
             Ok(())
         } else {
-            Err(format!(
-                "{shown}: cannot replace it: {}",
-                std::io::Error::last_os_error()
-            ))
+            Err(error(RulesFileErrorKind::Replace(
+                std::io::Error::last_os_error(),
+            )))
         }
     });
     if renamed.is_err() {
@@ -55,7 +99,7 @@ pub fn save(uid: u32, job: &str, rules: &[ChannelSpec]) -> Result<(), String> {
 
 /// A new file only we can read or write, at `path`; one left there by a process of
 /// ours with the same pid that was killed between create and rename is replaced.
-fn create_private(path: &CStr) -> Result<std::fs::File, String> {
+fn create_private(path: &CStr) -> Result<std::fs::File, RulesFileErrorKind> {
     for _ in 0..2 {
         // SAFETY: NUL-terminated path; a new file (O_EXCL), never through a symlink.
         let fd = unsafe {
@@ -71,18 +115,21 @@ fn create_private(path: &CStr) -> Result<std::fs::File, String> {
         }
         let error = std::io::Error::last_os_error();
         if error.raw_os_error() != Some(libc::EEXIST) {
-            return Err(format!("cannot create: {error}"));
+            return Err(RulesFileErrorKind::Create(error));
         }
         // SAFETY: NUL-terminated path. In the sticky /dev/shm only our own file goes.
         unsafe { libc::unlink(path.as_ptr()) };
     }
-    Err("cannot create: a file of another owner is in the way".into())
+    Err(RulesFileErrorKind::InTheWay)
 }
 
 /// The job's last rules, `None` if it has none here.
-pub fn load(uid: u32, job: &str) -> Result<Option<Vec<ChannelSpec>>, String> {
+pub fn load(uid: u32, job: &str) -> Result<Option<Vec<ChannelSpec>>, RulesFileError> {
     let path = path(uid, job);
-    let shown = path.to_string_lossy();
+    let error = |kind| RulesFileError {
+        path: path.to_string_lossy().into_owned(),
+        kind,
+    };
     // SAFETY: NUL-terminated path; O_NONBLOCK so a FIFO planted here cannot hang us.
     let fd = unsafe {
         libc::open(
@@ -91,40 +138,26 @@ pub fn load(uid: u32, job: &str) -> Result<Option<Vec<ChannelSpec>>, String> {
         )
     };
     if fd < 0 {
-        let error = std::io::Error::last_os_error();
-        return match error.raw_os_error() {
+        let os_error = std::io::Error::last_os_error();
+        return match os_error.raw_os_error() {
             Some(libc::ENOENT) => Ok(None),
-            _ => Err(format!("{shown}: cannot open: {error}")),
+            _ => Err(error(RulesFileErrorKind::Open(os_error))),
         };
     }
     // SAFETY: a descriptor we just opened and own.
     let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
     let meta = file
         .metadata()
-        .map_err(|e| format!("{shown}: cannot stat: {e}"))?;
+        .map_err(|e| error(RulesFileErrorKind::Stat(e)))?;
     use std::os::unix::fs::MetadataExt;
-    if !meta.is_file() {
-        return Err(format!("{shown}: not a regular file"));
-    }
-    if meta.uid() != uid {
-        return Err(format!(
-            "{shown}: owned by uid {}, not by this job's uid {uid}",
-            meta.uid()
-        ));
-    }
-    if meta.mode() & 0o077 != 0 {
-        return Err(format!(
-            "{shown}: mode {:o} lets others in (expected 600)",
-            meta.mode() & 0o777
-        ));
-    }
+    crate::shared::check_private(meta.mode(), meta.uid(), uid).map_err(|e| error(e.into()))?;
     let mut bytes = Vec::new();
     file.take(MAX_LAST_RULES_BYTES as u64 + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| format!("{shown}: cannot read: {e}"))?;
+        .map_err(|e| error(RulesFileErrorKind::Read(e)))?;
     LastRules::decode(&bytes)
         .map(Some)
-        .map_err(|e| format!("{shown}: {e}"))
+        .map_err(|e| error(RulesFileErrorKind::Decode(e)))
 }
 
 #[cfg(test)]
@@ -192,7 +225,7 @@ mod tests {
         let job = Job::new("planted");
         let path = job.path();
         let error = |why: &str| {
-            let e = load(uid(), &job.0).unwrap_err();
+            let e = load(uid(), &job.0).unwrap_err().to_string();
             assert!(e.starts_with(&path) && e.contains(why), "{e}");
         };
         std::fs::write(&path, LastRules::encode(&[rule(300)])).unwrap();

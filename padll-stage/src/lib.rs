@@ -15,6 +15,7 @@
 pub mod bucket;
 pub mod channels;
 mod control;
+pub mod credit;
 mod errno;
 pub mod fdtable;
 mod hooks;
@@ -149,7 +150,18 @@ extern "C" fn on_load() {
     });
 }
 
-fn start(config: &Config) -> Result<(), String> {
+/// Why the stage cannot start with its configuration (it then runs unthrottled).
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    /// A mountpoint cannot be registered.
+    #[error(transparent)]
+    Mount(#[from] paths::MountError),
+    /// A limit cannot be installed.
+    #[error(transparent)]
+    Channel(#[from] channels::ChannelError),
+}
+
+fn start(config: &Config) -> Result<(), StartError> {
     let table = MountTable::new(&config.mounts)?;
     channels::set_mounts(table.names())?;
     // SAFETY: trivial getter; the segment belongs to the effective uid that makes it.
@@ -219,7 +231,7 @@ fn start(config: &Config) -> Result<(), String> {
 pub(crate) fn install_limits(
     specs: &[ChannelSpec],
     job: Option<&(u32, String)>,
-) -> Result<bool, String> {
+) -> Result<bool, channels::ChannelError> {
     let job_buckets = job.and_then(|(uid, id)| {
         shared::attach(*uid, id, specs)
             .map_err(|e| {

@@ -52,6 +52,20 @@ impl Place {
     }
 }
 
+/// Why a mountpoint cannot be registered: the mountpoint at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    /// A relative path.
+    #[error("mountpoint '{0}' is not an absolute path")]
+    NotAbsolute(String),
+    /// Longer than a path the stage can hold.
+    #[error("mountpoint '{0}' is too long")]
+    TooLong(String),
+    /// More mountpoints than a table entry can number.
+    #[error("too many mountpoints ({0})")]
+    TooMany(usize),
+}
+
 /// The registered mountpoints, normalised, each with the index the rest of the stage
 /// uses for it (several spellings of one mountpoint share an index).
 #[derive(Clone, Debug, Default)]
@@ -165,20 +179,20 @@ impl MountTable {
 
     /// Builds the table from configured mountpoints. Each must be absolute; its
     /// canonical form (symlinks resolved) is registered too when it differs.
-    pub fn new(mounts: &[String]) -> Result<MountTable, String> {
+    pub fn new(mounts: &[String]) -> Result<MountTable, MountError> {
         let mut table = MountTable::default();
         for mount in mounts {
             if !mount.starts_with('/') {
-                return Err(format!("mountpoint '{mount}' is not an absolute path"));
+                return Err(MountError::NotAbsolute(mount.clone()));
             }
             let mut buf = PathBuffer::new();
             if !buf.push_normalized(mount.as_bytes()) {
-                return Err(format!("mountpoint '{mount}' is too long"));
+                return Err(MountError::TooLong(mount.clone()));
             }
             let index = u16::try_from(table.names.len())
                 .ok()
                 .filter(|i| *i < u16::MAX - 2)
-                .ok_or_else(|| "too many mountpoints".to_string())?;
+                .ok_or(MountError::TooMany(mounts.len()))?;
             table.names.push(mount.clone());
             table.insert(buf.as_bytes().to_vec(), index);
             if let Ok(canonical) = std::fs::canonicalize(mount) {

@@ -71,9 +71,23 @@ pub fn configure(names: &[String], placements: &[Placement], wait_ms: u64) {
     }
 }
 
+/// Why placement stays off on a mountpoint.
+#[derive(Debug, thiserror::Error)]
+enum NotLustre {
+    /// The name cannot be passed to the kernel.
+    #[error("a NUL in its name")]
+    Nul,
+    /// `statfs` failed.
+    #[error("{0}")]
+    Statfs(std::io::Error),
+    /// Another file system type.
+    #[error("not a Lustre file system (type {0:#x})")]
+    Type(libc::c_long),
+}
+
 /// Whether `mount` is a Lustre file system (the only one with this layout interface).
-fn lustre(mount: &str) -> Result<(), String> {
-    let path = std::ffi::CString::new(mount).map_err(|_| "a NUL in its name".to_string())?;
+fn lustre(mount: &str) -> Result<(), NotLustre> {
+    let path = std::ffi::CString::new(mount).map_err(|_| NotLustre::Nul)?;
     // SAFETY: a zeroed `statfs` is valid plain data; a NUL-terminated path alive across
     // the call and a valid out-pointer.
     let (found, st) = unsafe {
@@ -81,10 +95,10 @@ fn lustre(mount: &str) -> Result<(), String> {
         (libc::statfs(path.as_ptr(), &mut st), st)
     };
     if found != 0 {
-        return Err(format!("{}", std::io::Error::last_os_error()));
+        return Err(NotLustre::Statfs(std::io::Error::last_os_error()));
     }
     if st.f_type != LL_SUPER_MAGIC {
-        return Err(format!("not a Lustre file system (type {:#x})", st.f_type));
+        return Err(NotLustre::Type(st.f_type));
     }
     Ok(())
 }

@@ -74,6 +74,91 @@ struct Attached {
     segment: &'static Segment,
 }
 
+/// Why the job's segment cannot be used: its path, and what is wrong.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {kind}")]
+pub struct SegmentError {
+    /// The segment's path.
+    pub path: String,
+    /// What is wrong.
+    pub kind: SegmentErrorKind,
+}
+
+/// What is wrong with the job's segment (see [`SegmentError`]).
+#[derive(Debug, thiserror::Error)]
+pub enum SegmentErrorKind {
+    /// It cannot be opened or created.
+    #[error("cannot open: {0}")]
+    Open(std::io::Error),
+    /// Removed and recreated under us at every try.
+    #[error("it keeps being removed and recreated while attaching")]
+    KeepsChanging,
+    /// Not a file only the job's user can use: another user could change its buckets.
+    #[error("{0}; not shared")]
+    NotPrivate(#[from] NotPrivate),
+    /// Its space cannot be reserved.
+    #[error("cannot reserve {SEGMENT_BYTES} bytes (is {DIRECTORY} full?)")]
+    Reserve,
+    /// In use with another size.
+    #[error("in use with {0} bytes, expected {SEGMENT_BYTES} (truncated or another version)")]
+    Size(usize),
+    /// In use with a header that is not this version's.
+    #[error("in use but its header is not PADLL's (corrupt or another version)")]
+    Header,
+    /// Its shared lock cannot be taken.
+    #[error("cannot hold it shared")]
+    HoldShared,
+    /// `mmap` failed.
+    #[error("cannot map: {0}")]
+    Map(std::io::Error),
+    /// Every entry holds a limit.
+    #[error("holds {ENTRIES} limits already")]
+    Full,
+    /// Another process held the attach lock for this many milliseconds.
+    #[error("another process has held its attach lock for {0} ms")]
+    LockHeld(u32),
+    /// `fstat` failed.
+    #[error("cannot stat: {0}")]
+    Stat(std::io::Error),
+}
+
+/// Why a file in `/dev/shm` (world-writable: anyone may plant one under a job's name)
+/// is not the job's own.
+#[derive(Debug, thiserror::Error)]
+pub enum NotPrivate {
+    /// A directory, FIFO, device…
+    #[error("not a regular file")]
+    NotRegular,
+    /// Another user's file.
+    #[error("owned by uid {found}, not by this job's uid {expected}")]
+    Owner {
+        /// Its owner.
+        found: u32,
+        /// The job's uid.
+        expected: u32,
+    },
+    /// Open to others.
+    #[error("mode {0:o} lets others in (expected 600)")]
+    Mode(u32),
+}
+
+/// Whether a file of `mode` owned by `owner` is a regular file only `uid` can use.
+pub(crate) fn check_private(mode: u32, owner: u32, uid: u32) -> Result<(), NotPrivate> {
+    if mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(NotPrivate::NotRegular);
+    }
+    if owner != uid {
+        return Err(NotPrivate::Owner {
+            found: owner,
+            expected: uid,
+        });
+    }
+    if mode & 0o077 != 0 {
+        return Err(NotPrivate::Mode(mode & 0o777));
+    }
+    Ok(())
+}
+
 static ATTACHED: OnceLock<Attached> = OnceLock::new();
 /// The descriptor holding this process' lock (-1 when none); replaced in a forked child.
 static LOCK_FD: AtomicI32 = AtomicI32::new(-1);
@@ -85,23 +170,29 @@ pub fn attach(
     uid: u32,
     job: &str,
     specs: &[ChannelSpec],
-) -> Result<Vec<&'static TokenBucket>, String> {
+) -> Result<Vec<&'static TokenBucket>, SegmentError> {
     if specs.is_empty() {
         return Ok(Vec::new());
     }
     if let Some(attached) = ATTACHED.get() {
         // Attached already (for the configured limits): claim these under byte 0 too.
         let fd = LOCK_FD.load(Ordering::Relaxed);
-        let shown = attached.path.to_string_lossy();
-        wait_for_lock(fd, 0, ATTACH_PATIENCE_MS).map_err(|e| format!("{shown}: {e}"))?;
-        let buckets = claim(attached.segment, specs).map_err(|e| format!("{shown}: {e}"));
+        let error = |kind| SegmentError {
+            path: attached.path.to_string_lossy().into_owned(),
+            kind,
+        };
+        wait_for_lock(fd, 0, ATTACH_PATIENCE_MS).map_err(error)?;
+        let buckets = claim(attached.segment, specs).map_err(error);
         unlock(fd, 0);
         return buckets;
     }
     let path = job_file("padll", uid, job);
-    let shown = path.to_string_lossy().into_owned();
-    let attached = open_segment(&path, uid).map_err(|e| format!("{shown}: {e}"))?;
-    let buckets = claim(attached.segment, specs).map_err(|e| format!("{shown}: {e}"));
+    let error = |kind| SegmentError {
+        path: path.to_string_lossy().into_owned(),
+        kind,
+    };
+    let attached = open_segment(&path, uid).map_err(error)?;
+    let buckets = claim(attached.segment, specs).map_err(error);
     unlock(LOCK_FD.load(Ordering::Relaxed), 0);
     let buckets = buckets?;
     let _ = ATTACHED.set(attached);
@@ -112,7 +203,7 @@ pub fn attach(
 fn claim(
     segment: &'static Segment,
     specs: &[ChannelSpec],
-) -> Result<Vec<&'static TokenBucket>, String> {
+) -> Result<Vec<&'static TokenBucket>, SegmentErrorKind> {
     specs.iter().map(|spec| segment.bucket_for(spec)).collect()
 }
 
@@ -148,7 +239,7 @@ fn fnv(bytes: &[u8]) -> u64 {
 /// Opens, checks, locks and maps the segment. On success byte 0 is still locked
 /// (exclusive, released by the caller once its buckets are claimed) and byte 1 is held
 /// shared for the life of the descriptor.
-fn open_segment(path: &CString, uid: u32) -> Result<Attached, String> {
+fn open_segment(path: &CString, uid: u32) -> Result<Attached, SegmentErrorKind> {
     // A file removed by its last user between our open and our lock is not the
     // segment any more: start again (twice at most; a third race is no accident).
     for _ in 0..3 {
@@ -165,7 +256,7 @@ fn open_segment(path: &CString, uid: u32) -> Result<Attached, String> {
             )
         };
         if fd < 0 {
-            return Err(format!("cannot open: {}", std::io::Error::last_os_error()));
+            return Err(SegmentErrorKind::Open(std::io::Error::last_os_error()));
         }
         match lock_and_map(fd, path, uid) {
             Ok(Some(segment)) => {
@@ -182,27 +273,17 @@ fn open_segment(path: &CString, uid: u32) -> Result<Attached, String> {
             }
         }
     }
-    Err("it keeps being removed and recreated while attaching".into())
+    Err(SegmentErrorKind::KeepsChanging)
 }
 
 /// `Ok(None)`: the file at `path` is no longer `fd`'s (removed meanwhile); retry.
-fn lock_and_map(fd: i32, path: &CString, uid: u32) -> Result<Option<&'static Segment>, String> {
+fn lock_and_map(
+    fd: i32,
+    path: &CString,
+    uid: u32,
+) -> Result<Option<&'static Segment>, SegmentErrorKind> {
     let meta = fstat(fd)?;
-    if meta.st_mode & libc::S_IFMT != libc::S_IFREG {
-        return Err("not a regular file".into());
-    }
-    if meta.st_uid != uid {
-        return Err(format!(
-            "owned by uid {}, not by this job's uid {uid}; not shared",
-            meta.st_uid
-        ));
-    }
-    if meta.st_mode & 0o077 != 0 {
-        return Err(format!(
-            "mode {:o} lets others in (expected 600); not shared",
-            meta.st_mode & 0o777
-        ));
-    }
+    check_private(meta.st_mode, meta.st_uid, uid)?;
     wait_for_lock(fd, 0, ATTACH_PATIENCE_MS)?;
     // SAFETY: NUL-terminated path, valid out-pointer.
     let current = unsafe {
@@ -221,7 +302,7 @@ fn lock_and_map(fd: i32, path: &CString, uid: u32) -> Result<Option<&'static Seg
 }
 
 /// With byte 0 held: join the segment, or (re)make it when no one else is attached.
-fn map_locked(fd: i32) -> Result<&'static Segment, String> {
+fn map_locked(fd: i32) -> Result<&'static Segment, SegmentErrorKind> {
     let alone = lock(fd, 1, libc::F_WRLCK);
     let size = fstat(fd)?.st_size as usize;
     if alone {
@@ -233,9 +314,7 @@ fn map_locked(fd: i32) -> Result<&'static Segment, String> {
                     && libc::posix_fallocate(fd, 0, SEGMENT_BYTES as libc::off_t) == 0
             };
             if !made {
-                return Err(format!(
-                    "cannot reserve {SEGMENT_BYTES} bytes (is {DIRECTORY} full?)"
-                ));
+                return Err(SegmentErrorKind::Reserve);
             }
         }
         let segment = map(fd)?;
@@ -245,21 +324,19 @@ fn map_locked(fd: i32) -> Result<&'static Segment, String> {
         return Ok(segment);
     }
     if size != SEGMENT_BYTES {
-        return Err(format!(
-            "in use with {size} bytes, expected {SEGMENT_BYTES} (truncated or another version)"
-        ));
+        return Err(SegmentErrorKind::Size(size));
     }
     let segment = map(fd)?;
     if !segment.is_valid() {
-        return Err("in use but its header is not PADLL's (corrupt or another version)".into());
+        return Err(SegmentErrorKind::Header);
     }
     if !lock(fd, 1, libc::F_RDLCK) {
-        return Err("cannot hold it shared".into());
+        return Err(SegmentErrorKind::HoldShared);
     }
     Ok(segment)
 }
 
-fn map(fd: i32) -> Result<&'static Segment, String> {
+fn map(fd: i32) -> Result<&'static Segment, SegmentErrorKind> {
     // SAFETY: a shared mapping of our descriptor, never unmapped (it lives as long as
     // the process, and its buckets are referenced from the channel table).
     let base = unsafe {
@@ -273,7 +350,7 @@ fn map(fd: i32) -> Result<&'static Segment, String> {
         )
     };
     if base == libc::MAP_FAILED {
-        return Err(format!("cannot map: {}", std::io::Error::last_os_error()));
+        return Err(SegmentErrorKind::Map(std::io::Error::last_os_error()));
     }
     // SAFETY: page-aligned, SEGMENT_BYTES long, and Segment is atomics only (any bit
     // pattern is a valid value).
@@ -302,7 +379,10 @@ impl Segment {
     /// The entry for `spec`, claimed and configured if new. Byte 0 is held, so no one
     /// else claims meanwhile. Open addressing from the key's hash: after a reset the
     /// same limit lands on the same entry.
-    fn bucket_for(&'static self, spec: &ChannelSpec) -> Result<&'static TokenBucket, String> {
+    fn bucket_for(
+        &'static self,
+        spec: &ChannelSpec,
+    ) -> Result<&'static TokenBucket, SegmentErrorKind> {
         let key = limit_key(spec);
         let home = key as usize % ENTRIES;
         for probe in 0..ENTRIES {
@@ -320,7 +400,7 @@ impl Segment {
                 _ => {}
             }
         }
-        Err(format!("holds {ENTRIES} limits already"))
+        Err(SegmentErrorKind::Full)
     }
 }
 
@@ -407,19 +487,17 @@ fn unlock(fd: i32, byte: i64) {
 
 /// Takes byte `byte` exclusively, waiting (in 1 ms steps, at most `patience_ms`) for
 /// another process' attach or leave to end.
-fn wait_for_lock(fd: i32, byte: i64, patience_ms: u32) -> Result<(), String> {
+fn wait_for_lock(fd: i32, byte: i64, patience_ms: u32) -> Result<(), SegmentErrorKind> {
     for _ in 0..patience_ms {
         if lock(fd, byte, libc::F_WRLCK) {
             return Ok(());
         }
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
-    Err(format!(
-        "another process has held its attach lock for {patience_ms} ms"
-    ))
+    Err(SegmentErrorKind::LockHeld(patience_ms))
 }
 
-fn fstat(fd: i32) -> Result<libc::stat, String> {
+fn fstat(fd: i32) -> Result<libc::stat, SegmentErrorKind> {
     // SAFETY: an all-zero `stat` is valid plain data, and `st` is a valid out-pointer of its
     // size; fstat on a bad descriptor only fails.
     unsafe {
@@ -427,7 +505,7 @@ fn fstat(fd: i32) -> Result<libc::stat, String> {
         if libc::fstat(fd, &mut st) == 0 {
             Ok(st)
         } else {
-            Err(format!("cannot stat: {}", std::io::Error::last_os_error()))
+            Err(SegmentErrorKind::Stat(std::io::Error::last_os_error()))
         }
     }
 }

@@ -18,12 +18,10 @@
 //!
 //! An owned shard also holds its thread's "doing the stage's own I/O" flag, which the
 //! managed path reads with the counters instead of through a thread-local, and its
-//! *credit* per channel: tokens leased from the channel's bucket and not yet spent (see
-//! `channels`). Only the owner writes credit, so it is spent with plain stores too; the
-//! overflow shard never holds any. A signal handler that spends credit on the thread it
-//! interrupted, between that thread's load and store, spends the same tokens twice (at
-//! most its own requests' cost).
+//! [credit](crate::credit) per channel, beside the channel's counters (one cache line
+//! for the managed path's check and count); `credit.rs` has its rules.
 
+use crate::credit::Credit;
 use padll_wire::channel::SLOT_COUNT;
 use padll_wire::ops::Op;
 pub use padll_wire::report::OpStats;
@@ -47,18 +45,7 @@ struct OpCounters {
 struct ChannelCounters {
     admitted: AtomicU64,
     tokens: AtomicU64,
-    /// Leased tokens not yet spent, valid while the channel's generation is
-    /// `credit_generation` and before `credit_expires` (ns).
-    credit: AtomicU64,
-    credit_generation: AtomicU64,
-    credit_expires: AtomicU64,
-    /// Until when the managed path may spend the credit: a time-stamp counter value
-    /// reached no later than `credit_expires` ([`crate::tsc::deadline`]; 0 = never).
-    credit_deadline: AtomicU64,
-    /// Tokens of the last lease or batch (what `credit` started from).
-    granted: AtomicU64,
-    /// The thread's time per request in this channel (moving average, ns; 0 = unknown).
-    call_ns: AtomicU64,
+    credit: Credit,
 }
 
 #[repr(C, align(128))]
@@ -88,12 +75,7 @@ const fn empty_shard() -> Shard {
             ChannelCounters {
                 admitted: AtomicU64::new(0),
                 tokens: AtomicU64::new(0),
-                credit: AtomicU64::new(0),
-                credit_generation: AtomicU64::new(0),
-                credit_expires: AtomicU64::new(0),
-                credit_deadline: AtomicU64::new(0),
-                granted: AtomicU64::new(0),
-                call_ns: AtomicU64::new(0),
+                credit: Credit::new(),
             }
         }; SLOT_COUNT],
     }
@@ -163,112 +145,29 @@ impl Counters {
         self.add(&self.shard.channels[slot].tokens, delta as u64);
     }
 
-    /// The calling thread can hold credit (it owns its shard).
-    #[inline]
-    pub fn holds_credit(self) -> bool {
-        self.owned
-    }
-
-    /// Spends `cost` tokens of the thread's credit in channel `slot` if it has that
-    /// many, leased under `generation` and unexpired at `now` (ns). Overflow threads
-    /// have none (their shard's credit is never written, so it has expired).
-    #[inline]
-    pub fn spend(self, slot: usize, generation: u64, cost: u64, now: u64) -> bool {
-        let row = &self.shard.channels[slot];
-        let credit = row.credit.load(Ordering::Relaxed);
-        if credit < cost
-            || row.credit_expires.load(Ordering::Relaxed) <= now
-            || row.credit_generation.load(Ordering::Relaxed) != generation
-        {
-            return false;
-        }
-        row.credit.store(credit - cost, Ordering::Relaxed);
-        true
-    }
-
-    /// [`Self::spend`] for the managed path: `stamp` is [`crate::tsc::ticks`], compared
-    /// with the credit's tick deadline. Loads and one plain store; cannot panic.
+    /// Pays a request of `cost` tokens in channel `slot` from the thread's credit and
+    /// counts it admitted, if the credit pays ([`Credit::spend_at`], `stamp` being
+    /// [`crate::tsc::ticks`]): the managed path's check and count, on one cache line.
+    /// An overflow thread's rows are never leased into, so they never pay.
     #[inline(always)]
-    pub fn spend_at(self, slot: usize, generation: u64, cost: u64, stamp: u64) -> bool {
+    pub fn paid_from_credit(self, slot: usize, generation: u64, cost: u64, stamp: u64) -> bool {
         let Some(row) = self.shard.channels.get(slot) else {
             return false;
         };
-        let credit = row.credit.load(Ordering::Relaxed);
-        let until = row.credit_deadline.load(Ordering::Relaxed);
-        if credit < cost
-            || until <= stamp
-            || row.credit_generation.load(Ordering::Relaxed) != generation
-        {
-            return false;
+        let paid = row.credit.spend_at(generation, cost, stamp);
+        if paid {
+            self.add(&row.admitted, 1);
+            self.add(&row.tokens, cost);
         }
-        row.credit.store(credit - cost, Ordering::Relaxed);
-        true
+        paid
     }
 
-    /// Replaces the thread's credit in channel `slot` (what is left of the old one is
-    /// dropped: too little, expired or stale); `tokens` may be 0: the grant's time is
-    /// still what [`Self::next_batch`] measures the thread's pace from. Only for threads that
-    /// [hold credit](Self::holds_credit). Stored amount first: a signal handler that
-    /// sees a torn lease sees an older generation or an earlier expiry, never more.
+    /// The thread's credit in channel `slot`, to lease into: only a thread that owns its
+    /// shard holds credit (it is then the row's only writer).
     #[inline]
-    pub fn lease(self, slot: usize, generation: u64, tokens: u64, expires: u64, until: u64) {
-        let row = &self.shard.channels[slot];
-        row.credit.store(tokens, Ordering::Relaxed);
-        row.granted.store(tokens, Ordering::Relaxed);
-        row.credit_generation.store(generation, Ordering::Relaxed);
-        row.credit_expires.store(expires, Ordering::Relaxed);
-        row.credit_deadline.store(until, Ordering::Relaxed);
-    }
-
-    /// How many tokens the thread should reserve ahead in channel `slot` if its request
-    /// of `cost` must wait: as many as it is expected to spend within half the credit's
-    /// lifetime `ttl`, at most `max`. Called at `now`, when its credit could not pay: the
-    /// requests it made since its last grant and the time they took update its average
-    /// time per request (so a thread whose calls are slow — a loaded file system — gets
-    /// no batch and wastes no tokens, and a fast one gets a full batch). Only for threads
-    /// that [hold credit](Self::holds_credit).
-    #[inline]
-    pub fn next_batch(self, slot: usize, cost: u64, now: u64, ttl: u64, max: u64) -> u64 {
-        let row = &self.shard.channels[slot];
-        let expires = row.credit_expires.load(Ordering::Relaxed);
-        let mut call_ns = row.call_ns.load(Ordering::Relaxed);
-        if expires != 0 {
-            let granted = row.granted.load(Ordering::Relaxed);
-            let spent = granted.saturating_sub(row.credit.load(Ordering::Relaxed));
-            let calls = spent / cost.max(1) + 1;
-            let sample = now.saturating_sub(expires.saturating_sub(ttl)) / calls;
-            call_ns = if call_ns == 0 {
-                sample.max(1)
-            } else {
-                (call_ns - call_ns / 8 + sample / 8).max(1)
-            };
-            row.call_ns.store(call_ns, Ordering::Relaxed);
-        }
-        if call_ns == 0 {
-            return 0;
-        }
-        (ttl / 2 / call_ns).saturating_mul(cost).min(max)
-    }
-
-    /// Takes back the thread's unspent credit in channel `slot` if it was charged under
-    /// `generation` (spendable or expired: either way those tokens were charged and will
-    /// not be spent), and returns it (0 if none). Only for threads that
-    /// [hold credit](Self::holds_credit).
-    #[inline]
-    pub fn take_back_credit(self, slot: usize, generation: u64) -> u64 {
-        let row = &self.shard.channels[slot];
-        let credit = row.credit.load(Ordering::Relaxed);
-        if credit == 0 || row.credit_generation.load(Ordering::Relaxed) != generation {
-            return 0;
-        }
-        row.credit.store(0, Ordering::Relaxed);
-        credit
-    }
-
-    /// The thread's unspent credit in channel `slot`, whatever its validity.
-    #[cfg(test)]
-    pub fn credit(self, slot: usize) -> u64 {
-        self.shard.channels[slot].credit.load(Ordering::Relaxed)
+    pub fn owned_credit(self, slot: usize) -> Option<&'static Credit> {
+        let row = self.shard.channels.get(slot)?;
+        self.owned.then_some(&row.credit)
     }
 
     /// The calling thread's stage-I/O flag, if it owns its shard.
@@ -522,18 +421,9 @@ pub fn reset() {
             }
         }
         for c in &shard.channels {
-            for counter in [
-                &c.admitted,
-                &c.tokens,
-                &c.credit,
-                &c.credit_generation,
-                &c.credit_expires,
-                &c.credit_deadline,
-                &c.granted,
-                &c.call_ns,
-            ] {
-                zero(counter);
-            }
+            zero(&c.admitted);
+            zero(&c.tokens);
+            c.credit.reset();
         }
     }
 }

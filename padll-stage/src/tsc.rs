@@ -1,6 +1,6 @@
 //! A cheaper clock for one question only: has a thread's leased credit expired?
 //!
-//! Credit (see `channels`) is spendable until `expires` (ns of `CLOCK_MONOTONIC`), and
+//! Credit (see `credit`) is spendable until `expires` (ns of `CLOCK_MONOTONIC`), and
 //! invariant 12 needs that checked against real time on every spend. `clock_gettime`
 //! is a call and a conversion per managed request (under valgrind a system call);
 //! the time-stamp counter is one instruction. So when a lease is granted (out of line,

@@ -118,7 +118,7 @@ fn check_global(config: &GlobalConfig) {
     assert!(config.limits.max_jobs_per_node >= 1);
     for r in &config.resources {
         assert!(
-            r.max_rate >= 1.0 && r.max_rate <= MAX_RATE as f64,
+            r.max_rate.tokens() >= 1.0 && r.max_rate.tokens() <= MAX_RATE as f64,
             "{}",
             r.max_rate
         );
@@ -127,7 +127,7 @@ fn check_global(config: &GlobalConfig) {
     for job in config.jobs.values() {
         assert!(job.priority > 0.0 && job.priority.is_finite());
         for v in job.demand.values().chain(job.limit.values()) {
-            assert!(*v >= 1.0 && *v <= MAX_RATE as f64);
+            assert!(v.tokens() >= 1.0 && v.tokens() <= MAX_RATE as f64);
         }
     }
     assert!(config.rules.windows(2).all(|w| w[0].at <= w[1].at));

@@ -129,11 +129,11 @@ pub enum LimitScope {
 
 impl LimitScope {
     /// Parses `job` or `process`.
-    pub fn parse(text: &str) -> Result<LimitScope, String> {
+    pub fn parse(text: &str) -> Result<LimitScope, LimitScopeError> {
         match text.trim() {
             "job" => Ok(LimitScope::Job),
             "process" => Ok(LimitScope::Process),
-            other => Err(format!("bad limit scope '{other}' (use job or process)")),
+            other => Err(LimitScopeError(other.to_string())),
         }
     }
 
@@ -145,6 +145,11 @@ impl LimitScope {
         }
     }
 }
+
+/// A limit scope [`LimitScope::parse`] refused (the text, trimmed).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("bad limit scope '{0}' (use job or process)")]
+pub struct LimitScopeError(pub String);
 
 /// A channel's identity within this stage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

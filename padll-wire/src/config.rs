@@ -219,13 +219,29 @@ pub fn parse_selector(text: &str) -> Result<(Option<String>, Scope), SelectorErr
     Ok((mount, scope))
 }
 
+/// A rule [`parse_rule`] refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RuleError {
+    /// No `=` (the text as given).
+    #[error(
+        "bad limit '{0}': expected SELECTOR=RATE, as in open=5000/s or /scratch:data=100MiB/s"
+    )]
+    NoRate(String),
+    /// A bad selector before the `=`.
+    #[error(transparent)]
+    Selector(#[from] SelectorError),
+    /// A bad rate after it.
+    #[error(transparent)]
+    Rate(#[from] RateError),
+}
+
 /// Parses `SELECTOR=RATE` into a channel spec whose burst is `burst_ms` of the rate.
-pub fn parse_rule(text: &str, burst_ms: u64) -> Result<ChannelSpec, String> {
+pub fn parse_rule(text: &str, burst_ms: u64) -> Result<ChannelSpec, RuleError> {
     let (selector, rate) = text
         .rsplit_once('=')
-        .ok_or_else(|| format!("bad limit '{text}': expected SELECTOR=RATE, as in open=5000/s or /scratch:data=100MiB/s"))?;
-    let (mount, scope) = parse_selector(selector.trim()).map_err(|e| e.to_string())?;
-    let rate = parse_rate(rate).map_err(|e| e.to_string())?;
+        .ok_or_else(|| RuleError::NoRate(text.to_string()))?;
+    let (mount, scope) = parse_selector(selector.trim())?;
+    let rate = parse_rate(rate)?;
     Ok(ChannelSpec {
         mount: mount.map(|m| normalize_mount(&m)),
         scope,
@@ -291,19 +307,22 @@ pub enum LogLevel {
 }
 
 impl LogLevel {
-    fn parse(text: &str) -> Result<LogLevel, String> {
+    fn parse(text: &str) -> Result<LogLevel, LogLevelError> {
         match text {
             "off" => Ok(LogLevel::Off),
             "error" => Ok(LogLevel::Error),
             "warn" => Ok(LogLevel::Warn),
             "info" => Ok(LogLevel::Info),
             "debug" => Ok(LogLevel::Debug),
-            other => Err(format!(
-                "bad log level '{other}' (use off, error, warn, info, debug)"
-            )),
+            other => Err(LogLevelError(other.to_string())),
         }
     }
 }
+
+/// A log level that is none of [`LogLevel`]'s names (the text).
+#[derive(Debug, thiserror::Error)]
+#[error("bad log level '{0}' (use off, error, warn, info, debug)")]
+pub struct LogLevelError(pub String);
 
 /// The stage's whole configuration.
 #[derive(Clone, Debug, PartialEq)]
@@ -385,169 +404,312 @@ pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 /// Reads a configuration file with care: opened non-blocking (a FIFO or a device never
 /// hangs the program), it must be a regular file of at most [`MAX_CONFIG_BYTES`]
 /// (`/dev/zero` would otherwise be read until memory runs out). The error says why.
-pub fn read_config_file(path: &str) -> Result<String, String> {
+pub fn read_config_file(path: &str) -> Result<String, ReadError> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
-        .open(path)
-        .map_err(|e| e.to_string())?;
-    let meta = file.metadata().map_err(|e| e.to_string())?;
+        .open(path)?;
+    let meta = file.metadata()?;
     if !meta.is_file() {
-        return Err("not a regular file".to_string());
+        return Err(ReadError::NotRegular);
     }
     if meta.len() > MAX_CONFIG_BYTES {
-        return Err(format!(
-            "{} bytes exceeds the limit of {MAX_CONFIG_BYTES}",
-            meta.len()
-        ));
+        return Err(ReadError::TooLarge(meta.len()));
     }
     let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(MAX_CONFIG_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| e.to_string())?;
+    file.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(format!(
-            "it grew past the limit of {MAX_CONFIG_BYTES} bytes"
-        ));
+        return Err(ReadError::Grew);
     }
-    String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())
+    String::from_utf8(bytes).map_err(|_| ReadError::NotUtf8)
+}
+
+/// Why [`read_config_file`] did not read a file (the caller names the file).
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// Opening or reading failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// A directory, FIFO, device or socket.
+    #[error("not a regular file")]
+    NotRegular,
+    /// Larger than [`MAX_CONFIG_BYTES`] (its size).
+    #[error("{0} bytes exceeds the limit of {MAX_CONFIG_BYTES}")]
+    TooLarge(u64),
+    /// It grew past [`MAX_CONFIG_BYTES`] while being read.
+    #[error("it grew past the limit of {MAX_CONFIG_BYTES} bytes")]
+    Grew,
+    /// Not text.
+    #[error("not UTF-8 text")]
+    NotUtf8,
+}
+
+/// A setting [`load`] refuses: where it came from and what is wrong with it.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", self.describe(self.origin.variable()))]
+pub struct LoadError {
+    /// The variable, or the configuration file's key, that holds the bad value.
+    pub origin: Origin,
+    /// What is wrong, with the value.
+    pub kind: LoadErrorKind,
+}
+
+impl LoadError {
+    /// The one-line message with `name` for the variable (a command line says the flag
+    /// that set it): `NAME: ['FILE': [KEY: ]]WHAT`.
+    pub fn describe(&self, name: &str) -> String {
+        match &self.origin {
+            Origin::Var(_) => format!("{name}: {}", self.kind),
+            Origin::File { path, key: None } => format!("{name}: '{path}': {}", self.kind),
+            Origin::File {
+                path,
+                key: Some(key),
+            } => format!("{name}: '{path}': {key}: {}", self.kind),
+        }
+    }
+}
+
+/// Where a setting [`load`] read came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// An environment variable (`PADLL_RULES`).
+    Var(&'static str),
+    /// The `PADLL_CONFIG` file (its path), at `key` (`limit[2]`) when the key is known.
+    File {
+        /// The file as given.
+        path: String,
+        /// The key holding the bad value.
+        key: Option<String>,
+    },
+}
+
+impl Origin {
+    /// The error of a value from here.
+    pub fn refuse(self, kind: impl Into<LoadErrorKind>) -> LoadError {
+        LoadError {
+            origin: self,
+            kind: kind.into(),
+        }
+    }
+
+    /// The environment variable that holds the value, or names the file that does.
+    pub fn variable(&self) -> &'static str {
+        match self {
+            Origin::Var(name) => name,
+            Origin::File { .. } => "PADLL_CONFIG",
+        }
+    }
+}
+
+/// What is wrong with a setting (see [`LoadError`]); each keeps the bad value.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadErrorKind {
+    /// The configuration file cannot be read.
+    #[error("cannot read it: {0}")]
+    Unreadable(#[from] ReadError),
+    /// The configuration file is not valid TOML of the expected shape (line and key).
+    #[error("{0}")]
+    Toml(String),
+    /// A bucket depth that is not a positive number of milliseconds.
+    #[error("bad value '{0}' (a positive number of milliseconds)")]
+    BurstMs(String),
+    /// A mountpoint that is not an absolute path.
+    #[error("mountpoint '{0}' is not an absolute path")]
+    RelativeMount(String),
+    /// A limit that does not parse.
+    #[error(transparent)]
+    Rule(#[from] RuleError),
+    /// A limit's burst of 0 (its selector).
+    #[error("burst = 0: must be at least 1 (selector '{0}')")]
+    ZeroBurst(String),
+    /// A default limit that names no limit (the text).
+    #[error("'{0}' names no limit (give SELECTOR=RATE limits, or 0 for none)")]
+    NoLimit(String),
+    /// A limit on a mountpoint that is not managed.
+    #[error("limit '{limit}' names '{mount}', which is not among the mountpoints ({mounts})")]
+    LimitOutsideMounts {
+        /// The limit as parsed.
+        limit: String,
+        /// Its mountpoint.
+        mount: String,
+        /// The managed mountpoints, `:`-separated.
+        mounts: String,
+    },
+    /// A placement's stripe count outside 1..=[`MAX_STRIPES`](crate::control::MAX_STRIPES).
+    #[error("bad stripe count '{count}' in '{item}' (1 to {max})", max = crate::control::MAX_STRIPES)]
+    Stripes {
+        /// The count as given.
+        count: String,
+        /// The whole `MOUNT=STRIPES` item.
+        item: String,
+    },
+    /// A placement mountpoint that is not an absolute path.
+    #[error("'{0}' is not an absolute mountpoint (as in /lustre=4)")]
+    RelativePlacement(String),
+    /// A placement on a mountpoint that is not managed.
+    #[error("'{mount}' is not among the mountpoints ({mounts})")]
+    PlacementOutsideMounts {
+        /// The placement's mountpoint.
+        mount: String,
+        /// The managed mountpoints, `:`-separated.
+        mounts: String,
+    },
+    /// A placement wait outside 1..=10 000 ms.
+    #[error("bad value '{0}' (1 to 10000 milliseconds)")]
+    PlacementWaitMs(String),
+    /// An unknown log level.
+    #[error(transparent)]
+    Log(#[from] LogLevelError),
+    /// A node count that is not a positive number.
+    #[error("bad node count '{0}'")]
+    JobSize(String),
+    /// An unknown limit scope.
+    #[error(transparent)]
+    Scope(#[from] crate::channel::LimitScopeError),
+    /// A controller uid that is not a number.
+    #[error("bad uid '{0}' (a number, as in 980)")]
+    ControllerUid(String),
 }
 
 /// Reads the configuration through `var` (the environment, or a map in tests).
-/// Errors name the variable and the bad value.
-pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, String> {
+/// Errors name the variable (or the file and key) and the bad value.
+pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, LoadError> {
     let config_path = var("PADLL_CONFIG").filter(|p| !p.is_empty());
-    let in_file = |what: String| {
-        format!(
-            "PADLL_CONFIG: '{}': {what}",
-            config_path.as_deref().unwrap_or_default()
-        )
+    let path = config_path.clone().unwrap_or_default();
+    let at = |key: &str| Origin::File {
+        path: path.clone(),
+        key: Some(key.to_string()),
     };
     let file = match &config_path {
         Some(path) => {
-            let text = read_config_file(path)
-                .map_err(|e| format!("PADLL_CONFIG: cannot read '{path}': {e}"))?;
+            let whole = Origin::File {
+                path: path.clone(),
+                key: None,
+            };
+            let text = read_config_file(path).map_err(|e| whole.clone().refuse(e))?;
             toml::from_str::<FileConfig>(&text)
-                .map_err(|e| format!("PADLL_CONFIG: '{path}': {}", toml_error(&text, &e)))?
+                .map_err(|e| whole.refuse(LoadErrorKind::Toml(toml_error(&text, &e))))?
         }
         None => FileConfig::default(),
     };
-    let burst_ms = match var("PADLL_BURST_MS") {
-        Some(v) => v
-            .trim()
-            .parse::<u64>()
-            .ok()
-            .filter(|ms| *ms > 0)
-            .ok_or_else(|| {
-                format!("PADLL_BURST_MS: bad value '{v}' (a positive number of milliseconds)")
-            })?,
-        None => file.burst_ms.unwrap_or(DEFAULT_BURST_MS),
+    let positive_ms = |text: &str| text.trim().parse::<u64>().ok().filter(|ms| *ms > 0);
+    let burst_ms = match (var("PADLL_BURST_MS"), file.burst_ms) {
+        (Some(v), _) => positive_ms(&v)
+            .ok_or_else(|| Origin::Var("PADLL_BURST_MS").refuse(LoadErrorKind::BurstMs(v)))?,
+        (None, Some(0)) => return Err(at("burst_ms").refuse(LoadErrorKind::BurstMs("0".into()))),
+        (None, ms) => ms.unwrap_or(DEFAULT_BURST_MS),
     };
 
-    let mounts: Vec<String> = match var("PADLL_MOUNTS") {
-        Some(list) => list
-            .split(':')
-            .filter(|m| !m.is_empty())
-            .map(normalize_mount)
-            .collect(),
-        None => file
-            .mounts
-            .clone()
-            .unwrap_or_default()
-            .iter()
-            .map(|m| normalize_mount(m))
-            .collect(),
+    let (mounts, mounts_origin): (Vec<String>, _) = match var("PADLL_MOUNTS") {
+        Some(list) => (
+            list.split(':')
+                .filter(|m| !m.is_empty())
+                .map(normalize_mount)
+                .collect(),
+            Origin::Var("PADLL_MOUNTS"),
+        ),
+        None => (
+            file.mounts
+                .clone()
+                .unwrap_or_default()
+                .iter()
+                .map(|m| normalize_mount(m))
+                .collect(),
+            at("mounts"),
+        ),
     };
     if let Some(bad) = mounts.iter().find(|m| !m.starts_with('/')) {
-        return Err(format!(
-            "PADLL_MOUNTS: mountpoint '{bad}' is not an absolute path"
-        ));
+        return Err(mounts_origin.refuse(LoadErrorKind::RelativeMount(bad.clone())));
     }
-
-    let mut limits = Vec::new();
-    match var("PADLL_RULES") {
-        Some(rules) => {
-            for rule in rules.split(',').map(str::trim).filter(|r| !r.is_empty()) {
-                limits.push(parse_rule(rule, burst_ms).map_err(|e| format!("PADLL_RULES: {e}"))?);
+    let outside_mounts = |spec: &ChannelSpec| {
+        let mount = spec.mount.as_ref().filter(|m| !mounts.contains(m))?;
+        Some(LoadErrorKind::LimitOutsideMounts {
+            limit: spec.to_string(),
+            mount: mount.clone(),
+            mounts: mounts.join(":"),
+        })
+    };
+    // Parses `SELECTOR=RATE` limits (checked against the mountpoints) of one origin.
+    let limits_of = |text: &str, origin: &Origin| {
+        let mut limits = Vec::new();
+        for rule in text.split(',').map(str::trim).filter(|r| !r.is_empty()) {
+            let spec = parse_rule(rule, burst_ms).map_err(|e| origin.clone().refuse(e))?;
+            if let Some(kind) = outside_mounts(&spec) {
+                return Err(origin.clone().refuse(kind));
             }
+            limits.push(spec);
         }
+        Ok(limits)
+    };
+
+    let limits = match var("PADLL_RULES") {
+        Some(rules) => limits_of(&rules, &Origin::Var("PADLL_RULES"))?,
         None => {
+            let mut limits = Vec::new();
             for (i, limit) in file.limit.iter().enumerate() {
-                let mut spec =
-                    parse_rule(&format!("{}={}", limit.selector, limit.rate.0), burst_ms)
-                        .map_err(|e| in_file(format!("limit[{i}]: {e}")))?;
+                let origin = at(&format!("limit[{i}]"));
+                let rule = format!("{}={}", limit.selector, limit.rate.0);
+                let mut spec = limits_of(&rule, &origin)?.remove(0);
                 if let Some(burst) = limit.burst {
                     if burst == 0 {
-                        return Err(in_file(format!(
-                            "limit[{i}].burst = 0: must be at least 1 (selector '{}')",
-                            limit.selector
-                        )));
+                        return Err(origin.refuse(LoadErrorKind::ZeroBurst(limit.selector.clone())));
                     }
                     spec.burst = burst;
                 }
                 limits.push(spec);
             }
+            limits
         }
-    }
+    };
+    // `SELECTOR=RATE[,…]` limits, or `0` for none (unthrottled).
+    let default_limits_of = |text: &str, origin: Origin| {
+        if text.trim() == "0" {
+            return Ok(Vec::new());
+        }
+        let limits = limits_of(text, &origin)?;
+        if limits.is_empty() {
+            return Err(origin.refuse(LoadErrorKind::NoLimit(text.to_string())));
+        }
+        Ok(limits)
+    };
     let default_limits = match var("PADLL_DEFAULT_LIMIT") {
-        Some(text) => Some(
-            parse_default_limit(&text, burst_ms)
-                .map_err(|e| format!("PADLL_DEFAULT_LIMIT: {e}"))?,
-        ),
+        Some(text) => Some(default_limits_of(
+            &text,
+            Origin::Var("PADLL_DEFAULT_LIMIT"),
+        )?),
         None => file
             .default_limit
             .as_deref()
-            .map(|text| {
-                parse_default_limit(text, burst_ms)
-                    .map_err(|e| format!("PADLL_CONFIG: default_limit: {e}"))
-            })
+            .map(|text| default_limits_of(text, at("default_limit")))
             .transpose()?,
     };
     let placement = match var("PADLL_PLACEMENT") {
-        Some(text) => parse_placement(&text).map_err(|e| format!("PADLL_PLACEMENT: {e}"))?,
+        Some(text) => {
+            placements_of(&text, &mounts).map_err(|e| Origin::Var("PADLL_PLACEMENT").refuse(e))?
+        }
         None => match &file.placement {
-            Some(text) => {
-                parse_placement(text).map_err(|e| format!("PADLL_CONFIG: placement: {e}"))?
-            }
+            Some(text) => placements_of(text, &mounts).map_err(|e| at("placement").refuse(e))?,
             None => Vec::new(),
         },
     };
-    if let Some(bad) = placement.iter().find(|p| !mounts.contains(&p.mount)) {
-        return Err(format!(
-            "PADLL_PLACEMENT: '{}' is not among the mountpoints ({})",
-            bad.mount,
-            mounts.join(":")
-        ));
-    }
-    let wait_text =
-        var("PADLL_PLACEMENT_WAIT_MS").or_else(|| file.placement_wait_ms.map(|ms| ms.to_string()));
-    let placement_wait_ms = match wait_text {
-        Some(text) => text
-            .trim()
-            .parse::<u64>()
-            .ok()
-            .filter(|ms| (1..=10_000).contains(ms))
-            .ok_or_else(|| {
-                format!("PADLL_PLACEMENT_WAIT_MS: bad value '{text}' (1 to 10000 milliseconds)")
-            })?,
-        None => DEFAULT_PLACEMENT_WAIT_MS,
-    };
-    for spec in limits.iter().chain(default_limits.iter().flatten()) {
-        if let Some(mount) = &spec.mount {
-            if !mounts.contains(mount) {
-                return Err(format!(
-                    "limit '{spec}' names '{mount}', which is not among the mountpoints ({})",
-                    mounts.join(":")
-                ));
-            }
+    let placement_wait_ms = match (var("PADLL_PLACEMENT_WAIT_MS"), file.placement_wait_ms) {
+        (Some(text), _) => {
+            wait_ms(&text).map_err(|e| Origin::Var("PADLL_PLACEMENT_WAIT_MS").refuse(e))?
         }
-    }
+        (None, Some(ms)) => {
+            wait_ms(&ms.to_string()).map_err(|e| at("placement_wait_ms").refuse(e))?
+        }
+        (None, None) => DEFAULT_PLACEMENT_WAIT_MS,
+    };
 
-    let log = match var("PADLL_LOG").or(file.log.clone()) {
-        Some(level) => LogLevel::parse(level.trim()).map_err(|e| format!("PADLL_LOG: {e}"))?,
-        None => LogLevel::Error,
+    let log = match (var("PADLL_LOG"), &file.log) {
+        (Some(level), _) => {
+            LogLevel::parse(level.trim()).map_err(|e| Origin::Var("PADLL_LOG").refuse(e))?
+        }
+        (None, Some(level)) => LogLevel::parse(level.trim()).map_err(|e| at("log").refuse(e))?,
+        (None, None) => LogLevel::Error,
     };
 
     let job_size_text = var("PADLL_JOB_SIZE")
@@ -559,7 +721,7 @@ pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, String> {
             .parse::<u32>()
             .ok()
             .filter(|n| *n > 0)
-            .ok_or_else(|| format!("PADLL_JOB_SIZE: bad node count '{text}'"))?,
+            .ok_or_else(|| Origin::Var("PADLL_JOB_SIZE").refuse(LoadErrorKind::JobSize(text)))?,
         None => file.job_size.unwrap_or(1),
     };
     // SAFETY: getuid, getgid, getpid and getppid take no arguments, touch no memory of ours
@@ -579,15 +741,18 @@ pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, String> {
         .or_else(|| var("FLUX_JOB_ID"))
         .or(file.job_id);
     // Without a job id there is no job to share limits with.
-    let limit_scope = match var("PADLL_LIMIT_SCOPE").or(file.limit_scope) {
-        Some(text) => LimitScope::parse(&text).map_err(|e| format!("PADLL_LIMIT_SCOPE: {e}"))?,
-        None if named_job.is_some() => LimitScope::Job,
-        None => LimitScope::Process,
+    let limit_scope = match (var("PADLL_LIMIT_SCOPE"), &file.limit_scope) {
+        (Some(text), _) => {
+            LimitScope::parse(&text).map_err(|e| Origin::Var("PADLL_LIMIT_SCOPE").refuse(e))?
+        }
+        (None, Some(text)) => LimitScope::parse(text).map_err(|e| at("limit_scope").refuse(e))?,
+        (None, None) if named_job.is_some() => LimitScope::Job,
+        (None, None) => LimitScope::Process,
     };
     let job_id = named_job.unwrap_or_else(|| format!("pid-{pid}"));
     let controller_uid = match var("PADLL_CONTROLLER_UID") {
         Some(text) => Some(text.trim().parse::<u32>().map_err(|_| {
-            format!("PADLL_CONTROLLER_UID: bad uid '{text}' (a number, as in 980)")
+            Origin::Var("PADLL_CONTROLLER_UID").refuse(LoadErrorKind::ControllerUid(text.clone()))
         })?),
         None => file.controller_uid,
     };
@@ -630,8 +795,8 @@ pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, String> {
     })
 }
 
-/// `MOUNT[=STRIPES][,…]` (one stripe when not given).
-fn parse_placement(text: &str) -> Result<Vec<Placement>, String> {
+/// `MOUNT[=STRIPES][,…]` (one stripe when not given), each on one of `mounts`.
+fn placements_of(text: &str, mounts: &[String]) -> Result<Vec<Placement>, LoadErrorKind> {
     text.split(',')
         .map(str::trim)
         .filter(|item| !item.is_empty())
@@ -643,46 +808,36 @@ fn parse_placement(text: &str) -> Result<Vec<Placement>, String> {
                         .parse::<u32>()
                         .ok()
                         .filter(|n| (1..=crate::control::MAX_STRIPES).contains(n))
-                        .ok_or_else(|| {
-                            format!(
-                                "bad stripe count '{count}' in '{item}' (1 to {})",
-                                crate::control::MAX_STRIPES
-                            )
+                        .ok_or_else(|| LoadErrorKind::Stripes {
+                            count: count.to_string(),
+                            item: item.to_string(),
                         })?;
                     (mount.trim(), stripes)
                 }
                 None => (item, 1),
             };
             if !mount.starts_with('/') {
-                return Err(format!(
-                    "'{mount}' is not an absolute mountpoint (as in /lustre=4)"
-                ));
+                return Err(LoadErrorKind::RelativePlacement(mount.to_string()));
             }
-            Ok(Placement {
-                mount: normalize_mount(mount),
-                stripes,
-            })
+            let mount = normalize_mount(mount);
+            if !mounts.contains(&mount) {
+                return Err(LoadErrorKind::PlacementOutsideMounts {
+                    mount,
+                    mounts: mounts.join(":"),
+                });
+            }
+            Ok(Placement { mount, stripes })
         })
         .collect()
 }
 
-/// `SELECTOR=RATE[,…]` limits, or `0` for none (unthrottled).
-fn parse_default_limit(text: &str, burst_ms: u64) -> Result<Vec<ChannelSpec>, String> {
-    if text.trim() == "0" {
-        return Ok(Vec::new());
-    }
-    let limits = text
-        .split(',')
-        .map(str::trim)
-        .filter(|rule| !rule.is_empty())
-        .map(|rule| parse_rule(rule, burst_ms))
-        .collect::<Result<Vec<_>, _>>()?;
-    if limits.is_empty() {
-        return Err(format!(
-            "'{text}' names no limit (give SELECTOR=RATE limits, or 0 for none)"
-        ));
-    }
-    Ok(limits)
+/// How long a creating call waits for its placement: 1 to 10 000 ms.
+fn wait_ms(text: &str) -> Result<u64, LoadErrorKind> {
+    text.trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|ms| (1..=10_000).contains(ms))
+        .ok_or_else(|| LoadErrorKind::PlacementWaitMs(text.to_string()))
 }
 
 fn hostname() -> String {
@@ -706,7 +861,7 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        load(&|k| map.get(k).cloned())
+        load(&|k| map.get(k).cloned()).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -731,8 +886,7 @@ mod tests {
             // A FIFO with no writer must not block: this returns at once.
             let error = load_from(&[("PADLL_CONFIG", path)]).unwrap_err();
             assert!(
-                error.starts_with("PADLL_CONFIG: cannot read '")
-                    && error.contains(path)
+                error.starts_with(&format!("PADLL_CONFIG: '{path}': cannot read it: "))
                     && error.contains(why),
                 "{path}: {error}"
             );
@@ -789,9 +943,17 @@ mod tests {
         assert_eq!(spec.mount.as_deref(), Some("/scratch"));
         assert_eq!(spec.unit, Unit::Bytes);
         assert_eq!(spec.burst, (100 << 20) / 100);
-        assert!(parse_rule("open", 10)
-            .unwrap_err()
-            .contains("SELECTOR=RATE"));
+        let no_rate = parse_rule("open", 10).unwrap_err();
+        assert_eq!(no_rate, RuleError::NoRate("open".into()));
+        assert!(no_rate.to_string().contains("SELECTOR=RATE"), "{no_rate}");
+        assert!(matches!(
+            parse_rule("opne=5", 10),
+            Err(RuleError::Selector(e)) if e.text == "opne"
+        ));
+        assert!(matches!(
+            parse_rule("open=5 parsecs", 10),
+            Err(RuleError::Rate(e)) if e.text == "5 parsecs"
+        ));
     }
 
     #[test]
@@ -904,6 +1066,46 @@ mod tests {
             let err = load_from(&pairs).unwrap_err();
             assert!(err.contains(needle), "{err} should name {needle}");
         }
+    }
+
+    #[test]
+    fn errors_keep_where_the_value_came_from_and_what_is_wrong() {
+        let dir = std::env::temp_dir().join(format!("padll-config-origin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("padll.toml");
+        let file = path.to_str().unwrap().to_string();
+        let load_file = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            load(&|k| (k == "PADLL_CONFIG").then(|| file.clone())).unwrap_err()
+        };
+        let at = |key: &str| Origin::File {
+            path: file.clone(),
+            key: Some(key.into()),
+        };
+        let zero = load_file(
+            "mounts = [\"/s\"]\n[[limit]]\nselector = \"open\"\nrate = 5\n\
+             [[limit]]\nselector = \"getattr\"\nrate = 5\nburst = 0\n",
+        );
+        assert_eq!(zero.origin, at("limit[1]"));
+        assert!(
+            matches!(&zero.kind, LoadErrorKind::ZeroBurst(s) if s == "getattr"),
+            "{zero}"
+        );
+        let burst_ms = load_file("burst_ms = 0\n");
+        assert_eq!(burst_ms.origin, at("burst_ms"));
+        let outside = load_file("mounts = [\"/s\"]\ndefault_limit = \"/t:open=5\"\n");
+        assert_eq!(outside.origin, at("default_limit"));
+        assert!(
+            matches!(&outside.kind, LoadErrorKind::LimitOutsideMounts { mount, .. } if mount == "/t")
+        );
+        let rules = load(&|k| (k == "PADLL_RULES").then(|| "open=fast".to_string())).unwrap_err();
+        assert_eq!(rules.origin, Origin::Var("PADLL_RULES"));
+        assert!(matches!(rules.kind, LoadErrorKind::Rule(_)));
+        assert_eq!(
+            rules.describe("--limit"),
+            format!("--limit: {}", rules.kind)
+        );
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

@@ -142,36 +142,62 @@ impl LastRules {
     /// Reads a file's contents back: at most [`MAX_LAST_RULES_BYTES`], this version, at
     /// most [`MAX_CHANNELS`] rules, each with a rate in 1 … [`MAX_RATE`] and a burst of
     /// at least 1. Whether their mountpoints are the stage's is the stage's to check.
-    pub fn decode(bytes: &[u8]) -> Result<Vec<ChannelSpec>, String> {
+    pub fn decode(bytes: &[u8]) -> Result<Vec<ChannelSpec>, LastRulesError> {
         if bytes.len() > MAX_LAST_RULES_BYTES {
-            return Err(format!(
-                "{} bytes exceeds {MAX_LAST_RULES_BYTES}",
-                bytes.len()
-            ));
+            return Err(LastRulesError::TooLong(bytes.len()));
         }
-        let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())?;
+        let text = std::str::from_utf8(bytes).map_err(|_| LastRulesError::NotUtf8)?;
         let saved: LastRules = decode(text.trim_end())?;
         if saved.version != LAST_RULES_VERSION {
-            return Err(format!(
-                "format version {} (this stage reads {LAST_RULES_VERSION})",
-                saved.version
-            ));
+            return Err(LastRulesError::Version(saved.version));
         }
         if saved.rules.len() > MAX_CHANNELS {
-            return Err(format!(
-                "{} rules (a stage holds at most {MAX_CHANNELS})",
-                saved.rules.len()
-            ));
+            return Err(LastRulesError::TooMany(saved.rules.len()));
         }
         if let Some(bad) = saved
             .rules
             .iter()
             .find(|r| r.rate == 0 || r.rate > MAX_RATE || r.burst == 0)
         {
-            return Err(format!("rule '{bad}' has a rate or burst out of range"));
+            return Err(LastRulesError::OutOfRange(bad.clone()));
         }
         Ok(saved.rules)
     }
+}
+
+/// A [`LastRules`] file refused, and what about it.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum LastRulesError {
+    /// Longer than [`MAX_LAST_RULES_BYTES`] (its length).
+    #[error("{0} bytes exceeds {MAX_LAST_RULES_BYTES}")]
+    TooLong(usize),
+    /// Not text.
+    #[error("not UTF-8 text")]
+    NotUtf8,
+    /// Not a [`LastRules`] line.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    /// Another format version (the file's).
+    #[error("format version {0} (this stage reads {LAST_RULES_VERSION})")]
+    Version(u32),
+    /// More rules than a stage holds (their number).
+    #[error("{0} rules (a stage holds at most {MAX_CHANNELS})")]
+    TooMany(usize),
+    /// A rule with a rate or burst out of range (kept).
+    #[error("rule '{0}' has a rate or burst out of range")]
+    OutOfRange(ChannelSpec),
+}
+
+/// A message line [`decode`] refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// Longer than [`MAX_MESSAGE_BYTES`] (its length).
+    #[error("message of {0} bytes exceeds {MAX_MESSAGE_BYTES}")]
+    TooLong(usize),
+    /// Not JSON of a known message: serde's reason, [`short`]ened (a peer's bytes it
+    /// echoes are never logged at length).
+    #[error("malformed message: {0}")]
+    Malformed(String),
 }
 
 /// Encodes a message as one line (with its `\n`).
@@ -182,14 +208,11 @@ pub fn encode<T: Serialize>(message: &T) -> String {
 }
 
 /// Decodes one line; errors say what is wrong without echoing a huge line back.
-pub fn decode<'a, T: Deserialize<'a>>(line: &'a str) -> Result<T, String> {
+pub fn decode<'a, T: Deserialize<'a>>(line: &'a str) -> Result<T, DecodeError> {
     if line.len() > MAX_MESSAGE_BYTES {
-        return Err(format!(
-            "message of {} bytes exceeds {MAX_MESSAGE_BYTES}",
-            line.len()
-        ));
+        return Err(DecodeError::TooLong(line.len()));
     }
-    serde_json::from_str(line).map_err(|e| format!("malformed message: {}", short(&e.to_string())))
+    serde_json::from_str(line).map_err(|e| DecodeError::Malformed(short(&e.to_string())))
 }
 
 /// Longest piece of an error message that may come from a peer's input (serde echoes
@@ -265,21 +288,31 @@ mod tests {
         let with = |version: u32, rules: Vec<ChannelSpec>| {
             LastRules::decode(encode(&LastRules { version, rules }).as_bytes()).unwrap_err()
         };
-        assert!(with(2, vec![]).contains("version 2"));
-        assert!(with(1, vec![rule.clone(); MAX_CHANNELS + 1]).contains("256 rules"));
+        assert!(matches!(with(2, vec![]), LastRulesError::Version(2)));
+        let too_many = with(1, vec![rule.clone(); MAX_CHANNELS + 1]);
+        assert!(too_many.to_string().contains("256 rules"), "{too_many}");
         for (rate, burst) in [(0, 1), (MAX_RATE + 1, 1), (1, 0)] {
             let bad = ChannelSpec {
                 rate,
                 burst,
                 ..rule.clone()
             };
-            assert!(with(1, vec![bad]).contains("out of range"));
+            assert!(
+                matches!(with(1, vec![bad.clone()]), LastRulesError::OutOfRange(b) if b == bad)
+            );
         }
         let big = vec![b' '; MAX_LAST_RULES_BYTES + 1];
-        assert!(LastRules::decode(&big).unwrap_err().contains("exceeds"));
-        assert!(LastRules::decode(b"\xff").unwrap_err().contains("UTF-8"));
+        assert!(matches!(
+            LastRules::decode(&big),
+            Err(LastRulesError::TooLong(n)) if n == big.len()
+        ));
+        assert!(matches!(
+            LastRules::decode(b"\xff"),
+            Err(LastRulesError::NotUtf8)
+        ));
         assert!(LastRules::decode(b"{\"version\":1}")
             .unwrap_err()
+            .to_string()
             .contains("rules"));
     }
 
@@ -287,14 +320,18 @@ mod tests {
     fn bad_lines_are_errors() {
         assert!(decode::<ControlMessage>("{\"type\":\"set_rules\"}")
             .unwrap_err()
+            .to_string()
             .contains("seq"));
         assert!(decode::<ControlMessage>("not json").is_err());
         assert!(decode::<ControlMessage>("{\"type\":\"nuke\"}")
             .unwrap_err()
+            .to_string()
             .contains("nuke"));
         // Errors never echo more than a short prefix of the input.
         let tag = "y".repeat(100_000);
-        let error = decode::<StageMessage>(&format!("{{\"type\":\"{tag}\"}}")).unwrap_err();
+        let error = decode::<StageMessage>(&format!("{{\"type\":\"{tag}\"}}"))
+            .unwrap_err()
+            .to_string();
         assert!(error.len() < MAX_ECHO_CHARS + 100, "{} bytes", error.len());
         // Non-finite, negative or out-of-range numbers are not numbers the protocol has.
         for bad in [
@@ -309,8 +346,9 @@ mod tests {
             assert!(decode::<StageMessage>(&line).is_err(), "{bad} accepted");
         }
         let huge = format!("\"{}\"", "x".repeat(MAX_MESSAGE_BYTES));
-        assert!(decode::<ControlMessage>(&huge)
-            .unwrap_err()
-            .contains("exceeds"));
+        assert!(matches!(
+            decode::<ControlMessage>(&huge),
+            Err(DecodeError::TooLong(n)) if n == huge.len()
+        ));
     }
 }

@@ -189,22 +189,39 @@ const TABLE_HEADING: &str = "padll statistics:";
 
 /// Parses a JSON-lines statistics file; errors name the line, or say that the text is
 /// the table format (what a statistics file whose name does not end in `.json` gets).
-pub fn parse(text: &str) -> Result<Vec<Report>, String> {
+pub fn parse(text: &str) -> Result<Vec<Report>, ReportError> {
     text.lines()
         .enumerate()
         .filter(|(_, line)| !line.trim().is_empty())
         .map(|(i, line)| {
             if line.starts_with(TABLE_HEADING) {
-                return Err(format!(
-                    "holds statistics in the table format (line {}), not JSON lines: \
-                     only a statistics file whose name ends in .json is written as JSON \
-                     (e.g. --stats job.json)",
-                    i + 1
-                ));
+                return Err(ReportError::TableFormat { line: i + 1 });
             }
-            serde_json::from_str(line).map_err(|e| format!("line {}: {e}", i + 1))
+            serde_json::from_str(line).map_err(|error| ReportError::Json {
+                line: i + 1,
+                error: error.to_string(),
+            })
         })
         .collect()
+}
+
+/// A statistics file [`parse`] refused, naming the line (1-based).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReportError {
+    /// The table format where JSON lines were expected.
+    #[error("holds statistics in the table format (line {line}), not JSON lines: only a statistics file whose name ends in .json is written as JSON (e.g. --stats job.json)")]
+    TableFormat {
+        /// The table's heading line.
+        line: usize,
+    },
+    /// A line that is no report (serde's reason).
+    #[error("line {line}: {error}")]
+    Json {
+        /// The line.
+        line: usize,
+        /// Why.
+        error: String,
+    },
 }
 
 #[cfg(test)]
@@ -235,8 +252,12 @@ mod tests {
         assert_eq!(total(&parsed)[0].calls, 6);
         let text = table(&parsed);
         assert!(text.contains("job 7") && text.contains("open"), "{text}");
-        assert!(parse("{bad").unwrap_err().contains("line 1"));
+        let bad = parse("\n{bad").unwrap_err();
+        assert!(matches!(bad, ReportError::Json { line: 2, .. }), "{bad:?}");
+        assert!(bad.to_string().starts_with("line 2: "), "{bad}");
         let err = parse(&text).unwrap_err();
+        assert_eq!(err, ReportError::TableFormat { line: 1 });
+        let err = err.to_string();
         assert!(
             err.contains("table format") && err.contains(".json"),
             "{err}"

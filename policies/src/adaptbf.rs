@@ -517,12 +517,12 @@ impl Policy for Adaptbf {
         serde_json::to_value(&self.state).unwrap_or(serde_json::Value::Null)
     }
 
-    fn load_state(&mut self, state: &serde_json::Value) -> Result<(), String> {
+    fn load_state(&mut self, state: &serde_json::Value) -> Result<(), crate::StateError> {
         if state.is_null() {
             self.state = AdaptbfState::default();
             return Ok(());
         }
-        self.state = serde_json::from_value(state.clone()).map_err(|e| format!("state: {e}"))?;
+        self.state = serde_json::from_value(state.clone())?;
         Ok(())
     }
 

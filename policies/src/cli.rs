@@ -170,22 +170,37 @@ pub const SIM_POLICIES: [&str; 7] = [
 
 /// Parse `--max-rate`: a plain non-negative number, or a rate in the syntax the
 /// controller's TOML accepts (`110k`, `5000/s`, `20GiB/s`; `padll_wire::config::parse_rate`).
-pub fn parse_max_rate(text: &str) -> Result<f64, String> {
+pub fn parse_max_rate(text: &str) -> Result<f64, MaxRateError> {
     let t = text.trim();
     if let Ok(v) = t.parse::<f64>() {
         return if v.is_finite() && v >= 0.0 {
             Ok(v)
         } else {
-            Err(format!(
-                "bad --max-rate `{text}` (expected a non-negative number)"
-            ))
+            Err(MaxRateError::NotNonNegative(text.to_string()))
         };
     }
     padll_wire::config::parse_rate(t)
         .map(|r| r.per_second() as f64)
-        .map_err(|e| {
-            format!("bad --max-rate `{text}` (expected a number or a rate such as 110k): {e}")
+        .map_err(|error| MaxRateError::NotARate {
+            text: text.to_string(),
+            error,
         })
+}
+
+/// A `--max-rate` [`parse_max_rate`] refused.
+#[derive(Debug, thiserror::Error)]
+pub enum MaxRateError {
+    /// A number, but negative or not finite (the text).
+    #[error("bad --max-rate `{0}` (expected a non-negative number)")]
+    NotNonNegative(String),
+    /// Neither a number nor a rate.
+    #[error("bad --max-rate `{text}` (expected a number or a rate such as 110k): {error}")]
+    NotARate {
+        /// As given.
+        text: String,
+        /// Why it is no rate.
+        error: padll_wire::config::RateError,
+    },
 }
 
 /// A CLI failure: one line naming the bad value, and its kind, which alone decides the
@@ -211,12 +226,14 @@ impl FailureKind {
     }
 }
 
-fn usage(message: impl Into<String>) -> Failure {
-    Failure::new(FailureKind::Usage, message)
+/// Bad usage: `error` (a message or a typed error) is the one line shown.
+fn usage(error: impl std::fmt::Display) -> Failure {
+    Failure::new(FailureKind::Usage, error.to_string())
 }
 
-fn io(message: impl Into<String>) -> Failure {
-    Failure::new(FailureKind::Io, message)
+/// Reading or writing failed: `error` is the one line shown.
+fn io(error: impl std::fmt::Display) -> Failure {
+    Failure::new(FailureKind::Io, error.to_string())
 }
 
 /// Parse `args` (including the program name) and run; returns the exit code. Errors go
@@ -279,7 +296,7 @@ fn allocate(a: &AllocateArgs, input: &mut dyn Read, out: &mut dyn Write) -> Resu
         a.interval,
         "seconds > 0",
     )?;
-    let mut policy = build(&a.policy).map_err(|e| usage(e.0))?;
+    let mut policy = build(&a.policy).map_err(usage)?;
     policy.set_interval(a.interval);
     let mut text = String::new();
     input
@@ -313,8 +330,8 @@ fn allocate(a: &AllocateArgs, input: &mut dyn Read, out: &mut dyn Write) -> Resu
             result[k] = v;
         }
     }
-    let text = serde_json::to_string_pretty(&result).map_err(|e| io(e.to_string()))?;
-    writeln!(out, "{text}").map_err(|e| io(e.to_string()))
+    let text = serde_json::to_string_pretty(&result).map_err(io)?;
+    writeln!(out, "{text}").map_err(io)
 }
 
 fn make_trace(a: &TraceArgs, out: &mut dyn Write) -> Result<(), Failure> {
@@ -354,7 +371,7 @@ fn make_trace(a: &TraceArgs, out: &mut dyn Write) -> Result<(), Failure> {
                 .map_err(|e| io(format!("{}: {e}", p.display())))?;
             w.flush().map_err(|e| io(format!("{}: {e}", p.display())))
         }
-        None => trace::write(out, &traces, &comment).map_err(|e| io(e.to_string())),
+        None => trace::write(out, &traces, &comment).map_err(io),
     }
 }
 
@@ -396,7 +413,7 @@ fn simulate(a: &SimulateArgs, out: &mut dyn Write) -> Result<(), Failure> {
         }
     }
     for s in &specs {
-        build(s).map_err(|e| usage(e.0))?;
+        build(s).map_err(usage)?;
     }
     check(
         a.step > 0.0 && a.step <= 0.1 + 1e-12,
@@ -458,7 +475,7 @@ fn simulate(a: &SimulateArgs, out: &mut dyn Write) -> Result<(), Failure> {
             sc.max_rate / 1000.0,
             table
         );
-        write!(out, "{section}").map_err(|e| io(e.to_string()))?;
+        write!(out, "{section}").map_err(io)?;
         report.push_str(&section);
         if let Some(dir) = &a.out {
             let d = dir.join(format!("scenario-{n}"));
@@ -528,8 +545,8 @@ fn place(a: &PlaceArgs, input: &mut dyn Read, out: &mut dyn Write) -> Result<(),
         "cost": d.cost,
         "state": state,
     });
-    let text = serde_json::to_string_pretty(&result).map_err(|e| io(e.to_string()))?;
-    writeln!(out, "{text}").map_err(|e| io(e.to_string()))
+    let text = serde_json::to_string_pretty(&result).map_err(io)?;
+    writeln!(out, "{text}").map_err(io)
 }
 
 fn place_sim(a: &PlaceSimArgs, out: &mut dyn Write) -> Result<(), Failure> {
@@ -550,7 +567,7 @@ fn place_sim(a: &PlaceSimArgs, out: &mut dyn Write) -> Result<(), Failure> {
     )?;
     let f = placement::sim::figures(a.seed, a.hours, &a.osts, a.scale_hours);
     let md = placement::sim::markdown(&f);
-    write!(out, "{md}").map_err(|e| io(e.to_string()))?;
+    write!(out, "{md}").map_err(io)?;
     let Some(dir) = &a.out else { return Ok(()) };
     fs::create_dir_all(dir).map_err(|e| io(format!("{}: {e}", dir.display())))?;
     write_file(&dir.join("summary.md"), &md)?;

@@ -43,7 +43,7 @@ mod util;
 
 use serde::{Deserialize, Serialize};
 
-pub use registry::{build, policy_names, BuildError};
+pub use registry::{build, policy_names, SpecError, SpecErrorKind};
 
 /// Identifier of a job (e.g. the Slurm job id). Numeric so that a cycle over
 /// 100 000 jobs does not hash strings.
@@ -145,18 +145,20 @@ impl JobSnapshot {
     /// The policies themselves treat a bad number as 0 (they never propagate NaN or a
     /// negative rate); input boundaries such as `policies allocate` reject it instead,
     /// since a negative demand is a mistake, not a request for nothing.
-    pub fn validate(&self) -> Result<(), String> {
-        let bad = |field: &str, v: f64, expected: &str| {
-            Err(format!(
-                "job {}: bad {field} {v} (expected {expected})",
-                self.id
-            ))
+    pub fn validate(&self) -> Result<(), JobError> {
+        let bad = |field: String, value: f64, expected| {
+            Err(JobError {
+                job: self.id,
+                field,
+                value,
+                expected,
+            })
         };
         let rate = |field: &str, v: f64| {
             if v.is_finite() && v >= 0.0 {
                 Ok(())
             } else {
-                bad(field, v, "a finite number ≥ 0")
+                bad(field.to_string(), v, "a finite number ≥ 0")
             }
         };
         rate("demand", self.demand)?;
@@ -169,7 +171,7 @@ impl JobSnapshot {
         }
         rate("data_demand", self.data_demand)?;
         if !(self.priority.is_finite() && self.priority > 0.0) {
-            return bad("priority", self.priority, "a finite number > 0");
+            return bad("priority".into(), self.priority, "a finite number > 0");
         }
         for (k, o) in self.options.iter().enumerate() {
             rate(&format!("options[{k}].rate"), o.rate)?;
@@ -177,6 +179,31 @@ impl JobSnapshot {
         }
         Ok(())
     }
+}
+
+/// A job's number that [`JobSnapshot::validate`] refused.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("job {job}: bad {field} {value} (expected {expected})")]
+pub struct JobError {
+    /// The job.
+    pub job: JobId,
+    /// The field (`demand`, `options[2].rate`).
+    pub field: String,
+    /// Its value.
+    pub value: f64,
+    /// What it must be.
+    pub expected: &'static str,
+}
+
+/// A state [`Policy::load_state`] refused.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// A state given to a policy that keeps none (its name).
+    #[error("policy {0} keeps no state")]
+    Stateless(String),
+    /// Not the policy's state.
+    #[error("state: {0}")]
+    Malformed(#[from] serde_json::Error),
 }
 
 /// A control algorithm: one call per control cycle.
@@ -205,11 +232,11 @@ pub trait Policy: Send {
     }
 
     /// Restore a state produced by [`Policy::state`] (a `null` state resets it).
-    fn load_state(&mut self, state: &serde_json::Value) -> Result<(), String> {
+    fn load_state(&mut self, state: &serde_json::Value) -> Result<(), StateError> {
         if state.is_null() {
             Ok(())
         } else {
-            Err(format!("policy {} keeps no state", self.name()))
+            Err(StateError::Stateless(self.name()))
         }
     }
 

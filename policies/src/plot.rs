@@ -32,6 +32,26 @@ const COLORS: [RGBColor; 6] = [
     RGBColor(23, 190, 207),
 ];
 
+/// A plot that could not be drawn: the file and the drawing backend's reason (its
+/// error type differs per backend, so it is kept as its message).
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {reason}", file.display())]
+pub struct PlotError {
+    /// The PNG or SVG file.
+    pub file: std::path::PathBuf,
+    /// Why.
+    pub reason: String,
+}
+
+impl PlotError {
+    fn new(file: &Path, reason: String) -> PlotError {
+        PlotError {
+            file: file.to_path_buf(),
+            reason,
+        }
+    }
+}
+
 /// Draw `r` into `png` and `svg` (either may be `None`): one line per job (kops/s at
 /// 1-second intervals), the aggregate in grey and `Max_R` as a dashed red line.
 pub fn plot(
@@ -39,7 +59,7 @@ pub fn plot(
     r: &SimResult,
     png: Option<&Path>,
     svg: Option<&Path>,
-) -> Result<(), String> {
+) -> Result<(), PlotError> {
     let title = format!(
         "{} — {} (makespan {} min)",
         scenario.name,
@@ -64,7 +84,7 @@ pub fn plot_rates(
     max_rate: f64,
     png: Option<&Path>,
     svg: Option<&Path>,
-) -> Result<(), String> {
+) -> Result<(), PlotError> {
     register_font();
     let chart = Chart {
         title,
@@ -74,11 +94,11 @@ pub fn plot_rates(
     };
     if let Some(p) = png {
         let root = BitMapBackend::new(p, (1100, 420)).into_drawing_area();
-        draw(root, &chart).map_err(|e| format!("{}: {e}", p.display()))?;
+        draw(root, &chart).map_err(|e| PlotError::new(p, e))?;
     }
     if let Some(p) = svg {
         let root = SVGBackend::new(p, (1100, 420)).into_drawing_area();
-        draw(root, &chart).map_err(|e| format!("{}: {e}", p.display()))?;
+        draw(root, &chart).map_err(|e| PlotError::new(p, e))?;
     }
     Ok(())
 }
@@ -187,7 +207,7 @@ pub fn plot_lines(
     markers: bool,
     png: Option<&Path>,
     svg: Option<&Path>,
-) -> Result<(), String> {
+) -> Result<(), PlotError> {
     register_font();
     let lines = Lines {
         title,
@@ -199,11 +219,11 @@ pub fn plot_lines(
     };
     if let Some(p) = png {
         let root = BitMapBackend::new(p, (900, 420)).into_drawing_area();
-        draw_lines(root, &lines).map_err(|e| format!("{}: {e}", p.display()))?;
+        draw_lines(root, &lines).map_err(|e| PlotError::new(p, e))?;
     }
     if let Some(p) = svg {
         let root = SVGBackend::new(p, (900, 420)).into_drawing_area();
-        draw_lines(root, &lines).map_err(|e| format!("{}: {e}", p.display()))?;
+        draw_lines(root, &lines).map_err(|e| PlotError::new(p, e))?;
     }
     Ok(())
 }

@@ -24,21 +24,68 @@ use crate::drf::Drf;
 use crate::mckp::{Mckp, UnitBaseline};
 use crate::sharing::{PSharing, Psfa};
 use crate::statics::{Baseline, Priority, Uniform};
-use crate::themis::{parse_levels, Themis};
+use crate::themis::{parse_levels, LevelsError, Themis};
 use crate::util::parse_param;
 use crate::Policy;
 
-/// Why a policy spec could not be built. The message names the offending value.
+/// A policy or placer spec refused: what it was for, the spec as given and what is
+/// wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BuildError(pub String);
+pub struct SpecError {
+    /// `policy` or `placer`.
+    pub what: &'static str,
+    /// The spec, trimmed.
+    pub spec: String,
+    /// What is wrong.
+    pub kind: SpecErrorKind,
+    /// The names accepted, listed when the name is unknown.
+    pub known: &'static [&'static str],
+}
 
-impl fmt::Display for BuildError {
+/// What is wrong with a policy or placer spec.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecErrorKind {
+    /// No policy or placer of that name.
+    #[error("unknown name")]
+    Unknown,
+    /// Parameters given where none are taken (kept).
+    #[error("takes no parameters (got `{0}`)")]
+    NoParameters(String),
+    /// A parameter out of its range or of the wrong type.
+    #[error("bad {what} `{value}` ({expected})")]
+    BadParameter {
+        /// Which parameter.
+        what: &'static str,
+        /// As given.
+        value: String,
+        /// What it must be.
+        expected: String,
+    },
+    /// A required parameter missing (what it is, with an example).
+    #[error("needs {0}")]
+    Missing(&'static str),
+    /// Bad fairness levels (`themis:…`).
+    #[error(transparent)]
+    Levels(#[from] LevelsError),
+}
+
+impl fmt::Display for SpecError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        let (what, spec) = (self.what, &self.spec);
+        match &self.kind {
+            SpecErrorKind::Unknown => {
+                write!(
+                    f,
+                    "unknown {what} `{spec}` (known: {})",
+                    self.known.join(", ")
+                )
+            }
+            kind => write!(f, "{what} `{spec}`: {kind}"),
+        }
     }
 }
 
-impl std::error::Error for BuildError {}
+impl std::error::Error for SpecError {}
 
 /// Every policy name [`build`] accepts (without parameters).
 pub fn policy_names() -> &'static [&'static str] {
@@ -63,40 +110,45 @@ pub fn policy_names() -> &'static [&'static str] {
 }
 
 /// Build a policy from its spec (see the module docs for the grammar).
-pub fn build(spec: &str) -> Result<Box<dyn Policy>, BuildError> {
+pub fn build(spec: &str) -> Result<Box<dyn Policy>, SpecError> {
     let spec = spec.trim();
     let (name, params) = match spec.split_once(':') {
         Some((n, p)) => (n.trim(), Some(p.trim())),
         None => (spec, None),
     };
-    let err = |m: String| BuildError(m);
-    let num = |what: &str| -> Result<Option<f64>, BuildError> {
-        params
-            .map(|p| parse_param(spec, what, p))
-            .transpose()
-            .map_err(err)
+    let err = |kind| SpecError {
+        what: "policy",
+        spec: spec.to_string(),
+        kind,
+        known: policy_names(),
     };
-    let int = |what: &str, v: &str| -> Result<u32, BuildError> {
+    let bad = |what, value: &dyn fmt::Display, expected| {
+        err(SpecErrorKind::BadParameter {
+            what,
+            value: value.to_string(),
+            expected: String::from(expected),
+        })
+    };
+    let num = |what| -> Result<Option<f64>, SpecError> {
+        params
+            .map(|p| parse_param(p).ok_or_else(|| bad(what, &p, "expected a non-negative number")))
+            .transpose()
+    };
+    let int = |what, v: &str| -> Result<u32, SpecError> {
         v.trim()
             .parse::<u32>()
             .ok()
             .filter(|&x| x > 0)
-            .ok_or_else(|| {
-                err(format!(
-                    "policy `{spec}`: bad {what} `{v}` (expected a positive integer)"
-                ))
-            })
+            .ok_or_else(|| bad(what, &v, "expected a positive integer"))
     };
-    let no_params = || -> Result<(), BuildError> {
+    let no_params = || -> Result<(), SpecError> {
         match params {
             None => Ok(()),
-            Some(p) => Err(err(format!(
-                "policy `{name}` takes no parameters (got `{p}`)"
-            ))),
+            Some(p) => Err(err(SpecErrorKind::NoParameters(p.to_string()))),
         }
     };
-    let themis = |levels: &str| -> Result<Box<dyn Policy>, BuildError> {
-        let l = parse_levels(levels).map_err(|m| err(format!("policy `{spec}`: {m}")))?;
+    let themis = |levels: &str| -> Result<Box<dyn Policy>, SpecError> {
+        let l = parse_levels(levels).map_err(|e| err(e.into()))?;
         Ok(Box::new(Themis::new(l, spec)))
     };
     Ok(match name {
@@ -118,26 +170,20 @@ pub fn build(spec: &str) -> Result<Box<dyn Policy>, BuildError> {
             None => Box::new(PSharing::default()),
             Some("weighted") => Box::new(PSharing::weighted()),
             Some(p) => {
-                return Err(err(format!(
-                "policy `{spec}`: bad variant `{p}` (expected `psharing` or `psharing:weighted`)"
-            )))
+                return Err(bad(
+                    "variant",
+                    &p,
+                    "expected `psharing` or `psharing:weighted`",
+                ))
             }
         },
         "psfa" => match num("epsilon")? {
-            Some(e) if e > 1.0 => {
-                return Err(err(format!(
-                    "policy `{spec}`: bad epsilon `{e}` (must be in [0, 1])"
-                )))
-            }
+            Some(e) if e > 1.0 => return Err(bad("epsilon", &e, "must be in [0, 1]")),
             Some(e) => Box::new(Psfa::new(e)),
             None => Box::new(Psfa::default()),
         },
         "adaptbf" => match num("interval")? {
-            Some(i) if i <= 0.0 => {
-                return Err(err(format!(
-                    "policy `{spec}`: bad interval `{i}` (must be > 0 seconds)"
-                )))
-            }
+            Some(i) if i <= 0.0 => return Err(bad("interval", &i, "must be > 0 seconds")),
             Some(i) => Box::new(Adaptbf::new(i)),
             None => Box::new(Adaptbf::default()),
         },
@@ -148,9 +194,9 @@ pub fn build(spec: &str) -> Result<Box<dyn Policy>, BuildError> {
         "themis" => match params {
             Some(p) => themis(p)?,
             None => {
-                return Err(err(
-                    "policy `themis` needs levels, e.g. `themis:group,user,size`".into(),
-                ))
+                return Err(err(SpecErrorKind::Missing(
+                    "levels, e.g. `themis:group,user,size`",
+                )))
             }
         },
         "drf" => Box::new(Drf::new(num("max data rate")?.unwrap_or(f64::INFINITY))),
@@ -162,10 +208,9 @@ pub fn build(spec: &str) -> Result<Box<dyn Policy>, BuildError> {
         )),
         "mckp-static" => {
             let p = params.ok_or_else(|| {
-                err(
-                    "policy `mckp-static` needs the machine's node count, e.g. `mckp-static:384`"
-                        .into(),
-                )
+                err(SpecErrorKind::Missing(
+                    "the machine's node count, e.g. `mckp-static:384`",
+                ))
             })?;
             let (c, f) = match p.split_once(',') {
                 Some((c, f)) => (int("node count", c)?, int("unit count", f)?),
@@ -179,11 +224,6 @@ pub fn build(spec: &str) -> Result<Box<dyn Policy>, BuildError> {
                 .transpose()?
                 .unwrap_or(100),
         )),
-        other => {
-            return Err(err(format!(
-                "unknown policy `{other}` (known: {})",
-                policy_names().join(", ")
-            )))
-        }
+        _ => return Err(err(SpecErrorKind::Unknown)),
     })
 }

@@ -81,34 +81,43 @@ impl Level {
     }
 }
 
+/// Fairness levels [`parse_levels`] refused, naming the level.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LevelsError {
+    /// No such level (the text).
+    #[error("unknown fairness level `{0}` (expected group, user, job, size or priority)")]
+    Unknown(String),
+    /// A level that splits among jobs, followed by another.
+    #[error("fairness level `{0}` must be the last one (it splits among jobs)")]
+    NotLast(&'static str),
+    /// A level named twice.
+    #[error("fairness level `{0}` appears twice")]
+    Twice(&'static str),
+    /// No level at all.
+    #[error("empty fairness policy")]
+    Empty,
+}
+
 /// Parse a composite policy (`"group,user,size"`). Entity levels (`group`, `user`) may
 /// appear in any order; at most one job level (`job`, `size`, `priority`) and only
 /// last. A list that ends with an entity level splits each entity's share evenly
 /// among its jobs.
-pub fn parse_levels(spec: &str) -> Result<Vec<Level>, String> {
+pub fn parse_levels(spec: &str) -> Result<Vec<Level>, LevelsError> {
     let mut levels = Vec::new();
     for part in spec.split(',') {
-        let l = Level::parse(part).ok_or_else(|| {
-            format!(
-                "unknown fairness level `{}` (expected group, user, job, size or priority)",
-                part.trim()
-            )
-        })?;
+        let l = Level::parse(part).ok_or_else(|| LevelsError::Unknown(part.trim().to_string()))?;
         if let Some(last) = levels.last() {
             if Level::key(*last, &JobSnapshot::new(0, 0.0, 0.0)).is_none() {
-                return Err(format!(
-                    "fairness level `{}` must be the last one (it splits among jobs)",
-                    last.name()
-                ));
+                return Err(LevelsError::NotLast(last.name()));
             }
             if levels.contains(&l) {
-                return Err(format!("fairness level `{}` appears twice", l.name()));
+                return Err(LevelsError::Twice(l.name()));
             }
         }
         levels.push(l);
     }
     if levels.is_empty() {
-        return Err("empty fairness policy".into());
+        return Err(LevelsError::Empty);
     }
     Ok(levels)
 }

@@ -207,12 +207,59 @@ pub fn write(
     out.write_all(s.as_bytes())
 }
 
+/// A trace [`read`] refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TraceError {
+    /// A bad line (1-based) and what is wrong with it.
+    #[error("line {line}: {kind}")]
+    Line {
+        /// Its number.
+        line: usize,
+        /// What is wrong.
+        kind: TraceErrorKind,
+    },
+    /// No header line at all.
+    #[error("empty trace: no header line")]
+    Empty,
+}
+
+/// What is wrong with a line of a trace.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TraceErrorKind {
+    /// It could not be read (the reason).
+    #[error("{0}")]
+    Io(String),
+    /// The first line is no header.
+    #[error("expected the header `second,job,{}`", OP_TYPES.join(","))]
+    Header,
+    /// Not as many fields as the header.
+    #[error("{fields} fields, the header has {header}")]
+    FieldCount {
+        /// Fields on the line.
+        fields: usize,
+        /// Columns of the header.
+        header: usize,
+    },
+    /// A field that is no count.
+    #[error("bad {column} `{value}`")]
+    BadField {
+        /// Its column.
+        column: String,
+        /// As given.
+        value: String,
+    },
+    /// Job `0` (jobs are numbered from 1).
+    #[error("bad job `0` (jobs are numbered from 1)")]
+    JobZero,
+}
+
 /// Read a `padll-trace v1` file. Errors name the line and the bad field.
-pub fn read(input: impl BufRead) -> Result<Vec<JobTrace>, String> {
+pub fn read(input: impl BufRead) -> Result<Vec<JobTrace>, TraceError> {
     let mut traces: Vec<JobTrace> = Vec::new();
     let mut columns: Option<Vec<String>> = None;
     for (n, line) in input.lines().enumerate() {
-        let line = line.map_err(|e| format!("line {}: {e}", n + 1))?;
+        let at = |kind| TraceError::Line { line: n + 1, kind };
+        let line = line.map_err(|e| at(TraceErrorKind::Io(e.to_string())))?;
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
@@ -220,35 +267,29 @@ pub fn read(input: impl BufRead) -> Result<Vec<JobTrace>, String> {
         let fields: Vec<&str> = line.split(',').map(str::trim).collect();
         let Some(cols) = &columns else {
             if fields.len() < 2 || fields[0] != "second" || fields[1] != "job" {
-                return Err(format!(
-                    "line {}: expected the header `second,job,{}`",
-                    n + 1,
-                    OP_TYPES.join(",")
-                ));
+                return Err(at(TraceErrorKind::Header));
             }
             columns = Some(fields.iter().map(|s| s.to_string()).collect());
             continue;
         };
         if fields.len() != cols.len() {
-            return Err(format!(
-                "line {}: {} fields, the header has {}",
-                n + 1,
-                fields.len(),
-                cols.len()
-            ));
+            return Err(at(TraceErrorKind::FieldCount {
+                fields: fields.len(),
+                header: cols.len(),
+            }));
         }
-        let num = |i: usize| -> Result<u64, String> {
-            fields[i]
-                .parse::<u64>()
-                .map_err(|_| format!("line {}: bad {} `{}`", n + 1, cols[i], fields[i]))
+        let num = |i: usize| -> Result<u64, TraceError> {
+            fields[i].parse::<u64>().map_err(|_| {
+                at(TraceErrorKind::BadField {
+                    column: cols[i].clone(),
+                    value: fields[i].to_string(),
+                })
+            })
         };
         let sec = num(0)? as usize;
         let job = num(1)? as usize;
         if job == 0 {
-            return Err(format!(
-                "line {}: bad job `0` (jobs are numbered from 1)",
-                n + 1
-            ));
+            return Err(at(TraceErrorKind::JobZero));
         }
         if traces.len() < job {
             traces.resize_with(job, JobTrace::default);
@@ -264,7 +305,7 @@ pub fn read(input: impl BufRead) -> Result<Vec<JobTrace>, String> {
         }
     }
     if columns.is_none() {
-        return Err("empty trace: no header line".into());
+        return Err(TraceError::Empty);
     }
     Ok(traces)
 }

@@ -108,12 +108,12 @@ pub(crate) fn cap_total(cap: f64, out: &mut [f64]) {
     }
 }
 
-/// Parse one `f64` parameter of a policy spec (`"psfa:0.5"`), naming it on error.
-pub(crate) fn parse_param(spec: &str, what: &str, value: &str) -> Result<f64, String> {
-    match value.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
-        _ => Err(format!(
-            "policy `{spec}`: bad {what} `{value}` (expected a non-negative number)"
-        )),
-    }
+/// One `f64` parameter of a policy spec (`"psfa:0.5"`): a finite number `≥ 0`, or
+/// `None` (the caller names the parameter).
+pub(crate) fn parse_param(value: &str) -> Option<f64> {
+    value
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v >= 0.0)
 }

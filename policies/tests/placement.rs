@@ -6,8 +6,8 @@ use policies::placement::markov;
 use policies::placement::mcmf::Network;
 use policies::placement::sim::{self, PlaceScenario};
 use policies::placement::{
-    assignment_cost, place, round_robin_order, solve_network, History, Oss, PlaceInput, Placer,
-    PlacerState, Request, Target, Weights,
+    assignment_cost, place, round_robin_order, solve_network, History, Oss, PlaceError, PlaceInput,
+    Placer, PlacerState, Request, Target, Weights,
 };
 use proptest::prelude::*;
 
@@ -332,7 +332,22 @@ fn infeasible_network_drops_predicted_requests_one_at_a_time() {
         &mut PlacerState::default(),
     )
     .unwrap_err();
-    assert!(e.starts_with("request 1: cannot place 5 stripes"), "{e}");
+    assert!(
+        matches!(
+            e,
+            PlaceError::TooFewTargets {
+                request: 1,
+                stripes: 5,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string()
+            .starts_with("request 1: cannot place 5 stripes"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -411,6 +426,47 @@ fn placer_specs() {
     for bad in ["mcmf:9", "mcmf:x", "random:-1", "round-robin:2", "lottery"] {
         assert!(Placer::parse(bad).is_err(), "{bad}");
     }
+}
+
+#[test]
+fn bad_specs_keep_the_spec_and_say_what_is_wrong() {
+    use policies::SpecErrorKind;
+    let e = Placer::parse(" round-robin:2 ").unwrap_err();
+    assert_eq!(
+        (e.what, e.spec.as_str(), &e.kind),
+        (
+            "placer",
+            "round-robin:2",
+            &SpecErrorKind::NoParameters("2".into())
+        )
+    );
+    assert_eq!(
+        e.to_string(),
+        "placer `round-robin:2`: takes no parameters (got `2`)"
+    );
+    let e = Placer::parse("lottery").unwrap_err();
+    assert_eq!(e.kind, SpecErrorKind::Unknown);
+    assert!(
+        e.to_string()
+            .starts_with("unknown placer `lottery` (known: mcmf,"),
+        "{e}"
+    );
+    let e = policies::build("psfa:2").err().unwrap();
+    assert_eq!((e.what, e.spec.as_str()), ("policy", "psfa:2"));
+    assert!(
+        matches!(&e.kind, SpecErrorKind::BadParameter { what: "epsilon", value, .. } if value == "2"),
+        "{e:?}"
+    );
+    assert_eq!(
+        e.to_string(),
+        "policy `psfa:2`: bad epsilon `2` (must be in [0, 1])"
+    );
+    let e = policies::build("themis:user,user").err().unwrap();
+    assert!(matches!(e.kind, SpecErrorKind::Levels(_)), "{e:?}");
+    assert_eq!(
+        e.to_string(),
+        "policy `themis:user,user`: fairness level `user` appears twice"
+    );
 }
 
 // ---------- Markov chain (§III-B, Table II) ----------

@@ -140,17 +140,33 @@ fn trace_file_round_trip() {
 
 #[test]
 fn trace_reader_names_bad_fields() {
-    let e = trace::read(&b"second,job,open\n0,1,x\n"[..]).unwrap_err();
+    use trace::{TraceError, TraceErrorKind};
+    let at = |line, kind| Err(TraceError::Line { line, kind });
+    let bad_field = trace::read(&b"second,job,open\n0,1,x\n"[..]);
+    let expected = TraceErrorKind::BadField {
+        column: "open".into(),
+        value: "x".into(),
+    };
+    assert_eq!(bad_field, at(2, expected));
+    let e = bad_field.unwrap_err().to_string();
     assert!(
         e.contains("line 2") && e.contains("open") && e.contains("`x`"),
         "{e}"
     );
-    let e = trace::read(&b"sec,job\n"[..]).unwrap_err();
-    assert!(e.contains("header"), "{e}");
-    let e = trace::read(&b"second,job,open\n0,0,1\n"[..]).unwrap_err();
-    assert!(e.contains("job `0`"), "{e}");
-    let e = trace::read(&b"second,job,open\n0,1\n"[..]).unwrap_err();
-    assert!(e.contains("fields"), "{e}");
+    let header = trace::read(&b"sec,job\n"[..]);
+    assert_eq!(header, at(1, TraceErrorKind::Header));
+    assert!(header.unwrap_err().to_string().contains("header"));
+    let job_zero = trace::read(&b"second,job,open\n0,0,1\n"[..]);
+    assert_eq!(job_zero, at(2, TraceErrorKind::JobZero));
+    assert!(job_zero.unwrap_err().to_string().contains("job `0`"));
+    let fields = trace::read(&b"second,job,open\n0,1\n"[..]);
+    let expected = TraceErrorKind::FieldCount {
+        fields: 2,
+        header: 3,
+    };
+    assert_eq!(fields, at(2, expected));
+    assert!(fields.unwrap_err().to_string().contains("fields"));
+    assert_eq!(trace::read(&b"# nothing\n"[..]), Err(TraceError::Empty));
 }
 
 #[test]

@@ -2,26 +2,28 @@
 //! job's priority, demand or static limit.
 
 use super::{Controller, State};
-use crate::config::{rate_of, Resource};
+use crate::config::{rate_of, RateOfError, Resource, ResourceError, ResourceRate};
 use crate::policy::PolicyRunner;
 use serde::Serialize;
 
 impl Controller {
     /// Applies an administrative change (checked first; nothing changes on error). A
-    /// standby refuses it; a leader records it for the next one (`crate::standby`).
+    /// standby refuses it; a leader records it for the next one (`crate::standby`,
+    /// whose errors are still lines of text).
     pub fn change(&self, change: Change) -> Result<String, String> {
-        self.leadership
-            .record(&change, || self.apply(&change, true))
+        self.leadership.record(&change, || {
+            self.apply(&change, true).map_err(|e| e.to_string())
+        })
     }
 
     /// Applies a change an earlier leader made (`crate::standby::persist`): as
     /// [`Controller::change`], but a job need not be known yet (its stages have not
     /// re-registered with this controller).
     pub fn restore(&self, change: Change) -> Result<String, String> {
-        self.apply(&change, false)
+        self.apply(&change, false).map_err(|e| e.to_string())
     }
 
-    fn apply(&self, change: &Change, job_must_be_known: bool) -> Result<String, String> {
+    fn apply(&self, change: &Change, job_must_be_known: bool) -> Result<String, ChangeError> {
         let checked = change.checked()?;
         let mut state = self.lock();
         match checked {
@@ -67,9 +69,7 @@ impl Controller {
                         .values()
                         .any(|n| n.stages.values().any(|s| s.stage.job_id == job));
                 if !known {
-                    return Err(format!(
-                        "unknown job '{job}': it is neither configured nor running (add it to the configuration file to set it before it starts)"
-                    ));
+                    return Err(ChangeError::UnknownJob(job));
                 }
                 let mut settings = state.config.job(&job);
                 if let Some(p) = priority {
@@ -94,7 +94,7 @@ impl Controller {
 }
 
 /// `Ok` if the controller shares `resource`.
-fn configured(state: &State, resource: &Resource) -> Result<(), String> {
+fn configured(state: &State, resource: &Resource) -> Result<(), ChangeError> {
     if state
         .config
         .resources
@@ -103,7 +103,7 @@ fn configured(state: &State, resource: &Resource) -> Result<(), String> {
     {
         Ok(())
     } else {
-        Err(format!("'{resource}' is not a configured resource"))
+        Err(ChangeError::NotConfigured(resource.clone()))
     }
 }
 
@@ -116,14 +116,47 @@ enum Checked {
     },
     MaxRate {
         resource: Resource,
-        rate: f64,
+        rate: ResourceRate,
     },
     Job {
         job: String,
         priority: Option<f64>,
         /// The resource with a new demand and a new static limit (`Some(None)`: lifted).
-        terms: Option<(Resource, Option<f64>, Option<Option<f64>>)>,
+        terms: Option<(Resource, Option<ResourceRate>, Option<Option<ResourceRate>>)>,
     },
+}
+
+/// A change refused: one line naming the bad value.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeError {
+    /// A resource name that is no `MOUNT:CLASS`.
+    #[error(transparent)]
+    BadResource(#[from] ResourceError),
+    /// A policy name that builds no policy.
+    #[error(transparent)]
+    BadPolicy(#[from] policies::SpecError),
+    /// A rate that is no rate, or of the wrong unit for its resource.
+    #[error(transparent)]
+    BadRate(#[from] RateOfError),
+    /// `set-job` with nothing to change (the job id).
+    #[error("set-job {0}: nothing to change: give --priority P, or --resource R with --demand D or --limit L|none")]
+    NothingToChange(String),
+    /// A priority that is not a positive number.
+    #[error("--priority {0} must be positive")]
+    BadPriority(f64),
+    /// `--resource` without `--demand` or `--limit`.
+    #[error("--resource {0} needs --demand or --limit (what to change on it)")]
+    NoTerms(Resource),
+    /// `--demand` or `--limit` without `--resource`.
+    #[error("--resource is needed with --demand or --limit")]
+    NoResource,
+    /// A resource the controller does not share.
+    #[error("'{0}' is not a configured resource")]
+    NotConfigured(Resource),
+    /// A job neither configured nor running (a typo must not configure a job that
+    /// will never run).
+    #[error("unknown job '{0}': it is neither configured nor running (add it to the configuration file to set it before it starts)")]
+    UnknownJob(String),
 }
 
 impl Change {
@@ -131,11 +164,11 @@ impl Change {
     /// their units, the priority), naming the bad one. What only the running controller
     /// can judge — whether it shares the resource, whether the job exists — is checked
     /// when [`Controller::change`] applies it. `cheferd ctl` checks before it sends.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), ChangeError> {
         self.checked().map(|_| ())
     }
 
-    fn checked(&self) -> Result<Checked, String> {
+    fn checked(&self) -> Result<Checked, ChangeError> {
         Ok(match self {
             Change::Policy { resource, policy } => Checked::Policy {
                 resource: Resource::parse(resource)?,
@@ -157,20 +190,15 @@ impl Change {
                 limit,
             } => {
                 if priority.is_none() && demand.is_none() && limit.is_none() {
-                    return Err(format!(
-                        "set-job {job}: nothing to change: give --priority P, or --resource R \
-                         with --demand D or --limit L|none"
-                    ));
+                    return Err(ChangeError::NothingToChange(job.clone()));
                 }
                 if let Some(p) = priority.filter(|p| !(*p > 0.0 && p.is_finite())) {
-                    return Err(format!("--priority {p} must be positive"));
+                    return Err(ChangeError::BadPriority(p));
                 }
                 let resource = resource.as_deref().map(Resource::parse).transpose()?;
                 let terms = match resource {
                     Some(r) if demand.is_none() && limit.is_none() => {
-                        return Err(format!(
-                            "--resource {r} needs --demand or --limit (what to change on it)"
-                        ))
+                        return Err(ChangeError::NoTerms(r))
                     }
                     Some(r) => {
                         let demand = demand.as_deref().map(|d| rate_of("--demand", d, &r));
@@ -182,7 +210,7 @@ impl Change {
                         Some((r, demand.transpose()?, limit))
                     }
                     None if demand.is_some() || limit.is_some() => {
-                        return Err("--resource is needed with --demand or --limit".into())
+                        return Err(ChangeError::NoResource)
                     }
                     None => None,
                 };

@@ -128,7 +128,7 @@ pub(super) fn provisional_rates(state: &State, stage: &proto::Stage, job: JobKey
                 .find(|s| s.job == job && s.resource == index);
             let rate = match existing {
                 Some(share) => share.assigned / (share.stages as f64 + 1.0),
-                None => r.max_rate * PROVISIONAL_SHARE,
+                None => r.max_rate.tokens() * PROVISIONAL_SHARE,
             };
             rate.round()
                 .clamp(1.0, padll_wire::channel::MAX_RATE as f64) as u64

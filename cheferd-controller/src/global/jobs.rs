@@ -82,7 +82,7 @@ impl JobIds {
         for (job, settings) in &config.jobs {
             for (resource, limit) in &settings.limit {
                 if let Some(key) = key(job, resource) {
-                    limits.insert(key, *limit);
+                    limits.insert(key, limit.tokens());
                 }
             }
         }
@@ -97,7 +97,7 @@ impl JobIds {
                 continue;
             };
             match limit {
-                Some(l) => limits.insert(key, *l),
+                Some(l) => limits.insert(key, l.tokens()),
                 None => limits.remove(&key),
             };
         }

@@ -48,14 +48,14 @@ mod snapshot;
 #[cfg(test)]
 mod tests;
 
-pub use admin::Change;
+pub use admin::{Change, ChangeError};
 pub use durable::{PolicyState, SavedJob};
 pub use registry::ORPHAN_GRACE;
-pub use service::{serve, Service};
+pub use service::{serve, ServeError, Service};
 pub use snapshot::{NodeSnapshot, Phases, ResourceSnapshot, Snapshot, StageSnapshot};
 
-use crate::config::GlobalConfig;
 use crate::config::Resource;
+use crate::config::{ConfigError, GlobalConfig};
 use crate::plan::{self, Share};
 use crate::policy::PolicyRunner;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -103,13 +103,14 @@ pub struct Controller {
 impl Controller {
     /// A controller for `config` (its policies are built here; names were validated
     /// when the configuration was parsed).
-    pub fn new(config: GlobalConfig) -> Result<Arc<Controller>, String> {
+    pub fn new(config: GlobalConfig) -> Result<Arc<Controller>, ConfigError> {
         let mut policies = HashMap::new();
         for r in &config.resources {
-            policies.insert(
-                r.resource.clone(),
-                PolicyRunner::new(&r.policy).map_err(|e| format!("{}: {e}", r.resource))?,
-            );
+            let runner = PolicyRunner::new(&r.policy).map_err(|error| ConfigError::Policy {
+                key: r.resource.to_string(),
+                error: Box::new(error),
+            })?;
+            policies.insert(r.resource.clone(), runner);
         }
         let placement = config
             .placement

@@ -394,18 +394,17 @@ fn record_usage(
     reported: &[proto::ResourceUsage],
     configured: &[Resource],
     cache: &mut PlanCache,
-) -> Result<(), String> {
+) -> Result<(), BadRate> {
     // Rates are tokens per second: finite, not negative, within what a channel can do.
     if let Some(bad) = reported
         .iter()
         .find(|u| !(u.rate.is_finite() && u.rate >= 0.0 && u.rate <= MAX_REPORTED_RATE))
     {
-        return Err(format!(
-            "rate {} of {}:{} is not a number of tokens per second (0 to {MAX_REPORTED_RATE})",
-            bad.rate,
-            padll_wire::control::short(&bad.mount),
-            padll_wire::control::short(&bad.class)
-        ));
+        return Err(BadRate {
+            rate: bad.rate,
+            mount: bad.mount.clone(),
+            class: bad.class.clone(),
+        });
     }
     // Only configured resources are kept (a report cannot make the record grow).
     let reported: Vec<&proto::ResourceUsage> = reported
@@ -454,6 +453,20 @@ fn record_usage(
     Ok(())
 }
 
+/// A usage report's rate that is no number of tokens per second (the resource as the
+/// node named it, shown shortened).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "rate {rate} of {}:{} is not a number of tokens per second (0 to {MAX_REPORTED_RATE})",
+    padll_wire::control::short(mount),
+    padll_wire::control::short(class)
+)]
+struct BadRate {
+    rate: f64,
+    mount: String,
+    class: String,
+}
+
 /// The highest usage rate a report may carry (a channel's maximum rate).
 const MAX_REPORTED_RATE: f64 = padll_wire::channel::MAX_RATE as f64;
 
@@ -464,7 +477,7 @@ fn admit_stage(
     name: &str,
     session: u64,
     stage: &proto::Stage,
-) -> Result<(), String> {
+) -> Result<(), StageRefused> {
     crate::bounds::check_stage(stage)?;
     let Some(node) = state.nodes.get(name).filter(|n| n.session == session) else {
         return Ok(()); // dropped later: the stream was replaced
@@ -476,15 +489,26 @@ fn admit_stage(
     // Orphans count: they hold their place until they re-register (which frees it).
     let held = node.stages.len() + node.orphans.len();
     if held >= limits.max_stages_per_node && !node.orphans.contains_key(&stage.pid) {
-        return Err(format!("the node has {held} stages (max_stages_per_node)"));
+        return Err(StageRefused::Stages(held));
     }
     let known = state.jobs.key(&stage.job_id);
     let in_node = known.is_some_and(|key| node.jobs.contains_key(&key));
     if !in_node && node.jobs.len() >= limits.max_jobs_per_node {
-        return Err(format!(
-            "the node has stages of {} jobs (max_jobs_per_node)",
-            node.jobs.len()
-        ));
+        return Err(StageRefused::Jobs(node.jobs.len()));
     }
     Ok(())
+}
+
+/// Why a node's new stage is ignored.
+#[derive(Debug, thiserror::Error)]
+enum StageRefused {
+    /// Its fields are too large.
+    #[error(transparent)]
+    TooLarge(#[from] crate::bounds::StageTooLarge),
+    /// The node holds `max_stages_per_node` stages (this many).
+    #[error("the node has {0} stages (max_stages_per_node)")]
+    Stages(usize),
+    /// The node has stages of `max_jobs_per_node` jobs (this many).
+    #[error("the node has stages of {0} jobs (max_jobs_per_node)")]
+    Jobs(usize),
 }

@@ -40,7 +40,9 @@ impl proto::global_server::Global for Service {
                     "a node certificate is required (mutual TLS)",
                 ));
             };
-            Some(crate::tls::node_names(&certs[0]).map_err(Status::unauthenticated)?)
+            let names = crate::tls::node_names(&certs[0])
+                .map_err(|e| Status::unauthenticated(e.to_string()))?;
+            Some(names)
         } else {
             None
         };
@@ -136,14 +138,12 @@ pub async fn serve(
     controller: Arc<Controller>,
     listener: tokio::net::TcpListener,
     tls: Option<tonic::transport::ServerTlsConfig>,
-) -> Result<(), String> {
+) -> Result<(), ServeError> {
     let incoming = crate::bounds::Incoming::new(listener);
     let authenticate = tls.is_some();
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = tls {
-        builder = builder
-            .tls_config(tls)
-            .map_err(|e| format!("TLS configuration: {e}"))?;
+        builder = builder.tls_config(tls).map_err(ServeError::Tls)?;
     }
     builder
         .add_service(proto::global_server::GlobalServer::new(Service {
@@ -152,7 +152,18 @@ pub async fn serve(
         }))
         .serve_with_incoming(incoming)
         .await
-        .map_err(|e| format!("gRPC server failed: {e}"))
+        .map_err(ServeError::Failed)
+}
+
+/// Why the gRPC server did not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Its TLS configuration was refused.
+    #[error("TLS configuration: {0}")]
+    Tls(tonic::transport::Error),
+    /// It failed while serving.
+    #[error("gRPC server failed: {0}")]
+    Failed(tonic::transport::Error),
 }
 
 impl Controller {

@@ -60,7 +60,7 @@ impl Controller {
                 .iter()
                 .map(|r| ResourceSnapshot {
                     resource: r.resource.to_string(),
-                    max_rate: r.max_rate,
+                    max_rate: r.max_rate.tokens(),
                     policy: state
                         .policies
                         .get(&r.resource)

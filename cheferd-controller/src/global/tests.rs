@@ -2,7 +2,7 @@
 //! are outboxes read in the test, time is passed in (no processes, no network).
 
 use super::*;
-use crate::config::ResourceConfig;
+use crate::config::{RateOfError, ResourceConfig};
 use crate::outbox;
 use crate::proto::{self, global_message, local_message, GlobalMessage, LocalMessage};
 use std::pin::Pin;
@@ -13,10 +13,11 @@ use tokio_stream::Stream;
 type Inbox = outbox::Receiver<Result<GlobalMessage, tonic::Status>>;
 
 fn controller() -> Arc<Controller> {
+    let resource = Resource::parse("/scratch:metadata").unwrap();
     Controller::new(GlobalConfig {
         resources: vec![ResourceConfig {
-            resource: Resource::parse("/scratch:metadata").unwrap(),
-            max_rate: 1000.0,
+            max_rate: resource.own_tokens(1000),
+            resource,
             policy: "uniform".into(),
         }],
         ..GlobalConfig::default()
@@ -325,4 +326,43 @@ async fn admin_changes_are_checked_and_applied_whole() {
         .unwrap();
     assert_eq!(controller.snapshot().resources[0].policy, "priority");
     assert_eq!(controller.config().resources[0].policy, "priority");
+}
+
+/// A bytes rate never configures the metadata resource, whichever change carries it
+/// (`ctl set-max-rate`, `set-job --demand`, `--limit`), made here or replayed from an
+/// earlier leader: one line naming the key, the rate and the resource.
+#[tokio::test]
+async fn no_change_gives_a_bytes_rate_to_an_operations_resource() {
+    let controller = controller();
+    let (a, _inbox) = attach(&controller, "a");
+    join(&controller, "a", a, 1, 100, "A");
+    let before = controller.config();
+    let demand_of_a = Change::Job {
+        job: "A".into(),
+        priority: None,
+        resource: Some("/scratch:metadata".into()),
+        demand: Some("1MiB/s".into()),
+        limit: None,
+    };
+    let max_rate = Change::MaxRate {
+        resource: "/scratch:metadata".into(),
+        rate: "1MiB/s".into(),
+    };
+    for (change, key) in [
+        (max_rate, "rate"),
+        (demand_of_a, "--demand"),
+        (limit_of_a("1MiB/s"), "--limit"),
+    ] {
+        let expected =
+            format!("{key}: '1MiB/s' is a rate of bytes, but /scratch:metadata counts operations");
+        let checked = change.check().unwrap_err();
+        assert!(
+            matches!(checked, ChangeError::BadRate(RateOfError::WrongUnit { .. })),
+            "{checked:?}"
+        );
+        assert_eq!(checked.to_string(), expected);
+        assert_eq!(controller.change(change.clone()), Err(expected.clone()));
+        assert_eq!(controller.restore(change), Err(expected));
+    }
+    assert_eq!(controller.config(), before);
 }

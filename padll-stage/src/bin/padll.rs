@@ -369,7 +369,15 @@ fn stage_environment(args: &RunArgs) -> Result<Vec<(&'static str, String)>, Fail
             .map(|v| v.to_string())
             .or_else(|| std::env::var(name).ok())
     })
-    .map_err(|e| usage(cli_wording(&e)))?;
+    .map_err(|e| {
+        // A value padll put in the environment from a flag is named by the flag.
+        let variable = e.origin.variable();
+        let name = match FLAGS.iter().find(|(var, _)| *var == variable) {
+            Some((_, flag)) if overrides.contains_key(variable) => flag,
+            _ => variable,
+        };
+        usage(e.describe(name))
+    })?;
     if loaded.mounts.is_empty() {
         // The stage manages nothing without a mountpoint: a limit or a controller
         // would silently do nothing.
@@ -420,20 +428,14 @@ fn default_job_id() -> Option<String> {
         .then(|| format!("run-{}", std::process::id()))
 }
 
-/// Names the flag rather than the variable it sets.
-fn cli_wording(message: &str) -> String {
-    [
-        ("PADLL_RULES: ", "--limit: "),
-        ("PADLL_MOUNTS: ", "--mount: "),
-        ("PADLL_CONFIG: ", "--config: "),
-        ("PADLL_LOG: ", "--log: "),
-        ("PADLL_BURST_MS: ", "--burst-ms: "),
-    ]
-    .iter()
-    .fold(message.to_string(), |m, (var, flag)| {
-        m.replacen(var, flag, 1)
-    })
-}
+/// The flags `padll run` turns into the stage's variables, as its errors name them.
+const FLAGS: [(&str, &str); 5] = [
+    ("PADLL_RULES", "--limit"),
+    ("PADLL_MOUNTS", "--mount"),
+    ("PADLL_CONFIG", "--config"),
+    ("PADLL_LOG", "--log"),
+    ("PADLL_BURST_MS", "--burst-ms"),
+];
 
 /// The stage library to preload: `explicit` (`--library`), else `PADLL_LIBRARY`, else
 /// found from this binary's directory; an error names the value or where it looked.

@@ -64,6 +64,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::registry::{SpecError, SpecErrorKind};
 use crate::trace::Rng;
 use mcmf::Network;
 
@@ -163,77 +164,111 @@ fn default_stripe_size() -> f64 {
 
 impl PlaceInput {
     /// `Ok` if every field is usable; else one line naming the field and value.
-    pub fn validate(&self) -> Result<(), String> {
-        let num = |what: String, v: f64| -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InputError> {
+        let bad = |of: String, field: String, value: &dyn std::fmt::Display, expected| {
+            Err(InputError::Bad {
+                of,
+                field,
+                value: value.to_string(),
+                expected,
+            })
+        };
+        let num = |of: String, field: String, v: f64| {
             if v.is_finite() && v >= 0.0 {
                 Ok(())
             } else {
-                Err(format!("{what} {v} (expected a finite number ≥ 0)"))
+                bad(of, field, &v, "expected a finite number ≥ 0".into())
             }
         };
+        let duplicate = |what, id| Err(InputError::Duplicate { what, id });
         if !(self.stripe_size.is_finite() && self.stripe_size > 0.0) {
-            return Err(format!(
-                "bad stripe_size {} (expected bytes > 0)",
-                self.stripe_size
-            ));
+            return bad(
+                String::new(),
+                "stripe_size".into(),
+                &self.stripe_size,
+                "expected bytes > 0".into(),
+            );
         }
         let mut osses = HashSet::new();
         for o in &self.osses {
             if !osses.insert(o.id) {
-                return Err(format!("duplicate oss id `{}`", o.id));
+                return duplicate("oss", o.id.into());
             }
             for (f, v) in [("cpu", o.cpu), ("memory", o.memory)] {
                 if !(v.is_finite() && (0.0..=100.0).contains(&v)) {
-                    return Err(format!(
-                        "oss {}: bad {f} {v} (expected a percentage 0–100)",
-                        o.id
-                    ));
+                    let expected = "expected a percentage 0–100".into();
+                    return bad(format!("oss {}", o.id), f.into(), &v, expected);
                 }
             }
         }
         let mut ids = HashSet::new();
         for t in &self.targets {
+            let of = || format!("target {}", t.id);
             if !ids.insert(t.id) {
-                return Err(format!("duplicate target id `{}`", t.id));
+                return duplicate("target", t.id.into());
             }
-            num(format!("target {}: bad capacity", t.id), t.capacity)?;
-            num(format!("target {}: bad used", t.id), t.used)?;
+            num(of(), "capacity".into(), t.capacity)?;
+            num(of(), "used".into(), t.used)?;
             if !(t.load.is_finite() && (0.0..=100.0).contains(&t.load)) {
-                return Err(format!(
-                    "target {}: bad load {} (expected a percentage 0–100)",
-                    t.id, t.load
-                ));
+                let expected = "expected a percentage 0–100".into();
+                return bad(of(), "load".into(), &t.load, expected);
             }
             if t.used > t.capacity {
-                return Err(format!(
-                    "target {}: bad used {} (more than its capacity {})",
-                    t.id, t.used, t.capacity
-                ));
+                let expected = format!("more than its capacity {}", t.capacity);
+                return bad(of(), "used".into(), &t.used, expected);
             }
             if !self.osses.is_empty() && !osses.contains(&t.oss) {
-                return Err(format!(
-                    "target {}: bad oss {} (not in `osses`)",
-                    t.id, t.oss
-                ));
+                return bad(of(), "oss".into(), &t.oss, "not in `osses`".into());
             }
         }
         let mut rids = HashSet::new();
         for r in &self.requests {
+            let of = || format!("request {}", r.id);
             if !rids.insert(r.id) {
-                return Err(format!("duplicate request id `{}`", r.id));
+                return duplicate("request", r.id);
             }
             if r.stripes == 0 {
-                return Err(format!("request {}: bad stripes 0 (expected ≥ 1)", r.id));
+                return bad(of(), "stripes".into(), &0, "expected ≥ 1".into());
             }
-            num(format!("request {}: bad bytes", r.id), r.bytes)?;
+            num(of(), "bytes".into(), r.bytes)?;
         }
         for h in &self.history {
             for (k, &b) in h.bytes.iter().enumerate() {
-                num(format!("history of app {}: bad bytes[{k}]", h.app), b)?;
+                num(
+                    format!("history of app {}", h.app),
+                    format!("bytes[{k}]"),
+                    b,
+                )?;
             }
         }
         Ok(())
     }
+}
+
+/// A [`PlaceInput`] refused by [`PlaceInput::validate`], naming the item, the field
+/// and the value.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InputError {
+    /// Two servers, targets or requests with one id.
+    #[error("duplicate {what} id `{id}`")]
+    Duplicate {
+        /// `oss`, `target` or `request`.
+        what: &'static str,
+        /// The id.
+        id: u64,
+    },
+    /// A value out of its range.
+    #[error("{}bad {field} {value} ({expected})", if of.is_empty() { String::new() } else { format!("{of}: ") })]
+    Bad {
+        /// Whose field (`target 3`), empty for the input's own.
+        of: String,
+        /// The field (`capacity`, `bytes[2]`).
+        field: String,
+        /// The value as given.
+        value: String,
+        /// What it must be.
+        expected: String,
+    },
 }
 
 /// Weights of the two cost terms (see the module docs).
@@ -294,20 +329,31 @@ pub const PLACER_NAMES: [&str; 3] = ["mcmf", "round-robin", "random"];
 
 impl Placer {
     /// `mcmf[:ORDER[,PREDICT]]`, `round-robin` (`rr`), `random[:SEED]`.
-    pub fn parse(spec: &str) -> Result<Placer, String> {
+    pub fn parse(spec: &str) -> Result<Placer, SpecError> {
         let spec = spec.trim();
         let (name, params) = match spec.split_once(':') {
             Some((n, p)) => (n.trim(), Some(p.trim())),
             None => (spec, None),
         };
-        let int = |what: &str, v: &str, max: usize| -> Result<usize, String> {
+        let err = |kind| SpecError {
+            what: "placer",
+            spec: spec.to_string(),
+            kind,
+            known: &PLACER_NAMES,
+        };
+        let bad = |what, value: &str, expected| {
+            err(SpecErrorKind::BadParameter {
+                what,
+                value: value.to_string(),
+                expected,
+            })
+        };
+        let int = |what, v: &str, max: usize| -> Result<usize, SpecError> {
             v.trim()
                 .parse::<usize>()
                 .ok()
                 .filter(|&x| x <= max)
-                .ok_or_else(|| {
-                    format!("placer `{spec}`: bad {what} `{v}` (expected an integer 0–{max})")
-                })
+                .ok_or_else(|| bad(what, v, format!("expected an integer 0–{max}")))
         };
         match (name, params) {
             ("mcmf", None) => Ok(Placer::Mcmf {
@@ -337,14 +383,9 @@ impl Placer {
             ("random", Some(s)) => s
                 .parse::<u64>()
                 .map(|seed| Placer::Random { seed })
-                .map_err(|_| format!("placer `{spec}`: bad seed `{s}` (expected an integer)")),
-            ("round-robin" | "rr", Some(p)) => {
-                Err(format!("placer `{name}` takes no parameters (got `{p}`)"))
-            }
-            (other, _) => Err(format!(
-                "unknown placer `{other}` (known: {})",
-                PLACER_NAMES.join(", ")
-            )),
+                .map_err(|_| bad("seed", s, "expected an integer".into())),
+            ("round-robin" | "rr", Some(p)) => Err(err(SpecErrorKind::NoParameters(p.to_string()))),
+            _ => Err(err(SpecErrorKind::Unknown)),
         }
     }
 
@@ -410,7 +451,7 @@ pub fn place(
     placer: &Placer,
     input: &PlaceInput,
     state: &mut PlacerState,
-) -> Result<Decision, String> {
+) -> Result<Decision, PlaceError> {
     let d = match placer {
         Placer::Mcmf {
             order,
@@ -643,22 +684,41 @@ pub fn assignment_cost(
     Some(cost)
 }
 
-fn infeasible(input: &PlaceInput, reqs: &[Request]) -> String {
+fn infeasible(input: &PlaceInput, reqs: &[Request]) -> PlaceError {
     // Name the first request that cannot fit on its own, else the set as a whole.
     for r in reqs {
         let unit = stripe_bytes(r, input.stripe_size).max(input.stripe_size);
         let n = input.targets.iter().filter(|t| room(t, unit) > 0).count();
         if (r.stripes as usize) > n {
-            return format!(
-                "request {}: cannot place {} stripes: only {n} targets have room for a stripe of {unit} bytes",
-                r.id, r.stripes
-            );
+            return PlaceError::TooFewTargets {
+                request: r.id,
+                stripes: r.stripes,
+                with_room: n,
+                stripe_bytes: unit,
+            };
         }
     }
-    format!(
-        "cannot place the {} requests together: not enough free space on the targets",
-        reqs.len()
-    )
+    PlaceError::NoSpace(reqs.len())
+}
+
+/// Why [`place`] placed nothing.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum PlaceError {
+    /// A request with more stripes than targets with room for one.
+    #[error("request {request}: cannot place {stripes} stripes: only {with_room} targets have room for a stripe of {stripe_bytes} bytes")]
+    TooFewTargets {
+        /// The request's id.
+        request: u64,
+        /// Its stripes.
+        stripes: u32,
+        /// Targets with room for one of its stripes.
+        with_room: usize,
+        /// The size of one stripe.
+        stripe_bytes: f64,
+    },
+    /// The requests (their number) fit one by one but not together.
+    #[error("cannot place the {0} requests together: not enough free space on the targets")]
+    NoSpace(usize),
 }
 
 fn place_mcmf(
@@ -666,7 +726,7 @@ fn place_mcmf(
     order: usize,
     predict: usize,
     weights: &Weights,
-) -> Result<Decision, String> {
+) -> Result<Decision, PlaceError> {
     let mut reqs: Vec<Request> = input.requests.clone();
     let n = reqs.len();
     let mut predicted = predictions(input, order, predict);
@@ -728,7 +788,7 @@ pub fn round_robin_order(targets: &[Target]) -> Vec<usize> {
     order
 }
 
-fn place_round_robin(input: &PlaceInput, state: &mut PlacerState) -> Result<Decision, String> {
+fn place_round_robin(input: &PlaceInput, state: &mut PlacerState) -> Result<Decision, PlaceError> {
     let order = round_robin_order(&input.targets);
     let n = order.len();
     let mut free: Vec<f64> = input.targets.iter().map(Target::free).collect();
@@ -762,7 +822,7 @@ fn place_round_robin(input: &PlaceInput, state: &mut PlacerState) -> Result<Deci
     })
 }
 
-fn place_random(input: &PlaceInput, seed: u64, decision: u64) -> Result<Decision, String> {
+fn place_random(input: &PlaceInput, seed: u64, decision: u64) -> Result<Decision, PlaceError> {
     let mut rng = Rng::new(seed ^ decision.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let mut free: Vec<f64> = input.targets.iter().map(Target::free).collect();
     let mut placements = Vec::with_capacity(input.requests.len());
