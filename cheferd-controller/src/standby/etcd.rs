@@ -2,6 +2,7 @@
 //! of its protocol in `proto/etcd/` (see ARCHITECTURE.md, Dependencies: why not the
 //! `etcd-client` crate).
 
+use super::StandbyError;
 use std::time::{Duration, Instant};
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tracing::{info, warn};
@@ -53,30 +54,34 @@ fn member_failed(status: &Status) -> bool {
 impl Etcd {
     /// A client for the members at `endpoints` (`http://host:port`, or `https://`
     /// with `tls`); connects lazily.
-    pub fn new(endpoints: &[String], tls: Option<ClientTlsConfig>) -> Result<Etcd, String> {
+    pub fn new(endpoints: &[String], tls: Option<ClientTlsConfig>) -> Result<Etcd, StandbyError> {
         let scheme = if tls.is_some() { "https" } else { "http" };
         let members = endpoints
             .iter()
             .map(|url| {
+                let bad = |why: String| StandbyError::EtcdUrl {
+                    url: url.clone(),
+                    why,
+                };
                 if !url.starts_with(&format!("{scheme}://")) {
-                    return Err(format!(
-                        "--etcd '{url}' must be a URL such as {scheme}://127.0.0.1:2379 \
-                         (https:// with --etcd-ca, http:// without)"
-                    ));
+                    return Err(bad(format!(
+                        "must be a URL such as {scheme}://127.0.0.1:2379 (https:// with \
+                         --etcd-ca, http:// without)"
+                    )));
                 }
                 let endpoint = Endpoint::from_shared(url.clone())
-                    .map_err(|e| format!("--etcd '{url}': not a URL ({e})"))?;
+                    .map_err(|e| bad(format!("not a URL ({e})")))?;
                 let endpoint = match &tls {
                     Some(tls) => endpoint
                         .tls_config(tls.clone())
-                        .map_err(|e| format!("--etcd-ca: {}", crate::tls::error_chain(&e)))?,
+                        .map_err(|e| bad(format!("TLS: {}", crate::tls::error_chain(&e))))?,
                     None => endpoint,
                 };
                 Ok(endpoint.connect_timeout(REQUEST_TIMEOUT).connect_lazy())
             })
             .collect::<Result<Arc<[Channel]>, _>>()?;
         if members.is_empty() {
-            return Err("--etcd: no URL given".into());
+            return Err(StandbyError::NoEtcd);
         }
         Ok(Etcd {
             members,
@@ -152,7 +157,7 @@ impl Etcd {
         lease: i64,
         ttl: Duration,
         answered: impl Fn(Option<Instant>),
-    ) -> String {
+    ) -> StandbyError {
         let mut unreachable = false;
         loop {
             let sent = Instant::now();
@@ -174,11 +179,7 @@ impl Etcd {
                     }
                     answered(Some(sent + Duration::from_secs(reply.ttl as u64)));
                 }
-                Ok(Some(_)) => {
-                    return format!(
-                        "etcd says lease {lease:x} has expired: another global controller may lead now; exiting to start again as a standby"
-                    )
-                }
+                Ok(Some(_)) => return StandbyError::LeaseExpired(lease),
                 failed => {
                     answered(None);
                     if !unreachable {
@@ -259,12 +260,12 @@ impl Etcd {
     }
 
     /// Every key-value under `prefix`, in key order.
-    pub async fn range_prefix(&self, prefix: &str) -> Result<Vec<pb::mvccpb::KeyValue>, String> {
+    pub async fn range_prefix(&self, prefix: &str) -> Result<Vec<pb::mvccpb::KeyValue>, Status> {
         self.range(prefix, prefix_end(prefix.as_bytes())).await
     }
 
     /// The value of `key`, if set.
-    pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
+    pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, Status> {
         let found = self.range(key, Vec::new()).await?;
         Ok(found.into_iter().next().map(|kv| kv.value))
     }
@@ -274,7 +275,7 @@ impl Etcd {
         &self,
         key: &str,
         range_end: Vec<u8>,
-    ) -> Result<Vec<pb::mvccpb::KeyValue>, String> {
+    ) -> Result<Vec<pb::mvccpb::KeyValue>, Status> {
         let request = pb::etcdserverpb::RangeRequest {
             key: key.as_bytes().to_vec(),
             range_end,
@@ -286,7 +287,6 @@ impl Etcd {
         })
         .await
         .map(|reply| reply.into_inner().kvs)
-        .map_err(|s| s.message().to_string())
     }
 
     /// Puts `key` = `value` if `guard`'s creation revision is still `revision` (the
@@ -297,7 +297,7 @@ impl Etcd {
         revision: i64,
         key: &str,
         value: Vec<u8>,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, Status> {
         self.txn_guarded(guard, revision, vec![put(key, value)])
             .await
     }
@@ -309,7 +309,7 @@ impl Etcd {
         guard: &[u8],
         revision: i64,
         operations: Vec<pb::etcdserverpb::RequestOp>,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, Status> {
         use pb::etcdserverpb::{compare, Compare, TxnRequest};
         let request = TxnRequest {
             compare: vec![Compare {
@@ -328,7 +328,6 @@ impl Etcd {
         })
         .await
         .map(|reply| reply.into_inner().succeeded)
-        .map_err(|s| s.message().to_string())
     }
 }
 
@@ -378,10 +377,14 @@ mod tests {
     #[tokio::test]
     async fn the_urls_scheme_must_match_whether_tls_is_given() {
         let plain = Etcd::new(&["https://127.0.0.1:2379".into()], None).err();
-        assert!(plain.is_some_and(|e| e.contains("http://127.0.0.1:2379")));
+        assert!(plain.is_some_and(|e| e.to_string().contains("http://127.0.0.1:2379")));
         let tls = Some(ClientTlsConfig::new());
         let secure = Etcd::new(&["http://127.0.0.1:2379".into()], tls.clone()).err();
-        assert!(secure.is_some_and(|e| e.contains("https://") && e.contains("--etcd-ca")));
+        let secure = secure.map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            secure.contains("https://") && secure.contains("--etcd-ca"),
+            "{secure}"
+        );
         assert!(Etcd::new(&["https://127.0.0.1:2379".into()], tls).is_ok());
         assert!(Etcd::new(&[], None).is_err());
     }

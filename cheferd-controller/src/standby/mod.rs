@@ -37,6 +37,60 @@ use tonic::transport::ClientTlsConfig;
 use tonic::Status;
 use tracing::{info, warn};
 
+/// Why a standby global controller cannot start, or stops leading (the process then
+/// exits, for its service manager to start it again as a follower).
+#[derive(Debug, thiserror::Error)]
+pub enum StandbyError {
+    /// An `--etcd` URL that is not one, or not of the scheme TLS asks for.
+    #[error("--etcd '{url}': {why}")]
+    EtcdUrl {
+        /// The URL given.
+        url: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// No `--etcd` URL.
+    #[error("--etcd: no URL given")]
+    NoEtcd,
+    /// etcd did not give what a new leader reads before its first cycle.
+    #[error("cannot read {what} in etcd ({message})")]
+    Read {
+        /// What was read.
+        what: &'static str,
+        /// etcd's (or the connection's) message.
+        message: String,
+    },
+    /// etcd says this controller's lease is gone.
+    #[error("etcd says lease {0:x} has expired: another global controller may lead now; exiting to start again as a standby")]
+    LeaseExpired(i64),
+    /// etcd refused a write guarded by this leader's election key.
+    #[error("this controller's election key is gone from etcd: it no longer leads")]
+    NoLongerLeads,
+    /// A standby knows a newer term than this leader's ([`peers::decide`]).
+    #[error("standby {standby} knows leader {leader} in term {term}, newer than this controller's term {mine}: another global controller leads; exiting to start again as a standby")]
+    Deposed {
+        /// The standby that said so.
+        standby: String,
+        /// The leader it knows.
+        leader: String,
+        /// That leader's term.
+        term: u64,
+        /// This controller's term.
+        mine: u64,
+    },
+    /// What was to be written to etcd did not encode.
+    #[error("cannot encode {what}: {source}")]
+    Encode {
+        /// A change, or the policy state.
+        what: &'static str,
+        /// serde's reason.
+        source: serde_json::Error,
+    },
+    /// The channel of applied changes closed (the controller is going away).
+    #[error("the channel of changes closed")]
+    ChangesClosed,
+}
+
 /// The gRPC metadata key of a follower's refusal that names the leader's URL.
 pub const LEADER_METADATA: &str = "padll-leader";
 
@@ -356,7 +410,7 @@ fn refusal(leader: Option<&str>) -> Status {
 /// holds (or etcd is down for every global controller). Returns (an error) only when
 /// leadership is lost for good: the process then exits and its service manager starts
 /// it again, as a follower.
-pub async fn run(controller: Arc<Controller>, options: StandbyOptions) -> Result<(), String> {
+pub async fn run(controller: Arc<Controller>, options: StandbyOptions) -> Result<(), StandbyError> {
     let leadership = controller.leadership();
     leadership.set(Role::Follower(None));
     let etcd = etcd::Etcd::new(&options.endpoints, options.etcd_tls.clone())?;
@@ -387,7 +441,7 @@ async fn lead(
     controller: &Arc<Controller>,
     options: &StandbyOptions,
     lease: i64,
-) -> Result<(), String> {
+) -> Result<(), StandbyError> {
     let leadership = controller.leadership();
     let election = format!("{}/leader", options.prefix);
     let key = tokio::select! {

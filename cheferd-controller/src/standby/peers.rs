@@ -7,7 +7,7 @@
 //! answers it. The candidates are learnt from the election while etcd answers the
 //! leader. [`decide`] turns their answers into what the leader does.
 
-use super::{etcd::Etcd, Leadership};
+use super::{etcd::Etcd, Leadership, StandbyError};
 use crate::proto::{global_client::GlobalClient, StandingReply, StandingRequest};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -28,10 +28,10 @@ const MAX_URL_BYTES: usize = 512;
 const SAY_AGAIN_EVERY: Duration = Duration::from_secs(60);
 
 /// What a leader whose lease has lapsed does, from the standbys' answers.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 pub enum Decision {
     /// A standby knows a newer term: another leader was elected. Stop, saying why.
-    StepDown(String),
+    StepDown(StandbyError),
     /// Every standby answered that it cannot reach etcd either: no one can be elected
     /// while etcd is down, so keep controlling.
     EtcdDown,
@@ -50,10 +50,12 @@ pub fn decide(term: u64, answers: &[(String, Option<StandingReply>)]) -> Decisio
             .filter_map(|(url, reply)| Some((url, reply.as_ref()?)))
     };
     if let Some((url, newer)) = replies().find(|(_, reply)| reply.term > term) {
-        return Decision::StepDown(format!(
-            "standby {url} knows leader {} in term {}, newer than this controller's term {term}: another global controller leads; exiting to start again as a standby",
-            newer.leader, newer.term
-        ));
+        return Decision::StepDown(StandbyError::Deposed {
+            standby: url.clone(),
+            leader: newer.leader.clone(),
+            term: newer.term,
+            mine: term,
+        });
     }
     if answers.is_empty() {
         return Decision::Freeze("no standby is known to confirm that etcd is down".into());
@@ -100,7 +102,7 @@ impl Standbys {
         election: &str,
         leadership: &Leadership,
         ttl: Duration,
-    ) -> String {
+    ) -> StandbyError {
         let mut last_learnt = None::<Instant>;
         let mut said = None::<(bool, Instant)>;
         loop {
@@ -217,7 +219,7 @@ mod tests {
             standby("https://b", reply("https://a", 40, false)),
             standby("https://c", reply("", 0, false)),
         ];
-        assert_eq!(decide(40, &answers), Decision::EtcdDown);
+        assert!(matches!(decide(40, &answers), Decision::EtcdDown));
     }
 
     #[test]
@@ -226,13 +228,16 @@ mod tests {
             standby("https://b", None),
             standby("https://c", reply("https://c", 41, true)),
         ];
-        let Decision::StepDown(why) = decide(40, &answers) else {
+        let Decision::StepDown(StandbyError::Deposed {
+            standby,
+            term,
+            mine,
+            ..
+        }) = decide(40, &answers)
+        else {
             panic!("{:?}", decide(40, &answers));
         };
-        assert!(
-            why.contains("https://c") && why.contains("term 41"),
-            "{why}"
-        );
+        assert_eq!((standby.as_str(), term, mine), ("https://c", 41, 40));
     }
 
     #[test]
@@ -263,6 +268,6 @@ mod tests {
     #[test]
     fn an_older_or_equal_term_is_not_a_reason_to_step_down() {
         let answers = [standby("https://b", reply("https://old", 12, false))];
-        assert_eq!(decide(40, &answers), Decision::EtcdDown);
+        assert!(matches!(decide(40, &answers), Decision::EtcdDown));
     }
 }

@@ -18,16 +18,13 @@
 //! PREFIX/changes` after editing the configuration file to match resets them.
 
 use super::etcd::{self, pb::v3electionpb::LeaderKey, Etcd};
+use super::StandbyError;
 use crate::global::{Change, Controller, PolicyState};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
-
-/// Why a leader's write was refused.
-const NO_LONGER_LEADS: &str =
-    "this controller's election key is gone from etcd: it no longer leads";
 
 /// How often a leader saves the policies' state (when it changed).
 pub const POLICY_STATE_EVERY: Duration = Duration::from_secs(5);
@@ -131,13 +128,13 @@ impl Store {
     /// Replays the changes earlier leaders made into `controller` (the folded ones,
     /// then the keys written since); returns how many. One that no longer applies (the
     /// configuration file changed since) is skipped, naming it; unreadable ones too.
-    pub async fn restore(&self, controller: &Controller) -> Result<usize, String> {
+    pub async fn restore(&self, controller: &Controller) -> Result<usize, StandbyError> {
         let folded = self.folded().await?;
         let stored = self
             .etcd
             .range_prefix(&self.changes)
             .await
-            .map_err(|e| format!("cannot read the changes in etcd ({e})"))?;
+            .map_err(|e| read_failed("the changes", &e))?;
         self.unfolded.store(stored.len(), Ordering::Relaxed);
         let folded = folded
             .into_iter()
@@ -163,12 +160,12 @@ impl Store {
     }
 
     /// The folded changes (none if there are none, or they do not decode, saying so).
-    async fn folded(&self) -> Result<Vec<Change>, String> {
+    async fn folded(&self) -> Result<Vec<Change>, StandbyError> {
         let folded = self
             .etcd
             .get(&self.folded)
             .await
-            .map_err(|e| format!("cannot read the folded changes in etcd ({e})"))?;
+            .map_err(|e| read_failed("the folded changes", &e))?;
         let Some(folded) = folded else {
             return Ok(Vec::new());
         };
@@ -181,9 +178,13 @@ impl Store {
     /// Folds the change keys into the folded changes, deleting them, in one transaction
     /// guarded by this leader's key; `Ok(false)` if it no longer leads. Keys that do
     /// not decode are dropped (a restore would skip them too).
-    async fn fold_keys(&self) -> Result<bool, String> {
+    async fn fold_keys(&self) -> Result<bool, StandbyError> {
         let mut changes = self.folded().await?;
-        let stored = self.etcd.range_prefix(&self.changes).await?;
+        let stored = self
+            .etcd
+            .range_prefix(&self.changes)
+            .await
+            .map_err(|e| read_failed("the changes", &e))?;
         let Some(last) = stored.last() else {
             return Ok(true);
         };
@@ -198,7 +199,10 @@ impl Store {
                 .filter_map(|kv| serde_json::from_slice::<Change>(&kv.value).ok()),
         );
         let folded = fold(changes);
-        let value = serde_json::to_vec(&folded).map_err(|e| e.to_string())?;
+        let value = serde_json::to_vec(&folded).map_err(|source| StandbyError::Encode {
+            what: "the folded changes",
+            source,
+        })?;
         let operations = vec![
             etcd::put(&self.folded, value),
             etcd::delete_range(&self.changes, end),
@@ -206,7 +210,8 @@ impl Store {
         let done = self
             .etcd
             .txn_guarded(&self.leader.key, self.leader.rev, operations)
-            .await?;
+            .await
+            .map_err(|e| read_failed("the changes to fold", &e))?;
         if done {
             self.unfolded.fetch_sub(count, Ordering::Relaxed);
             info!(
@@ -220,12 +225,15 @@ impl Store {
 
     /// Loads the policies' state the last leader saved; returns for how many resources
     /// (a state that does not decode is skipped, saying so).
-    pub async fn restore_policy_states(&self, controller: &Controller) -> Result<usize, String> {
+    pub async fn restore_policy_states(
+        &self,
+        controller: &Controller,
+    ) -> Result<usize, StandbyError> {
         let saved = self
             .etcd
             .get(&self.policy_state)
             .await
-            .map_err(|e| format!("cannot read the policy state in etcd ({e})"))?;
+            .map_err(|e| read_failed("the policy state", &e))?;
         let Some(saved) = saved else { return Ok(0) };
         match serde_json::from_slice::<Vec<PolicyState>>(&saved) {
             Ok(states) => Ok(controller.load_policy_states(states)),
@@ -238,7 +246,7 @@ impl Store {
 
     /// Saves the policies' state every [`POLICY_STATE_EVERY`] when it changed; fails
     /// when etcd refuses it because this controller no longer leads.
-    pub async fn keep_policy_states(&self, controller: &Controller) -> String {
+    pub async fn keep_policy_states(&self, controller: &Controller) -> StandbyError {
         let mut written = Vec::new();
         let mut said = false;
         loop {
@@ -249,7 +257,12 @@ impl Store {
             }
             let value = match serde_json::to_vec(&states) {
                 Ok(value) => value,
-                Err(e) => return format!("cannot encode the policy state: {e}"),
+                Err(source) => {
+                    return StandbyError::Encode {
+                        what: "the policy state",
+                        source,
+                    }
+                }
             };
             match self
                 .etcd
@@ -260,9 +273,12 @@ impl Store {
                     written = states;
                     said = false;
                 }
-                Ok(false) => return NO_LONGER_LEADS.to_string(),
+                Ok(false) => return StandbyError::NoLongerLeads,
                 Err(e) if !said => {
-                    warn!("cannot save the policy state in etcd ({e}); retrying");
+                    warn!(
+                        "cannot save the policy state in etcd ({}); retrying",
+                        e.message()
+                    );
                     said = true;
                 }
                 Err(_) => {}
@@ -272,14 +288,19 @@ impl Store {
 
     /// Writes each change received, in order, until the channel closes; fails when
     /// etcd refuses it because this controller no longer leads.
-    pub async fn persist(&self, mut changes: mpsc::UnboundedReceiver<Change>) -> String {
+    pub async fn persist(&self, mut changes: mpsc::UnboundedReceiver<Change>) -> StandbyError {
         let mut sequence = 0u64;
         while let Some(change) = changes.recv().await {
             sequence += 1;
             let key = format!("{}{:020}-{sequence:08}", self.changes, self.leader.rev);
             let value = match serde_json::to_vec(&change) {
                 Ok(value) => value,
-                Err(e) => return format!("cannot encode a change: {e}"),
+                Err(source) => {
+                    return StandbyError::Encode {
+                        what: "a change",
+                        source,
+                    }
+                }
             };
             // etcd unreachable: retried until it answers (ctl has been answered; the
             // change is in force here and written as soon as etcd is back).
@@ -294,10 +315,11 @@ impl Store {
                         self.unfolded.fetch_add(1, Ordering::Relaxed);
                         break;
                     }
-                    Ok(false) => return NO_LONGER_LEADS.to_string(),
+                    Ok(false) => return StandbyError::NoLongerLeads,
                     Err(e) => {
                         if !said {
-                            warn!(%key, "cannot write a change to etcd ({e}); retrying");
+                            let why = e.message();
+                            warn!(%key, "cannot write a change to etcd ({why}); retrying");
                             said = true;
                         }
                         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
@@ -308,12 +330,20 @@ impl Store {
                 // Failing (etcd unreachable) is tried again after the next change.
                 match self.fold_keys().await {
                     Ok(true) => {}
-                    Ok(false) => return NO_LONGER_LEADS.to_string(),
+                    Ok(false) => return StandbyError::NoLongerLeads,
                     Err(e) => warn!("cannot fold the stored changes ({e}); later"),
                 }
             }
         }
-        "the channel of changes closed".to_string()
+        StandbyError::ChangesClosed
+    }
+}
+
+/// etcd did not answer a read (or the fold) a leader needs.
+fn read_failed(what: &'static str, status: &tonic::Status) -> StandbyError {
+    StandbyError::Read {
+        what,
+        message: status.message().to_string(),
     }
 }
 
