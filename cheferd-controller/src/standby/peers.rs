@@ -133,6 +133,8 @@ impl Standbys {
                     }
                 }
                 Decision::Freeze(why) => {
+                    // Withdrawn at once: a standby may be elected soon.
+                    leadership.etcd_down_confirmed(Instant::now());
                     if said.is_none_or(|(down, _)| down) {
                         warn!("not controlling: {why}");
                         said = Some((false, Instant::now()));
