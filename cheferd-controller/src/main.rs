@@ -301,6 +301,15 @@ struct StandbyArgs {
     /// `--global` lists (default: http(s)://LISTEN).
     #[arg(long, value_name = "URL", requires = "etcd")]
     advertise: Option<String>,
+    /// The CA of etcd's server certificates: talk to etcd over TLS (https:// URLs).
+    #[arg(long, value_name = "PEM", requires = "etcd")]
+    etcd_ca: Option<PathBuf>,
+    /// A client certificate for etcd (its `--client-cert-auth`), with --etcd-key.
+    #[arg(long, value_name = "PEM", requires_all = ["etcd_key", "etcd_ca"])]
+    etcd_cert: Option<PathBuf>,
+    /// The key of --etcd-cert.
+    #[arg(long, value_name = "PEM", requires = "etcd_cert")]
+    etcd_key: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -347,6 +356,8 @@ struct SignArgs {
 
 #[derive(Subcommand)]
 enum CtlCommand {
+    /// Role (single, leader or follower), term, leader, etcd and lease.
+    Status,
     /// Attached local controllers.
     Nodes,
     /// Jobs with usage, demand and assigned rate per resource.
@@ -685,7 +696,11 @@ async fn run_global(args: GlobalArgs) -> Result<(), Failure> {
         tracing::warn!("{}: {warning}", config.display());
     }
     let server_tls = global_tls(&config, &parsed.tls, tls)?;
-    let standby = standby_options(standby, &listen, server_tls.is_some())?;
+    let standby = standby_options(standby, &listen, server_tls.as_ref())?;
+    let server_tls = server_tls
+        .map(|tls| tls.load())
+        .transpose()
+        .map_err(usage)?;
     let mut stop = bounds::StopSignals::install().map_err(failed)?;
     // Removed when this function returns: at a stop, or when starting fails below.
     let (admin_listener, _admin_file) = bounds::bind_unix(&admin_socket, 0o666).map_err(usage)?;
@@ -770,7 +785,7 @@ async fn run_global(args: GlobalArgs) -> Result<(), Failure> {
 fn standby_options(
     args: StandbyArgs,
     listen: &str,
-    tls: bool,
+    tls: Option<&cheferd_controller::tls::ServerTls>,
 ) -> Result<Option<cheferd_controller::standby::StandbyOptions>, Failure> {
     if args.etcd.is_empty() {
         return Ok(None);
@@ -787,7 +802,7 @@ fn standby_options(
             args.etcd_prefix
         )));
     }
-    let scheme = if tls { "https" } else { "http" };
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let advertise = args
         .advertise
         .unwrap_or_else(|| format!("{scheme}://{listen}"));
@@ -796,11 +811,29 @@ fn standby_options(
             "--advertise '{advertise}' must be a {scheme}:// URL (as in the local controllers' --global)"
         )));
     }
+    let etcd_tls = match (args.etcd_ca, args.etcd_cert, args.etcd_key) {
+        (Some(ca), cert, key) => {
+            let trust = cheferd_controller::tls::trusting("--etcd-ca", &ca).map_err(usage)?;
+            Some(match (cert, key) {
+                (Some(cert), Some(key)) => trust.identity(
+                    cheferd_controller::tls::identity("--etcd-cert", &cert, "--etcd-key", &key)
+                        .map_err(usage)?,
+                ),
+                _ => trust,
+            })
+        }
+        _ => None,
+    };
     Ok(Some(cheferd_controller::standby::StandbyOptions {
         endpoints: args.etcd,
+        etcd_tls,
         prefix: args.etcd_prefix.trim_end_matches('/').to_string(),
         advertise,
         ttl: Duration::from_secs(args.etcd_ttl),
+        peer_tls: tls
+            .map(|tls| tls.peer_client())
+            .transpose()
+            .map_err(usage)?,
     }))
 }
 
@@ -888,6 +921,8 @@ async fn ctl(args: CtlArgs) -> Result<(), CtlError> {
     // `--json`: each view prints the part of the admin socket's snapshot it shows.
     let snapshot_json = || admin::request(socket, &AdminRequest::Snapshot);
     match command {
+        CtlCommand::Status if json => println!("{}", snapshot_json().await?["leadership"]),
+        CtlCommand::Status => print!("{}", admin::snapshot(socket).await?.leadership.render()),
         CtlCommand::Nodes if json => println!("{}", snapshot_json().await?["nodes"]),
         CtlCommand::Stages if json => println!("{}", snapshot_json().await?["stages"]),
         CtlCommand::Jobs | CtlCommand::Top { once: true } if json => {
@@ -984,13 +1019,14 @@ fn print_ok(value: serde_json::Value, json: bool) {
     }
 }
 
-/// The global controller's TLS: flags over `[tls]` (whose relative paths are taken from
-/// the configuration file's directory); `None` only when plaintext is asked for.
+/// The global controller's TLS files: flags over `[tls]` (whose relative paths are
+/// taken from the configuration file's directory); `None` only when plaintext is asked
+/// for.
 fn global_tls(
     config_path: &std::path::Path,
     settings: &cheferd_controller::config::TlsSettings,
     flags: GlobalTlsArgs,
-) -> Result<Option<tonic::transport::ServerTlsConfig>, Failure> {
+) -> Result<Option<cheferd_controller::tls::ServerTls>, Failure> {
     let base = config_path.parent().unwrap_or(std::path::Path::new("."));
     let from_config = |path: &Option<PathBuf>| path.as_ref().map(|p| base.join(p));
     let cert = flags.tls_cert.or_else(|| from_config(&settings.cert));
@@ -1015,14 +1051,11 @@ fn global_tls(
         _ if plaintext => Err(usage(
             "--insecure-plaintext conflicts with the TLS files given",
         )),
-        (Some(cert), Some(key), Some(client_ca)) => cheferd_controller::tls::ServerTls {
+        (Some(cert), Some(key), Some(client_ca)) => Ok(Some(cheferd_controller::tls::ServerTls {
             cert,
             key,
             client_ca,
-        }
-        .load()
-        .map(Some)
-        .map_err(usage),
+        })),
         (cert, key, _) => Err(usage(format!(
             "mutual TLS needs {} as well",
             if cert.is_none() {

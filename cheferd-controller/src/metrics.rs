@@ -228,6 +228,44 @@ pub fn render(s: &Snapshot, latency: &LatencyHistogram) -> String {
         )],
     );
 
+    let l = &s.leadership;
+    let flag = |yes: bool| if yes { 1.0 } else { 0.0 };
+    out.gauge(
+        "cheferd_role",
+        "This global controller's role (single: no etcd; leader or follower with a standby), 1 for the current one, with the leader's URL if known.",
+        &[(
+            vec![
+                ("role", l.role.as_str()),
+                ("leader", l.leader.as_deref().unwrap_or("")),
+            ],
+            1.0,
+        )],
+    );
+    out.gauge(
+        "cheferd_leader_term",
+        "The leader's term (the etcd revision of its election key); 0 alone or while no leader is known.",
+        &[(vec![], l.term as f64)],
+    );
+    out.gauge(
+        "cheferd_controlling",
+        "1 if this global controller sends rules now (alone; or leading with a valid lease, or with every standby confirming that etcd is down).",
+        &[(vec![], flag(l.controlling))],
+    );
+    if let Some(reachable) = l.etcd_reachable {
+        out.gauge(
+            "cheferd_etcd_reachable",
+            "1 if etcd answered this global controller's last request.",
+            &[(vec![], flag(reachable))],
+        );
+    }
+    if let Some(valid) = l.lease_valid {
+        out.gauge(
+            "cheferd_lease_valid",
+            "1 if this leader's etcd lease is valid by its clock.",
+            &[(vec![], flag(valid))],
+        );
+    }
+
     for counts_bytes in [false, true] {
         let unit = unit(counts_bytes);
         let rows: Vec<_> = s
@@ -336,5 +374,55 @@ mod tests {
             .parse()
             .unwrap();
         assert!((sum - 2.00625).abs() < 1e-9, "{sum}");
+    }
+
+    #[test]
+    fn leadership_shows_role_term_etcd_and_lease_only_where_they_apply() {
+        let snapshot = |leadership: serde_json::Value| -> Snapshot {
+            serde_json::from_value(serde_json::json!({
+                "cycle": 0, "uptime_s": 0.0, "interval_ms": 1000, "resources": [],
+                "nodes": [], "stages": [], "shares": [], "latency_ms_p50": 0.0,
+                "latency_ms_p99": 0.0, "latency_ms_last": 0.0, "leadership": leadership
+            }))
+            .unwrap()
+        };
+        let histogram = LatencyHistogram::default();
+        let single = render(
+            &snapshot(serde_json::json!({"role": "single", "term": 0, "controlling": true})),
+            &histogram,
+        );
+        assert!(
+            single
+                .lines()
+                .any(|l| l == "cheferd_role{role=\"single\",leader=\"\"} 1"),
+            "{single}"
+        );
+        assert!(
+            single.lines().any(|l| l == "cheferd_controlling 1"),
+            "{single}"
+        );
+        assert!(
+            !single.contains("cheferd_etcd_reachable") && !single.contains("cheferd_lease_valid")
+        );
+        let leader = render(
+            &snapshot(serde_json::json!({
+                "role": "leader", "term": 42, "leader": "https://g1:50051",
+                "etcd_reachable": false, "etcd_unreachable_since": 1, "lease_valid": false,
+                "controlling": true
+            })),
+            &histogram,
+        );
+        for line in [
+            "cheferd_role{role=\"leader\",leader=\"https://g1:50051\"} 1",
+            "cheferd_leader_term 42",
+            "cheferd_etcd_reachable 0",
+            "cheferd_lease_valid 0",
+            "cheferd_controlling 1",
+        ] {
+            assert!(
+                leader.lines().any(|l| l == line),
+                "no {line:?} in\n{leader}"
+            );
+        }
     }
 }

@@ -69,6 +69,15 @@ pub struct ClientTls {
     pub server_name: Option<String>,
 }
 
+/// A client configuration that trusts the CA in `ca` (given as `flag`), with no client
+/// identity.
+pub fn trusting(flag: &'static str, ca: &Path) -> Result<ClientTlsConfig, TlsFileError> {
+    let (ca, _) = read_certs(flag, ca)?;
+    Ok(ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(ca))
+        .timeout(HANDSHAKE_TIMEOUT))
+}
+
 /// A TLS file refused: the flag that named it, the file, and why.
 #[derive(Debug, thiserror::Error)]
 #[error("{flag} {}: {kind}", path.display())]
@@ -110,6 +119,18 @@ pub enum TlsFileErrorKind {
         /// Why (rustls's error chain).
         reason: String,
     },
+}
+
+/// A client identity: the certificate in `cert` and its key in `key` (given as
+/// `cert_flag` and `key_flag`).
+pub fn identity(
+    cert_flag: &'static str,
+    cert: &Path,
+    key_flag: &'static str,
+    key: &Path,
+) -> Result<Identity, TlsFileError> {
+    let (cert, _) = read_certs(cert_flag, cert)?;
+    Ok(Identity::from_pem(cert, read_key(key_flag, key)?))
 }
 
 /// Reads a file of PEM certificates, naming `flag` and the path in any error.
@@ -155,8 +176,15 @@ fn file_error(flag: &'static str, path: &Path, kind: TlsFileErrorKind) -> TlsFil
 }
 
 impl ServerTls {
-    /// Loads and checks the files: the TLS configuration of the gRPC server, requiring
-    /// a client certificate signed by `client_ca`.
+    /// How one global controller checks another's server certificate (a standby
+    /// asking `Standing`): trusting `client_ca`, the site CA, with no client identity.
+    pub fn peer_client(&self) -> Result<ClientTlsConfig, TlsFileError> {
+        trusting("--tls-client-ca", &self.client_ca)
+    }
+
+    /// Loads and checks the files: the TLS configuration of the gRPC server, checking
+    /// a client certificate against `client_ca`. The handshake accepts a client without
+    /// one (a standby global controller asking `Standing`); `Attach` refuses it.
     pub fn load(&self) -> Result<ServerTlsConfig, TlsFileError> {
         let (cert, _) = read_certs("--tls-cert", &self.cert)?;
         let key = read_key("--tls-key", &self.key)?;
@@ -164,7 +192,7 @@ impl ServerTls {
         let config = ServerTlsConfig::new()
             .identity(Identity::from_pem(cert, key))
             .client_ca_root(Certificate::from_pem(ca))
-            .client_auth_optional(false)
+            .client_auth_optional(true)
             .timeout(HANDSHAKE_TIMEOUT);
         // Builds the rustls configuration now, so a key that does not match its
         // certificate is reported at start, not at the first handshake.

@@ -54,6 +54,11 @@ fn every_ctl_view_prints_json() {
         );
         assert!(jobs["cycle"].as_u64().unwrap() > 0, "{jobs}");
     }
+    let status = json(&cluster, &["status", "--json"]);
+    assert_eq!(status["role"], "single", "{status}");
+    assert_eq!(status["controlling"], true, "{status}");
+    let table = cluster.ctl(&["status"]);
+    assert!(String::from_utf8_lossy(&table.stdout).starts_with("role         single\n"));
     let dump = json(&cluster, &["dump", "--json"]);
     assert!(dump["state"]["stages"].is_array() && dump["config"].is_object());
     let reply = json(&cluster, &["set-policy", &resource, "psfa", "--json"]);

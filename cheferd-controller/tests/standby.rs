@@ -4,8 +4,11 @@
 //! - the leader is killed (`SIGKILL`): the standby leads within the lease's TTL and two
 //!   intervals, the locals follow it, an administrative change made before is still in
 //!   force, the aggregate never exceeds `Max_R` × 1.05 in a second and no job fails;
-//! - etcd is killed: the leader keeps its place and says so, rules stay in force, and
-//!   it controls again once etcd is back;
+//! - etcd is killed: every standby confirms it cannot reach etcd either, so the leader
+//!   keeps controlling (a change made meanwhile reaches the jobs) and says so, in its
+//!   log and `ctl status`; once etcd is back it still leads, with a valid lease;
+//! - more changes than the bound are made: the leader folds them into one key, and the
+//!   next leader restores the last of them;
 //! - the leader is stopped (`SIGSTOP`) past its lease: the standby leads with the
 //!   AdapTBF records it saved, and when the old leader resumes its rules are not
 //!   applied (it finds its lease gone and exits).
@@ -35,9 +38,13 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A one-member etcd on loopback, its data in the cluster's directory (kept across a
+/// An etcd member on loopback, its data in the cluster's directory (kept across a
 /// restart, as a real member's disk is).
-struct Etcd {
+struct Member {
+    name: String,
+    /// The site directory whose CA and server certificate it serves clients with
+    /// (`--client-cert-auth`); `None`: plaintext.
+    tls: Option<PathBuf>,
     child: Option<Child>,
     data: PathBuf,
     log: PathBuf,
@@ -45,45 +52,134 @@ struct Etcd {
     peer: u16,
 }
 
-impl Etcd {
-    fn start(dir: &std::path::Path) -> Etcd {
-        let mut etcd = Etcd {
-            child: None,
-            data: dir.join("etcd-data"),
-            log: dir.join("etcd.log"),
-            client: free_port(),
-            peer: free_port(),
-        };
-        etcd.restart();
-        etcd
+impl Member {
+    fn client_url(&self) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client)
     }
 
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client)
+    fn peer_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.peer)
     }
 
-    /// Starts it (again) and waits until it answers.
-    fn restart(&mut self) {
+    /// Starts it (again), one of the cluster `initial_cluster`.
+    fn start(&mut self, initial_cluster: &str) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.log)
             .expect("etcd log");
-        let peer = format!("http://127.0.0.1:{}", self.peer);
-        let child = Command::new("etcd")
+        let mut command = Command::new("etcd");
+        if let Some(site) = &self.tls {
+            command
+                .arg("--cert-file")
+                .arg(site.join("server.pem"))
+                .arg("--key-file")
+                .arg(site.join("server.key"))
+                .arg("--trusted-ca-file")
+                .arg(site.join("ca.pem"))
+                .arg("--client-cert-auth");
+        }
+        let child = command
+            .args(["--name", &self.name])
             .arg("--data-dir")
             .arg(&self.data)
-            .args(["--listen-client-urls", &self.url()])
-            .args(["--advertise-client-urls", &self.url()])
-            .args(["--listen-peer-urls", &peer])
-            .args(["--initial-advertise-peer-urls", &peer])
-            .args(["--initial-cluster", &format!("default={peer}")])
+            .args(["--listen-client-urls", &self.client_url()])
+            .args(["--advertise-client-urls", &self.client_url()])
+            .args(["--listen-peer-urls", &self.peer_url()])
+            .args(["--initial-advertise-peer-urls", &self.peer_url()])
+            .args(["--initial-cluster", initial_cluster])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("etcd starts");
         self.child = Some(child);
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// An etcd cluster of one or three members on loopback.
+struct Etcd {
+    members: Vec<Member>,
+    /// The site directory of its TLS files, with the client certificate
+    /// [`ETCD_CLIENT`] made for the global controllers; `None`: plaintext.
+    tls: Option<PathBuf>,
+}
+
+/// The name of the client certificate the global controllers present to etcd.
+const ETCD_CLIENT: &str = "etcd-client";
+
+impl Etcd {
+    /// Starts `size` members — with TLS (server and client certificates of the
+    /// cluster's site `tls`) if given — and waits until the cluster answers.
+    fn start(dir: &std::path::Path, size: usize, tls: Option<PathBuf>) -> Etcd {
+        if let Some(site) = &tls {
+            cheferd_controller::tls::make_leaf(
+                cheferd_controller::tls::Role::Node,
+                &[ETCD_CLIENT.to_string()],
+                site,
+                site,
+                30,
+            )
+            .expect("a client certificate for etcd");
+        }
+        let members = (0..size)
+            .map(|i| Member {
+                name: format!("m{i}"),
+                tls: tls.clone(),
+                child: None,
+                data: dir.join(format!("etcd-{i}")),
+                log: dir.join(format!("etcd-{i}.log")),
+                client: free_port(),
+                peer: free_port(),
+            })
+            .collect();
+        let mut etcd = Etcd { members, tls };
+        etcd.restart();
+        etcd
+    }
+
+    /// `--etcd-ca`, `--etcd-cert` and `--etcd-key` (none without TLS).
+    fn tls_args(&self) -> Vec<std::ffi::OsString> {
+        let Some(site) = &self.tls else {
+            return Vec::new();
+        };
+        let client = cheferd_controller::tls::loopback_node(site, ETCD_CLIENT);
+        vec![
+            "--etcd-ca".into(),
+            client.ca.into(),
+            "--etcd-cert".into(),
+            client.cert.into(),
+            "--etcd-key".into(),
+            client.key.into(),
+        ]
+    }
+
+    /// Every member's client URL, comma-separated (as `--etcd` takes them).
+    fn urls(&self) -> String {
+        let urls: Vec<String> = self.members.iter().map(Member::client_url).collect();
+        urls.join(",")
+    }
+
+    /// Starts every member that is not running (again) and waits until the cluster
+    /// answers.
+    fn restart(&mut self) {
+        let initial_cluster: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("{}={}", m.name, m.peer_url()))
+            .collect();
+        let initial_cluster = initial_cluster.join(",");
+        for member in self.members.iter_mut().filter(|m| m.child.is_none()) {
+            member.start(&initial_cluster);
+        }
         wait_for(Duration::from_secs(20), "etcd to answer", || {
             self.call(|client| async move { client.leader("/padll-test/probe").await })
                 .ok()
@@ -98,6 +194,14 @@ impl Etcd {
             .flatten()
     }
 
+    /// How many keys start with `prefix` (`None`: etcd does not answer).
+    fn count(&self, prefix: &str) -> Option<usize> {
+        let prefix = prefix.to_string();
+        self.call(|client| async move { client.range_prefix(&prefix).await })
+            .ok()
+            .map(|kvs| kvs.len())
+    }
+
     /// One call of the project's etcd client, on a runtime of its own.
     fn call<F: std::future::Future>(
         &self,
@@ -106,15 +210,19 @@ impl Etcd {
         let runtime = tokio::runtime::Runtime::new().expect("runtime");
         // The client's channel spawns its connection task on the runtime.
         let _entered = runtime.enter();
-        let client = cheferd_controller::standby::etcd::Etcd::new(&[self.url()]).expect("etcd URL");
+        let urls: Vec<String> = self.members.iter().map(Member::client_url).collect();
+        let tls = self.tls.as_ref().map(|site| {
+            cheferd_controller::tls::loopback_node(site, ETCD_CLIENT)
+                .load()
+                .expect("the etcd client certificate")
+        });
+        let client = cheferd_controller::standby::etcd::Etcd::new(&urls, tls).expect("etcd URL");
         runtime.block_on(call(client))
     }
 
+    /// Kills every member (`SIGKILL`).
     fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.members.iter_mut().for_each(Member::kill);
     }
 }
 
@@ -141,8 +249,9 @@ impl Global {
         let mut command = Command::new(crate::util::cheferd());
         cluster.global_args(&mut command, port, &admin);
         let child = command
-            .args(["--etcd", &etcd.url(), "--etcd-prefix", ETCD_PREFIX])
+            .args(["--etcd", &etcd.urls(), "--etcd-prefix", ETCD_PREFIX])
             .args(["--etcd-ttl", &TTL.as_secs().to_string()])
+            .args(etcd.tls_args())
             .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()
             .expect("cheferd global starts");
@@ -171,6 +280,27 @@ impl Global {
         )
     }
 
+    /// `ctl --json status` on its admin socket.
+    fn status(&self) -> serde_json::Value {
+        let mut command = Command::new(crate::util::cheferd());
+        command
+            .arg("ctl")
+            .arg("--socket")
+            .arg(&self.admin)
+            .args(["--json", "status"]);
+        let output = crate::util::run_with_timeout(&mut command, Duration::from_secs(10));
+        assert!(output.status.success(), "ctl status: {output:?}");
+        serde_json::from_slice(&output.stdout).expect("ctl --json status prints JSON")
+    }
+
+    /// Waits until its `ctl status` satisfies `holds`.
+    fn wait_for_status(&self, what: &str, holds: impl Fn(&serde_json::Value) -> bool) {
+        wait_for(Duration::from_secs(20), what, || {
+            let status = self.status();
+            holds(&status).then_some(())
+        });
+    }
+
     fn signal(&self, signal: libc::c_int) {
         // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
         assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
@@ -187,12 +317,16 @@ impl Drop for Global {
 /// etcd, global controller A elected, B standing by, both nodes' local controllers
 /// (given both URLs) attached to A, and two jobs offering more than `Max_R` on both
 /// nodes under `policy`, past their warm-up.
-fn cluster(policy: &str) -> (Cluster, Etcd, Global, Global) {
+fn cluster(policy: &str, etcd_members: usize, etcd_tls: bool) -> (Cluster, Etcd, Global, Global) {
     let mut cluster = Cluster::new(&format!(
         "interval_ms = {}\n[[resource]]\nname = \"{{scratch}}:metadata\"\nmax_rate = \"{MAX_RATE}\"\npolicy = \"{policy}\"\n",
         INTERVAL.as_millis()
     ));
-    let etcd = Etcd::start(cluster.dir.path());
+    let etcd = Etcd::start(
+        cluster.dir.path(),
+        etcd_members,
+        etcd_tls.then(|| cluster.tls.clone()),
+    );
     let a = Global::start(&cluster, "a", &etcd);
     a.wait_for_log(Duration::from_secs(15), "elected leader");
     let b = Global::start(&cluster, "b", &etcd);
@@ -249,7 +383,38 @@ fn assert_jobs_running(cluster: &mut Cluster) {
 #[cfg_attr(not(has_etcd), ignore = "etcd not installed")]
 fn the_standby_takes_over_a_killed_leader_with_its_changes_and_jobs_stay_capped() {
     let _turn = crate::util::alone();
-    let (mut cluster, _etcd, mut a, b) = cluster("psfa");
+    let (cluster, _etcd, a, b) = cluster("psfa", 1, false);
+    fails_over(cluster, a, b);
+}
+
+/// The same with a three-member etcd cluster, one of whose members is killed before
+/// the leader: the two left keep quorum, and the election works on.
+#[test]
+#[cfg_attr(not(has_etcd), ignore = "etcd not installed")]
+fn with_three_etcd_members_one_killed_the_standby_still_takes_over() {
+    let _turn = crate::util::alone();
+    let (cluster, mut etcd, a, b) = cluster("psfa", 3, false);
+    etcd.members[0].kill();
+    // Whichever member led etcd's Raft, the two left elect one (≈ 1 s) and every
+    // controller's etcd calls go to them.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(a.status()["controlling"], true, "{}", a.log());
+    fails_over(cluster, a, b);
+}
+
+/// The same with etcd speaking TLS only, and asking for client certificates.
+#[test]
+#[cfg_attr(not(has_etcd), ignore = "etcd not installed")]
+fn over_tls_to_etcd_the_standby_still_takes_over() {
+    let _turn = crate::util::alone();
+    let (cluster, etcd, a, b) = cluster("psfa", 1, true);
+    assert!(etcd.urls().starts_with("https://"));
+    fails_over(cluster, a, b);
+}
+
+/// `kill -9` of leader A with a change made: B leads within TTL + 2 intervals + etcd's
+/// sweep, with the change, the jobs stay capped and none fails.
+fn fails_over(mut cluster: Cluster, mut a: Global, b: Global) {
     // A standby refuses changes, naming the leader.
     let refused = {
         let mut on_b = Command::new(crate::util::cheferd());
@@ -297,25 +462,49 @@ fn the_standby_takes_over_a_killed_leader_with_its_changes_and_jobs_stay_capped(
 
 #[test]
 #[cfg_attr(not(has_etcd), ignore = "etcd not installed")]
-fn with_etcd_down_the_leader_keeps_its_place_and_its_rules_stay_in_force() {
+fn with_etcd_down_the_leader_keeps_controlling_and_says_so() {
     let _turn = crate::util::alone();
-    let (mut cluster, mut etcd, a, b) = cluster("psfa");
-    let from = Instant::now();
+    let (mut cluster, mut etcd, a, b) = cluster("psfa", 1, false);
+    let status = a.status();
+    assert_eq!(status["role"], "leader", "{status}");
+    assert_eq!(status["leader"], a.url().as_str(), "{status}");
+    assert_eq!(
+        (&status["etcd_reachable"], &status["lease_valid"]),
+        (&true.into(), &true.into()),
+        "{status}"
+    );
+    let term = status["term"].as_u64().expect("a term");
+    assert_eq!(b.status()["role"], "follower");
+    assert_eq!(b.status()["term"], term, "B knows A's term");
+
     etcd.kill();
-    a.wait_for_log(Duration::from_secs(10), "etcd unreachable");
-    a.wait_for_log(Duration::from_secs(10), "the lease has lapsed");
-    std::thread::sleep(Duration::from_secs(4));
-    cluster.assert_aggregate_capped(from, Instant::now(), MAX_RATE);
+    a.wait_for_log(
+        Duration::from_secs(15),
+        &format!("keeping control in term {term}; no standby can take over until etcd is back"),
+    );
+    assert!(a.log().contains("etcd unreachable since "), "{}", a.log());
+    let status = a.status();
+    assert_eq!(status["etcd_reachable"], false, "{status}");
+    assert_eq!(status["controlling"], true, "{status}");
+    assert_eq!(b.status()["etcd_reachable"], false);
+    // A still adapts the rules: a change made with etcd down reaches the jobs.
+    set_max_rate(&cluster, CHANGED_MAX_RATE);
+    let capped = wait_capped(&cluster, CHANGED_MAX_RATE);
+    std::thread::sleep(Duration::from_secs(3));
+    cluster.assert_aggregate_capped(capped, Instant::now(), CHANGED_MAX_RATE);
     assert!(
         !b.log().contains("elected leader"),
         "B was elected with etcd down"
     );
 
     etcd.restart();
-    a.wait_for_log(Duration::from_secs(15), "controlling");
-    // A controls again: a change reaches the jobs.
-    set_max_rate(&cluster, CHANGED_MAX_RATE);
-    wait_capped(&cluster, CHANGED_MAX_RATE);
+    a.wait_for_status("A to find etcd and its lease again", |status| {
+        status["etcd_reachable"] == true && status["lease_valid"] == true
+    });
+    assert_eq!(a.status()["term"], term, "A leads in the same term");
+    // A controls on: another change reaches the jobs.
+    set_max_rate(&cluster, CHANGED_MAX_RATE / 2.0);
+    wait_capped(&cluster, CHANGED_MAX_RATE / 2.0);
     assert!(!b.log().contains("elected leader"), "B was elected");
     assert_jobs_running(&mut cluster);
     assert!(cluster.controllers_alive(), "a local controller died");
@@ -325,7 +514,7 @@ fn with_etcd_down_the_leader_keeps_its_place_and_its_rules_stay_in_force() {
 #[cfg_attr(not(has_etcd), ignore = "etcd not installed")]
 fn a_leader_stopped_past_its_lease_is_replaced_and_its_rules_are_not_applied() {
     let _turn = crate::util::alone();
-    let (mut cluster, etcd, mut a, b) = cluster("adaptbf");
+    let (mut cluster, etcd, mut a, b) = cluster("adaptbf", 1, false);
     // AdapTBF's records, saved every 5 s, go to the next leader.
     let key = format!("{ETCD_PREFIX}/policy-state");
     wait_for(Duration::from_secs(20), "the policy state in etcd", || {
@@ -345,9 +534,61 @@ fn a_leader_stopped_past_its_lease_is_replaced_and_its_rules_are_not_applied() {
         a.child.try_wait().ok().flatten()
     });
     assert!(!status.success());
-    assert!(a.log().contains("has expired"), "{}", a.log());
+    // Whichever notices first: its keep-alive (the lease is gone), B (a newer term)
+    // or a write to etcd (its election key is gone).
+    let log = a.log();
+    assert!(
+        [
+            "has expired",
+            "another global controller leads",
+            "it no longer leads"
+        ]
+        .iter()
+        .any(|why| log.contains(why)),
+        "{log}"
+    );
     std::thread::sleep(Duration::from_secs(4));
     cluster.assert_aggregate_capped(capped, Instant::now(), CHANGED_MAX_RATE);
     assert_jobs_running(&mut cluster);
     assert!(cluster.controllers_alive(), "a local controller died");
+}
+
+#[test]
+#[cfg_attr(not(has_etcd), ignore = "etcd not installed")]
+fn the_leader_folds_the_stored_changes_and_the_next_one_restores_them() {
+    use cheferd_controller::standby::persist::FOLD_AFTER;
+    let _turn = crate::util::alone();
+    let (mut cluster, etcd, mut a, b) = cluster("psfa", 1, false);
+    let changes = FOLD_AFTER + 6;
+    for i in 0..changes {
+        set_max_rate(&cluster, CHANGED_MAX_RATE + i as f64);
+    }
+    let last = CHANGED_MAX_RATE + (changes - 1) as f64;
+    let keys = format!("{ETCD_PREFIX}/changes/");
+    let folded = wait_for(Duration::from_secs(20), "the changes folded", || {
+        let left = etcd.count(&keys)?;
+        let folded = etcd.get(&format!("{ETCD_PREFIX}/changes-folded"))?;
+        (left <= FOLD_AFTER).then_some((left, folded))
+    });
+    let (left, folded) = (
+        folded.0,
+        serde_json::from_slice::<serde_json::Value>(&folded.1),
+    );
+    eprintln!("{left} change keys left, folded: {folded:?}");
+    let folded = folded.expect("the folded changes are JSON");
+    assert_eq!(folded.as_array().map(Vec::len), Some(1), "{folded}");
+    assert!(a.log().contains("folded the stored changes"), "{}", a.log());
+
+    let _ = a.child.kill();
+    let _ = a.child.wait();
+    b.wait_for_log(Duration::from_secs(15), "elected leader");
+    assert!(
+        b.log().contains(&format!("restored={}", left + 1)),
+        "{}",
+        b.log()
+    );
+    cluster.admin = b.admin.clone();
+    let resources = cluster.snapshot().resources;
+    assert_eq!(resources[0].max_rate, last, "{resources:?}");
+    assert_jobs_running(&mut cluster);
 }

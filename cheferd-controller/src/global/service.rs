@@ -90,6 +90,15 @@ impl proto::global_server::Global for Service {
         });
         Ok(Response::new(Box::pin(stamped)))
     }
+
+    /// Public facts (who leads, in which term, whether etcd answers): asked by a leader
+    /// whose lease lapsed, with or without a client certificate.
+    async fn standing(
+        &self,
+        _: Request<proto::StandingRequest>,
+    ) -> Result<Response<proto::StandingReply>, Status> {
+        Ok(Response::new(self.controller.leadership().standing()))
+    }
 }
 
 /// The node name of a stream's first message: a `Register` of this protocol version

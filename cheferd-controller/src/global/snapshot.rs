@@ -111,6 +111,7 @@ impl Controller {
                 .history
                 .back()
                 .map_or(0.0, |p| p.latency.as_secs_f64() * 1e3),
+            leadership: self.leadership.status(),
         }
     }
 
@@ -177,6 +178,10 @@ pub struct Snapshot {
     pub latency_ms_p99: f64,
     /// Last cycle's latency, ms.
     pub latency_ms_last: f64,
+    /// Who leads (with a standby, `crate::standby`) and whether this controller
+    /// controls now.
+    #[serde(default)]
+    pub leadership: crate::standby::LeadershipStatus,
 }
 
 /// One resource.

@@ -2,8 +2,9 @@
 //! of its protocol in `proto/etcd/` (see ARCHITECTURE.md, Dependencies: why not the
 //! `etcd-client` crate).
 
+use super::StandbyError;
 use std::time::{Duration, Instant};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tracing::{info, warn};
 
 /// The generated etcd protocol.
@@ -25,41 +26,102 @@ pub mod pb {
 
 use pb::etcdserverpb::{kv_client::KvClient, lease_client::LeaseClient};
 use pb::v3electionpb::election_client::ElectionClient;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use tonic::{Code, Status};
 
 /// How long one request to etcd may take (a campaign waits for leadership as long as
 /// it takes).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// A connection to an etcd cluster (any of its members).
+/// A connection to an etcd cluster: to one member at a time, moving to the next when
+/// it is unreachable or does not answer (tonic's balancing kept sending some calls to
+/// a dead member, long enough for a lease to lapse).
 #[derive(Clone)]
 pub struct Etcd {
-    channel: Channel,
+    members: Arc<[Channel]>,
+    /// The index of the member used now.
+    current: Arc<AtomicUsize>,
+}
+
+/// Whether a call failed for want of that member (down, cut off from its cluster's
+/// quorum, too slow), so that another may answer it.
+fn member_failed(status: &Status) -> bool {
+    matches!(status.code(), Code::Unavailable | Code::DeadlineExceeded)
 }
 
 impl Etcd {
-    /// A client for the members at `endpoints` (`http://host:port`); connects lazily,
-    /// balancing over them.
-    pub fn new(endpoints: &[String]) -> Result<Etcd, String> {
-        let endpoints = endpoints
+    /// A client for the members at `endpoints` (`http://host:port`, or `https://`
+    /// with `tls`); connects lazily.
+    pub fn new(endpoints: &[String], tls: Option<ClientTlsConfig>) -> Result<Etcd, StandbyError> {
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let members = endpoints
             .iter()
             .map(|url| {
-                if !url.starts_with("http://") {
-                    return Err(format!(
-                        "--etcd '{url}' must be a URL such as http://127.0.0.1:2379"
-                    ));
+                let bad = |why: String| StandbyError::EtcdUrl {
+                    url: url.clone(),
+                    why,
+                };
+                if !url.starts_with(&format!("{scheme}://")) {
+                    return Err(bad(format!(
+                        "must be a URL such as {scheme}://127.0.0.1:2379 (https:// with \
+                         --etcd-ca, http:// without)"
+                    )));
                 }
-                Endpoint::from_shared(url.clone())
-                    .map(|e| e.connect_timeout(REQUEST_TIMEOUT))
-                    .map_err(|e| format!("--etcd '{url}': not a URL ({e})"))
+                let endpoint = Endpoint::from_shared(url.clone())
+                    .map_err(|e| bad(format!("not a URL ({e})")))?;
+                let endpoint = match &tls {
+                    Some(tls) => endpoint
+                        .tls_config(tls.clone())
+                        .map_err(|e| bad(format!("TLS: {}", crate::tls::error_chain(&e))))?,
+                    None => endpoint,
+                };
+                Ok(endpoint.connect_timeout(REQUEST_TIMEOUT).connect_lazy())
             })
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Arc<[Channel]>, _>>()?;
+        if members.is_empty() {
+            return Err(StandbyError::NoEtcd);
+        }
         Ok(Etcd {
-            channel: Channel::balance_list(endpoints.into_iter()),
+            members,
+            current: Arc::new(AtomicUsize::new(0)),
         })
     }
 
-    fn kv(&self) -> KvClient<Channel> {
-        KvClient::new(self.channel.clone())
+    /// The member used now, and its index.
+    fn member(&self) -> (usize, Channel) {
+        let index = self.current.load(Ordering::Relaxed) % self.members.len();
+        (index, self.members[index].clone())
+    }
+
+    /// Member `index` failed a call: use the next (unless another call moved on
+    /// already).
+    fn move_on(&self, index: usize) {
+        let next = (index + 1) % self.members.len();
+        let _ = self
+            .current
+            .compare_exchange(index, next, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// `call` on the member used now, then on each other member while it fails for want
+    /// of that member, each try within [`REQUEST_TIMEOUT`]; the last failure if none
+    /// answers.
+    async fn call<T, F>(&self, call: impl Fn(Channel) -> F) -> Result<T, Status>
+    where
+        F: Future<Output = Result<T, Status>>,
+    {
+        let mut failure = Status::unavailable("no etcd member");
+        for _ in 0..self.members.len() {
+            let (index, channel) = self.member();
+            failure = match tokio::time::timeout(REQUEST_TIMEOUT, call(channel)).await {
+                Ok(Err(status)) if member_failed(&status) => status,
+                Ok(answered) => return answered,
+                Err(_) => Status::deadline_exceeded("etcd does not answer"),
+            };
+            self.move_on(index);
+        }
+        Err(failure)
     }
 
     /// A lease of `ttl`, asked for until etcd answers (saying once that it does not).
@@ -70,58 +132,59 @@ impl Etcd {
                 ttl: ttl.as_secs().max(1) as i64,
                 id: 0,
             };
-            let granted = tokio::time::timeout(
-                REQUEST_TIMEOUT,
-                LeaseClient::new(self.channel.clone()).lease_grant(request),
-            )
-            .await;
+            let granted = self
+                .call(|channel| async move { LeaseClient::new(channel).lease_grant(request).await })
+                .await;
             match granted {
-                Ok(Ok(reply)) if reply.get_ref().error.is_empty() => return reply.get_ref().id,
-                Ok(Ok(reply)) => warn!("etcd refused a lease: {}", reply.get_ref().error),
-                Ok(Err(status)) if !said => {
+                Ok(reply) if reply.get_ref().error.is_empty() => return reply.get_ref().id,
+                Ok(reply) => warn!("etcd refused a lease: {}", reply.get_ref().error),
+                Err(status) if !said => {
                     warn!("cannot reach etcd ({}); retrying", status.message())
                 }
-                Err(_) if !said => warn!("etcd does not answer; retrying"),
-                _ => {}
+                Err(_) => {}
             }
             said = true;
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
 
-    /// Keeps `lease` alive, a keep-alive every third of `ttl`, calling `renewed` with
-    /// the instant until which each answer makes it valid. Returns only when etcd says
-    /// the lease is gone (it expired there); says when etcd stops and starts answering.
-    pub async fn keep_alive(&self, lease: i64, ttl: Duration, renewed: impl Fn(Instant)) -> String {
+    /// Keeps `lease` alive, a keep-alive every third of `ttl`, calling `answered` after
+    /// each with the instant until which etcd's answer makes it valid (`None`: etcd did
+    /// not answer). Returns only when etcd says the lease is gone (it expired there);
+    /// says when etcd stops and starts answering.
+    pub async fn keep_alive(
+        &self,
+        lease: i64,
+        ttl: Duration,
+        answered: impl Fn(Option<Instant>),
+    ) -> StandbyError {
         let mut unreachable = false;
         loop {
             let sent = Instant::now();
             let request = pb::etcdserverpb::LeaseKeepAliveRequest { id: lease };
-            let answer = tokio::time::timeout(REQUEST_TIMEOUT, async {
-                let mut replies = LeaseClient::new(self.channel.clone())
-                    .lease_keep_alive(tokio_stream::once(request))
-                    .await?
-                    .into_inner();
-                replies.message().await
-            })
-            .await;
+            let answer = self
+                .call(|channel| async move {
+                    let mut replies = LeaseClient::new(channel)
+                        .lease_keep_alive(tokio_stream::once(request))
+                        .await?
+                        .into_inner();
+                    replies.message().await
+                })
+                .await;
             match answer {
-                Ok(Ok(Some(reply))) if reply.ttl > 0 => {
+                Ok(Some(reply)) if reply.ttl > 0 => {
                     if unreachable {
                         info!("etcd answers again");
                         unreachable = false;
                     }
-                    renewed(sent + Duration::from_secs(reply.ttl as u64));
+                    answered(Some(sent + Duration::from_secs(reply.ttl as u64)));
                 }
-                Ok(Ok(Some(_))) => {
-                    return format!(
-                        "etcd says lease {lease:x} has expired: another global controller may lead now; exiting to start again as a standby"
-                    )
-                }
+                Ok(Some(_)) => return StandbyError::LeaseExpired(lease),
                 failed => {
+                    answered(None);
                     if !unreachable {
                         let why = match failed {
-                            Ok(Err(status)) => status.message().to_string(),
+                            Err(status) => status.message().to_string(),
                             _ => "no answer".to_string(),
                         };
                         warn!("cannot renew the lease: etcd unreachable ({why}); if it is down, no other global controller can be elected meanwhile");
@@ -134,8 +197,9 @@ impl Etcd {
     }
 
     /// Campaigns in `election` with `lease`, proclaiming `value`, until elected (a
-    /// campaign that fails, e.g. while etcd is down, is started again); returns the
-    /// leadership key (its `rev`, the revision that created it, is the term).
+    /// campaign that fails, e.g. while etcd is down, is started again, on the next
+    /// member if that one failed); returns the leadership key (its `rev`, the revision
+    /// that created it, is the term).
     pub async fn campaign(
         &self,
         election: &str,
@@ -149,43 +213,46 @@ impl Etcd {
                 lease,
                 value: value.as_bytes().to_vec(),
             };
-            match ElectionClient::new(self.channel.clone())
-                .campaign(request)
-                .await
-            {
+            let (index, channel) = self.member();
+            match ElectionClient::new(channel).campaign(request).await {
                 Ok(reply) => match reply.into_inner().leader {
                     Some(leader) => return leader,
                     None => warn!("etcd elected this controller but named no leadership key"),
                 },
-                Err(status) if !said => {
-                    warn!(
-                        "campaigning in etcd failed ({}); retrying",
-                        status.message()
-                    );
-                    said = true;
+                Err(status) => {
+                    if member_failed(&status) {
+                        self.move_on(index);
+                    }
+                    if !said {
+                        warn!(
+                            "campaigning in etcd failed ({}); retrying",
+                            status.message()
+                        );
+                        said = true;
+                    }
                 }
-                Err(_) => {}
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
 
-    /// The value the leader of `election` proclaimed (`None`: no leader).
-    pub async fn leader(&self, election: &str) -> Result<Option<String>, tonic::Status> {
+    /// The leader of `election`: the value it proclaimed and its term, the revision
+    /// that created its key (`None`: no leader).
+    pub async fn leader(&self, election: &str) -> Result<Option<super::Leader>, Status> {
         let request = pb::v3electionpb::LeaderRequest {
             name: election.as_bytes().to_vec(),
         };
-        let reply = tokio::time::timeout(
-            REQUEST_TIMEOUT,
-            ElectionClient::new(self.channel.clone()).leader(request),
-        )
-        .await
-        .map_err(|_| tonic::Status::deadline_exceeded("etcd does not answer"));
-        match reply? {
-            Ok(reply) => Ok(reply
-                .into_inner()
-                .kv
-                .map(|kv| String::from_utf8_lossy(&kv.value).into_owned())),
+        let reply = self
+            .call(|channel| {
+                let request = request.clone();
+                async move { ElectionClient::new(channel).leader(request).await }
+            })
+            .await;
+        match reply {
+            Ok(reply) => Ok(reply.into_inner().kv.map(|kv| super::Leader {
+                url: String::from_utf8_lossy(&kv.value).into_owned(),
+                term: kv.create_revision as u64,
+            })),
             // etcd's `ErrElectionNoLeader`, sent with code Unknown.
             Err(status) if status.message() == "election: no leader" => Ok(None),
             Err(status) => Err(status),
@@ -193,12 +260,12 @@ impl Etcd {
     }
 
     /// Every key-value under `prefix`, in key order.
-    pub async fn range_prefix(&self, prefix: &str) -> Result<Vec<pb::mvccpb::KeyValue>, String> {
+    pub async fn range_prefix(&self, prefix: &str) -> Result<Vec<pb::mvccpb::KeyValue>, Status> {
         self.range(prefix, prefix_end(prefix.as_bytes())).await
     }
 
     /// The value of `key`, if set.
-    pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
+    pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, Status> {
         let found = self.range(key, Vec::new()).await?;
         Ok(found.into_iter().next().map(|kv| kv.value))
     }
@@ -208,17 +275,18 @@ impl Etcd {
         &self,
         key: &str,
         range_end: Vec<u8>,
-    ) -> Result<Vec<pb::mvccpb::KeyValue>, String> {
+    ) -> Result<Vec<pb::mvccpb::KeyValue>, Status> {
         let request = pb::etcdserverpb::RangeRequest {
             key: key.as_bytes().to_vec(),
             range_end,
             ..Default::default()
         };
-        tokio::time::timeout(REQUEST_TIMEOUT, self.kv().range(request))
-            .await
-            .map_err(|_| "etcd does not answer".to_string())?
-            .map(|reply| reply.into_inner().kvs)
-            .map_err(|s| s.message().to_string())
+        self.call(|channel| {
+            let request = request.clone();
+            async move { KvClient::new(channel).range(request).await }
+        })
+        .await
+        .map(|reply| reply.into_inner().kvs)
     }
 
     /// Puts `key` = `value` if `guard`'s creation revision is still `revision` (the
@@ -229,8 +297,20 @@ impl Etcd {
         revision: i64,
         key: &str,
         value: Vec<u8>,
-    ) -> Result<bool, String> {
-        use pb::etcdserverpb::{compare, request_op, Compare, PutRequest, RequestOp, TxnRequest};
+    ) -> Result<bool, Status> {
+        self.txn_guarded(guard, revision, vec![put(key, value)])
+            .await
+    }
+
+    /// Applies `operations` in one transaction if `guard`'s creation revision is still
+    /// `revision`; `Ok(false)` if it is not.
+    pub async fn txn_guarded(
+        &self,
+        guard: &[u8],
+        revision: i64,
+        operations: Vec<pb::etcdserverpb::RequestOp>,
+    ) -> Result<bool, Status> {
+        use pb::etcdserverpb::{compare, Compare, TxnRequest};
         let request = TxnRequest {
             compare: vec![Compare {
                 result: compare::CompareResult::Equal as i32,
@@ -239,20 +319,40 @@ impl Etcd {
                 target_union: Some(compare::TargetUnion::CreateRevision(revision)),
                 range_end: Vec::new(),
             }],
-            success: vec![RequestOp {
-                request: Some(request_op::Request::RequestPut(PutRequest {
-                    key: key.as_bytes().to_vec(),
-                    value,
-                    lease: 0,
-                })),
-            }],
+            success: operations,
             failure: Vec::new(),
         };
-        tokio::time::timeout(REQUEST_TIMEOUT, self.kv().txn(request))
-            .await
-            .map_err(|_| "etcd does not answer".to_string())?
-            .map(|reply| reply.into_inner().succeeded)
-            .map_err(|s| s.message().to_string())
+        self.call(|channel| {
+            let request = request.clone();
+            async move { KvClient::new(channel).txn(request).await }
+        })
+        .await
+        .map(|reply| reply.into_inner().succeeded)
+    }
+}
+
+/// A put of `key` = `value`, for [`Etcd::txn_guarded`].
+pub fn put(key: &str, value: Vec<u8>) -> pb::etcdserverpb::RequestOp {
+    use pb::etcdserverpb::{request_op::Request, PutRequest, RequestOp};
+    RequestOp {
+        request: Some(Request::RequestPut(PutRequest {
+            key: key.as_bytes().to_vec(),
+            value,
+            lease: 0,
+        })),
+    }
+}
+
+/// Deleting the keys from `key` up to (not including) `range_end`, for
+/// [`Etcd::txn_guarded`].
+pub fn delete_range(key: &str, range_end: Vec<u8>) -> pb::etcdserverpb::RequestOp {
+    use pb::etcdserverpb::{request_op::Request, DeleteRangeRequest, RequestOp};
+    RequestOp {
+        request: Some(Request::RequestDeleteRange(DeleteRangeRequest {
+            key: key.as_bytes().to_vec(),
+            range_end,
+            prev_kv: false,
+        })),
     }
 }
 
@@ -271,7 +371,23 @@ fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    use super::prefix_end;
+    use super::{prefix_end, Etcd};
+    use tonic::transport::ClientTlsConfig;
+
+    #[tokio::test]
+    async fn the_urls_scheme_must_match_whether_tls_is_given() {
+        let plain = Etcd::new(&["https://127.0.0.1:2379".into()], None).err();
+        assert!(plain.is_some_and(|e| e.to_string().contains("http://127.0.0.1:2379")));
+        let tls = Some(ClientTlsConfig::new());
+        let secure = Etcd::new(&["http://127.0.0.1:2379".into()], tls.clone()).err();
+        let secure = secure.map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            secure.contains("https://") && secure.contains("--etcd-ca"),
+            "{secure}"
+        );
+        assert!(Etcd::new(&["https://127.0.0.1:2379".into()], tls).is_ok());
+        assert!(Etcd::new(&[], None).is_err());
+    }
 
     #[test]
     fn prefix_end_increments_the_last_byte_below_0xff() {

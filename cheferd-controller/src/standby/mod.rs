@@ -16,23 +16,80 @@
 //! - **Fencing**: every `Registered` and `Enforce` carries the term ([`Leadership::stamp`]);
 //!   a local controller refuses an older term than the newest it has seen. A leader
 //!   counts its lease valid until TTL after the last keep-alive etcd answered; past that
-//!   it sends no rules (stages keep their last ones, fail-static) until etcd answers
-//!   again, and if etcd says the lease is gone it exits for its service manager to
-//!   restart it as a follower. While etcd is down no one can be elected, so this leader
-//!   is not replaced, and says so; it cannot tell that from being cut off from etcd
-//!   while others reach it, which is why it freezes rules rather than go on deciding.
+//!   it asks the standbys ([`peers`]): if none reaches etcd either, etcd is down, no one
+//!   can be elected, and it keeps controlling, saying so; if one does, or one cannot be
+//!   asked, it may be the one cut off and sends no rules (stages keep their last ones,
+//!   fail-static) until etcd answers again; if etcd says the lease is gone or a standby
+//!   knows a newer term, it exits for its service manager to restart it as a follower.
 
 pub mod etcd;
 pub mod follow;
+pub mod peers;
 pub mod persist;
 
 use crate::global::{Change, Controller};
+use serde::{Deserialize, Serialize};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::mpsc;
+use tonic::transport::ClientTlsConfig;
 use tonic::Status;
 use tracing::{info, warn};
+
+/// Why a standby global controller cannot start, or stops leading (the process then
+/// exits, for its service manager to start it again as a follower).
+#[derive(Debug, thiserror::Error)]
+pub enum StandbyError {
+    /// An `--etcd` URL that is not one, or not of the scheme TLS asks for.
+    #[error("--etcd '{url}': {why}")]
+    EtcdUrl {
+        /// The URL given.
+        url: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// No `--etcd` URL.
+    #[error("--etcd: no URL given")]
+    NoEtcd,
+    /// etcd did not give what a new leader reads before its first cycle.
+    #[error("cannot read {what} in etcd ({message})")]
+    Read {
+        /// What was read.
+        what: &'static str,
+        /// etcd's (or the connection's) message.
+        message: String,
+    },
+    /// etcd says this controller's lease is gone.
+    #[error("etcd says lease {0:x} has expired: another global controller may lead now; exiting to start again as a standby")]
+    LeaseExpired(i64),
+    /// etcd refused a write guarded by this leader's election key.
+    #[error("this controller's election key is gone from etcd: it no longer leads")]
+    NoLongerLeads,
+    /// A standby knows a newer term than this leader's ([`peers::decide`]).
+    #[error("standby {standby} knows leader {leader} in term {term}, newer than this controller's term {mine}: another global controller leads; exiting to start again as a standby")]
+    Deposed {
+        /// The standby that said so.
+        standby: String,
+        /// The leader it knows.
+        leader: String,
+        /// That leader's term.
+        term: u64,
+        /// This controller's term.
+        mine: u64,
+    },
+    /// What was to be written to etcd did not encode.
+    #[error("cannot encode {what}: {source}")]
+    Encode {
+        /// A change, or the policy state.
+        what: &'static str,
+        /// serde's reason.
+        source: serde_json::Error,
+    },
+    /// The channel of applied changes closed (the controller is going away).
+    #[error("the channel of changes closed")]
+    ChangesClosed,
+}
 
 /// The gRPC metadata key of a follower's refusal that names the leader's URL.
 pub const LEADER_METADATA: &str = "padll-leader";
@@ -40,8 +97,11 @@ pub const LEADER_METADATA: &str = "padll-leader";
 /// `cheferd global --etcd …`: where the election is and what to proclaim.
 #[derive(Clone, Debug)]
 pub struct StandbyOptions {
-    /// etcd client URLs (`http://host:port`).
+    /// etcd client URLs (`http://host:port`, `https://` with `etcd_tls`).
     pub endpoints: Vec<String>,
+    /// TLS to etcd (`--etcd-ca`, and `--etcd-cert`/`--etcd-key` if it asks for a
+    /// client certificate); `None`: plaintext.
+    pub etcd_tls: Option<ClientTlsConfig>,
     /// The key prefix of this cluster's election and state (`/padll`).
     pub prefix: String,
     /// The URL local controllers reach this global controller by (as in their
@@ -49,6 +109,18 @@ pub struct StandbyOptions {
     pub advertise: String,
     /// The lease's time to live: how long a dead leader keeps the leadership.
     pub ttl: Duration,
+    /// How to check the other global controllers' server certificates when asking
+    /// them about etcd (the site CA); `None` with plaintext gRPC.
+    pub peer_tls: Option<ClientTlsConfig>,
+}
+
+/// A leader as a global controller knows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Leader {
+    /// Its `--advertise` URL.
+    pub url: String,
+    /// Its term.
+    pub term: u64,
 }
 
 /// This process' role, as the gRPC service and the admin socket see it.
@@ -56,10 +128,54 @@ pub struct StandbyOptions {
 enum Role {
     /// No etcd: the only global controller (term 0).
     Single,
-    /// Standing by; the leader's URL once known.
-    Follower(Option<String>),
-    /// Leading in this term.
-    Leader(u64),
+    /// Standing by; the leader once known.
+    Follower(Option<Leader>),
+    /// Leading (this process is the leader).
+    Leader(Leader),
+}
+
+/// A role's name in `ctl status` and the metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RoleName {
+    /// No etcd: the only global controller.
+    #[default]
+    Single,
+    /// Elected in etcd.
+    Leader,
+    /// Standing by.
+    Follower,
+}
+
+impl RoleName {
+    /// `single`, `leader` or `follower`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RoleName::Single => "single",
+            RoleName::Leader => "leader",
+            RoleName::Follower => "follower",
+        }
+    }
+}
+
+/// Who leads and whether etcd answers, as `ctl status` and the metrics show it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LeadershipStatus {
+    /// This controller's role.
+    pub role: RoleName,
+    /// The leader's term (0 alone, or while no leader is known).
+    pub term: u64,
+    /// The leader's URL, if known (a leader's own).
+    pub leader: Option<String>,
+    /// Whether etcd answered this controller's last request (`None` without etcd).
+    pub etcd_reachable: Option<bool>,
+    /// Since when it has not, seconds since the Unix epoch.
+    pub etcd_unreachable_since: Option<u64>,
+    /// Whether this leader's lease is valid by its clock (`None` unless leading).
+    pub lease_valid: Option<bool>,
+    /// Whether this controller sends rules now: alone, or leading with a valid lease
+    /// or with every standby confirming that etcd is down.
+    pub controlling: bool,
 }
 
 /// Whether this global controller may control, and under which term.
@@ -68,6 +184,11 @@ pub struct Leadership {
     /// Until when the lease is valid by this process' clock: TTL after the last
     /// keep-alive etcd answered (sent, not answered: a slow answer only shortens it).
     lease_until: Mutex<Instant>,
+    /// Until when every standby has confirmed that etcd is down for it too ([`peers`]):
+    /// a leader whose lease lapsed keeps controlling meanwhile.
+    etcd_down_until: Mutex<Instant>,
+    /// Since when etcd has not answered this process (`None`: its last call did).
+    etcd_unreachable_since: Mutex<Option<SystemTime>>,
     /// Where applied administrative changes go to be persisted (leader only).
     changes: Mutex<Option<mpsc::UnboundedSender<Change>>>,
 }
@@ -77,6 +198,8 @@ impl Default for Leadership {
         Leadership {
             role: Mutex::new(Role::Single),
             lease_until: Mutex::new(Instant::now()),
+            etcd_down_until: Mutex::new(Instant::now()),
+            etcd_unreachable_since: Mutex::new(None),
             changes: Mutex::new(None),
         }
     }
@@ -97,21 +220,45 @@ impl Leadership {
         *lock(&self.lease_until) = until;
     }
 
+    /// Records whether etcd answered a call.
+    fn etcd_answered(&self, answered: bool) {
+        let mut since = lock(&self.etcd_unreachable_since);
+        match (answered, *since) {
+            (true, _) => *since = None,
+            (false, None) => *since = Some(SystemTime::now()),
+            (false, Some(_)) => {}
+        }
+    }
+
+    /// Every standby confirmed that etcd is down for it too: keep controlling until
+    /// `until` without a lease.
+    fn etcd_down_confirmed(&self, until: Instant) {
+        *lock(&self.etcd_down_until) = until;
+    }
+
+    fn lease_valid(&self) -> bool {
+        Instant::now() < *lock(&self.lease_until)
+    }
+
     /// `Ok` if local controllers may attach here (single or leader); a follower's
     /// refusal names the leader.
     pub fn admit(&self) -> Result<(), Status> {
         match &*lock(&self.role) {
             Role::Single | Role::Leader(_) => Ok(()),
-            Role::Follower(leader) => Err(refusal(leader.as_deref())),
+            Role::Follower(leader) => Err(refusal(leader.as_ref().map(|l| l.url.as_str()))),
         }
     }
 
     /// The term this controller leads in (0 alone, `None` as a follower), and whether
-    /// it may send rules now (alone, or leading with a valid lease).
+    /// it may send rules now (alone, or leading with a valid lease or with etcd
+    /// confirmed down).
     fn term(&self) -> (Option<u64>, bool) {
         match &*lock(&self.role) {
             Role::Single => (Some(0), true),
-            Role::Leader(term) => (Some(*term), Instant::now() < *lock(&self.lease_until)),
+            Role::Leader(me) => (
+                Some(me.term),
+                self.lease_valid() || Instant::now() < *lock(&self.etcd_down_until),
+            ),
             Role::Follower(_) => (None, false),
         }
     }
@@ -121,9 +268,45 @@ impl Leadership {
         self.term().1
     }
 
+    /// Who leads, whether etcd answers, whether this controller controls.
+    pub fn status(&self) -> LeadershipStatus {
+        let role = lock(&self.role).clone();
+        let controlling = self.enforcing();
+        let since = *lock(&self.etcd_unreachable_since);
+        let (name, leader) = match role {
+            Role::Single => {
+                return LeadershipStatus {
+                    controlling,
+                    ..Default::default()
+                }
+            }
+            Role::Follower(leader) => (RoleName::Follower, leader),
+            Role::Leader(me) => (RoleName::Leader, Some(me)),
+        };
+        LeadershipStatus {
+            role: name,
+            term: leader.as_ref().map_or(0, |l| l.term),
+            leader: leader.map(|l| l.url),
+            etcd_reachable: Some(since.is_none()),
+            etcd_unreachable_since: since.map(unix_seconds),
+            lease_valid: (name == RoleName::Leader).then(|| self.lease_valid()),
+            controlling,
+        }
+    }
+
+    /// The answer to a peer's `Standing` question.
+    pub fn standing(&self) -> crate::proto::StandingReply {
+        let status = self.status();
+        crate::proto::StandingReply {
+            leader: status.leader.unwrap_or_default(),
+            term: status.term,
+            etcd_reachable: status.etcd_reachable.unwrap_or(false),
+        }
+    }
+
     /// A message about to go down a stream, with this leader's term in `Registered`
     /// and `Enforce`; `None` for an `Enforce` that must not be sent (the lease has
-    /// lapsed, or leadership is lost).
+    /// lapsed and etcd is not confirmed down, or leadership is lost).
     pub fn stamp(
         &self,
         mut message: crate::proto::GlobalMessage,
@@ -150,7 +333,9 @@ impl Leadership {
         if let Role::Follower(leader) = &*lock(&self.role) {
             return Err(format!(
                 "this global controller is a standby; make changes on the leader ({})",
-                leader.as_deref().unwrap_or("not elected yet")
+                leader
+                    .as_ref()
+                    .map_or("not elected yet", |l| l.url.as_str())
             ));
         }
         // Held across both, so the next leader replays changes in the order made here.
@@ -160,6 +345,47 @@ impl Leadership {
             let _ = sender.send(change.clone());
         }
         Ok(done)
+    }
+}
+
+/// Seconds since the Unix epoch.
+fn unix_seconds(time: SystemTime) -> u64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// `unix_seconds` (seconds since the Unix epoch) as `HH:MM:SS UTC`.
+fn utc(unix_seconds: u64) -> String {
+    let seconds = unix_seconds % 86_400;
+    format!(
+        "{:02}:{:02}:{:02} UTC",
+        seconds / 3600,
+        seconds / 60 % 60,
+        seconds % 60
+    )
+}
+
+impl LeadershipStatus {
+    /// `ctl status`: one line per fact.
+    pub fn render(&self) -> String {
+        let etcd = match (self.etcd_reachable, self.etcd_unreachable_since) {
+            (None, _) => "not used (a single global controller)".to_string(),
+            (Some(true), _) => "reachable".to_string(),
+            (Some(false), Some(since)) => format!("unreachable since {}", utc(since)),
+            (Some(false), None) => "unreachable".to_string(),
+        };
+        let lease = match self.lease_valid {
+            None => "-",
+            Some(true) => "valid",
+            Some(false) => "lapsed",
+        };
+        format!(
+            "role         {}\nterm         {}\nleader       {}\netcd         {etcd}\nlease        {lease}\ncontrolling  {}\n",
+            self.role.as_str(),
+            self.term,
+            self.leader.as_deref().unwrap_or("-"),
+            if self.controlling { "yes" } else { "no (stages keep their last rules)" },
+        )
     }
 }
 
@@ -181,12 +407,13 @@ fn refusal(leader: Option<&str>) -> Status {
 
 /// Runs `controller` as one of several global controllers: stands by until elected,
 /// then restores the administrative changes and runs the control loop while the lease
-/// holds. Returns (an error) only when leadership is lost for good: the process then
-/// exits and its service manager starts it again, as a follower.
-pub async fn run(controller: Arc<Controller>, options: StandbyOptions) -> Result<(), String> {
+/// holds (or etcd is down for every global controller). Returns (an error) only when
+/// leadership is lost for good: the process then exits and its service manager starts
+/// it again, as a follower.
+pub async fn run(controller: Arc<Controller>, options: StandbyOptions) -> Result<(), StandbyError> {
     let leadership = controller.leadership();
     leadership.set(Role::Follower(None));
-    let etcd = etcd::Etcd::new(&options.endpoints)?;
+    let etcd = etcd::Etcd::new(&options.endpoints, options.etcd_tls.clone())?;
     let lease = etcd.grant_retrying(options.ttl).await;
     leadership.renewed(Instant::now() + options.ttl);
     info!(
@@ -194,48 +421,67 @@ pub async fn run(controller: Arc<Controller>, options: StandbyOptions) -> Result
         ttl_s = options.ttl.as_secs_f64(),
         "standing by: campaigning for leadership in etcd"
     );
+    let answered = |renewed: Option<Instant>| {
+        leadership.etcd_answered(renewed.is_some());
+        if let Some(until) = renewed {
+            leadership.renewed(until);
+        }
+    };
     tokio::select! {
-        lost = etcd.keep_alive(lease, options.ttl, |until| leadership.renewed(until)) => Err(lost),
+        lost = etcd.keep_alive(lease, options.ttl, answered) => Err(lost),
         ended = lead(&etcd, &controller, &options, lease) => ended,
     }
 }
 
 /// Campaigns (following the leader meanwhile), then leads: restores the changes,
-/// persists new ones and runs the control loop.
+/// persists new ones, runs the control loop and, while the lease has lapsed, asks the
+/// standbys whether etcd is down ([`peers`]).
 async fn lead(
     etcd: &etcd::Etcd,
     controller: &Arc<Controller>,
     options: &StandbyOptions,
     lease: i64,
-) -> Result<(), String> {
+) -> Result<(), StandbyError> {
     let leadership = controller.leadership();
     let election = format!("{}/leader", options.prefix);
     let key = tokio::select! {
         won = etcd.campaign(&election, lease, &options.advertise) => won,
         never = follow_leader(etcd, &election, leadership) => match never {},
     };
-    let term = key.rev;
+    let term = key.rev as u64;
     let store = persist::Store::new(etcd, &options.prefix, key);
     let restored = store.restore(controller).await?;
     let policy_states = store.restore_policy_states(controller).await?;
     let (sender, receiver) = mpsc::unbounded_channel();
     *lock(&leadership.changes) = Some(sender);
-    leadership.set(Role::Leader(term as u64));
+    leadership.set(Role::Leader(Leader {
+        url: options.advertise.clone(),
+        term,
+    }));
     info!(term, restored, policy_states, advertise = %options.advertise, "elected leader");
+    let standbys = peers::Standbys::new(options.peer_tls.clone(), &options.advertise);
     tokio::select! {
         failed = store.persist(receiver) => Err(failed),
         failed = store.keep_policy_states(controller) => Err(failed),
+        deposed = standbys.watch(etcd, &election, leadership, options.ttl) => Err(deposed),
         never = control(controller) => match never {},
     }
 }
 
-/// Keeps a follower's idea of the leader current (for its refusals), polling etcd.
+/// Keeps a follower's idea of the leader current (for its refusals and its answers
+/// to `Standing`), polling etcd.
 async fn follow_leader(etcd: &etcd::Etcd, election: &str, leadership: &Leadership) -> Infallible {
     let mut known = None;
     loop {
-        if let Ok(leader) = etcd.leader(election).await {
+        let leader = etcd.leader(election).await;
+        leadership.etcd_answered(leader.is_ok());
+        if let Ok(leader) = leader {
             if leader != known {
-                info!(leader = leader.as_deref().unwrap_or("none"), "following");
+                info!(
+                    leader = leader.as_ref().map_or("none", |l| l.url.as_str()),
+                    term = leader.as_ref().map_or(0, |l| l.term),
+                    "following"
+                );
                 leadership.set(Role::Follower(leader.clone()));
                 known = leader;
             }
@@ -244,8 +490,8 @@ async fn follow_leader(etcd: &etcd::Etcd, election: &str, leadership: &Leadershi
     }
 }
 
-/// A leader's control loop: a cycle per interval while the lease is valid; while it
-/// has lapsed (etcd unreachable) cycles pause and the stages keep their last rules.
+/// A leader's control loop: a cycle per interval while it may control; otherwise
+/// cycles pause and the stages keep their last rules.
 async fn control(controller: &Arc<Controller>) -> Infallible {
     let leadership = controller.leadership();
     let mut frozen = false;
@@ -253,15 +499,14 @@ async fn control(controller: &Arc<Controller>) -> Infallible {
         let next = tokio::time::Instant::now() + controller.interval();
         if leadership.enforcing() {
             if frozen {
-                info!("etcd renewed the lease again: controlling");
+                info!("controlling again");
                 frozen = false;
             }
             controller.cycle().await;
         } else if !frozen {
             warn!(
-                "the lease has lapsed (etcd has not renewed it): no rules are sent, stages keep \
-                 their last ones, until etcd answers; while etcd is down no other leader can be \
-                 elected"
+                "the lease has lapsed: no rules are sent, stages keep their last ones, until \
+                 etcd renews it or every standby confirms that etcd is down"
             );
             frozen = true;
         }
@@ -280,12 +525,66 @@ mod tests {
         }
     }
 
+    fn leader_of_term_42() -> Role {
+        Role::Leader(Leader {
+            url: "https://g1:50051".into(),
+            term: 42,
+        })
+    }
+
     fn term_of(message: Option<GlobalMessage>) -> Option<u64> {
         match message?.body? {
             Body::Enforce(e) => Some(e.term),
             Body::Registered(r) => Some(r.term),
             _ => None,
         }
+    }
+
+    #[test]
+    fn the_status_says_role_term_leader_etcd_and_lease() {
+        let leadership = Leadership::default();
+        let alone = leadership.status();
+        assert_eq!(
+            (alone.role, alone.etcd_reachable, alone.controlling),
+            (RoleName::Single, None, true)
+        );
+        leadership.set(leader_of_term_42());
+        leadership.renewed(Instant::now() + Duration::from_secs(60));
+        leadership.etcd_answered(false);
+        let leading = leadership.status();
+        assert_eq!(leading.role, RoleName::Leader);
+        assert_eq!(leading.term, 42);
+        assert_eq!(leading.leader.as_deref(), Some("https://g1:50051"));
+        assert_eq!(leading.etcd_reachable, Some(false));
+        assert!(leading.etcd_unreachable_since.is_some());
+        assert_eq!(leading.lease_valid, Some(true));
+        let text = leading.render();
+        assert!(text.contains("role         leader\n"), "{text}");
+        assert!(text.contains("etcd         unreachable since "), "{text}");
+        let standing = leadership.standing();
+        assert_eq!((standing.term, standing.etcd_reachable), (42, false));
+        leadership.etcd_answered(true);
+        assert_eq!(leadership.status().etcd_unreachable_since, None);
+    }
+
+    #[test]
+    fn a_leader_whose_lease_lapsed_controls_while_etcd_is_confirmed_down() {
+        let leadership = Leadership::default();
+        leadership.set(leader_of_term_42());
+        leadership.renewed(Instant::now());
+        assert!(!leadership.status().controlling);
+        leadership.etcd_down_confirmed(Instant::now() + Duration::from_secs(60));
+        let status = leadership.status();
+        assert_eq!(
+            (status.lease_valid, status.controlling),
+            (Some(false), true)
+        );
+        assert_eq!(term_of(leadership.stamp(enforce())), Some(42));
+    }
+
+    #[test]
+    fn utc_shows_the_time_of_day() {
+        assert_eq!(utc(86_400 * 3 + 3_723), "01:02:03 UTC");
     }
 
     #[test]
@@ -298,7 +597,10 @@ mod tests {
     #[test]
     fn a_follower_refuses_naming_the_leader_and_sends_no_rules() {
         let leadership = Leadership::default();
-        leadership.set(Role::Follower(Some("https://g2:50051".into())));
+        leadership.set(Role::Follower(Some(Leader {
+            url: "https://g2:50051".into(),
+            term: 7,
+        })));
         let refusal = leadership.admit().unwrap_err();
         assert_eq!(refusal.code(), tonic::Code::Unavailable);
         assert!(refusal.message().contains("https://g2:50051"));
@@ -318,7 +620,7 @@ mod tests {
     #[test]
     fn a_leader_stamps_its_term_and_sends_no_rules_once_its_lease_lapsed() {
         let leadership = Leadership::default();
-        leadership.set(Role::Leader(42));
+        leadership.set(leader_of_term_42());
         leadership.renewed(Instant::now() + Duration::from_secs(60));
         assert_eq!(term_of(leadership.stamp(enforce())), Some(42));
         leadership.renewed(Instant::now());

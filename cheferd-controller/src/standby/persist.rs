@@ -9,29 +9,103 @@
 //!   starts from records at most that old.
 //!
 //! The next leader replays the changes in order before its first cycle: changes are
-//! assignments (a policy, a capacity, a job's terms), so replaying them yields the
-//! state they left. They are few (made by hand) and small; they are kept for the life
-//! of the prefix (`etcdctl del --prefix PREFIX/changes/` after editing the
-//! configuration file to match resets them).
+//! assignments (a policy, a capacity, a job's priority, demand or limit), so replaying
+//! them yields the state they left. Once more than [`FOLD_AFTER`] keys have gathered,
+//! the leader folds them ([`fold`]: the last assignment of each target, in order) into
+//! `PREFIX/changes-folded`, deleting those keys in the same guarded transaction; the
+//! next leader replays the folded ones, then the keys written since. So the store holds
+//! at most one change per target plus [`FOLD_AFTER`]; `etcdctl del --prefix
+//! PREFIX/changes` after editing the configuration file to match resets them.
 
-use super::etcd::{pb::v3electionpb::LeaderKey, Etcd};
+use super::etcd::{self, pb::v3electionpb::LeaderKey, Etcd};
+use super::StandbyError;
 use crate::global::{Change, Controller, PolicyState};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-/// Why a leader's write was refused.
-const NO_LONGER_LEADS: &str =
-    "this controller's election key is gone from etcd: it no longer leads";
-
 /// How often a leader saves the policies' state (when it changed).
 pub const POLICY_STATE_EVERY: Duration = Duration::from_secs(5);
+
+/// How many change keys gather before a leader folds them.
+pub const FOLD_AFTER: usize = 64;
+
+/// What a change assigns: a later change of the same target supersedes it.
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Target {
+    Policy(String),
+    MaxRate(String),
+    Priority(String),
+    Demand(String, Option<String>),
+    Limit(String, Option<String>),
+}
+
+/// A change as the assignments it makes, one change each (a `set-job` with a priority
+/// and a demand is two).
+fn assignments(change: Change) -> Vec<(Target, Change)> {
+    let (job, priority, resource, demand, limit) = match change {
+        Change::Policy { ref resource, .. } => {
+            return vec![(Target::Policy(resource.clone()), change)]
+        }
+        Change::MaxRate { ref resource, .. } => {
+            return vec![(Target::MaxRate(resource.clone()), change)]
+        }
+        Change::Job {
+            job,
+            priority,
+            resource,
+            demand,
+            limit,
+        } => (job, priority, resource, demand, limit),
+    };
+    let only = |priority, demand, limit| Change::Job {
+        job: job.clone(),
+        priority,
+        resource: resource.clone(),
+        demand,
+        limit,
+    };
+    let mut made = Vec::new();
+    if priority.is_some() {
+        made.push((Target::Priority(job.clone()), only(priority, None, None)));
+    }
+    if demand.is_some() {
+        let target = Target::Demand(job.clone(), resource.clone());
+        made.push((target, only(None, demand, None)));
+    }
+    if limit.is_some() {
+        let target = Target::Limit(job.clone(), resource.clone());
+        made.push((target, only(None, None, limit)));
+    }
+    made
+}
+
+/// The assignments `changes` (in the order made) leave in force: the last of each
+/// target, in the order they were made. Replaying them yields the same state.
+pub fn fold(changes: Vec<Change>) -> Vec<Change> {
+    let mut seen = HashSet::new();
+    let mut kept: Vec<Change> = changes
+        .into_iter()
+        .flat_map(assignments)
+        .rev()
+        .filter(|(target, _)| seen.insert(target.clone()))
+        .map(|(_, change)| change)
+        .collect();
+    kept.reverse();
+    kept
+}
 
 /// A leader's changes and policy state in etcd.
 pub struct Store {
     etcd: Etcd,
     /// `PREFIX/changes/`.
     changes: String,
+    /// `PREFIX/changes-folded`.
+    folded: String,
+    /// How many keys are under `changes` (as restored, plus those written since).
+    unfolded: AtomicUsize,
     /// `PREFIX/policy-state`.
     policy_state: String,
     /// This leader's election key, which guards every write.
@@ -44,27 +118,37 @@ impl Store {
         Store {
             etcd: etcd.clone(),
             changes: format!("{prefix}/changes/"),
+            folded: format!("{prefix}/changes-folded"),
+            unfolded: AtomicUsize::new(0),
             policy_state: format!("{prefix}/policy-state"),
             leader,
         }
     }
 
-    /// Replays the changes earlier leaders made into `controller`; returns how many.
-    /// One that no longer applies (the configuration file changed since) is skipped,
-    /// naming it; unreadable ones too.
-    pub async fn restore(&self, controller: &Controller) -> Result<usize, String> {
+    /// Replays the changes earlier leaders made into `controller` (the folded ones,
+    /// then the keys written since); returns how many. One that no longer applies (the
+    /// configuration file changed since) is skipped, naming it; unreadable ones too.
+    pub async fn restore(&self, controller: &Controller) -> Result<usize, StandbyError> {
+        let folded = self.folded().await?;
         let stored = self
             .etcd
             .range_prefix(&self.changes)
             .await
-            .map_err(|e| format!("cannot read the changes in etcd ({e})"))?;
-        let mut restored = 0;
-        for kv in stored {
+            .map_err(|e| read_failed("the changes", &e))?;
+        self.unfolded.store(stored.len(), Ordering::Relaxed);
+        let folded = folded
+            .into_iter()
+            .map(|change| (self.folded.clone(), Ok(change)));
+        let stored = stored.into_iter().map(|kv| {
             let key = String::from_utf8_lossy(&kv.key).into_owned();
-            let applied = serde_json::from_slice::<Change>(&kv.value)
-                .map_err(|e| e.to_string())
-                .and_then(|change| controller.restore(change));
-            match applied {
+            (
+                key,
+                serde_json::from_slice::<Change>(&kv.value).map_err(|e| e.to_string()),
+            )
+        });
+        let mut restored = 0;
+        for (key, change) in folded.chain(stored) {
+            match change.and_then(|change| controller.restore(change)) {
                 Ok(what) => {
                     info!(%key, "restored: {what}");
                     restored += 1;
@@ -75,14 +159,81 @@ impl Store {
         Ok(restored)
     }
 
+    /// The folded changes (none if there are none, or they do not decode, saying so).
+    async fn folded(&self) -> Result<Vec<Change>, StandbyError> {
+        let folded = self
+            .etcd
+            .get(&self.folded)
+            .await
+            .map_err(|e| read_failed("the folded changes", &e))?;
+        let Some(folded) = folded else {
+            return Ok(Vec::new());
+        };
+        Ok(serde_json::from_slice(&folded).unwrap_or_else(|e| {
+            warn!(key = %self.folded, "the folded changes were not restored: {e}");
+            Vec::new()
+        }))
+    }
+
+    /// Folds the change keys into the folded changes, deleting them, in one transaction
+    /// guarded by this leader's key; `Ok(false)` if it no longer leads. Keys that do
+    /// not decode are dropped (a restore would skip them too).
+    async fn fold_keys(&self) -> Result<bool, StandbyError> {
+        let mut changes = self.folded().await?;
+        let stored = self
+            .etcd
+            .range_prefix(&self.changes)
+            .await
+            .map_err(|e| read_failed("the changes", &e))?;
+        let Some(last) = stored.last() else {
+            return Ok(true);
+        };
+        // Up to the last key read: nothing is written meanwhile (this leader is the
+        // only writer, and writes in turn with folding).
+        let mut end = last.key.clone();
+        end.push(0);
+        let count = stored.len();
+        changes.extend(
+            stored
+                .iter()
+                .filter_map(|kv| serde_json::from_slice::<Change>(&kv.value).ok()),
+        );
+        let folded = fold(changes);
+        let value = serde_json::to_vec(&folded).map_err(|source| StandbyError::Encode {
+            what: "the folded changes",
+            source,
+        })?;
+        let operations = vec![
+            etcd::put(&self.folded, value),
+            etcd::delete_range(&self.changes, end),
+        ];
+        let done = self
+            .etcd
+            .txn_guarded(&self.leader.key, self.leader.rev, operations)
+            .await
+            .map_err(|e| read_failed("the changes to fold", &e))?;
+        if done {
+            self.unfolded.fetch_sub(count, Ordering::Relaxed);
+            info!(
+                keys = count,
+                folded = folded.len(),
+                "folded the stored changes"
+            );
+        }
+        Ok(done)
+    }
+
     /// Loads the policies' state the last leader saved; returns for how many resources
     /// (a state that does not decode is skipped, saying so).
-    pub async fn restore_policy_states(&self, controller: &Controller) -> Result<usize, String> {
+    pub async fn restore_policy_states(
+        &self,
+        controller: &Controller,
+    ) -> Result<usize, StandbyError> {
         let saved = self
             .etcd
             .get(&self.policy_state)
             .await
-            .map_err(|e| format!("cannot read the policy state in etcd ({e})"))?;
+            .map_err(|e| read_failed("the policy state", &e))?;
         let Some(saved) = saved else { return Ok(0) };
         match serde_json::from_slice::<Vec<PolicyState>>(&saved) {
             Ok(states) => Ok(controller.load_policy_states(states)),
@@ -95,7 +246,7 @@ impl Store {
 
     /// Saves the policies' state every [`POLICY_STATE_EVERY`] when it changed; fails
     /// when etcd refuses it because this controller no longer leads.
-    pub async fn keep_policy_states(&self, controller: &Controller) -> String {
+    pub async fn keep_policy_states(&self, controller: &Controller) -> StandbyError {
         let mut written = Vec::new();
         let mut said = false;
         loop {
@@ -106,7 +257,12 @@ impl Store {
             }
             let value = match serde_json::to_vec(&states) {
                 Ok(value) => value,
-                Err(e) => return format!("cannot encode the policy state: {e}"),
+                Err(source) => {
+                    return StandbyError::Encode {
+                        what: "the policy state",
+                        source,
+                    }
+                }
             };
             match self
                 .etcd
@@ -117,9 +273,12 @@ impl Store {
                     written = states;
                     said = false;
                 }
-                Ok(false) => return NO_LONGER_LEADS.to_string(),
+                Ok(false) => return StandbyError::NoLongerLeads,
                 Err(e) if !said => {
-                    warn!("cannot save the policy state in etcd ({e}); retrying");
+                    warn!(
+                        "cannot save the policy state in etcd ({}); retrying",
+                        e.message()
+                    );
                     said = true;
                 }
                 Err(_) => {}
@@ -129,14 +288,19 @@ impl Store {
 
     /// Writes each change received, in order, until the channel closes; fails when
     /// etcd refuses it because this controller no longer leads.
-    pub async fn persist(&self, mut changes: mpsc::UnboundedReceiver<Change>) -> String {
+    pub async fn persist(&self, mut changes: mpsc::UnboundedReceiver<Change>) -> StandbyError {
         let mut sequence = 0u64;
         while let Some(change) = changes.recv().await {
             sequence += 1;
             let key = format!("{}{:020}-{sequence:08}", self.changes, self.leader.rev);
             let value = match serde_json::to_vec(&change) {
                 Ok(value) => value,
-                Err(e) => return format!("cannot encode a change: {e}"),
+                Err(source) => {
+                    return StandbyError::Encode {
+                        what: "a change",
+                        source,
+                    }
+                }
             };
             // etcd unreachable: retried until it answers (ctl has been answered; the
             // change is in force here and written as soon as etcd is back).
@@ -147,18 +311,102 @@ impl Store {
                     .put_guarded(&self.leader.key, self.leader.rev, &key, value.clone())
                     .await
                 {
-                    Ok(true) => break,
-                    Ok(false) => return NO_LONGER_LEADS.to_string(),
+                    Ok(true) => {
+                        self.unfolded.fetch_add(1, Ordering::Relaxed);
+                        break;
+                    }
+                    Ok(false) => return StandbyError::NoLongerLeads,
                     Err(e) => {
                         if !said {
-                            warn!(%key, "cannot write a change to etcd ({e}); retrying");
+                            let why = e.message();
+                            warn!(%key, "cannot write a change to etcd ({why}); retrying");
                             said = true;
                         }
                         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
                     }
                 }
             }
+            if self.unfolded.load(Ordering::Relaxed) > FOLD_AFTER {
+                // Failing (etcd unreachable) is tried again after the next change.
+                match self.fold_keys().await {
+                    Ok(true) => {}
+                    Ok(false) => return StandbyError::NoLongerLeads,
+                    Err(e) => warn!("cannot fold the stored changes ({e}); later"),
+                }
+            }
         }
-        "the channel of changes closed".to_string()
+        StandbyError::ChangesClosed
+    }
+}
+
+/// etcd did not answer a read (or the fold) a leader needs.
+fn read_failed(what: &'static str, status: &tonic::Status) -> StandbyError {
+    StandbyError::Read {
+        what,
+        message: status.message().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn max_rate(resource: &str, rate: &str) -> Change {
+        Change::MaxRate {
+            resource: resource.into(),
+            rate: rate.into(),
+        }
+    }
+
+    fn job(priority: Option<f64>, demand: Option<&str>, limit: Option<&str>) -> Change {
+        Change::Job {
+            job: "j1".into(),
+            priority,
+            resource: Some("/scratch:metadata".into()),
+            demand: demand.map(Into::into),
+            limit: limit.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn folding_keeps_the_last_assignment_of_each_target_in_the_order_made() {
+        let policy = Change::Policy {
+            resource: "/scratch:metadata".into(),
+            policy: "drf".into(),
+        };
+        let changes = vec![
+            max_rate("/scratch:metadata", "1k"),
+            job(Some(2.0), Some("500"), None),
+            policy.clone(),
+            max_rate("/scratch:data", "1GiB/s"),
+            max_rate("/scratch:metadata", "2k"),
+            job(None, None, Some("100")),
+            job(Some(3.0), None, None),
+        ];
+        assert_eq!(
+            fold(changes),
+            vec![
+                job(None, Some("500"), None),
+                policy,
+                max_rate("/scratch:data", "1GiB/s"),
+                max_rate("/scratch:metadata", "2k"),
+                job(None, None, Some("100")),
+                job(Some(3.0), None, None),
+            ]
+        );
+    }
+
+    #[test]
+    fn folding_is_bounded_by_the_targets_and_stable() {
+        let changes: Vec<Change> = (0..1000)
+            .map(|i| max_rate(&format!("/m{}:metadata", i % 3), &i.to_string()))
+            .collect();
+        let folded = fold(changes);
+        assert_eq!(folded.len(), 3);
+        assert_eq!(
+            fold(folded.clone()),
+            folded,
+            "folding again changes nothing"
+        );
     }
 }

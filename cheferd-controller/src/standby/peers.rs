@@ -1,0 +1,275 @@
+//! A leader whose lease has lapsed asks the standbys whether etcd is down.
+//!
+//! From etcd alone a leader cannot tell etcd being down (no one can be elected: it
+//! should keep controlling) from itself being cut off from etcd (a standby is elected
+//! once its lease expires: it must stop). The standbys can: each says, through the
+//! `Standing` RPC of its gRPC port, which leader and term it knows and whether etcd
+//! answers it. The candidates are learnt from the election while etcd answers the
+//! leader. [`decide`] turns their answers into what the leader does.
+
+use super::{etcd::Etcd, Leadership, StandbyError};
+use crate::proto::{global_client::GlobalClient, StandingReply, StandingRequest};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use tonic::transport::ClientTlsConfig;
+use tracing::{info, warn};
+
+/// How often a leader whose lease has lapsed asks the standbys.
+const ASK_EVERY: Duration = Duration::from_millis(500);
+/// How long a standby may take to answer (connection included).
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
+/// How often a leader learns the candidates from etcd.
+const LEARN_EVERY: Duration = Duration::from_secs(2);
+/// At most this many candidates are asked (two or three are expected).
+const MAX_CANDIDATES: usize = 16;
+/// A candidate's URL longer than this is ignored.
+const MAX_URL_BYTES: usize = 512;
+/// How often "keeping control" is said again while etcd stays down.
+const SAY_AGAIN_EVERY: Duration = Duration::from_secs(60);
+
+/// What a leader whose lease has lapsed does, from the standbys' answers.
+#[derive(Debug)]
+pub enum Decision {
+    /// A standby knows a newer term: another leader was elected. Stop, saying why.
+    StepDown(StandbyError),
+    /// Every standby answered that it cannot reach etcd either: no one can be elected
+    /// while etcd is down, so keep controlling.
+    EtcdDown,
+    /// A standby reaches etcd (this leader is cut off from it and will be replaced) or
+    /// could not be asked: send no rules, saying why.
+    Freeze(String),
+}
+
+/// The decision of the leader of `term` from each standby's answer (`None`: it did
+/// not answer). A newer term wins over everything; keeping control needs every known
+/// standby to confirm, and at least one.
+pub fn decide(term: u64, answers: &[(String, Option<StandingReply>)]) -> Decision {
+    let replies = || {
+        answers
+            .iter()
+            .filter_map(|(url, reply)| Some((url, reply.as_ref()?)))
+    };
+    if let Some((url, newer)) = replies().find(|(_, reply)| reply.term > term) {
+        return Decision::StepDown(StandbyError::Deposed {
+            standby: url.clone(),
+            leader: newer.leader.clone(),
+            term: newer.term,
+            mine: term,
+        });
+    }
+    if answers.is_empty() {
+        return Decision::Freeze("no standby is known to confirm that etcd is down".into());
+    }
+    if let Some((url, _)) = answers.iter().find(|(_, reply)| reply.is_none()) {
+        return Decision::Freeze(format!(
+            "standby {url} does not answer, so etcd being down cannot be confirmed"
+        ));
+    }
+    if let Some((url, _)) = replies().find(|(_, reply)| reply.etcd_reachable) {
+        return Decision::Freeze(format!(
+            "etcd answers standby {url} but not this controller: cut off from etcd, it will be replaced once its lease expires there"
+        ));
+    }
+    Decision::EtcdDown
+}
+
+/// The other global controllers, as a leader asks them.
+pub struct Standbys {
+    tls: Option<ClientTlsConfig>,
+    /// This controller's own URL, not asked.
+    me: String,
+    /// Their URLs, learnt from the election.
+    urls: Mutex<Vec<String>>,
+}
+
+impl Standbys {
+    /// The standbys of the leader advertised as `me`, their server certificates
+    /// checked with `tls` (plaintext without).
+    pub fn new(tls: Option<ClientTlsConfig>, me: &str) -> Standbys {
+        Standbys {
+            tls,
+            me: me.to_string(),
+            urls: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Learns the candidates of `election` (every campaigning global controller's
+    /// proclaimed URL) from etcd, and, while the lease has lapsed, asks them and acts
+    /// on [`decide`]. Returns only to step down, saying why.
+    pub async fn watch(
+        &self,
+        etcd: &Etcd,
+        election: &str,
+        leadership: &Leadership,
+        ttl: Duration,
+    ) -> StandbyError {
+        let mut last_learnt = None::<Instant>;
+        let mut said = None::<(bool, Instant)>;
+        loop {
+            tokio::time::sleep(ASK_EVERY).await;
+            if leadership.lease_valid() {
+                if last_learnt.is_none_or(|t| t.elapsed() >= LEARN_EVERY) {
+                    self.learn(etcd, election).await;
+                    last_learnt = Some(Instant::now());
+                }
+                said = None;
+                continue;
+            }
+            let Some(term) = leadership.term().0 else {
+                continue;
+            };
+            let answers = self.ask_all().await;
+            match decide(term, &answers) {
+                Decision::StepDown(why) => return why,
+                Decision::EtcdDown => {
+                    leadership.etcd_down_confirmed(Instant::now() + ttl / 2);
+                    if said.is_none_or(|(down, at)| !down || at.elapsed() >= SAY_AGAIN_EVERY) {
+                        let since = leadership.status().etcd_unreachable_since;
+                        warn!(
+                            "etcd unreachable since {}: keeping control in term {term}; no standby can take over until etcd is back",
+                            since.map_or("now".into(), super::utc)
+                        );
+                        said = Some((true, Instant::now()));
+                    }
+                }
+                Decision::Freeze(why) => {
+                    // Withdrawn at once: a standby may be elected soon.
+                    leadership.etcd_down_confirmed(Instant::now());
+                    if said.is_none_or(|(down, _)| down) {
+                        warn!("not controlling: {why}");
+                        said = Some((false, Instant::now()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Replaces the candidates by those campaigning in `election` now (etcd not
+    /// answering: kept as they were).
+    async fn learn(&self, etcd: &Etcd, election: &str) {
+        let Ok(campaigning) = etcd.range_prefix(&format!("{election}/")).await else {
+            return;
+        };
+        let mut urls: Vec<String> = campaigning
+            .into_iter()
+            .filter(|kv| kv.value.len() <= MAX_URL_BYTES)
+            .filter_map(|kv| String::from_utf8(kv.value).ok())
+            .filter(|url| *url != self.me)
+            .collect();
+        urls.sort();
+        urls.dedup();
+        urls.truncate(MAX_CANDIDATES);
+        let mut known = super::lock(&self.urls);
+        if *known != urls {
+            info!(standbys = ?urls, "standbys to ask if etcd becomes unreachable");
+            *known = urls;
+        }
+    }
+
+    /// Every standby's answer, asked at once, in the order of their URLs.
+    async fn ask_all(&self) -> Vec<(String, Option<StandingReply>)> {
+        let urls = super::lock(&self.urls).clone();
+        let mut asking = tokio::task::JoinSet::new();
+        for (index, url) in urls.iter().enumerate() {
+            let (url, tls) = (url.clone(), self.tls.clone());
+            asking.spawn(async move { (index, ask(&url, tls).await) });
+        }
+        let mut answers: Vec<_> = urls.into_iter().map(|url| (url, None)).collect();
+        while let Some(Ok((index, answer))) = asking.join_next().await {
+            answers[index].1 = answer;
+        }
+        answers
+    }
+}
+
+/// The answer of the standby at `url`, or `None` if it gives none within
+/// [`ANSWER_TIMEOUT`] (or its URL or certificate is refused).
+async fn ask(url: &str, tls: Option<ClientTlsConfig>) -> Option<StandingReply> {
+    let endpoint = crate::tls::endpoint(url, tls)
+        .ok()?
+        .connect_timeout(ANSWER_TIMEOUT);
+    let asked = async {
+        let mut client = GlobalClient::connect(endpoint).await.ok()?;
+        let reply = client.standing(StandingRequest {}).await.ok()?;
+        Some(reply.into_inner())
+    };
+    tokio::time::timeout(ANSWER_TIMEOUT, asked)
+        .await
+        .ok()
+        .flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(leader: &str, term: u64, etcd_reachable: bool) -> Option<StandingReply> {
+        Some(StandingReply {
+            leader: leader.into(),
+            term,
+            etcd_reachable,
+        })
+    }
+
+    fn standby(url: &str, answer: Option<StandingReply>) -> (String, Option<StandingReply>) {
+        (url.to_string(), answer)
+    }
+
+    #[test]
+    fn etcd_down_for_every_standby_keeps_control() {
+        let answers = [
+            standby("https://b", reply("https://a", 40, false)),
+            standby("https://c", reply("", 0, false)),
+        ];
+        assert!(matches!(decide(40, &answers), Decision::EtcdDown));
+    }
+
+    #[test]
+    fn a_newer_term_anywhere_steps_down_even_among_silent_standbys() {
+        let answers = [
+            standby("https://b", None),
+            standby("https://c", reply("https://c", 41, true)),
+        ];
+        let Decision::StepDown(StandbyError::Deposed {
+            standby,
+            term,
+            mine,
+            ..
+        }) = decide(40, &answers)
+        else {
+            panic!("{:?}", decide(40, &answers));
+        };
+        assert_eq!((standby.as_str(), term, mine), ("https://c", 41, 40));
+    }
+
+    #[test]
+    fn a_standby_reaching_etcd_means_this_leader_is_cut_off_and_freezes() {
+        let answers = [
+            standby("https://b", reply("https://a", 40, false)),
+            standby("https://c", reply("https://a", 40, true)),
+        ];
+        let Decision::Freeze(why) = decide(40, &answers) else {
+            panic!("{:?}", decide(40, &answers));
+        };
+        assert!(
+            why.contains("https://c") && why.contains("cut off"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn an_unanswered_or_unknown_standby_cannot_confirm_and_freezes() {
+        let silent = [
+            standby("https://b", reply("https://a", 40, false)),
+            standby("https://c", None),
+        ];
+        assert!(matches!(decide(40, &silent), Decision::Freeze(why) if why.contains("https://c")));
+        assert!(matches!(decide(40, &[]), Decision::Freeze(_)));
+    }
+
+    #[test]
+    fn an_older_or_equal_term_is_not_a_reason_to_step_down() {
+        let answers = [standby("https://b", reply("https://old", 12, false))];
+        assert!(matches!(decide(40, &answers), Decision::EtcdDown));
+    }
+}
