@@ -341,6 +341,7 @@ async fn attach_once(url: &str, node: &str, stages: usize) -> bool {
                 mountpoints: vec!["/scratch".into()],
                 ..proto::Stage::default()
             }),
+            announced: false,
         }));
     }
     let Ok(response) = client.attach(UnboundedReceiverStream::new(receiver)).await else {

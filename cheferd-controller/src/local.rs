@@ -93,6 +93,10 @@ pub const PRE_RULE_BYTES: u64 = 16 << 30;
 
 /// Warnings caused by what a peer sent (malformed lines, clamped reports, refused
 /// connections): at most 20 lines per 5 s, whatever the peers do.
+/// The longest a local controller waits between attempts to reach a global one (the
+/// backoff doubles from 100 ms): a new leader waits as long before its first cycle
+/// (`crate::standby`), so that every live node has re-attached by then.
+pub const MAX_RECONNECT_BACKOFF: Duration = Duration::from_secs(5);
 static PEER_LOG: LogLimit = LogLimit::new(20, Duration::from_secs(5));
 
 struct StageEntry {
@@ -616,6 +620,7 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
     );
     local.send_upstream(local_message::Body::StageJoined(proto::StageJoined {
         stage: Some(info),
+        announced: false,
     }));
 
     loop {
@@ -727,6 +732,7 @@ async fn upstream_loop(local: Arc<Local>, mut globals: crate::standby::follow::G
                         let _ = sender.send(LocalMessage {
                             body: Some(local_message::Body::StageJoined(proto::StageJoined {
                                 stage: Some(entry.info.clone()),
+                                announced: true,
                             })),
                         });
                     }
@@ -795,7 +801,7 @@ async fn upstream_loop(local: Arc<Local>, mut globals: crate::standby::follow::G
         }
         tokio::time::sleep(backoff).await;
         if wrapped {
-            backoff = (backoff * 2).min(Duration::from_secs(5));
+            backoff = (backoff * 2).min(MAX_RECONNECT_BACKOFF);
         }
     }
 }

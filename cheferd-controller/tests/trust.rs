@@ -416,6 +416,7 @@ fn fake_local(
                         mountpoints: vec![mount],
                         ..Default::default()
                     }),
+                    announced: false,
                 })),
             },
         ];
@@ -644,6 +645,7 @@ fn attack07_non_finite_usage_is_refused() {
                     mountpoints: vec![mount.clone()],
                     ..Default::default()
                 }),
+                announced: false,
             }));
         }
         let mut inbound = client
@@ -874,6 +876,7 @@ fn attack14_stage_joined_flood_is_bounded() {
                         mountpoints: vec![mount.clone()],
                         ..Default::default()
                     }),
+                    announced: false,
                 })),
             };
             total += prost::Message::encoded_len(&message) as u64;

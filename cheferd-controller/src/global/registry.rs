@@ -167,11 +167,14 @@ impl Controller {
             return;
         }
         let mut job = 0;
-        // A stage re-registering after its local controller came back still runs on its
-        // last rules: it needs no provisional ones.
+        // A stage announced as its local controller's stream (re)started — to this
+        // global or to a new leader — still runs on its rules: it needs no provisional
+        // ones (a new leader knows no orphans, and would cut every job to them).
         let mut provisional = None;
-        if let Some(local_message::Body::StageJoined(proto::StageJoined { stage: Some(stage) })) =
-            &message.body
+        if let Some(local_message::Body::StageJoined(proto::StageJoined {
+            stage: Some(stage),
+            announced,
+        })) = &message.body
         {
             if let Err(why) = admit_stage(&state, name, session, stage) {
                 crate::limited_warn!(
@@ -186,10 +189,11 @@ impl Controller {
                 return;
             }
             job = state.jobs.intern(&stage.job_id);
-            if !state
-                .nodes
-                .get(name)
-                .is_some_and(|n| n.orphans.contains_key(&stage.pid))
+            if !announced
+                && !state
+                    .nodes
+                    .get(name)
+                    .is_some_and(|n| n.orphans.contains_key(&stage.pid))
             {
                 provisional = Some(enforce::provisional_rates(&state, stage, job));
             }
@@ -214,7 +218,10 @@ impl Controller {
         };
         node.bytes_in += size;
         match message.body {
-            Some(local_message::Body::StageJoined(proto::StageJoined { stage: Some(stage) })) => {
+            Some(local_message::Body::StageJoined(proto::StageJoined {
+                stage: Some(stage),
+                ..
+            })) => {
                 debug!(node = name, stage = stage.stage_id, job = %stage.job_id, "stage joined");
                 let stage_id = stage.stage_id;
                 // Its usage carries over, so the next split treats it as before; its rules
@@ -285,7 +292,8 @@ impl Controller {
             Some(local_message::Body::Register(_)) => {
                 warn!(node = name, "ignored a second register")
             }
-            Some(local_message::Body::StageJoined(proto::StageJoined { stage: None })) | None => {
+            Some(local_message::Body::StageJoined(proto::StageJoined { stage: None, .. }))
+            | None => {
                 warn!(node = name, "ignored an empty message")
             }
         }

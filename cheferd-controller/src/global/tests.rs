@@ -36,6 +36,19 @@ fn send(controller: &Controller, node: &str, session: u64, body: local_message::
 }
 
 fn join(controller: &Controller, node: &str, session: u64, stage_id: u64, pid: u32, job: &str) {
+    join_as(controller, node, session, stage_id, pid, job, false);
+}
+
+/// [`join`], or the stage announced as its local controller's stream (re)started.
+fn join_as(
+    controller: &Controller,
+    node: &str,
+    session: u64,
+    stage_id: u64,
+    pid: u32,
+    job: &str,
+    announced: bool,
+) {
     let stage = proto::Stage {
         stage_id,
         job_id: job.into(),
@@ -50,7 +63,10 @@ fn join(controller: &Controller, node: &str, session: u64, stage_id: u64, pid: u
         controller,
         node,
         session,
-        local_message::Body::StageJoined(proto::StageJoined { stage: Some(stage) }),
+        local_message::Body::StageJoined(proto::StageJoined {
+            stage: Some(stage),
+            announced,
+        }),
     );
 }
 
@@ -365,4 +381,23 @@ async fn no_change_gives_a_bytes_rate_to_an_operations_resource() {
         assert_eq!(controller.restore(change), Err(expected));
     }
     assert_eq!(controller.config(), before);
+}
+
+/// A stage joining now gets provisional rules at once; one announced as its local
+/// controller's stream (re)started — a new leader's view filling up after a failover —
+/// already runs on rules and gets none (a new leader, knowing no orphans, once cut every
+/// job to the provisional share until its first cycle).
+#[tokio::test]
+async fn announced_stages_keep_their_rules_and_joining_ones_get_provisional_ones() {
+    let controller = controller();
+    let (session, mut inbox) = attach(&controller, "n1");
+    join_as(&controller, "n1", session, 1, 101, "job-a", true);
+    assert!(
+        enforced(&mut inbox).is_empty(),
+        "an announced stage was sent rules"
+    );
+    join(&controller, "n1", session, 2, 102, "job-b");
+    let sent = enforced(&mut inbox);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0].1[0].0, 2, "{sent:?}");
 }
