@@ -164,7 +164,7 @@ fn answer(
                     info!(uid = ?uid, "admin change: {description}");
                     AdminReply::Ok(serde_json::Value::String(message))
                 }
-                Err(e) => AdminReply::Error(e),
+                Err(e) => AdminReply::Error(e.to_string()),
             }
         }
     }

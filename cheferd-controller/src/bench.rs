@@ -239,9 +239,9 @@ pub enum BenchError {
         /// How many were started.
         locals: usize,
     },
-    /// A `set-max-rate` change was refused (the controller's line).
-    #[error("{0}")]
-    Change(String),
+    /// A `set-max-rate` change was refused.
+    #[error(transparent)]
+    Change(#[from] crate::global::ChangeRefused),
 }
 
 /// The child process, killed when dropped (whatever way the benchmark ends).

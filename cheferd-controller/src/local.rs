@@ -403,9 +403,9 @@ pub enum LocalError {
         /// The first name it carries.
         certified: String,
     },
-    /// A bad `--global` (the line the standby's follower gives).
-    #[error("{0}")]
-    Global(String),
+    /// A bad `--global`.
+    #[error(transparent)]
+    Global(#[from] crate::tls::EndpointError),
     /// The stage socket refused or not made.
     #[error(transparent)]
     Socket(#[from] bounds::SocketError),

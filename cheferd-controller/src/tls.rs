@@ -232,23 +232,49 @@ impl ClientTls {
     }
 }
 
+/// Why `--global URL` cannot be reached as given (the URL, and what is wrong).
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    /// Not a URL.
+    #[error("--global '{url}': not a URL ({reason})")]
+    NotUrl {
+        /// The URL as given.
+        url: String,
+        /// The parser's reason.
+        reason: String,
+    },
+    /// An empty URL in a comma-separated list (the whole list).
+    #[error("--global '{0}': an empty URL in the list")]
+    EmptyInList(String),
+    /// TLS given but the URL is plaintext.
+    #[error("--global '{0}': with TLS the URL must start with https://")]
+    NeedsHttps(String),
+    /// An `https://` URL without TLS files.
+    #[error(
+        "--global '{0}': https:// needs --tls-cert, --tls-key and --tls-ca (plaintext: an http:// URL)"
+    )]
+    NeedsTls(String),
+    /// The TLS configuration does not apply (its error chain).
+    #[error("TLS configuration: {0}")]
+    Tls(String),
+}
+
 /// An endpoint for `url`: with `tls` (which must then be `https://`), or plaintext
 /// (`http://`).
-pub fn endpoint(url: &str, tls: Option<ClientTlsConfig>) -> Result<Endpoint, String> {
+pub fn endpoint(url: &str, tls: Option<ClientTlsConfig>) -> Result<Endpoint, EndpointError> {
     let https = url.starts_with("https://");
     let endpoint = Endpoint::from_shared(url.to_string())
-        .map_err(|e| format!("--global '{url}': not a URL ({e})"))?
+        .map_err(|e| EndpointError::NotUrl {
+            url: url.to_string(),
+            reason: e.to_string(),
+        })?
         .connect_timeout(Duration::from_secs(10));
     match tls {
         Some(tls) if https => endpoint
             .tls_config(tls)
-            .map_err(|e| format!("TLS configuration: {}", error_chain(&e))),
-        Some(_) => Err(format!(
-            "--global '{url}': with TLS the URL must start with https://"
-        )),
-        None if https => Err(format!(
-            "--global '{url}': https:// needs --tls-cert, --tls-key and --tls-ca (plaintext: an http:// URL)"
-        )),
+            .map_err(|e| EndpointError::Tls(error_chain(&e))),
+        Some(_) => Err(EndpointError::NeedsHttps(url.to_string())),
+        None if https => Err(EndpointError::NeedsTls(url.to_string())),
         None => Ok(endpoint),
     }
 }

@@ -587,7 +587,7 @@ pub async fn try_grpc_client(
 ) -> Result<GrpcClient, String> {
     let scheme = if tls.is_some() { "https" } else { "http" };
     let url = format!("{scheme}://127.0.0.1:{port}");
-    let endpoint = cheferd_controller::tls::endpoint(&url, tls)?;
+    let endpoint = cheferd_controller::tls::endpoint(&url, tls).map_err(|e| e.to_string())?;
     endpoint
         .connect()
         .await

@@ -8,19 +8,17 @@ use serde::Serialize;
 
 impl Controller {
     /// Applies an administrative change (checked first; nothing changes on error). A
-    /// standby refuses it; a leader records it for the next one (`crate::standby`,
-    /// whose errors are still lines of text).
-    pub fn change(&self, change: Change) -> Result<String, String> {
-        self.leadership.record(&change, || {
-            self.apply(&change, true).map_err(|e| e.to_string())
-        })
+    /// standby refuses it; a leader records it for the next one (`crate::standby`).
+    pub fn change(&self, change: Change) -> Result<String, ChangeRefused> {
+        self.leadership
+            .record(&change, || self.apply(&change, true))
     }
 
     /// Applies a change an earlier leader made (`crate::standby::persist`): as
     /// [`Controller::change`], but a job need not be known yet (its stages have not
     /// re-registered with this controller).
-    pub fn restore(&self, change: Change) -> Result<String, String> {
-        self.apply(&change, false).map_err(|e| e.to_string())
+    pub fn restore(&self, change: Change) -> Result<String, ChangeError> {
+        self.apply(&change, false)
     }
 
     fn apply(&self, change: &Change, job_must_be_known: bool) -> Result<String, ChangeError> {
@@ -124,6 +122,23 @@ enum Checked {
         /// The resource with a new demand and a new static limit (`Some(None)`: lifted).
         terms: Option<(Resource, Option<ResourceRate>, Option<Option<ResourceRate>>)>,
     },
+}
+
+/// Why [`Controller::change`] refused a change.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeRefused {
+    /// This controller stands by; the leader's URL, if known.
+    #[error(
+        "this global controller is a standby; make changes on the leader ({})",
+        .leader.as_deref().unwrap_or("not elected yet")
+    )]
+    Standby {
+        /// The leader's URL.
+        leader: Option<String>,
+    },
+    /// The change itself is wrong.
+    #[error(transparent)]
+    Invalid(#[from] ChangeError),
 }
 
 /// A change refused: one line naming the bad value.

@@ -48,7 +48,7 @@ mod snapshot;
 #[cfg(test)]
 mod tests;
 
-pub use admin::{Change, ChangeError};
+pub use admin::{Change, ChangeError, ChangeRefused};
 pub use durable::{PolicyState, SavedJob};
 pub use registry::ORPHAN_GRACE;
 pub use service::{serve, ServeError, Service};

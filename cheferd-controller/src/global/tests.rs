@@ -377,8 +377,16 @@ async fn no_change_gives_a_bytes_rate_to_an_operations_resource() {
             "{checked:?}"
         );
         assert_eq!(checked.to_string(), expected);
-        assert_eq!(controller.change(change.clone()), Err(expected.clone()));
-        assert_eq!(controller.restore(change), Err(expected));
+        let refused = controller.change(change.clone()).unwrap_err();
+        assert!(
+            matches!(refused, ChangeRefused::Invalid(ChangeError::BadRate(_))),
+            "{refused:?}"
+        );
+        assert_eq!(refused.to_string(), expected);
+        assert_eq!(
+            controller.restore(change).unwrap_err().to_string(),
+            expected
+        );
     }
     assert_eq!(controller.config(), before);
 }

@@ -31,14 +31,17 @@ impl Globals {
     /// [`crate::tls::endpoint`]). With several, the connection is pinged (HTTP/2
     /// keep-alive, 2 s) so a global controller that stopped answering is left within
     /// 5 s for the next.
-    pub fn new(list: &str, tls: Option<ClientTlsConfig>) -> Result<Globals, String> {
+    pub fn new(
+        list: &str,
+        tls: Option<ClientTlsConfig>,
+    ) -> Result<Globals, crate::tls::EndpointError> {
         let urls: Vec<&str> = list.split(',').map(str::trim).collect();
         let several = urls.len() > 1;
         let globals = urls
             .into_iter()
             .map(|url| {
                 if url.is_empty() {
-                    return Err(format!("--global '{list}': an empty URL in the list"));
+                    return Err(crate::tls::EndpointError::EmptyInList(list.to_string()));
                 }
                 let endpoint = crate::tls::endpoint(url, tls.clone())?;
                 let endpoint = if several {
@@ -51,7 +54,7 @@ impl Globals {
                 };
                 Ok((url.to_string(), endpoint))
             })
-            .collect::<Result<Vec<_>, String>>()?;
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Globals {
             globals,
             current: 0,
@@ -178,6 +181,9 @@ mod tests {
     #[test]
     fn an_empty_url_is_refused() {
         let error = Globals::new("http://a:1,,http://b:2", None).err().unwrap();
-        assert!(error.contains("empty URL"), "{error}");
+        assert!(
+            matches!(&error, crate::tls::EndpointError::EmptyInList(list) if list == "http://a:1,,http://b:2"),
+            "{error}"
+        );
     }
 }

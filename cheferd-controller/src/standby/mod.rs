@@ -27,7 +27,7 @@ pub mod follow;
 pub mod peers;
 pub mod persist;
 
-use crate::global::{Change, Controller};
+use crate::global::{Change, ChangeError, ChangeRefused, Controller};
 use serde::{Deserialize, Serialize};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -328,15 +328,12 @@ impl Leadership {
     pub fn record(
         &self,
         change: &Change,
-        apply: impl FnOnce() -> Result<String, String>,
-    ) -> Result<String, String> {
+        apply: impl FnOnce() -> Result<String, ChangeError>,
+    ) -> Result<String, ChangeRefused> {
         if let Role::Follower(leader) = &*lock(&self.role) {
-            return Err(format!(
-                "this global controller is a standby; make changes on the leader ({})",
-                leader
-                    .as_ref()
-                    .map_or("not elected yet", |l| l.url.as_str())
-            ));
+            return Err(ChangeRefused::Standby {
+                leader: leader.as_ref().map(|l| l.url.clone()),
+            });
         }
         // Held across both, so the next leader replays changes in the order made here.
         let persister = lock(&self.changes);
@@ -625,7 +622,10 @@ mod tests {
             rate: "1k".into(),
         };
         let refused = leadership.record(&change, || unreachable!("a standby applies nothing"));
-        assert!(refused.unwrap_err().contains("https://g2:50051"));
+        assert!(matches!(
+            refused,
+            Err(ChangeRefused::Standby { leader: Some(url) }) if url == "https://g2:50051"
+        ));
         assert_eq!(leadership.stamp(enforce()), None);
     }
 

@@ -148,7 +148,7 @@ impl Store {
         });
         let mut restored = 0;
         for (key, change) in folded.chain(stored) {
-            match change.and_then(|change| controller.restore(change)) {
+            match change.and_then(|change| controller.restore(change).map_err(|e| e.to_string())) {
                 Ok(what) => {
                     info!(%key, "restored: {what}");
                     restored += 1;
