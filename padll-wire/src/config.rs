@@ -594,9 +594,9 @@ pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, LoadError> {
         }
         None => FileConfig::default(),
     };
-    let positive_ms = |text: &str| text.trim().parse::<u64>().ok().filter(|ms| *ms > 0);
     let burst_ms = match (var("PADLL_BURST_MS"), file.burst_ms) {
-        (Some(v), _) => positive_ms(&v)
+        (Some(v), _) => (v.trim().parse::<u64>().ok())
+            .filter(|ms| *ms > 0)
             .ok_or_else(|| Origin::Var("PADLL_BURST_MS").refuse(LoadErrorKind::BurstMs(v)))?,
         (None, Some(0)) => return Err(at("burst_ms").refuse(LoadErrorKind::BurstMs("0".into()))),
         (None, ms) => ms.unwrap_or(DEFAULT_BURST_MS),

@@ -138,17 +138,18 @@ impl Store {
         self.unfolded.store(stored.len(), Ordering::Relaxed);
         let folded = folded
             .into_iter()
-            .map(|change| (self.folded.clone(), Ok(change)));
+            .map(|change| (self.folded.clone(), Some(change)));
         let stored = stored.into_iter().map(|kv| {
             let key = String::from_utf8_lossy(&kv.key).into_owned();
-            (
-                key,
-                serde_json::from_slice::<Change>(&kv.value).map_err(|e| e.to_string()),
-            )
+            let change = serde_json::from_slice::<Change>(&kv.value)
+                .map_err(|e| warn!(%key, "a stored change does not decode: {e}"))
+                .ok();
+            (key, change)
         });
         let mut restored = 0;
         for (key, change) in folded.chain(stored) {
-            match change.and_then(|change| controller.restore(change).map_err(|e| e.to_string())) {
+            let Some(change) = change else { continue };
+            match controller.restore(change) {
                 Ok(what) => {
                     info!(%key, "restored: {what}");
                     restored += 1;
