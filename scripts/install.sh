@@ -10,8 +10,11 @@
 #   --sysconfdir S  configuration (default /etc for the prefix /usr, else P/etc)
 #   --destdir D     stage the tree under D (for packaging); paths inside the files
 #                   still name P and S
-#   --from DIR      take the binaries from a cargo profile directory already built
-#                   (target/release, target/debug) instead of building a release
+#   --from DIR      take the binaries from this cargo profile directory (e.g.
+#                   target/debug) instead of target/release
+#
+# Without --from it runs the README's `cargo build --release` (the whole workspace, so
+# the same features: nothing is compiled again after that build).
 #
 # Existing configuration (S/cheferd/*.toml, S/default/cheferd-*) is never overwritten.
 # Nothing is started or enabled, and no user is created: see README, "Deploying on a
@@ -63,12 +66,12 @@ prefix="${prefix%/}"
 [ -n "$sysconfdir" ] || if [ "$prefix" = /usr ]; then sysconfdir=/etc; else sysconfdir="$prefix/etc"; fi
 
 if [ -z "$from" ]; then
-  cargo build --release --locked --manifest-path "$root/Cargo.toml" -p padll-stage -p cheferd-controller
+  cargo build --release --locked --manifest-path "$root/Cargo.toml"
   from="${CARGO_TARGET_DIR:-$root/target}/release"
 fi
 library="$(ls -t "$from/libpadll.so" "$from/deps/libpadll.so" 2>/dev/null | head -n 1 || true)"
 for file in "$from/padll" "$from/cheferd" "$library"; do
-  [ -f "$file" ] || die "${file:-$from/libpadll.so} is missing: build it first (cargo build -p padll-stage -p cheferd-controller)"
+  [ -f "$file" ] || die "${file:-$from/libpadll.so} is missing: build it first (cargo build --release)"
 done
 
 bin="$prefix/bin"
@@ -103,13 +106,16 @@ for program in padll cheferd; do
   put 644 "$generated/completions/_$program" "$zsh_dir"
   put 644 "$generated/completions/$program.fish" "$share/fish/vendor_completions.d"
 done
-for page in "$generated"/man/*.1; do
-  put 644 "$page" "$share/man/man1"
+for page in "$generated"/man/*.[15]; do
+  put 644 "$page" "$share/man/man${page##*.}"
 done
 
 docs="$share/doc/padll"
 for file in README.md ARCHITECTURE.md CHANGELOG.md LICENSE-MIT LICENSE-APACHE; do
   put 644 "$root/$file" "$docs"
+done
+for guide in "$root"/docs/*.md; do
+  put 644 "$guide" "$docs/docs"
 done
 for sample in "$root"/etc/*.toml; do
   [ -e "$sample" ] || continue

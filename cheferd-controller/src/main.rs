@@ -15,6 +15,7 @@ use std::time::Duration;
 
 #[path = "../../scripts/cli-docs.rs"]
 mod cli_docs;
+mod man_pages;
 
 /// Where the controllers' sockets are by default: systemd makes it
 /// (`RuntimeDirectory=cheferd` in `etc/systemd/`); elsewhere give the paths.
@@ -447,7 +448,9 @@ fn try_main(command: Command) -> Result<(), Failure> {
         Command::Place(args) => run_policies(policies::cli::Command::Place(args)),
         Command::Certs(command) => certs(command),
         Command::Ctl(args) => in_runtime(async { ctl(args).await.map_err(CtlError::into_kind) }),
-        Command::Generate(what) => cli_docs::generate(&what, Cli::command()).map_err(usage),
+        Command::Generate(what) => {
+            cli_docs::generate(&what, Cli::command(), &man_pages::EXTRAS).map_err(usage)
+        }
     }
 }
 
@@ -578,7 +581,7 @@ fn stage_library() -> Result<(PathBuf, PathBuf), Failure> {
     let expected = dir.join(padll_wire::STAGE_LIBRARY);
     let cargo = std::env::var_os("CARGO").ok_or_else(|| {
         failed(format!(
-            "{} not found: build it with `cargo build --release -p padll-stage`",
+            "{} not found: build it with `cargo build --release` (the whole workspace)",
             expected.display()
         ))
     })?;

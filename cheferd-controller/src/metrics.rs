@@ -3,7 +3,7 @@
 //! attached nodes and registered stages. Names follow Prometheus' conventions: counters
 //! end in `_total`, units are in the name (`_seconds`, `_bytes`, `_ops_per_second`,
 //! `_bytes_per_second`), so a resource's rates appear under the name of its unit: a
-//! metadata resource counts operations, a data resource bytes (README.md, *Metrics*).
+//! metadata resource counts operations, a data resource bytes (docs/control-plane.md, *Metrics*).
 
 use crate::config::Resource;
 use crate::global::{Controller, Snapshot};

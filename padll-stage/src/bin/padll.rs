@@ -143,7 +143,9 @@ fn main() -> ExitCode {
         } => stats(&file, per_process, json),
         Commands::Demo { seconds } => demo(seconds),
         Commands::Mdloop { dir, seconds } => mdloop(&dir, seconds),
-        Commands::Generate(what) => cli_docs::generate(&what, cli_command()).map_err(usage),
+        Commands::Generate(what) => {
+            cli_docs::generate(&what, cli_command(), &man_pages::EXTRAS).map_err(usage)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -642,4 +644,88 @@ fn mdloop(dir: &Path, seconds: f64) -> Result<(), Failure> {
     }
     println!("{:.1}", operations as f64 / start.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// What the man pages say beyond the command line (`padll generate man DIR`): exit
+/// status, files, examples, and the `padll.toml(5)` page.
+mod man_pages {
+    use super::cli_docs::{ConfigPage, Extras, Page};
+
+    /// `Kind::exit_code`.
+    const EXIT_STATUS: &[(&str, &str)] = &[
+        ("0", "Success."),
+        (
+            "1",
+            "A failure at run time (e.g. a file that cannot be read).",
+        ),
+        (
+            "2",
+            "Bad usage: a flag, a value or the configuration is wrong (the message names it).",
+        ),
+    ];
+
+    /// `padll run` becomes the program: its status is the program's.
+    const RUN_EXIT_STATUS: &[(&str, &str)] = &[
+        ("any", "Once the program runs, its own exit status: padll run replaces itself with it."),
+        ("1", "The stage library was not found (the message says where padll looked)."),
+        ("2", "Bad usage: a flag, a value or the configuration is wrong (the message names it); the program was not started."),
+        ("126", "The program exists but cannot be executed (as the shell says it)."),
+        ("127", "The program was not found (as the shell says it)."),
+    ];
+
+    const PAGES: &[Page] = &[
+        Page {
+            name: "padll",
+            exit_status: None,
+            files: &[],
+            examples: &[
+                ("Limit a program's metadata operations under /scratch to 5000 per second:", "padll run --mount /scratch --limit metadata=5000/s -- ./app"),
+                ("What every process of the job did:", "padll stats /tmp/padll-run-4242.json"),
+            ],
+        },
+        Page {
+            name: "padll-run",
+            exit_status: Some(RUN_EXIT_STATUS),
+            files: &[
+                ("PREFIX/lib/padll/libpadll.so", "The stage, found from padll's own directory (--library or PADLL_LIBRARY name another)."),
+                ("/dev/shm/padll-UID-JOB", "The job's shared token buckets on this node (0600); the job's last process removes it."),
+                ("/dev/shm/padll-rules-UID-JOB", "With a controller: the job's last rules on this node, used by its processes that start while the controller is down; a Slurm job's stays for the epilog to remove."),
+                ("/etc/cheferd/padll.toml", "A site's stage configuration, when PADLL_CONFIG or --config names it; see padll.toml(5)."),
+            ],
+            examples: &[
+                ("Hold all of a job's processes on this node to 5000 metadata operations per second:", "padll run --mount /scratch --limit metadata=5000/s -- ./app"),
+                ("Limit writes under /scratch to 500 MiB/s and keep statistics per job:", "padll run --mount /scratch --limit /scratch:write=500MiB/s --stats /tmp/padll-%j.json -- ./app"),
+                ("A batch script whose every process takes its rules from the node's local controller:", "padll run --mount /scratch --controller /run/cheferd/local.sock -- ./job.sh"),
+            ],
+        },
+        Page {
+            name: "padll-stats",
+            exit_status: None,
+            files: &[],
+            examples: &[
+                ("The job's totals:", "padll stats /tmp/padll-run-4242.json"),
+                ("Every process's report as JSON:", "padll stats --per-process --json /tmp/padll-run-4242.json"),
+            ],
+        },
+        Page {
+            name: "padll-demo",
+            exit_status: None,
+            files: &[],
+            examples: &[("A metadata loop without and with limits, one second each:", "padll demo --seconds 1")],
+        },
+    ];
+
+    const CONFIG_PAGES: &[ConfigPage] = &[ConfigPage {
+        file: "padll.toml",
+        summary: "configuration of the PADLL stage (PADLL_CONFIG, padll run --config)",
+        sections: &["`padll.toml` (the stage)", "Rates"],
+        see_also: "padll-run(1), global.toml(5)",
+    }];
+
+    /// The `padll` binary's man page extras.
+    pub const EXTRAS: Extras = Extras {
+        exit_status: EXIT_STATUS,
+        pages: PAGES,
+        config_pages: CONFIG_PAGES,
+    };
 }
