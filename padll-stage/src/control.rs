@@ -15,7 +15,7 @@
 
 use crate::intercept::StageIo;
 use crate::{channels, last_rules, log, stats};
-use padll_wire::channel::ChannelSpec;
+use padll_wire::channel::{ChannelSpec, Unit};
 use padll_wire::config::{Identity, LogLevel};
 use padll_wire::control::{
     self, ControlMessage, StageMessage, MAX_MESSAGE_BYTES, PROTOCOL_VERSION,
@@ -23,7 +23,7 @@ use padll_wire::control::{
 use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -36,6 +36,9 @@ pub enum RulesError {
     /// A rule's rate or burst is 0, or its rate above [`padll_wire::channel::MAX_RATE`].
     #[error("rule '{0}' has a rate or burst out of range")]
     OutOfRange(ChannelSpec),
+    /// A rule counting bytes of operations that move none: it would never limit.
+    #[error("rule '{0}' is a rate of bytes, but {scope} counts operations", scope = .0.scope.name())]
+    BytesOnOperations(ChannelSpec),
     /// The channel table refused a rule.
     #[error(transparent)]
     Channel(#[from] channels::ChannelError),
@@ -184,14 +187,47 @@ fn apply_from_controller(target: &Target, rules: &[ChannelSpec]) -> Result<(), R
         result
     };
     if let (Ok(()), Some((uid, job))) = (&result, &target.fallback.job) {
-        if let Err(e) = last_rules::save(*uid, job, rules) {
-            log(
-                LogLevel::Warn,
-                &format!("cannot keep the job's last rules: {e}"),
-            );
-        }
+        keep_last_rules(*uid, job, rules);
     }
     result
+}
+
+/// Whether this process keeps the job's last rules: [`KEEPING`], [`SAVING`] (a save
+/// under way) or [`STOPPED`] (the process is ending).
+static RULES_KEEPER: AtomicU8 = AtomicU8::new(KEEPING);
+const KEEPING: u8 = 0;
+const SAVING: u8 = 1;
+const STOPPED: u8 = 2;
+
+/// Saves `rules` as the job's last rules, unless the process is ending.
+fn keep_last_rules(uid: u32, job: &str, rules: &[ChannelSpec]) {
+    if RULES_KEEPER
+        .compare_exchange(KEEPING, SAVING, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return;
+    }
+    let saved = last_rules::save(uid, job, rules);
+    // Only this thread moves it from SAVING.
+    RULES_KEEPER.store(KEEPING, Ordering::Release);
+    if let Err(e) = saved {
+        log(
+            LogLevel::Warn,
+            &format!("cannot keep the job's last rules: {e}"),
+        );
+    }
+}
+
+/// At exit: keeps no more rules, once a save under way (a few file operations) is done
+/// (waiting at most 100 ms), so that a last process removing the job's file does not
+/// see it written again behind it.
+pub fn stop_keeping_rules() {
+    for _ in 0..100 {
+        match RULES_KEEPER.compare_exchange(KEEPING, STOPPED, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) | Err(STOPPED) => return,
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
 }
 
 /// Puts the starting program under the job's last rules on this node, else the
@@ -271,6 +307,8 @@ pub fn after_fork_in_child() {
     }
     // No one waits for first rules in the child (only a starting program does).
     SETTLED.store(true, Ordering::Release);
+    // A save the parent's control thread was making is not the child's.
+    let _ = RULES_KEEPER.compare_exchange(SAVING, KEEPING, Ordering::AcqRel, Ordering::Acquire);
     // Not waited for: one held at `fork` by another thread stays held in this process.
     let writer = WRITER
         .try_lock()
@@ -679,6 +717,9 @@ fn check(rules: &[ChannelSpec]) -> Result<(), RulesError> {
         if rule.rate == 0 || rule.rate > padll_wire::channel::MAX_RATE || rule.burst == 0 {
             return Err(RulesError::OutOfRange(rule.clone()));
         }
+        if rule.unit == Unit::Bytes && !rule.scope.moves_bytes() {
+            return Err(RulesError::BytesOnOperations(rule.clone()));
+        }
     }
     Ok(())
 }
@@ -737,5 +778,32 @@ impl LineReader {
                     });
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use padll_wire::channel::Scope;
+    use padll_wire::ops::{Class, Op};
+
+    #[test]
+    fn rules_of_bytes_must_count_operations_that_move_bytes() {
+        let rule = |scope, unit| ChannelSpec {
+            mount: None,
+            scope,
+            rate: 1 << 20,
+            unit,
+            burst: 1 << 10,
+        };
+        for scope in [Scope::All, Scope::Class(Class::Data), Scope::Op(Op::Write)] {
+            assert!(check(&[rule(scope, Unit::Bytes)]).is_ok(), "{scope:?}");
+        }
+        assert!(check(&[rule(Scope::Class(Class::Metadata), Unit::Requests)]).is_ok());
+        let refused = check(&[rule(Scope::Class(Class::Metadata), Unit::Bytes)]).unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "rule 'metadata=1MiB/s' is a rate of bytes, but metadata counts operations"
+        );
     }
 }

@@ -178,7 +178,7 @@ macro_rules! hooks {
         )*
 
         /// Every real function behind a table entry, for eager resolution.
-        pub(crate) static TABLE: &[&Real] = &[$(&$name::REAL,)* &MMAP.0, &MMAP64.0, &LIO_LISTIO.0, &LIO_LISTIO64.0];
+        pub(crate) static TABLE: &[&Real] = &[$(&$name::REAL,)* &MMAP.0, &MMAP64.0, &LIO_LISTIO.0, &LIO_LISTIO64.0, &EXIT.0, &EXIT_UPPER.0];
     };
 }
 
@@ -523,6 +523,8 @@ static MMAP: HandReal = HandReal(Real::new(c"mmap"));
 static MMAP64: HandReal = HandReal(Real::new(c"mmap64"));
 static LIO_LISTIO: HandReal = HandReal(Real::new(c"lio_listio"));
 static LIO_LISTIO64: HandReal = HandReal(Real::new(c"lio_listio64"));
+static EXIT: HandReal = HandReal(Real::new(c"_exit"));
+static EXIT_UPPER: HandReal = HandReal(Real::new(c"_Exit"));
 
 type MmapFn = unsafe extern "C" fn(Buf, size_t, c_int, c_int, c_int, off_t) -> Buf;
 
@@ -693,4 +695,45 @@ pub unsafe extern "C" fn lio_listio64(
 ) -> c_int {
     // SAFETY: `lio_listio64`'s own entry and the application's arguments, unchanged.
     unsafe { hooked_lio_listio(&LIO_LISTIO64.0, mode, list, count, event) }
+}
+
+/// The body of the `_exit` hooks: a process ending without its destructors still
+/// leaves its job ([`crate::leave_job_without_destructors`]), then ends as libc's
+/// `_exit` ends it (or by the raw system call, before the constructor ran).
+///
+/// # Safety
+/// `real` is `_exit`'s or `_Exit`'s entry.
+unsafe fn hooked_exit(real: &Real, status: c_int) -> ! {
+    let _ = std::panic::catch_unwind(crate::leave_job_without_destructors);
+    if let Some(address) = real.resolved() {
+        // SAFETY: the address is libc's `_exit`/`_Exit` (resolved by name), which has
+        // this signature.
+        unsafe {
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int) -> !>(address)(status)
+        }
+    }
+    loop {
+        // SAFETY: ends the process, as libc's `_exit` does.
+        unsafe { libc::syscall(libc::SYS_exit_group, status) };
+    }
+}
+
+/// The exported `_exit` hook.
+///
+/// # Safety
+/// The contract of libc's `_exit`.
+#[no_mangle]
+pub unsafe extern "C" fn _exit(status: c_int) -> ! {
+    // SAFETY: `_exit`'s own entry.
+    unsafe { hooked_exit(&EXIT.0, status) }
+}
+
+/// The exported `_Exit` hook.
+///
+/// # Safety
+/// The contract of libc's `_Exit`.
+#[no_mangle]
+pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
+    // SAFETY: `_Exit`'s own entry.
+    unsafe { hooked_exit(&EXIT_UPPER.0, status) }
 }

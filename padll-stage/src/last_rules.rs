@@ -4,7 +4,9 @@
 //!
 //! The file outlives the job's processes (a batch script's steps run one after
 //! another, and the controller may be down between them), so it is left for the
-//! epilog, like the segment of a job whose last process was killed. Written `0600`
+//! epilog, like the segment of a job whose last process was killed. A job `padll run`
+//! named `run-<pid>` cannot recur: its last process on the node removes the file
+//! when it leaves the job's segment (`leave_job` in `lib.rs`). Written `0600`
 //! under a temporary name and renamed into place, so a reader never sees half a file;
 //! read only if it is a regular file owned by this uid that no one else can write, of at
 //! most [`MAX_LAST_RULES_BYTES`], and decoded with [`LastRules::decode`]. Another user

@@ -37,7 +37,7 @@ pub use stats::snapshot as stats_snapshot;
 
 use intercept::StageIo;
 use paths::MountTable;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU8, Ordering};
 use std::sync::OnceLock;
 
 /// True once the stage is initialised with at least one mountpoint: until then (and
@@ -53,6 +53,19 @@ static LOG_LEVEL: AtomicU8 = AtomicU8::new(LogLevel::Error as u8);
 struct Settings {
     identity: Identity,
     stats_path: Option<String>,
+    /// The last rules this process' control thread keeps for its job, when the job
+    /// cannot recur ([`config::is_run_job`]): its last process on the node removes them.
+    passing_rules: Option<std::ffi::CString>,
+}
+
+/// The process the stage's state belongs to: set at load and in a forked child (whose
+/// fork handler runs). A `vfork` child shares the parent's memory but not its pid.
+static PID: AtomicU32 = AtomicU32::new(0);
+
+/// This process' pid, by system call.
+fn current_pid() -> u32 {
+    // SAFETY: getpid takes no arguments, touches no memory of ours and cannot fail.
+    unsafe { libc::syscall(libc::SYS_getpid) as u32 }
 }
 
 /// Whether hooks should do any work.
@@ -124,6 +137,7 @@ pub(crate) fn return_credit_at_thread_exit() {
 /// unthrottled.
 extern "C" fn on_load() {
     let _ = std::panic::catch_unwind(|| {
+        PID.store(current_pid(), Ordering::Relaxed);
         for real in hooks::TABLE {
             real.resolve();
         }
@@ -168,9 +182,28 @@ fn start(config: &Config) -> Result<(), StartError> {
     let job = (config.limit_scope == LimitScope::Job && !table.is_empty())
         .then(|| (unsafe { libc::geteuid() }, config.identity.job_id.clone()));
     let job_wide = install_limits(&config.limits, job.as_ref())?;
+    // A job of `padll run` cannot recur: the last rules its controller gives are of no
+    // use after its last process on the node, which its segment's locks single out
+    // (so every process joins it, limits or not).
+    let passing_rules = match &job {
+        Some((uid, id)) if config.controller.is_some() && config::is_run_job(id) => {
+            match shared::join(*uid, id) {
+                Ok(()) => Some(last_rules::path(*uid, id)),
+                Err(e) => {
+                    log(
+                        LogLevel::Warn,
+                        &format!("the job's last rules will outlive it: {e}"),
+                    );
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
     let _ = SETTINGS.set(Settings {
         identity: config.identity.clone(),
         stats_path: config.stats_path.clone(),
+        passing_rules,
     });
     if table.is_empty() {
         log(
@@ -294,6 +327,7 @@ extern "C" fn after_fork_in_parent() {
 /// The child of `fork` keeps the rules and descriptors but starts its own account and
 /// its own control connection.
 extern "C" fn after_fork_in_child() {
+    PID.store(current_pid(), Ordering::Relaxed);
     control::release_after_fork();
     channels::release_registry_after_fork();
     stats::reset();
@@ -302,7 +336,30 @@ extern "C" fn after_fork_in_child() {
     control::after_fork_in_child();
 }
 
-/// The library destructor: write statistics if asked, and leave the job's segment.
+/// Leaves the job on this node: the last process removes the job's segment and, for a
+/// job that cannot recur, its last rules. Atomics and raw system calls only: `_exit`,
+/// which may be called from a signal handler, does it too.
+fn leave_job() {
+    control::stop_keeping_rules();
+    if shared::leave() {
+        if let Some(rules) = SETTINGS.get().and_then(|s| s.passing_rules.as_ref()) {
+            // SAFETY: a NUL-terminated path alive across the call; a raw call, no hook.
+            unsafe { libc::syscall(libc::SYS_unlinkat, libc::AT_FDCWD, rules.as_ptr(), 0) };
+        }
+    }
+}
+
+/// A process ending without its destructors (`_exit`: how shells such as dash end, and
+/// forked children): it leaves the job as [`on_unload`] does, but writes no statistics
+/// (that would allocate). A `vfork` child, which shares its parent's state, leaves
+/// nothing.
+pub(crate) fn leave_job_without_destructors() {
+    if PID.load(Ordering::Relaxed) == current_pid() {
+        leave_job();
+    }
+}
+
+/// The library destructor: write statistics if asked, and leave the job.
 extern "C" fn on_unload() {
     let _ = std::panic::catch_unwind(|| {
         let _io = StageIo::enter();
@@ -311,7 +368,7 @@ extern "C" fn on_unload() {
         for counters in stats::every_thread() {
             channels::return_credit(counters);
         }
-        shared::leave();
+        leave_job();
         let Some(settings) = SETTINGS.get() else {
             return;
         };
@@ -319,10 +376,7 @@ extern "C" fn on_unload() {
             return;
         };
         if let Err(e) = report::append(path, &settings.identity) {
-            log(
-                LogLevel::Error,
-                &format!("cannot write statistics to '{path}': {e}"),
-            );
+            log(LogLevel::Error, &e.to_string());
         }
     });
 }

@@ -2,7 +2,7 @@
 
 use crate::{channels, stats};
 use padll_wire::config::Identity;
-pub use padll_wire::report::{parse, table, total, Report};
+pub use padll_wire::report::{expand_path, parse, table, total, Report};
 use std::io::Write as _;
 
 /// The current process' report.
@@ -22,23 +22,36 @@ pub fn current(identity: &Identity) -> Report {
     }
 }
 
-/// Appends this process' report to `path` (`%p` → pid, `%j` → job id, `%h` → host):
-/// one JSON line when the name ends in `.json`, else a table. One `write` call, so
-/// processes sharing a file don't interleave.
-pub fn append(path: &str, identity: &Identity) -> std::io::Result<()> {
+/// Appends this process' report to `path` ([`expand_path`]: `%p` → pid, `%j` → job
+/// id, `%h` → host): one JSON line when the name ends in `.json`, else a table. One
+/// `write` call, so processes sharing a file don't interleave.
+pub fn append(path: &str, identity: &Identity) -> Result<(), StatisticsError> {
     let report = current(identity);
-    let path = path
-        .replace("%p", &report.identity.pid.to_string())
-        .replace("%j", &report.identity.job_id)
-        .replace("%h", &report.identity.hostname);
+    let path = expand_path(path, &report.identity);
+    let error = |error| StatisticsError {
+        path: path.clone(),
+        error,
+    };
     let text = if path.ends_with(".json") {
-        let mut line = serde_json::to_string(&report).map_err(std::io::Error::other)?;
+        let mut line = serde_json::to_string(&report).map_err(|e| error(e.into()))?;
         line.push('\n');
         line
     } else {
         table(std::slice::from_ref(&report))
     };
-    open_statistics(&path)?.write_all(text.as_bytes())
+    open_statistics(&path)
+        .and_then(|mut file| file.write_all(text.as_bytes()))
+        .map_err(error)
+}
+
+/// Statistics that could not be written: the file (its name expanded) and why.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write statistics to '{path}': {error}")]
+pub struct StatisticsError {
+    /// The file, as this process named it.
+    pub path: String,
+    /// Why.
+    pub error: std::io::Error,
 }
 
 /// Opens the statistics file for appending, with care: non-blocking (a FIFO with no

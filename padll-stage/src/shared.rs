@@ -186,17 +186,36 @@ pub fn attach(
         unlock(fd, 0);
         return buckets;
     }
+    open_and(uid, job, |segment| claim(segment, specs))
+}
+
+/// Counts this process among the job's on the node (attaches to its segment, without
+/// claiming buckets), so that [`leave`] tells whether it is the last: for a job whose
+/// files on the node go with its last process, even when it has no limits to share.
+pub fn join(uid: u32, job: &str) -> Result<(), SegmentError> {
+    if ATTACHED.get().is_some() {
+        return Ok(());
+    }
+    open_and(uid, job, |_| Ok(()))
+}
+
+/// Opens and attaches the job's segment, doing `with` under byte 0.
+fn open_and<T>(
+    uid: u32,
+    job: &str,
+    with: impl FnOnce(&'static Segment) -> Result<T, SegmentErrorKind>,
+) -> Result<T, SegmentError> {
     let path = job_file("padll", uid, job);
     let error = |kind| SegmentError {
         path: path.to_string_lossy().into_owned(),
         kind,
     };
     let attached = open_segment(&path, uid).map_err(error)?;
-    let buckets = claim(attached.segment, specs).map_err(error);
+    let done = with(attached.segment).map_err(error);
     unlock(LOCK_FD.load(Ordering::Relaxed), 0);
-    let buckets = buckets?;
+    let done = done?;
     let _ = ATTACHED.set(attached);
-    Ok(buckets)
+    Ok(done)
 }
 
 /// The shared bucket of each limit in `specs`, in order (byte 0 held).
@@ -447,24 +466,38 @@ pub fn after_fork_in_child() {
 }
 
 /// At exit: the last process attached removes the segment (while holding byte 0, so no
-/// attach is half-way). Waits at most [`LEAVE_PATIENCE_MS`] for byte 0: processes of a
-/// job often end together, and each must see whether it is the last.
-pub fn leave() {
-    let (Some(attached), fd) = (ATTACHED.get(), LOCK_FD.load(Ordering::Relaxed)) else {
-        return;
+/// attach is half-way) and says so (`true`). Waits at most [`LEAVE_PATIENCE_MS`] for
+/// byte 0: processes of a job often end together, and each must see whether it is the
+/// last.
+///
+/// Once only (a second leave could remove a segment the job made anew meanwhile), and
+/// with atomics and raw system calls only: it may run in `_exit`, in a signal handler.
+pub fn leave() -> bool {
+    // Swapped out: no second leave, and no fork handler takes a lock of its own after it.
+    let (Some(attached), fd) = (ATTACHED.get(), LOCK_FD.swap(-1, Ordering::Relaxed)) else {
+        return false;
     };
     if fd < 0 || wait_for_lock(fd, 0, LEAVE_PATIENCE_MS).is_err() {
-        return;
+        return false;
     }
-    if lock(fd, 1, libc::F_WRLCK) {
+    let last = lock(fd, 1, libc::F_WRLCK);
+    if last {
         // SAFETY: `attached.path` is the segment's NUL-terminated CString, alive across the
-        // call.
-        unsafe { libc::unlink(attached.path.as_ptr()) };
+        // call; a raw call, no hook.
+        unsafe {
+            libc::syscall(
+                libc::SYS_unlinkat,
+                libc::AT_FDCWD,
+                attached.path.as_ptr(),
+                0,
+            )
+        };
     }
     // Not the last: stop counting as attached now, so that whichever process of the
     // job leaves last sees it is (our descriptor closes only after the destructors).
     unlock(fd, 1);
     unlock(fd, 0);
+    last
 }
 
 /// Tries an OFD lock of `kind` on byte `byte`; true if held.

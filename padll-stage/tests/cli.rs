@@ -39,7 +39,64 @@ fn bad_flags_are_named_and_nothing_starts() {
     let dir = scratch("bad");
     let marker = dir.join("started");
     let mount = dir.display().to_string();
+    let missing_stats = dir.join("missing/stats.json");
+    let missing_job_stats = dir.join("%j/stats.json");
+    let file_stats = marker.with_extension("json").join("stats.json");
+    std::fs::write(marker.with_extension("json"), "").unwrap();
+    let no_directory = format!(
+        "--stats '{missing}': the directory '{}' does not exist; no statistics could be written",
+        dir.join("missing").display(),
+        missing = missing_stats.display()
+    );
+    let no_job_directory = format!(
+        "--stats '{}' ('{}'): the directory '{}' does not exist",
+        missing_job_stats.display(),
+        dir.join("j7/stats.json").display(),
+        dir.join("j7").display()
+    );
     let cases: &[(&[&str], &str)] = &[
+        (
+            &["--mount", &mount, "--limit", "metadata=100B/s"],
+            "--limit: bad limit 'metadata=100B/s': '100B/s' is a rate of bytes, \
+             but metadata counts operations (bytes are counted by read, write, mmap, data and all)",
+        ),
+        (
+            &["--mount", &mount, "--burst-ms", "99999999999"],
+            "--burst-ms: bad value '99999999999' (1 to 60000 milliseconds)",
+        ),
+        (
+            &["--mount", &mount, "--burst-ms", "-3"],
+            "--burst-ms: bad value '-3' (1 to 60000 milliseconds)",
+        ),
+        (
+            &["--mount", &mount, "--limit", "metadata=1e30"],
+            "--limit: bad rate '1e30': too large: rates go from 1/s to 281474976710656/s (256TiB/s)",
+        ),
+        (
+            &["--mount", &mount, "--job", ""],
+            "--job: the job id is empty",
+        ),
+        (
+            &["--mount", &mount, "--job-size", "0"],
+            "--job-size: bad node count '0' (a number of nodes, at least 1)",
+        ),
+        (
+            &["--mount", &mount, "--job-size", "-2"],
+            "--job-size: bad node count '-2'",
+        ),
+        (
+            &["--mount", &mount, "--stats", missing_stats.to_str().unwrap()],
+            &no_directory,
+        ),
+        (
+            &["--mount", &mount, "--job", "j7", "--stats", missing_job_stats.to_str().unwrap()],
+            &no_job_directory,
+        ),
+        (
+            &["--mount", &mount, "--stats", file_stats.to_str().unwrap()],
+            "started.json' is not a directory; no statistics could be written",
+        ),
+        (&["--mount", &mount, "--stats", &mount], "it is a directory"),
         (&["--mount", &mount, "--limit", "open=fast"], "fast"),
         (&["--mount", &mount, "--limit", "bogus=5/s"], "bogus"),
         (
@@ -226,24 +283,20 @@ fn identity_of_run(
 ) -> padll_wire::config::Identity {
     let stats = dir.join("stats.json");
     let _ = std::fs::remove_file(&stats);
-    let mut args = vec![
-        "run",
-        "--mount",
-        dir.to_str().unwrap(),
-        "--stats",
-        stats.to_str().unwrap(),
-    ];
+    let mut args = vec!["--stats", stats.to_str().unwrap()];
     args.extend_from_slice(flags);
-    args.extend_from_slice(&[
-        "--",
-        env!("CARGO_BIN_EXE_padll"),
-        "mdloop",
-        dir.to_str().unwrap(),
-        "0.2",
-    ]);
-    let out = padll(&args, env);
+    let out = run_mdloop(dir, &args, "0.2", env);
     assert!(out.status.success(), "{}", stderr(&out));
     reports(&stats).remove(0).identity
+}
+
+/// `padll run --mount DIR FLAGS -- padll mdloop DIR SECONDS` under `env`.
+fn run_mdloop(dir: &Path, flags: &[&str], seconds: &str, env: &[(&str, &str)]) -> Output {
+    let dir = dir.to_str().unwrap();
+    let mut args = vec!["run", "--mount", dir];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&["--", env!("CARGO_BIN_EXE_padll"), "mdloop", dir, seconds]);
+    padll(&args, env)
 }
 
 #[test]
@@ -299,23 +352,8 @@ fn run_throttles_and_stats_prints_the_table() {
     let dir = scratch("throttle");
     let stats = dir.join("job.json");
     let scoped = format!("{}:metadata=400/s", dir.display());
-    let out = padll(
-        &[
-            "run",
-            "--mount",
-            dir.to_str().unwrap(),
-            "--limit",
-            &scoped,
-            "--stats",
-            stats.to_str().unwrap(),
-            "--",
-            env!("CARGO_BIN_EXE_padll"),
-            "mdloop",
-            dir.to_str().unwrap(),
-            "2",
-        ],
-        &[],
-    );
+    let flags = ["--limit", &scoped, "--stats", stats.to_str().unwrap()];
+    let out = run_mdloop(&dir, &flags, "2", &[]);
     assert!(out.status.success(), "{}", stderr(&out));
     let rate: f64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
     assert!(
@@ -381,16 +419,147 @@ fn run_throttles_and_stats_prints_the_table() {
 }
 
 #[test]
-fn the_stage_demo_shows_the_limit_taking_effect() {
+fn the_stage_demo_compares_each_limit_with_what_it_covers() {
     let out = padll(&["demo", "--seconds", "1"], &[]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout);
-    let limited: f64 = text
-        .lines()
-        .find(|l| l.starts_with("metadata=1000/s"))
-        .and_then(|l| l.split_whitespace().rev().nth(1)?.parse().ok())
-        .unwrap_or_else(|| panic!("no metadata=1000/s row in:\n{text}"));
-    assert!(limited <= 1050.0 && limited > 500.0, "{text}");
+    // The last three columns: covered ops/s, limit ops/s, all ops/s.
+    let row = |label: &str| -> [f64; 3] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(label))
+            .unwrap_or_else(|| panic!("no {label} row in:\n{text}"));
+        let numbers: Vec<f64> = line
+            .split_whitespace()
+            .rev()
+            .take(3)
+            .map(|n| n.parse().unwrap_or_else(|_| panic!("{line}")))
+            .collect();
+        [numbers[2], numbers[1], numbers[0]]
+    };
+    // A getattr limit covers one operation in three: stat is held to it, the whole
+    // loop runs at three times that.
+    let [covered, limit, all] = row("getattr=2000/s");
+    assert_eq!(limit, 2000.0, "{text}");
+    assert!(covered <= 2100.0 && covered > 0.0, "{text}");
+    assert!((all - 3.0 * covered).abs() <= 3.0, "{text}");
+    // A metadata limit covers them all.
+    let [covered, limit, all] = row("metadata=1000/s");
+    assert_eq!(limit, 1000.0, "{text}");
+    assert!(covered <= 1050.0 && covered > 500.0, "{text}");
+    assert_eq!(covered, all, "{text}");
+}
+
+#[test]
+fn stats_says_what_a_file_is_not() {
+    let dir = scratch("not-stats");
+    let file = |name: &str, content: &[u8]| {
+        let path = dir.join(name);
+        std::fs::write(&path, content).unwrap();
+        path.display().to_string()
+    };
+    let text = file("notes.txt", b"hello world\n");
+    let binary = file("core.bin", &[0x7f, b'E', b'L', b'F', 0xff, 0xfe, 0, 1]);
+    let empty = file("empty.json", b"");
+    let json = file("other.json", b"{\"a\": 1}\n");
+    let directory = dir.display().to_string();
+    for (path, message) in [
+        (
+            &text,
+            format!("'{text}' is not a statistics file: line 1 is not a process' report, as --stats FILE.json writes ("),
+        ),
+        (&binary, format!("'{binary}' is not a statistics file: not UTF-8 text")),
+        (
+            &empty,
+            format!("'{empty}' holds no statistics: it is empty (no process wrote to it)"),
+        ),
+        (
+            &json,
+            format!("'{json}' is not a statistics file: line 1 is not a process' report"),
+        ),
+        (
+            &directory,
+            format!("'{directory}' is not a statistics file: a directory, not a regular file"),
+        ),
+        (
+            &"/dev/zero".to_string(),
+            "'/dev/zero' is not a statistics file: not a regular file".to_string(),
+        ),
+    ] {
+        let out = padll(&["stats", path], &[]);
+        assert_eq!(out.status.code(), Some(2), "{path}: {}", stderr(&out));
+        let said = stderr(&out);
+        assert!(
+            said.starts_with(&format!("padll: {message}")) && said.lines().count() == 1,
+            "{path}: {said}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_stage_that_cannot_write_its_statistics_says_so_at_exit() {
+    let dir = scratch("stats-lost");
+    let stats = dir.join("gone/%p.json");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_padll"))
+        .args(["mdloop", dir.to_str().unwrap(), "0.1"])
+        .env("LD_PRELOAD", crate::util::library())
+        .env("PADLL_MOUNTS", &dir)
+        .env("PADLL_STATS", &stats)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let expanded = dir.join(format!("gone/{}.json", child.id()));
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let said = stderr(&out);
+    assert_eq!(said.lines().count(), 1, "{said}");
+    assert!(
+        said.contains(&format!(
+            "cannot write statistics to '{}': No such file or directory",
+            expanded.display()
+        )),
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn statistics_show_rates_as_written_and_bytes_as_managed() {
+    let dir = scratch("as-written");
+    let stats = dir.join("s.json");
+    let write = format!("{}:write=20MiB/s", dir.display());
+    let limits = [
+        "--limit",
+        &write,
+        "--limit",
+        "metadata=2k",
+        "--limit",
+        "all=1.5GB/s",
+    ];
+    let mut flags = limits.to_vec();
+    flags.extend_from_slice(&["--stats", stats.to_str().unwrap()]);
+    let out = run_mdloop(&dir, &flags, "0.1", &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for flags in [&[][..], &["--per-process"]] {
+        let mut args = vec!["stats"];
+        args.extend_from_slice(flags);
+        args.push(stats.to_str().unwrap());
+        let table = String::from_utf8_lossy(&padll(&args, &[]).stdout).into_owned();
+        for expected in [
+            write.as_str(),
+            "metadata=2000/s",
+            "all=1.5GB/s",
+            "bytes (managed)",
+        ] {
+            assert!(
+                table.contains(expected),
+                "{flags:?}: no '{expected}' in:\n{table}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// bash calls `fflush` after every builtin, mostly with nothing buffered: only the

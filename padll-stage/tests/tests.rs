@@ -6,4 +6,5 @@ mod cli;
 mod control;
 mod hostile_files;
 mod imports;
+mod node_files;
 mod util;

@@ -1,6 +1,7 @@
 //! Channels as the stage, its CLI and the controllers describe them: which requests a
 //! channel serves ([`Scope`], optionally one mountpoint), its rate and what a token is.
 
+use crate::config::Rate;
 use crate::ops::{Class, Op};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -48,6 +49,16 @@ impl Scope {
             Scope::Class(c) => c.name(),
             Scope::Op(o) => o.name(),
         }
+    }
+
+    /// Whether a rate of bytes means anything here: some operation it covers moves
+    /// bytes ([`Op::moves_bytes`]). True for `read`, `write`, `mmap`, `data` and `all`
+    /// (mixed: its data calls are charged their bytes, the others pass freely, so
+    /// `all=100MiB/s` limits the bytes moved, as `data=100MiB/s` does).
+    pub fn moves_bytes(self) -> bool {
+        Op::ALL
+            .iter()
+            .any(|op| self.covers(*op) && op.moves_bytes())
     }
 }
 
@@ -102,16 +113,23 @@ pub struct ChannelSpec {
     pub burst: u64,
 }
 
+impl ChannelSpec {
+    /// Its rate, with what its tokens count.
+    pub fn typed_rate(&self) -> Rate {
+        match self.unit {
+            Unit::Requests => Rate::Ops(self.rate),
+            Unit::Bytes => Rate::Bytes(self.rate),
+        }
+    }
+}
+
+/// As a rule is written: `/scratch:write=20MiB/s` (see [`Rate`]'s display).
 impl fmt::Display for ChannelSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(mount) = &self.mount {
             write!(f, "{mount}:")?;
         }
-        let unit = match self.unit {
-            Unit::Requests => "/s",
-            Unit::Bytes => "B/s",
-        };
-        write!(f, "{}={}{unit}", self.scope.name(), self.rate)
+        write!(f, "{}={}", self.scope.name(), self.typed_rate())
     }
 }
 

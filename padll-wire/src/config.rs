@@ -4,8 +4,8 @@
 //! | variable | meaning |
 //! |---|---|
 //! | `PADLL_MOUNTS` | `:`-separated mountpoints to manage |
-//! | `PADLL_RULES` | `,`-separated `SELECTOR=RATE` limits (see [`parse_rule`]) |
-//! | `PADLL_BURST_MS` | bucket depth, as milliseconds of the rate (default 10) |
+//! | `PADLL_RULES` | `,`-separated `SELECTOR=RATE` limits (see [`parse_rule`]; a rate of bytes only for `read`, `write`, `mmap`, `data` and `all`) |
+//! | `PADLL_BURST_MS` | bucket depth, as milliseconds of the rate (default 10, at most 60 000) |
 //! | `PADLL_LIMIT_SCOPE` | `job`: a limit binds all the job's processes on this node together (default when a job id is known); `process`: each process on its own (default without a job id) |
 //! | `PADLL_JOB_ID`, `PADLL_JOB_SIZE`, `PADLL_USER`, `PADLL_ACCOUNT` | identity (else taken from Slurm, PBS, LSF or Flux; `padll run` without any sets `run-<its pid>` so a whole run is one job) |
 //! | `PADLL_STATS` | write statistics at exit: a table, or JSON lines if the name ends in `.json`; `%p` → pid |
@@ -23,6 +23,23 @@ use serde::{Deserialize, Serialize};
 
 /// Default bucket depth, in milliseconds' worth of the rate.
 pub const DEFAULT_BURST_MS: u64 = 10;
+/// Deepest bucket, in milliseconds' worth of the rate: a minute. A deeper bucket lets
+/// a program that was idle for a while run unlimited for as long (a day of burst is no
+/// limit at all).
+pub const MAX_BURST_MS: u64 = 60_000;
+
+/// The job id `padll run` gives a run that no batch system names: `run-<its pid>`
+/// (the program's pid too, as `padll run` becomes the program).
+pub fn run_job_id(pid: u32) -> String {
+    format!("run-{pid}")
+}
+
+/// Whether `job` is a [`run_job_id`]: a job that cannot recur (no later process joins
+/// it, bar a reused pid), so what it keeps on the node goes with its last process.
+pub fn is_run_job(job: &str) -> bool {
+    job.strip_prefix("run-")
+        .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+}
 
 /// A rate as written by a user: `5000/s`, `2k`, `100MiB/s`, `1.5GB/s`. Its unit is its
 /// variant, so no use of the number can forget what it counts.
@@ -51,6 +68,48 @@ impl Rate {
     }
 }
 
+/// As a rate is written: requests as a plain number (`5000/s`); bytes in the unit,
+/// decimal or binary, that writes them shortest, with at most two decimals
+/// (`20MiB/s`, `100MB/s`, `1.5GiB/s`, `4095B/s`): a rate typed with a unit reads back
+/// in that unit, and [`parse_rate`] reads the text back to the same rate.
+impl std::fmt::Display for Rate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let bytes = match *self {
+            Rate::Ops(n) => return write!(f, "{n}/s"),
+            Rate::Bytes(n) => u128::from(n),
+        };
+        // In hundredths of each unit no larger than the rate that holds it exactly
+        // (`B` always does, unless the rate is 0), the fewest.
+        let (hundredths, name) = BYTE_UNITS
+            .iter()
+            .map(|&(name, size)| (u128::from(size), name))
+            .filter(|(size, _)| bytes >= *size && (bytes * 100) % size == 0)
+            .map(|(size, name)| (bytes * 100 / size, name))
+            .min_by_key(|(hundredths, _)| *hundredths)
+            .unwrap_or((0, "B"));
+        let (whole, fraction) = (hundredths / 100, hundredths % 100);
+        match fraction {
+            0 => write!(f, "{whole}{name}/s"),
+            _ if fraction % 10 == 0 => write!(f, "{whole}.{}{name}/s", fraction / 10),
+            _ => write!(f, "{whole}.{fraction:02}{name}/s"),
+        }
+    }
+}
+
+/// The units of a byte rate, as written and shown: decimal (`KB` = 1000 B) and binary
+/// (`KiB` = 1024 B).
+const BYTE_UNITS: [(&str, u64); 9] = [
+    ("B", 1),
+    ("KB", 1_000),
+    ("MB", 1_000_000),
+    ("GB", 1_000_000_000),
+    ("TB", 1_000_000_000_000),
+    ("KiB", 1 << 10),
+    ("MiB", 1 << 20),
+    ("GiB", 1 << 30),
+    ("TiB", 1 << 40),
+];
+
 /// A rate [`parse_rate`] refused: the text as given and why.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("bad rate '{text}': {kind}")]
@@ -60,6 +119,9 @@ pub struct RateError {
     /// What is wrong with it.
     pub kind: RateErrorKind,
 }
+
+/// The rates [`parse_rate`] accepts, for its errors.
+const RATE_RANGE: &str = "rates go from 1/s to 281474976710656/s (256TiB/s)";
 
 /// Why a rate was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -77,16 +139,16 @@ pub enum RateErrorKind {
     #[error("unknown unit '{0}' (use k, M, G, B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")]
     UnknownUnit(String),
     /// Less than one token per second once rounded.
-    #[error("must be at least 1 per second")]
+    #[error("below 1 per second: {RATE_RANGE}")]
     BelowOne,
     /// Above [`crate::channel::MAX_RATE`].
-    #[error("too large")]
+    #[error("too large: {RATE_RANGE}")]
     TooLarge,
 }
 
 /// Parses a rate. A unit containing `B` counts bytes (`KB` = 1000 B, `KiB` = 1024 B);
 /// otherwise the rate counts requests, with optional `k`, `M`, `G` multipliers.
-/// `/s` is optional.
+/// `/s` is optional; the number may have a decimal point and an exponent (`1.5e6`).
 pub fn parse_rate(text: &str) -> Result<Rate, RateError> {
     let bad = |kind| RateError {
         text: text.to_string(),
@@ -101,28 +163,20 @@ pub fn parse_rate(text: &str) -> Result<Rate, RateError> {
     if ["inf", "infinity", "nan"].contains(&lowered.as_str()) {
         return Err(bad(RateErrorKind::NotFinite));
     }
-    let split = body
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(body.len());
-    let (number, suffix) = body.split_at(split);
+    let (number, suffix) = body.split_at(number_length(body));
     let value: f64 = number.parse().map_err(|_| bad(RateErrorKind::NotANumber))?;
-    let (multiplier, unit): (f64, fn(u64) -> Rate) = match suffix.trim() {
-        "" => (1.0, Rate::Ops),
-        "k" | "K" => (1e3, Rate::Ops),
-        "M" => (1e6, Rate::Ops),
-        "G" => (1e9, Rate::Ops),
-        "B" => (1.0, Rate::Bytes),
-        "kB" | "KB" => (1e3, Rate::Bytes),
-        "MB" => (1e6, Rate::Bytes),
-        "GB" => (1e9, Rate::Bytes),
-        "TB" => (1e12, Rate::Bytes),
-        "KiB" => (1024.0, Rate::Bytes),
-        "MiB" => (1024.0 * 1024.0, Rate::Bytes),
-        "GiB" => (1024.0 * 1024.0 * 1024.0, Rate::Bytes),
-        "TiB" => (1024.0 * 1024.0 * 1024.0 * 1024.0, Rate::Bytes),
-        other => return Err(bad(RateErrorKind::UnknownUnit(other.to_string()))),
+    let (multiplier, unit): (u64, fn(u64) -> Rate) = match suffix.trim() {
+        "" => (1, Rate::Ops),
+        "k" | "K" => (1_000, Rate::Ops),
+        "M" => (1_000_000, Rate::Ops),
+        "G" => (1_000_000_000, Rate::Ops),
+        "kB" => (1_000, Rate::Bytes),
+        other => match BYTE_UNITS.iter().find(|(name, _)| *name == other) {
+            Some(&(_, size)) => (size, Rate::Bytes),
+            None => return Err(bad(RateErrorKind::UnknownUnit(other.to_string()))),
+        },
     };
-    let per_second = (value * multiplier).round();
+    let per_second = (value * multiplier as f64).round();
     if per_second < 1.0 {
         return Err(bad(RateErrorKind::BelowOne));
     }
@@ -130,6 +184,27 @@ pub fn parse_rate(text: &str) -> Result<Rate, RateError> {
         return Err(bad(RateErrorKind::TooLarge));
     }
     Ok(unit(per_second as u64))
+}
+
+/// Length of the number that starts `text`: digits and points, then an exponent
+/// (`e6`, `E-3`) if one follows.
+fn number_length(text: &str) -> usize {
+    let bytes = text.as_bytes();
+    let mantissa = bytes
+        .iter()
+        .take_while(|b| b.is_ascii_digit() || **b == b'.')
+        .count();
+    if let [b'e' | b'E', rest @ ..] = &bytes[mantissa..] {
+        let sign = usize::from(matches!(rest.first(), Some(b'+' | b'-')));
+        let digits = rest[sign..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        if digits > 0 {
+            return mantissa + 1 + sign + digits;
+        }
+    }
+    mantissa
 }
 
 /// A rate as a configuration file writes it: a number of tokens per second (`110000`)
@@ -233,15 +308,48 @@ pub enum RuleError {
     /// A bad rate after it.
     #[error(transparent)]
     Rate(#[from] RateError),
+    /// A rate of bytes for a selector none of whose operations moves bytes
+    /// ([`Scope::moves_bytes`]): it would never be charged, so never limit (the rule,
+    /// trimmed).
+    #[error("{}", bytes_on_operations(.0))]
+    BytesOnOperations(String),
+}
+
+/// Why `rule` is refused: its rate counts bytes, its selector operations.
+fn bytes_on_operations(rule: &str) -> String {
+    let (selector, rate) = rule.rsplit_once('=').unwrap_or((rule, ""));
+    format!(
+        "bad limit '{rule}': '{}' is a rate of bytes, but {} counts operations \
+         (bytes are counted by {})",
+        rate.trim(),
+        selector.trim(),
+        byte_selectors()
+    )
+}
+
+/// The selectors a rate of bytes can limit: `read, write, mmap, data and all`.
+pub fn byte_selectors() -> String {
+    let ops = crate::ops::Op::ALL.iter().map(|op| Scope::Op(*op));
+    let classes = crate::ops::Class::ALL.map(Scope::Class);
+    let names: Vec<&str> = ops
+        .chain(classes)
+        .filter(|scope| scope.moves_bytes())
+        .map(Scope::name)
+        .collect();
+    format!("{} and all", names.join(", "))
 }
 
 /// Parses `SELECTOR=RATE` into a channel spec whose burst is `burst_ms` of the rate.
+/// A rate of bytes is refused for a selector whose operations move none.
 pub fn parse_rule(text: &str, burst_ms: u64) -> Result<ChannelSpec, RuleError> {
     let (selector, rate) = text
         .rsplit_once('=')
         .ok_or_else(|| RuleError::NoRate(text.to_string()))?;
     let (mount, scope) = parse_selector(selector.trim())?;
     let rate = parse_rate(rate)?;
+    if rate.unit() == Unit::Bytes && !scope.moves_bytes() {
+        return Err(RuleError::BytesOnOperations(text.trim().to_string()));
+    }
     Ok(ChannelSpec {
         mount: mount.map(|m| normalize_mount(&m)),
         scope,
@@ -401,10 +509,20 @@ struct FileLimit {
 /// Largest configuration file read (`PADLL_CONFIG`, `padll run --config`).
 pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 
-/// Reads a configuration file with care: opened non-blocking (a FIFO or a device never
-/// hangs the program), it must be a regular file of at most [`MAX_CONFIG_BYTES`]
-/// (`/dev/zero` would otherwise be read until memory runs out). The error says why.
+/// Reads a configuration file with care: see [`read_text_file`] (at most
+/// [`MAX_CONFIG_BYTES`]).
 pub fn read_config_file(path: &str) -> Result<String, ReadError> {
+    read_text_file(path, MAX_CONFIG_BYTES)
+}
+
+/// Reads a text file from outside with care: opened non-blocking (a FIFO or a device
+/// never hangs the program), it must be a regular file of at most `max_bytes`
+/// (`/dev/zero` would otherwise be read until memory runs out) and UTF-8. The error
+/// says why.
+pub fn read_text_file(
+    path: impl AsRef<std::path::Path>,
+    max_bytes: u64,
+) -> Result<String, ReadError> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
@@ -412,35 +530,50 @@ pub fn read_config_file(path: &str) -> Result<String, ReadError> {
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
         .open(path)?;
     let meta = file.metadata()?;
+    if meta.is_dir() {
+        return Err(ReadError::Directory);
+    }
     if !meta.is_file() {
         return Err(ReadError::NotRegular);
     }
-    if meta.len() > MAX_CONFIG_BYTES {
-        return Err(ReadError::TooLarge(meta.len()));
+    let too_large = |size| ReadError::TooLarge {
+        size,
+        limit: max_bytes,
+    };
+    if meta.len() > max_bytes {
+        return Err(too_large(meta.len()));
     }
     let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(ReadError::Grew);
+    file.take(max_bytes + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max_bytes {
+        return Err(ReadError::Grew(max_bytes));
     }
     String::from_utf8(bytes).map_err(|_| ReadError::NotUtf8)
 }
 
-/// Why [`read_config_file`] did not read a file (the caller names the file).
+/// Why [`read_text_file`] did not read a file (the caller names the file).
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
     /// Opening or reading failed.
     #[error(transparent)]
     Io(#[from] std::io::Error),
-    /// A directory, FIFO, device or socket.
+    /// A directory.
+    #[error("a directory, not a regular file")]
+    Directory,
+    /// A FIFO, device or socket.
     #[error("not a regular file")]
     NotRegular,
-    /// Larger than [`MAX_CONFIG_BYTES`] (its size).
-    #[error("{0} bytes exceeds the limit of {MAX_CONFIG_BYTES}")]
-    TooLarge(u64),
-    /// It grew past [`MAX_CONFIG_BYTES`] while being read.
-    #[error("it grew past the limit of {MAX_CONFIG_BYTES} bytes")]
-    Grew,
+    /// Larger than its limit.
+    #[error("{size} bytes exceeds the limit of {limit}")]
+    TooLarge {
+        /// Its size.
+        size: u64,
+        /// The most that is read.
+        limit: u64,
+    },
+    /// It grew past its limit (kept) while being read.
+    #[error("it grew past the limit of {0} bytes")]
+    Grew(u64),
     /// Not text.
     #[error("not UTF-8 text")]
     NotUtf8,
@@ -512,8 +645,8 @@ pub enum LoadErrorKind {
     /// The configuration file is not valid TOML of the expected shape (line and key).
     #[error("{0}")]
     Toml(String),
-    /// A bucket depth that is not a positive number of milliseconds.
-    #[error("bad value '{0}' (a positive number of milliseconds)")]
+    /// A bucket depth that is not 1 to [`MAX_BURST_MS`] milliseconds.
+    #[error("bad value '{0}' (1 to {MAX_BURST_MS} milliseconds)")]
     BurstMs(String),
     /// A mountpoint that is not an absolute path.
     #[error("mountpoint '{0}' is not an absolute path")]
@@ -563,8 +696,11 @@ pub enum LoadErrorKind {
     #[error(transparent)]
     Log(#[from] LogLevelError),
     /// A node count that is not a positive number.
-    #[error("bad node count '{0}'")]
+    #[error("bad node count '{0}' (a number of nodes, at least 1)")]
     JobSize(String),
+    /// An empty job id.
+    #[error("the job id is empty (leave it unset to take the batch system's)")]
+    EmptyJobId,
     /// An unknown limit scope.
     #[error(transparent)]
     Scope(#[from] crate::channel::LimitScopeError),
@@ -594,12 +730,15 @@ pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, LoadError> {
         }
         None => FileConfig::default(),
     };
+    let burst_ms_of = |text: &str, origin: Origin| {
+        (text.trim().parse::<u64>().ok())
+            .filter(|ms| (1..=MAX_BURST_MS).contains(ms))
+            .ok_or_else(|| origin.refuse(LoadErrorKind::BurstMs(text.to_string())))
+    };
     let burst_ms = match (var("PADLL_BURST_MS"), file.burst_ms) {
-        (Some(v), _) => (v.trim().parse::<u64>().ok())
-            .filter(|ms| *ms > 0)
-            .ok_or_else(|| Origin::Var("PADLL_BURST_MS").refuse(LoadErrorKind::BurstMs(v)))?,
-        (None, Some(0)) => return Err(at("burst_ms").refuse(LoadErrorKind::BurstMs("0".into()))),
-        (None, ms) => ms.unwrap_or(DEFAULT_BURST_MS),
+        (Some(text), _) => burst_ms_of(&text, Origin::Var("PADLL_BURST_MS"))?,
+        (None, Some(ms)) => burst_ms_of(&ms.to_string(), at("burst_ms"))?,
+        (None, None) => DEFAULT_BURST_MS,
     };
 
     let (mounts, mounts_origin): (Vec<String>, _) = match var("PADLL_MOUNTS") {
@@ -712,17 +851,18 @@ pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, LoadError> {
         (None, None) => LogLevel::Error,
     };
 
-    let job_size_text = var("PADLL_JOB_SIZE")
-        .or_else(|| var("SLURM_JOB_NUM_NODES"))
-        .or_else(|| var("SLURM_NNODES"));
-    let job_size = match job_size_text {
-        Some(text) => text
+    let job_size_text = ["PADLL_JOB_SIZE", "SLURM_JOB_NUM_NODES", "SLURM_NNODES"]
+        .into_iter()
+        .find_map(|name| Some((var(name)?, name)));
+    let job_size = match (job_size_text, file.job_size) {
+        (Some((text, name)), _) => text
             .trim()
             .parse::<u32>()
             .ok()
             .filter(|n| *n > 0)
-            .ok_or_else(|| Origin::Var("PADLL_JOB_SIZE").refuse(LoadErrorKind::JobSize(text)))?,
-        None => file.job_size.unwrap_or(1),
+            .ok_or_else(|| Origin::Var(name).refuse(LoadErrorKind::JobSize(text)))?,
+        (None, Some(0)) => return Err(at("job_size").refuse(LoadErrorKind::JobSize("0".into()))),
+        (None, size) => size.unwrap_or(1),
     };
     // SAFETY: getuid, getgid, getpid and getppid take no arguments, touch no memory of ours
     // and cannot fail.
@@ -734,12 +874,20 @@ pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, LoadError> {
             libc::getppid() as u32,
         )
     };
-    let named_job = var("PADLL_JOB_ID")
-        .or_else(|| var("SLURM_JOB_ID"))
-        .or_else(|| var("PBS_JOBID"))
-        .or_else(|| var("LSB_JOBID"))
-        .or_else(|| var("FLUX_JOB_ID"))
-        .or(file.job_id);
+    let named_job = [
+        "PADLL_JOB_ID",
+        "SLURM_JOB_ID",
+        "PBS_JOBID",
+        "LSB_JOBID",
+        "FLUX_JOB_ID",
+    ]
+    .into_iter()
+    .find_map(|name| Some((var(name)?, Origin::Var(name))))
+    .or_else(|| Some((file.job_id?, at("job_id"))));
+    if let Some((_, origin)) = named_job.as_ref().filter(|(id, _)| id.trim().is_empty()) {
+        return Err(origin.clone().refuse(LoadErrorKind::EmptyJobId));
+    }
+    let named_job = named_job.map(|(id, _)| id);
     // Without a job id there is no job to share limits with.
     let limit_scope = match (var("PADLL_LIMIT_SCOPE"), &file.limit_scope) {
         (Some(text), _) => {
@@ -921,6 +1069,184 @@ mod tests {
         ] {
             let err = parse_rate(bad).unwrap_err().to_string();
             assert!(err.ends_with(why), "{err}");
+        }
+    }
+
+    #[test]
+    fn rates_with_exponents_and_out_of_range() {
+        assert_eq!(parse_rate("1e3/s"), Ok(Rate::Ops(1000)));
+        assert_eq!(parse_rate("1.5E6"), Ok(Rate::Ops(1_500_000)));
+        assert_eq!(parse_rate("2e1MiB/s"), Ok(Rate::Bytes(20 << 20)));
+        assert_eq!(
+            parse_rate("1e").unwrap_err().kind,
+            RateErrorKind::UnknownUnit("e".into())
+        );
+        let max = crate::channel::MAX_RATE;
+        assert_eq!(parse_rate(&max.to_string()), Ok(Rate::Ops(max)));
+        assert!(RATE_RANGE.contains(&format!("{max}/s")), "{RATE_RANGE}");
+        assert!(
+            RATE_RANGE.contains(&Rate::Bytes(max).to_string()),
+            "{RATE_RANGE}"
+        );
+        for (text, kind) in [
+            ("1e30", RateErrorKind::TooLarge),
+            ("1e400/s", RateErrorKind::TooLarge),
+            (&(max + 1).to_string(), RateErrorKind::TooLarge),
+            ("300TiB/s", RateErrorKind::TooLarge),
+            ("1e-3", RateErrorKind::BelowOne),
+            ("0.4/s", RateErrorKind::BelowOne),
+        ] {
+            let error = parse_rate(text).unwrap_err();
+            assert_eq!(error.kind, kind, "{text}");
+            assert!(
+                error.to_string().ends_with(RATE_RANGE),
+                "names the range: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn rates_display_in_the_unit_they_were_written_in() {
+        for text in [
+            "5000/s",
+            "2/s",
+            "1B/s",
+            "4095B/s",
+            "1.5KB/s",
+            "20MiB/s",
+            "100MB/s",
+            "10GB/s",
+            "1TB/s",
+            "1.5GiB/s",
+            "1.25TiB/s",
+            "4KiB/s",
+            "256TiB/s",
+        ] {
+            let rate = parse_rate(text).unwrap();
+            assert_eq!(rate.to_string(), text);
+            assert_eq!(parse_rate(&rate.to_string()), Ok(rate));
+        }
+        // Other spellings of the same rate read back as the shortest.
+        for (text, shown) in [
+            ("2k", "2000/s"),
+            ("20971520B/s", "20MiB/s"),
+            ("1000KB/s", "1MB/s"),
+            ("1536MiB", "1.5GiB/s"),
+            ("1.024MB/s", "1000KiB/s"),
+        ] {
+            assert_eq!(parse_rate(text).unwrap().to_string(), shown, "{text}");
+        }
+        // Any byte count reads back to itself.
+        for bytes in [
+            1,
+            999,
+            1001,
+            1023,
+            1025,
+            123_456_789,
+            (1 << 40) + 1,
+            u64::MAX,
+        ] {
+            let shown = Rate::Bytes(bytes).to_string();
+            if bytes <= crate::channel::MAX_RATE {
+                assert_eq!(parse_rate(&shown), Ok(Rate::Bytes(bytes)), "{shown}");
+            }
+        }
+        let spec = parse_rule("/scratch:write=20MiB/s", 10).unwrap();
+        assert_eq!(spec.to_string(), "/scratch:write=20MiB/s");
+    }
+
+    #[test]
+    fn a_rate_of_bytes_needs_operations_that_move_bytes() {
+        for rule in [
+            "read=1MiB/s",
+            "write=1B/s",
+            "mmap=1GB/s",
+            "data=100MiB/s",
+            "all=100MiB/s",
+            "/scratch:data=1KiB",
+            "metadata=100/s",
+            "getattr=2k",
+        ] {
+            assert!(parse_rule(rule, 10).is_ok(), "{rule}");
+        }
+        for (rule, selector) in [
+            ("metadata=100B/s", "metadata"),
+            ("/scratch:getattr = 1MiB/s", "/scratch:getattr"),
+            ("sync=1GB", "sync"),
+            ("allocate=1KiB", "allocate"),
+            ("directory=1MB/s", "directory"),
+            ("xattr=1MB/s", "xattr"),
+            ("open=1TB/s", "open"),
+        ] {
+            let error = parse_rule(rule, 10).unwrap_err();
+            assert_eq!(error, RuleError::BytesOnOperations(rule.into()));
+            let message = error.to_string();
+            assert!(
+                message.contains(&format!("'{rule}'"))
+                    && message.contains(&format!("but {selector} counts operations"))
+                    && message.ends_with("(bytes are counted by read, write, mmap, data and all)"),
+                "{message}"
+            );
+        }
+        // The same refusal from every source of rules, naming it.
+        let error = load_from(&[("PADLL_RULES", "metadata=100B/s")]).unwrap_err();
+        assert!(
+            error.starts_with(
+                "PADLL_RULES: bad limit 'metadata=100B/s': '100B/s' is a rate of bytes"
+            ),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn burst_ms_is_bounded_everywhere() {
+        let from_env = |ms: &str| load_from(&[("PADLL_BURST_MS", ms)]);
+        assert!(from_env("1").is_ok() && from_env(&MAX_BURST_MS.to_string()).is_ok());
+        for bad in ["0", "-3", "60001", "99999999999", "x", ""] {
+            let error = from_env(bad).unwrap_err();
+            assert_eq!(
+                error,
+                format!("PADLL_BURST_MS: bad value '{bad}' (1 to 60000 milliseconds)")
+            );
+        }
+        let dir = std::env::temp_dir().join(format!("padll-config-burst-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("padll.toml");
+        std::fs::write(&path, "burst_ms = 60001\n").unwrap();
+        let error = load_from(&[("PADLL_CONFIG", path.to_str().unwrap())]).unwrap_err();
+        assert!(
+            error.ends_with("burst_ms: bad value '60001' (1 to 60000 milliseconds)"),
+            "{error}"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn job_ids_and_sizes() {
+        for (pairs, error) in [
+            (
+                vec![("PADLL_JOB_ID", "")],
+                "PADLL_JOB_ID: the job id is empty (leave it unset to take the batch system's)",
+            ),
+            (
+                vec![("SLURM_JOB_ID", " ")],
+                "SLURM_JOB_ID: the job id is empty (leave it unset to take the batch system's)",
+            ),
+            (
+                vec![("PADLL_JOB_SIZE", "0")],
+                "PADLL_JOB_SIZE: bad node count '0' (a number of nodes, at least 1)",
+            ),
+            (
+                vec![("SLURM_JOB_NUM_NODES", "-1")],
+                "SLURM_JOB_NUM_NODES: bad node count '-1' (a number of nodes, at least 1)",
+            ),
+        ] {
+            assert_eq!(load_from(&pairs).unwrap_err(), error);
+        }
+        assert!(is_run_job(&run_job_id(42)));
+        for not_run in ["run-", "run-4x", "4242", "running-1", "run-1-2"] {
+            assert!(!is_run_job(not_run), "{not_run}");
         }
     }
 

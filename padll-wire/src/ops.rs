@@ -69,6 +69,14 @@ impl Op {
     pub fn from_name(name: &str) -> Option<Op> {
         Op::ALL.iter().copied().find(|op| op.name() == name)
     }
+
+    /// Whether its calls move bytes that a byte channel charges: reads and writes
+    /// (copies too: a copy is a read and a write) and file mappings (the bytes mapped).
+    /// Every other call carries no byte count (`sync`, `allocate` and all metadata,
+    /// directory and xattr calls): a byte channel lets them pass freely.
+    pub const fn moves_bytes(self) -> bool {
+        matches!(self, Op::Read | Op::Write | Op::Mmap)
+    }
 }
 
 impl fmt::Display for Op {

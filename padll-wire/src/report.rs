@@ -19,7 +19,10 @@ pub struct OpStats {
     pub passthrough: u64,
     /// Managed calls that failed (the real call returned an error).
     pub errors: u64,
-    /// Bytes moved by managed data calls (as returned by the real call).
+    /// Bytes moved by managed data calls (as returned by the real call). Calls that
+    /// pass through are not counted: their hook hands them to libc without waiting
+    /// for the result, so the bytes they move are never seen (the table's heading is
+    /// `bytes (managed)`).
     pub bytes: u64,
     /// Total time managed calls waited for tokens, in nanoseconds.
     pub wait_ns: u64,
@@ -145,13 +148,13 @@ pub fn write_channel_totals(out: &mut String, channels: &[ChannelTotal]) {
 pub fn write_ops(out: &mut String, ops: &[OpStats]) {
     let _ = writeln!(
         out,
-        "  {:<12} {:>12} {:>12} {:>12} {:>8} {:>14} {:>10}",
-        "operation", "calls", "managed", "passthrough", "errors", "bytes", "wait (s)"
+        "  {:<12} {:>12} {:>12} {:>12} {:>8} {:>15} {:>10}",
+        "operation", "calls", "managed", "passthrough", "errors", "bytes (managed)", "wait (s)"
     );
     for row in ops {
         let _ = writeln!(
             out,
-            "  {:<12} {:>12} {:>12} {:>12} {:>8} {:>14} {:>10.3}",
+            "  {:<12} {:>12} {:>12} {:>12} {:>8} {:>15} {:>10.3}",
             row.op,
             row.calls,
             row.managed,
@@ -184,25 +187,44 @@ fn write_channels(out: &mut String, channels: &[ChannelInfo]) {
     }
 }
 
+/// The statistics file a process writes (`PADLL_STATS`): `%p` becomes its pid, `%j` its
+/// job id, `%h` its host name.
+pub fn expand_path(path: &str, identity: &Identity) -> String {
+    path.replace("%p", &identity.pid.to_string())
+        .replace("%j", &identity.job_id)
+        .replace("%h", &identity.hostname)
+}
+
 /// First line of every table block [`table`] writes.
 const TABLE_HEADING: &str = "padll statistics:";
 
-/// Parses a JSON-lines statistics file; errors name the line, or say that the text is
-/// the table format (what a statistics file whose name does not end in `.json` gets).
+/// Parses a JSON-lines statistics file; errors name the line, and say whether the text
+/// is no statistics file at all (its first line is no report), the table format (what
+/// a statistics file whose name does not end in `.json` gets) or a damaged one.
 pub fn parse(text: &str) -> Result<Vec<Report>, ReportError> {
-    text.lines()
-        .enumerate()
-        .filter(|(_, line)| !line.trim().is_empty())
-        .map(|(i, line)| {
-            if line.starts_with(TABLE_HEADING) {
-                return Err(ReportError::TableFormat { line: i + 1 });
+    let mut reports = Vec::new();
+    let lines = text.lines().enumerate().map(|(i, line)| (i + 1, line));
+    for (line, content) in lines.filter(|(_, content)| !content.trim().is_empty()) {
+        if content.starts_with(TABLE_HEADING) {
+            return Err(ReportError::TableFormat { line });
+        }
+        match serde_json::from_str(content) {
+            Ok(report) => reports.push(report),
+            Err(error) if reports.is_empty() => {
+                return Err(ReportError::NotReports {
+                    line,
+                    error: error.to_string(),
+                })
             }
-            serde_json::from_str(line).map_err(|error| ReportError::Json {
-                line: i + 1,
-                error: error.to_string(),
-            })
-        })
-        .collect()
+            Err(error) => {
+                return Err(ReportError::Json {
+                    line,
+                    error: error.to_string(),
+                })
+            }
+        }
+    }
+    Ok(reports)
 }
 
 /// A statistics file [`parse`] refused, naming the line (1-based).
@@ -214,7 +236,15 @@ pub enum ReportError {
         /// The table's heading line.
         line: usize,
     },
-    /// A line that is no report (serde's reason).
+    /// The first line is no report: not a statistics file (serde's reason).
+    #[error("is not a statistics file: line {line} is not a process' report, as --stats FILE.json writes ({error})")]
+    NotReports {
+        /// The line.
+        line: usize,
+        /// Why.
+        error: String,
+    },
+    /// A line after reports that is no report: a damaged file (serde's reason).
     #[error("line {line}: {error}")]
     Json {
         /// The line.
@@ -252,9 +282,23 @@ mod tests {
         assert_eq!(total(&parsed)[0].calls, 6);
         let text = table(&parsed);
         assert!(text.contains("job 7") && text.contains("open"), "{text}");
-        let bad = parse("\n{bad").unwrap_err();
+        let bad = parse(&format!("{line}\n{{bad")).unwrap_err();
         assert!(matches!(bad, ReportError::Json { line: 2, .. }), "{bad:?}");
         assert!(bad.to_string().starts_with("line 2: "), "{bad}");
+        for not_reports in ["\nhello world", "\n{\"program\": 1}", "[1, 2]"] {
+            let error = parse(not_reports).unwrap_err();
+            assert!(
+                matches!(error, ReportError::NotReports { line, .. } if line == not_reports.lines().count()),
+                "{not_reports:?}: {error:?}"
+            );
+            assert!(
+                error
+                    .to_string()
+                    .starts_with("is not a statistics file: line "),
+                "{error}"
+            );
+        }
+        assert_eq!(parse(" \n\n"), Ok(vec![]));
         let err = parse(&text).unwrap_err();
         assert_eq!(err, ReportError::TableFormat { line: 1 });
         let err = err.to_string();

@@ -14,6 +14,7 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use padll_wire::config::LimitScope;
 use padll_wire::exit::{EX_CANNOT_EXECUTE, EX_FAILURE, EX_NOT_FOUND, EX_USAGE};
+use padll_wire::ops::Op;
 use padll_wire::{config, report};
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -66,12 +67,16 @@ enum Commands {
     /// Demonstrate throttling: a metadata loop with and without limits.
     Demo {
         /// Seconds per run.
-        #[arg(long, default_value_t = 2.0)]
+        #[arg(long, default_value_t = 2.0, allow_negative_numbers = true, value_parser = seconds)]
         seconds: f64,
     },
     /// Metadata loop used by the demo: stat + open/close under DIR, printing its rate.
     #[command(hide = true)]
-    Mdloop { dir: PathBuf, seconds: f64 },
+    Mdloop {
+        dir: PathBuf,
+        #[arg(allow_negative_numbers = true, value_parser = seconds)]
+        seconds: f64,
+    },
     /// Write man pages or shell completions (used by scripts/install.sh).
     #[command(hide = true, subcommand)]
     Generate(cli_docs::Generate),
@@ -85,15 +90,17 @@ struct RunArgs {
     /// Limit, as SELECTOR=RATE: open=5000/s, metadata=2k, /scratch:data=100MiB/s (repeatable).
     #[arg(long = "limit", value_name = "SELECTOR=RATE")]
     limits: Vec<String>,
-    /// Bucket depth as milliseconds of the rate (default 10).
-    #[arg(long, value_name = "MS")]
-    burst_ms: Option<u64>,
+    /// Bucket depth as milliseconds of the rate (default 10, at most 60000).
+    // Text, checked as the stage checks PADLL_BURST_MS (a negative number is a value
+    // to refuse by name, not an unknown flag).
+    #[arg(long, value_name = "MS", allow_negative_numbers = true)]
+    burst_ms: Option<String>,
     /// Job id (default: from Slurm, PBS, LSF or Flux).
     #[arg(long)]
     job: Option<String>,
     /// Job size in nodes (default: SLURM_JOB_NUM_NODES, else 1).
-    #[arg(long)]
-    job_size: Option<u32>,
+    #[arg(long, value_name = "NODES", allow_negative_numbers = true)]
+    job_size: Option<String>,
     /// User the job runs for.
     #[arg(long)]
     user: Option<String>,
@@ -224,7 +231,7 @@ fn error_line(error: &clap::Error, args: &[OsString]) -> String {
 /// The end of `padll run --help`: the selector vocabulary, the defaults and the
 /// variables the stage reads.
 fn run_help() -> String {
-    use padll_wire::ops::{Class, Op};
+    use padll_wire::ops::Class;
     let ops: Vec<&str> = Op::ALL.iter().map(|o| o.name()).collect();
     let classes: Vec<String> = Class::ALL
         .iter()
@@ -246,14 +253,15 @@ Selectors (--limit SELECTOR=RATE):
   an operation:
     {ops}
   scoped to one mountpoint: /scratch:metadata=5k, /scratch:write=100MiB/s
-Rates: 5000/s, 2k, 1.5M count requests; a unit with B counts bytes: 100MiB/s, 10GB/s.
+Rates: 5000/s, 2k, 1.5M count requests; a unit with B counts bytes (100MiB/s, 10GB/s),
+for the selectors whose calls move bytes only: {byte_selectors}.
 Up to four channels may apply to one request; it waits in each.
 
 Limits bind the job: all its processes on this node (ranks, children, later steps of
 a batch script) share each limit, through /dev/shm/padll-<uid>-<job>. --per-process
 gives every process its own.
 
-Defaults: --burst-ms {burst} (bucket depth: {burst} ms of the rate), --log error,
+Defaults: --burst-ms {burst} (bucket depth: {burst} ms of the rate; at most {max_burst}), --log error,
 --job run-<pid of padll run> unless a batch system (Slurm, PBS, LSF, Flux) names one.
 
 Variables (set by the flags above; read by the stage in every process; flags win):
@@ -282,6 +290,8 @@ Read by padll itself:
         classes = classes.join("\n"),
         ops = ops.join(" "),
         burst = config::DEFAULT_BURST_MS,
+        max_burst = config::MAX_BURST_MS,
+        byte_selectors = config::byte_selectors(),
     )
 }
 
@@ -318,6 +328,18 @@ fn usage(message: String) -> Failure {
     Failure::new(Kind::Usage, message)
 }
 
+/// Longest run of the demo's loop, in seconds.
+const MAX_SECONDS: f64 = 3600.0;
+
+/// A number of seconds for the demo's loop: more than 0, at most [`MAX_SECONDS`].
+fn seconds(text: &str) -> Result<f64, String> {
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| *s > 0.0 && *s <= MAX_SECONDS)
+        .ok_or_else(|| format!("a number of seconds, more than 0 and at most {MAX_SECONDS}"))
+}
+
 /// The stage's environment for these arguments, validated exactly as the stage will
 /// read it.
 fn stage_environment(args: &RunArgs) -> Result<Vec<(&'static str, String)>, Failure> {
@@ -344,9 +366,9 @@ fn stage_environment(args: &RunArgs) -> Result<Vec<(&'static str, String)>, Fail
         env.push(("PADLL_RULES", args.limits.join(",")));
     }
     let optional = [
-        ("PADLL_BURST_MS", args.burst_ms.map(|v| v.to_string())),
+        ("PADLL_BURST_MS", args.burst_ms.clone()),
         ("PADLL_JOB_ID", args.job.clone().or_else(default_job_id)),
-        ("PADLL_JOB_SIZE", args.job_size.map(|v| v.to_string())),
+        ("PADLL_JOB_SIZE", args.job_size.clone()),
         ("PADLL_USER", args.user.clone()),
         ("PADLL_ACCOUNT", args.account.clone()),
         ("PADLL_STATS", args.stats.clone()),
@@ -380,6 +402,9 @@ fn stage_environment(args: &RunArgs) -> Result<Vec<(&'static str, String)>, Fail
         };
         usage(e.describe(name))
     })?;
+    if let Some(path) = &loaded.stats_path {
+        check_stats_path(path, &loaded.identity, &stats_origin(args))?;
+    }
     if loaded.mounts.is_empty() {
         // The stage manages nothing without a mountpoint: a limit or a controller
         // would silently do nothing.
@@ -400,6 +425,53 @@ fn stage_environment(args: &RunArgs) -> Result<Vec<(&'static str, String)>, Fail
         }
     }
     Ok(env)
+}
+
+/// Where the statistics file was named, for an error about it.
+fn stats_origin(args: &RunArgs) -> String {
+    let from_environment = std::env::var_os("PADLL_STATS").is_some_and(|v| !v.is_empty());
+    match (&args.stats, &args.config) {
+        (Some(_), _) => "--stats".into(),
+        (None, _) if from_environment => "PADLL_STATS".into(),
+        (None, Some(config)) => format!("--config '{}': stats", config.display()),
+        (None, None) => "PADLL_CONFIG: stats".into(),
+    }
+}
+
+/// The statistics file `path` names for the program (`%p`, `%j`, `%h` expanded) must
+/// be one its processes can write at exit: in an existing directory, and not something
+/// other than a regular file. Otherwise they would be lost at the end of the run.
+fn check_stats_path(path: &str, identity: &config::Identity, origin: &str) -> Result<(), Failure> {
+    let expanded = report::expand_path(path, identity);
+    let named = if expanded == path {
+        format!("'{path}'")
+    } else {
+        format!("'{path}' ('{expanded}')")
+    };
+    let file = Path::new(&expanded);
+    let directory = match file.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let problem = match std::fs::metadata(directory) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(format!(
+            "the directory '{}' does not exist",
+            directory.display()
+        )),
+        Err(e) => Some(format!("the directory '{}': {e}", directory.display())),
+        Ok(meta) if !meta.is_dir() => Some(format!("'{}' is not a directory", directory.display())),
+        Ok(_) => match std::fs::metadata(file) {
+            Ok(meta) if meta.is_dir() => Some("it is a directory".to_string()),
+            Ok(meta) if !meta.is_file() => Some("it is not a regular file".to_string()),
+            _ => None,
+        },
+    };
+    match problem {
+        Some(problem) => Err(usage(format!(
+            "{origin} {named}: {problem}; no statistics could be written"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Mountpoints that do not exist (yet): a likely typo, but legal (calls under one are
@@ -427,16 +499,18 @@ fn default_job_id() -> Option<String> {
         "FLUX_JOB_ID",
     ];
     (!known.iter().any(|v| std::env::var_os(v).is_some()))
-        .then(|| format!("run-{}", std::process::id()))
+        .then(|| config::run_job_id(std::process::id()))
 }
 
 /// The flags `padll run` turns into the stage's variables, as its errors name them.
-const FLAGS: [(&str, &str); 5] = [
+const FLAGS: [(&str, &str); 7] = [
     ("PADLL_RULES", "--limit"),
     ("PADLL_MOUNTS", "--mount"),
     ("PADLL_CONFIG", "--config"),
     ("PADLL_LOG", "--log"),
     ("PADLL_BURST_MS", "--burst-ms"),
+    ("PADLL_JOB_ID", "--job"),
+    ("PADLL_JOB_SIZE", "--job-size"),
 ];
 
 /// The stage library to preload: `explicit` (`--library`), else `PADLL_LIBRARY`, else
@@ -544,10 +618,33 @@ struct JobTotals<'a> {
     channels: &'a [report::ChannelTotal],
 }
 
+/// Largest statistics file `padll stats` reads (a report is a few KiB per process).
+const MAX_STATS_BYTES: u64 = 1 << 30;
+
+/// The reports of a statistics file; an error says what the file is, if it is no
+/// statistics file.
+fn read_reports(file: &Path) -> Result<Vec<report::Report>, Failure> {
+    use config::ReadError;
+    let name = file.display();
+    let text = config::read_text_file(file, MAX_STATS_BYTES).map_err(|e| match e {
+        ReadError::Directory | ReadError::NotRegular | ReadError::NotUtf8 => {
+            usage(format!("'{name}' is not a statistics file: {e}"))
+        }
+        ReadError::Io(_) | ReadError::TooLarge { .. } | ReadError::Grew(_) => {
+            usage(format!("cannot read '{name}': {e}"))
+        }
+    })?;
+    let reports = report::parse(&text).map_err(|e| usage(format!("'{name}' {e}")))?;
+    if reports.is_empty() {
+        return Err(usage(format!(
+            "'{name}' holds no statistics: it is empty (no process wrote to it)"
+        )));
+    }
+    Ok(reports)
+}
+
 fn stats(file: &Path, per_process: bool, json: bool) -> Result<(), Failure> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| usage(format!("cannot read '{}': {e}", file.display())))?;
-    let reports = report::parse(&text).map_err(|e| usage(format!("'{}' {e}", file.display())))?;
+    let reports = read_reports(file)?;
     match (per_process, json) {
         (true, false) => emit(&report::table(&reports)),
         (true, true) => emit(&encode(&reports)?),
@@ -577,8 +674,20 @@ fn stats(file: &Path, per_process: bool, json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
+/// What the demo's loop runs under.
+#[derive(Clone, Copy)]
+enum DemoRun {
+    /// Without the stage.
+    NotPreloaded,
+    /// Under the stage, its calls managed by a limit that never binds.
+    Managed,
+    /// Under this limit.
+    Limited(&'static str),
+}
+
 /// The demo: the same metadata loop (this binary's `mdloop`, run under the stage) with
-/// no limit, a `getattr` limit and a metadata-class limit.
+/// no limit, a `getattr` limit and a metadata-class limit. Each row shows the rate of
+/// the operations its limit covers next to the limit, and the loop's whole rate.
 fn demo(seconds: f64) -> Result<(), Failure> {
     let library = stage_library(None)?;
     let exe = std::env::current_exe().map_err(|e| usage(e.to_string()))?;
@@ -587,30 +696,31 @@ fn demo(seconds: f64) -> Result<(), Failure> {
         .map_err(|e| usage(format!("cannot create {}: {e}", scratch.display())))?;
     let mount = scratch.display().to_string();
     println!(
-        "PADLL stage demo: a metadata loop (stat, open+close) on {mount}, {seconds} s per run\n"
+        "PADLL stage demo: a loop of stat (getattr), open and close on {mount}, {seconds} s per run\n"
     );
     println!(
-        "{:<34} {:>14} {:>14}",
-        "limit", "achieved ops/s", "limit ops/s"
+        "{:<26} {:<20} {:>13} {:>11} {:>10}",
+        "limit", "limit covers", "covered ops/s", "limit ops/s", "all ops/s"
     );
-    let runs: [(&str, Option<&str>, Option<f64>); 4] = [
-        ("none (not preloaded)", None, None),
-        ("none (preloaded, managed)", Some("all=1G/s"), None),
-        ("getattr=2000/s", Some("getattr=2000/s"), Some(2000.0)),
-        (
-            "metadata=1000/s (stat+open+close)",
-            Some("metadata=1000/s"),
-            Some(1000.0),
-        ),
+    let runs = [
+        DemoRun::NotPreloaded,
+        DemoRun::Managed,
+        DemoRun::Limited("getattr=2000/s"),
+        DemoRun::Limited("metadata=1000/s"),
     ];
-    for (label, limit, expected) in runs {
+    for run in runs {
         let mut command = Command::new(&exe);
         command.args(["mdloop", &mount, &seconds.to_string()]);
-        if let Some(limit) = limit {
+        let rule = match run {
+            DemoRun::NotPreloaded => None,
+            DemoRun::Managed => Some("all=1G/s"),
+            DemoRun::Limited(rule) => Some(rule),
+        };
+        if let Some(rule) = rule {
             command
                 .env("LD_PRELOAD", preload_value(&library))
                 .env("PADLL_MOUNTS", &mount)
-                .env("PADLL_RULES", limit);
+                .env("PADLL_RULES", rule);
         }
         let output = command
             .output()
@@ -620,13 +730,36 @@ fn demo(seconds: f64) -> Result<(), Failure> {
             .trim()
             .parse::<f64>()
             .map_err(|_| usage(format!("the loop printed '{text}'")))?;
-        let expected = expected.map_or("-".to_string(), |e| format!("{e:.0}"));
-        println!("{label:<34} {rate:>14.0} {expected:>14}");
+        let row = match run {
+            DemoRun::NotPreloaded => ["none (not preloaded)", "-", "-", "-"].map(String::from),
+            DemoRun::Managed => ["none (preloaded, managed)", "-", "-", "-"].map(String::from),
+            DemoRun::Limited(rule) => {
+                let spec = config::parse_rule(rule, config::DEFAULT_BURST_MS)
+                    .map_err(|e| usage(e.to_string()))?;
+                let covered: Vec<&str> = MDLOOP_OPS
+                    .iter()
+                    .filter(|op| spec.scope.covers(**op))
+                    .map(|op| op.name())
+                    .collect();
+                let share = covered.len() as f64 / MDLOOP_OPS.len() as f64;
+                [
+                    rule.to_string(),
+                    covered.join(", "),
+                    format!("{:.0}", rate * share),
+                    spec.rate.to_string(),
+                ]
+            }
+        };
+        let [label, covers, covered, limit] = row;
+        println!("{label:<26} {covers:<20} {covered:>13} {limit:>11} {rate:>10.0}");
     }
     let _ = std::fs::remove_dir_all(&scratch);
-    println!("\nEach stat is one getattr; each open+close pair is two metadata operations.");
+    println!("\nA limit holds the operations it covers to its rate; the others run free.");
     Ok(())
 }
+
+/// The operations of one round of `mdloop`, once each.
+const MDLOOP_OPS: [Op; 3] = [Op::Getattr, Op::Open, Op::Close];
 
 /// Runs `stat(file)` then `open`+`close` in a loop for `seconds` and prints the rate of
 /// metadata operations it achieved.
@@ -640,7 +773,7 @@ fn mdloop(dir: &Path, seconds: f64) -> Result<(), Failure> {
     while start.elapsed() < deadline {
         std::fs::metadata(&file).map_err(|e| usage(e.to_string()))?;
         drop(std::fs::File::open(&file).map_err(|e| usage(e.to_string()))?);
-        operations += 3;
+        operations += MDLOOP_OPS.len() as u64;
     }
     println!("{:.1}", operations as f64 / start.elapsed().as_secs_f64());
     Ok(())

@@ -1,0 +1,162 @@
+//! What a job leaves in `/dev/shm` under a controller: a job `padll run` names
+//! `run-<pid>` cannot recur, so its last process removes its last rules and its segment;
+//! a named job (a batch system's) keeps its last rules for its next steps.
+
+use crate::util::scratch;
+use padll_wire::channel::{ChannelSpec, Scope, Unit};
+use padll_wire::control::{self, ControlMessage, StageMessage, PROTOCOL_VERSION};
+use padll_wire::ops::Class;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::Duration;
+
+/// A controller that welcomes every stage, gives it a metadata rule on `mount` and
+/// reports each rule set a stage applied.
+fn controller_stub(socket: &Path, mount: &Path) -> Receiver<()> {
+    let listener = UnixListener::bind(socket).unwrap();
+    let rules = vec![ChannelSpec {
+        mount: Some(mount.display().to_string()),
+        scope: Scope::Class(Class::Metadata),
+        rate: 100_000,
+        unit: Unit::Requests,
+        burst: 100,
+    }];
+    let (applied, receiver) = channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            let (rules, applied) = (rules.clone(), applied.clone());
+            std::thread::spawn(move || {
+                let mut writer = stream.try_clone().unwrap();
+                let greeting = [
+                    ControlMessage::Welcome {
+                        version: PROTOCOL_VERSION,
+                        stage_id: 1,
+                        report_interval_ms: 100,
+                    },
+                    ControlMessage::SetRules { seq: 1, rules },
+                ];
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    match control::decode(&line) {
+                        Ok(StageMessage::Hello { .. }) => {
+                            for message in &greeting {
+                                let _ = writer.write_all(control::encode(message).as_bytes());
+                            }
+                        }
+                        Ok(StageMessage::Applied { error: None, .. }) => {
+                            let _ = applied.send(());
+                        }
+                        _ => {}
+                    }
+                }
+            });
+        }
+    });
+    receiver
+}
+
+/// `/dev/shm/<kind>-<uid>-<job>`: the job's last rules (`padll-rules`) or segment (`padll`).
+fn job_file(kind: &str, job: &str) -> PathBuf {
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    PathBuf::from(format!("/dev/shm/{kind}-{uid}-{job}"))
+}
+
+/// `padll run` under the stub with `flags`: a shell running two metadata loops at once
+/// under the stage. Returns the job id it ran as once every process has ended, having
+/// checked that the job's last rules were kept while it ran.
+fn run_job(dir: &Path, name: &str, flags: &[&str]) -> String {
+    let socket = dir.join(format!("{name}.sock"));
+    let applied = controller_stub(&socket, dir);
+    let padll = env!("CARGO_BIN_EXE_padll");
+    let script = format!(
+        "{padll} mdloop {dir} 1 >/dev/null & {padll} mdloop {dir} 2 >/dev/null; wait",
+        dir = dir.display()
+    );
+    let mut command = Command::new(padll);
+    command.args(["run", "--mount", dir.to_str().unwrap()]);
+    command.args(["--controller", socket.to_str().unwrap()]);
+    command.args(flags).args(["--", "sh", "-c", &script]);
+    for var in [
+        "SLURM_JOB_ID",
+        "PBS_JOBID",
+        "LSB_JOBID",
+        "FLUX_JOB_ID",
+        "PADLL_JOB_ID",
+    ] {
+        command.env_remove(var);
+    }
+    let child = command.stderr(Stdio::piped()).spawn().unwrap();
+    let job = match flags {
+        ["--job", job] => job.to_string(),
+        _ => padll_wire::config::run_job_id(child.id()),
+    };
+    applied
+        .recv_timeout(Duration::from_secs(30))
+        .expect("no stage applied the controller's rules");
+    assert!(
+        job_file("padll-rules", &job).is_file(),
+        "the job's last rules are kept while it runs"
+    );
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    job
+}
+
+#[test]
+fn a_run_leaves_nothing_behind_and_a_named_job_keeps_its_last_rules() {
+    let dir = scratch("node-files");
+    let job = run_job(&dir, "run", &[]);
+    assert!(padll_wire::config::is_run_job(&job), "{job}");
+    for kind in ["padll-rules", "padll"] {
+        let left = job_file(kind, &job);
+        assert!(!left.exists(), "{} was left behind", left.display());
+    }
+
+    let named = format!("node-files-{}", std::process::id());
+    assert_eq!(run_job(&dir, "named", &["--job", &named]), named);
+    let kept = job_file("padll-rules", &named);
+    assert!(
+        kept.is_file(),
+        "a named job's last rules are for its next steps"
+    );
+    assert!(!job_file("padll", &named).exists());
+    let _ = std::fs::remove_file(kept);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A process that ends with `_exit` (as dash does, skipping destructors) still leaves
+/// its job: the last one removes the job's segment.
+#[test]
+#[cfg_attr(not(has_python3), ignore = "python3 not installed")]
+fn a_last_process_ending_with_exit_removes_the_segment() {
+    let dir = scratch("node-files-exit");
+    let job = format!("run-{}", std::process::id());
+    let script = format!(
+        "import os, sys\nos.stat('{}')\nsys.stdout.write(str(os.path.exists('{}')))\nsys.stdout.flush()\nos._exit(0)",
+        dir.display(),
+        job_file("padll", &job).display()
+    );
+    let output = Command::new("python3")
+        .args(["-c", &script])
+        .env("LD_PRELOAD", crate::util::library())
+        .env("PADLL_MOUNTS", &dir)
+        .env("PADLL_RULES", "metadata=100k")
+        .env("PADLL_JOB_ID", &job)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(output.stdout, b"True", "the job's segment while it ran");
+    assert!(!job_file("padll", &job).exists(), "left behind by _exit");
+    let _ = std::fs::remove_dir_all(dir);
+}
