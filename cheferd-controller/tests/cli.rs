@@ -1,6 +1,7 @@
 //! `cheferd`'s command line as a user meets it: the sample configurations in `etc/`
-//! load; bad rates are refused naming the file, key and value; a key that does not
-//! match its certificate is named with it; a configuration without resources warns; `ctl`
+//! load; bad rates are refused naming the file, key and value; numeric flags out of
+//! range or negative are refused naming the flag; a key that does not match its
+//! certificate is named with it; a configuration without resources warns; `ctl`
 //! mistakes get one clear line (nothing to set, a negative priority, the wrong socket)
 //! and its views read well in a pipe.
 
@@ -161,6 +162,53 @@ fn assert_usage_error(args: &[&str], output: &Output, expected: &str) {
     assert!(message.contains(expected), "{args:?}: {message}");
     assert_eq!(message.trim_end().lines().count(), 1, "{args:?}: {message}");
     assert!(!message.contains("tip"), "{args:?}: {message}");
+}
+
+#[test]
+fn numeric_flags_out_of_range_or_negative_name_the_flag() {
+    let _turn = crate::util::together();
+    // A command, and one of its integer flags with a value out of its range.
+    for (command, flag, value) in [
+        (&["demo"][..], "--jobs", "0"),
+        (&["demo"], "--jobs", "-1"),
+        (&["demo"], "--jobs", "5"),
+        (&["demo"], "--seconds", "0"),
+        (&["demo"], "--seconds", "99999999999999999999999"),
+        (&["demo"], "--stagger", "-1"),
+        (&["demo"], "--stagger", "100000"),
+        (&["bench"], "--interval-ms", "-1"),
+        (&["local", "--insecure-plaintext"], "--report-ms", "-1"),
+        (&["local", "--insecure-plaintext"], "--max-connections", "0"),
+        (&["replay", "--dir", "/"], "--rate", "-5"),
+        (&["replay", "--rate", "5", "--dir", "/"], "--threads", "-2"),
+        (&["certs", "ca", "--out", "/nonexistent"], "--days", "-3"),
+    ] {
+        let args = [command, &[flag, value]].concat();
+        let expected = format!("{flag} '{value}': must be a whole number from ");
+        assert_usage_error(&args, &run(&args), &expected);
+    }
+    for (args, expected) in [
+        (&["bench", "--locals", "10,0"][..], "--locals '0': must be"),
+        (
+            &["demo", "--max-rate", "-5"],
+            "--max-rate: bad rate '-5': must not be negative",
+        ),
+        (
+            &["demo", "--max-rate", "1G"],
+            "--max-rate '1G': must be from",
+        ),
+        (&["demo", "--max-rate", "5"], "--max-rate '5': must be from"),
+        (
+            &["replay", "--rate", "5", "--speed", "-2", "--dir", "/"],
+            "--speed -2 must be positive",
+        ),
+        (
+            &["ctl", "set-max-rate", "/scratch:metadata", "-5"],
+            "bad rate '-5': must not be negative",
+        ),
+    ] {
+        assert_usage_error(args, &run(args), expected);
+    }
 }
 
 #[test]
