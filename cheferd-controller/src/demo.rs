@@ -5,54 +5,96 @@
 //! share of a bursty metadata trace against a scratch directory — joining one after
 //! another. Every second it prints each job's usage and assigned rate; at the end it
 //! writes the per-job rates over time (CSV, PNG, SVG) and a summary: the aggregate
-//! against `Max_R`, and each job's share against its demand.
+//! against `Max_R`, and per job its demand, the rate it was assigned while all jobs
+//! ran, the operations it did and how long it took.
 
 use crate::config::Resource;
 use crate::config::{ConfigError, GlobalConfig, JobConfig, ResourceConfig};
 use crate::global::{self, Controller};
 use crate::local::{self, LocalOptions};
 use crate::tls::{CertsError, TlsFileError};
-use std::collections::BTreeMap;
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 /// Demo settings (all have defaults).
 #[derive(Clone, Debug)]
 pub struct DemoOptions {
-    /// Seconds of load per job.
+    /// Seconds of load per job (see [`SECONDS`]).
     pub seconds: usize,
-    /// Seconds between two jobs joining.
+    /// Seconds between two jobs joining (see [`STAGGER`]).
     pub stagger: usize,
-    /// Number of jobs (1–4).
+    /// Number of jobs (see [`JOBS`]).
     pub jobs: usize,
-    /// `Max_R` of the scratch directory's metadata, ops/s.
+    /// `Max_R` of the scratch directory's metadata, ops/s (see [`MAX_RATE`]).
     pub max_rate: f64,
     /// Policy.
     pub policy: String,
-    /// Where the CSV, plots and summary go.
-    pub out: PathBuf,
+    /// Where the CSV and plots go; `None`: the demo's directory under the temporary
+    /// directory, kept at the end (the rest of it is removed).
+    pub out: Option<PathBuf>,
 }
+
+/// The demo's bounds of `--seconds`: the trace is generated whole, in memory.
+pub const SECONDS: RangeInclusive<usize> = 1..=3600;
+/// Of `--stagger`, seconds.
+pub const STAGGER: RangeInclusive<usize> = 0..=600;
+/// Of `--jobs`: one per demand of [`DEMANDS`].
+pub const JOBS: RangeInclusive<usize> = 1..=4;
+/// Of `--max-rate`, ops/s: the smallest still gives every job a demand, the largest is
+/// beyond what one machine's metadata operations reach.
+pub const MAX_RATE: RangeInclusive<u64> = 100..=1_000_000;
 
 /// Demands of the four jobs, as fractions of `Max_R` (PADLL Table I: 15, 25, 30 and
 /// 40 kops/s of 110).
 const DEMANDS: [f64; 4] = [15.0 / 110.0, 25.0 / 110.0, 30.0 / 110.0, 40.0 / 110.0];
 
-struct Jobs(Vec<Child>);
+/// A job's replayer, killed if it still runs when the demo ends.
+struct Job {
+    process: Child,
+    /// Its standard output: a line a second, then its total.
+    output: PathBuf,
+    joined: Instant,
+    /// When it exited, once it has.
+    exited: Option<Instant>,
+}
 
-impl Drop for Jobs {
+impl Drop for Job {
     fn drop(&mut self) {
-        for child in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        let _ = self.process.kill();
+        let _ = self.process.wait();
     }
 }
+
+/// What the summary tells of a job: when it joined and exited (seconds since the demo
+/// started), and the operations its replayer counted.
+struct JobRun {
+    joined: f64,
+    exited: Option<f64>,
+    operations: Option<u64>,
+}
+
+/// The operations a replayer counted: its last line, `# total N ops in …`.
+fn replayed_operations(output: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(output).ok()?;
+    text.lines()
+        .last()?
+        .strip_prefix("# total ")?
+        .split(' ')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Seconds after the last job joins before the assigned rates count as "all jobs
+/// running": its first control cycles still run on provisional rates.
+const SETTLE_SECONDS: u64 = 3;
 
 /// Why the demo stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
-    /// `--jobs` out of range.
+    /// `--jobs` out of [`JOBS`].
     #[error("--jobs {0} must be between 1 and 4")]
     Jobs(usize),
     /// A file or directory could not be made or written.
@@ -104,15 +146,20 @@ fn io_error<'a>(
 /// Runs the demo. `cheferd` is this executable (the jobs run its `replay`), `library`
 /// the stage.
 pub async fn run(options: &DemoOptions, cheferd: &Path, library: &Path) -> Result<(), DemoError> {
-    if !(1..=4).contains(&options.jobs) {
+    if !JOBS.contains(&options.jobs) {
         return Err(DemoError::Jobs(options.jobs));
     }
-    let base = std::env::temp_dir().join(format!("cheferd-demo-{}", std::process::id()));
+    let own = std::env::temp_dir().join(format!("cheferd-demo-{}", std::process::id()));
+    // What the run needs (scratch directory, certificates, trace, socket) is removed at
+    // the end; `own` too unless the results are in it.
+    let base = own.join("run");
     let scratch = base.join("scratch");
     std::fs::create_dir_all(&scratch).map_err(io_error("create", &scratch))?;
-    std::fs::create_dir_all(&options.out).map_err(io_error("create --out", &options.out))?;
-    let result = run_in(options, cheferd, library, &base, &scratch).await;
+    let out = options.out.as_ref().unwrap_or(&own);
+    std::fs::create_dir_all(out).map_err(io_error("create --out", out))?;
+    let result = run_in(options, cheferd, library, &base, &scratch, out).await;
     let _ = std::fs::remove_dir_all(&base);
+    let _ = std::fs::remove_dir(&own);
     result
 }
 
@@ -122,6 +169,7 @@ async fn run_in(
     library: &Path,
     base: &Path,
     scratch: &Path,
+    out: &Path,
 ) -> Result<(), DemoError> {
     let mount = scratch.display().to_string();
     let resource = Resource {
@@ -221,17 +269,29 @@ async fn run_in(
         .collect();
     println!("{:>4}{header} {:>9} {:>7}", "t(s)", "total", "Max_R");
 
-    let mut jobs = Jobs(Vec::new());
+    // The stages of the first job would run unmanaged until the local controller
+    // listens: wait for its socket (it binds at once).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !socket.exists() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let mut jobs: Vec<Job> = Vec::new();
     let started = Instant::now();
-    let mut series: Vec<Vec<f64>> = Vec::new();
+    let mut usage: Vec<Vec<f64>> = Vec::new();
+    // Each job's assigned rate, summed over the seconds all jobs ran (and their count).
+    let mut assigned_all_running = vec![0.0; options.jobs];
+    let mut seconds_all_running = Vec::new();
     let mut next_tick = started + Duration::from_secs(1);
     loop {
         let elapsed = started.elapsed().as_secs() as usize;
-        while jobs.0.len() < options.jobs && elapsed >= jobs.0.len() * options.stagger {
-            let j = jobs.0.len() + 1;
+        while jobs.len() < options.jobs && elapsed >= jobs.len() * options.stagger {
+            let j = jobs.len() + 1;
             let dir = scratch.join(format!("job-{j}"));
             std::fs::create_dir_all(&dir).map_err(io_error("create", &dir))?;
-            let child = Command::new(cheferd)
+            let output = base.join(format!("job-{j}.out"));
+            let stdout = std::fs::File::create(&output).map_err(io_error("create", &output))?;
+            let process = Command::new(cheferd)
                 .arg("replay")
                 .arg("--trace")
                 .arg(&trace_path)
@@ -241,48 +301,55 @@ async fn run_in(
                 .env("PADLL_MOUNTS", &mount)
                 .env("PADLL_CONTROLLER", &socket)
                 .env("PADLL_JOB_ID", &job_names[j - 1])
-                .stdout(Stdio::null())
+                .stdout(stdout)
                 .spawn()
                 .map_err(|error| DemoError::StartJob { job: j, error })?;
-            jobs.0.push(child);
+            jobs.push(Job {
+                process,
+                output,
+                joined: Instant::now(),
+                exited: None,
+            });
         }
         tokio::time::sleep_until(next_tick.into()).await;
         next_tick += Duration::from_secs(1);
+        for job in &mut jobs {
+            if job.exited.is_none() && matches!(job.process.try_wait(), Ok(Some(_))) {
+                job.exited = Some(Instant::now());
+            }
+        }
 
         let snapshot = controller.snapshot();
+        let share = |name: &String| snapshot.shares.iter().find(|s| &s.job == name);
         let row: Vec<f64> = job_names
             .iter()
-            .map(|name| {
-                snapshot
-                    .shares
-                    .iter()
-                    .find(|s| &s.job == name)
-                    .map_or(0.0, |s| s.usage)
-            })
+            .map(|name| share(name).map_or(0.0, |s| s.usage))
             .collect();
         let line: String = job_names
             .iter()
-            .map(
-                |name| match snapshot.shares.iter().find(|s| &s.job == name) {
-                    Some(s) => format!(" {:>8.0}/{:<8.0}", s.usage, s.assigned),
-                    None => format!(" {:>17}", "-"),
-                },
-            )
+            .map(|name| match share(name) {
+                Some(s) => format!(" {:>8.0}/{:<8.0}", s.usage, s.assigned),
+                None => format!(" {:>17}", "-"),
+            })
             .collect();
         let total: f64 = row.iter().sum();
-        println!(
-            "{:>4}{line} {total:>9.0} {:>7.0}",
-            series.len() + 1,
-            options.max_rate
-        );
-        series.push(row);
+        let second = usage.len() + 1;
+        println!("{second:>4}{line} {total:>9.0} {:>7.0}", options.max_rate);
+        usage.push(row);
 
-        let all_started = jobs.0.len() == options.jobs;
-        let all_done = all_started
+        let all_started = jobs.len() == options.jobs;
+        let all_running = all_started
+            && jobs.iter().all(|job| job.exited.is_none())
             && jobs
-                .0
-                .iter_mut()
-                .all(|c| matches!(c.try_wait(), Ok(Some(_))));
+                .iter()
+                .all(|job| job.joined.elapsed() >= Duration::from_secs(SETTLE_SECONDS));
+        if all_running {
+            for (sum, name) in assigned_all_running.iter_mut().zip(&job_names) {
+                *sum += share(name).map_or(0.0, |s| s.assigned);
+            }
+            seconds_all_running.push(second);
+        }
+        let all_done = all_started && jobs.iter().all(|job| job.exited.is_some());
         if all_done
             || started.elapsed()
                 > Duration::from_secs((seconds + options.jobs * options.stagger + 120) as u64)
@@ -290,16 +357,42 @@ async fn run_in(
             break;
         }
     }
+    let since_start = |at: Instant| at.duration_since(started).as_secs_f64();
+    let runs: Vec<JobRun> = jobs
+        .iter()
+        .map(|job| JobRun {
+            joined: since_start(job.joined),
+            exited: job.exited.map(since_start),
+            operations: job.exited.and_then(|_| replayed_operations(&job.output)),
+        })
+        .collect();
     drop(jobs);
-    summarize(options, &job_names, &series)
+    let all_running = AllRunning {
+        seconds: &seconds_all_running,
+        assigned: assigned_all_running
+            .iter()
+            .map(|sum| sum / seconds_all_running.len().max(1) as f64)
+            .collect(),
+    };
+    summarize(options, out, &job_names, &usage, &all_running, &runs)
+}
+
+/// The seconds during which every job ran (past [`SETTLE_SECONDS`]), and each job's
+/// mean assigned rate over them.
+struct AllRunning<'a> {
+    seconds: &'a [usize],
+    assigned: Vec<f64>,
 }
 
 fn summarize(
     options: &DemoOptions,
+    out: &Path,
     names: &[String],
     series: &[Vec<f64>],
+    all_running: &AllRunning,
+    runs: &[JobRun],
 ) -> Result<(), DemoError> {
-    let csv_path = options.out.join("rates.csv");
+    let csv_path = out.join("rates.csv");
     let mut csv = format!("second,{},total\n", names.join(","));
     for (s, row) in series.iter().enumerate() {
         let values: Vec<String> = row.iter().map(|v| format!("{v:.1}")).collect();
@@ -311,15 +404,20 @@ fn summarize(
         ));
     }
     std::fs::write(&csv_path, csv).map_err(io_error("write", &csv_path))?;
-    let png = options.out.join("rates.png");
-    let svg = options.out.join("rates.svg");
+    let png = out.join("rates.png");
+    let svg = out.join("rates.svg");
     let title = format!(
         "cheferd demo — {} with Max_R {:.0} ops/s",
         options.policy, options.max_rate
     );
+    let labels: Vec<String> = names
+        .iter()
+        .zip(DEMANDS)
+        .map(|(name, share)| format!("{name}, demand {:.0}/s", share * options.max_rate))
+        .collect();
     policies::plot::plot_rates(
         &title,
-        names,
+        &labels,
         series,
         options.max_rate,
         Some(&png),
@@ -342,25 +440,67 @@ fn summarize(
         100.0 * peak / options.max_rate,
         settled.len()
     );
-    let mut totals: BTreeMap<&str, f64> = BTreeMap::new();
-    for row in settled {
-        for (name, v) in names.iter().zip(row) {
-            *totals.entry(name).or_default() += v;
-        }
-    }
-    let all: f64 = totals.values().sum();
-    for (name, demand) in names.iter().zip(DEMANDS) {
-        println!(
-            "  {name}: {:.1} % of the operations served (demand {:.0} ops/s)",
-            100.0 * totals.get(name.as_str()).copied().unwrap_or(0.0) / all.max(1.0),
-            demand * options.max_rate
-        );
-    }
-    println!(
-        "  wrote {}, {} and {}",
-        csv_path.display(),
-        png.display(),
-        svg.display()
-    );
+    print!("{}", job_table(options, names, all_running, runs));
+    println!("  rates per second: {}", csv_path.display());
+    println!("  plot: {} (and {})", png.display(), svg.display());
     Ok(())
+}
+
+/// Per job: its demand (and share of all demands), the rate it was assigned while all
+/// jobs ran (and share of `Max_R`), the operations it did and when it ran, under the
+/// lines explaining why equal work gives equal operations whatever the shares.
+fn job_table(
+    options: &DemoOptions,
+    names: &[String],
+    all_running: &AllRunning,
+    runs: &[JobRun],
+) -> String {
+    let demands: Vec<f64> = DEMANDS[..names.len()]
+        .iter()
+        .map(|share| share * options.max_rate)
+        .collect();
+    let all_demands: f64 = demands.iter().sum();
+    let all_operations: u64 = runs.iter().filter_map(|run| run.operations).sum();
+    let window = match all_running.seconds {
+        [] => "never at once: try a smaller --stagger".to_string(),
+        [first, .., last] => format!("t = {first}–{last} s"),
+        [only] => format!("t = {only} s"),
+    };
+    let mut table = format!(
+        "  Every job replays its own quarter of the trace, so each does the same operations: a\n  \
+         job assigned less takes longer, and the jobs still running take up the rate of those\n  \
+         done.\n  \
+         Assigned: the mean rate while every job ran ({window}).\n  \
+         {:<6} {:>16} {:>20} {:>19} {:>10}\n",
+        "", "demand (share)", "assigned (of Max_R)", "operations (share)", "ran"
+    );
+    let percent = |part: f64, whole: f64| format!("{:.1} %", 100.0 * part / whole);
+    for (j, name) in names.iter().enumerate() {
+        let demand = format!("{:.0}/s ({})", demands[j], percent(demands[j], all_demands));
+        let assigned = match all_running.seconds {
+            [] => "-".to_string(),
+            _ => {
+                let rate = all_running.assigned[j];
+                format!("{rate:.0}/s ({})", percent(rate, options.max_rate))
+            }
+        };
+        let run = runs.get(j);
+        let done = match run.and_then(|run| run.operations) {
+            Some(n) => format!("{n} ({})", percent(n as f64, all_operations as f64)),
+            None => "-".to_string(),
+        };
+        let ran = match run {
+            Some(JobRun {
+                joined,
+                exited: Some(exited),
+                ..
+            }) => format!("{joined:.0}–{exited:.0} s"),
+            Some(JobRun { joined, .. }) => format!("{joined:.0} s–"),
+            None => "-".to_string(),
+        };
+        table.push_str(&format!(
+            "  {name:<6} {demand:>16} {assigned:>20} {done:>19} {ran:>10}\n"
+        ));
+    }
+    table
 }

@@ -5,10 +5,11 @@ use cheferd_controller::config::GlobalConfig;
 use cheferd_controller::global::{self, Change, Controller};
 use cheferd_controller::local::{self, LocalLimits, LocalOptions};
 use cheferd_controller::supervise::Supervisor;
-use cheferd_controller::{bounds, metrics, policy};
+use cheferd_controller::{bounds, demo, metrics, policy};
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use padll_wire::config::{parse_rate, Rate};
 use padll_wire::exit::{EX_FAILURE, EX_NOPERM, EX_UNAVAILABLE, EX_USAGE};
+use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -22,6 +23,66 @@ mod man_pages;
 const LOCAL_SOCKET: &str = "/run/cheferd/local.sock";
 /// The global controller's admin socket by default (see [`LOCAL_SOCKET`]).
 const ADMIN_SOCKET: &str = "/run/cheferd/admin.sock";
+
+/// Upper bounds of numeric flags, far above any real use: a value beyond (a typo, a
+/// unit mistaken) is refused at parsing rather than tried.
+const MAX_COUNT: usize = 1_000_000;
+/// See [`MAX_COUNT`]: 1 TiB.
+const MAX_BYTES: usize = 1 << 40;
+/// See [`MAX_COUNT`]: about 11 days (`replay --rate` holds one row a second).
+const MAX_SECONDS: usize = 1_000_000;
+/// See [`MAX_COUNT`]: a century.
+const MAX_DAYS: u32 = 36_500;
+
+/// The value parser of integer flags: a whole number in `range`, its refusal naming the
+/// range ([`parse_failure`] adds the flag and the value). The flags that use it
+/// `allow_negative_numbers`, so that `-1` reaches it instead of reading as a flag.
+fn whole<T>(
+    range: RangeInclusive<T>,
+) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Clone + Send + Sync + 'static,
+{
+    move |text| {
+        text.parse()
+            .ok()
+            .filter(|n| range.contains(n))
+            .ok_or_else(|| {
+                format!(
+                    "must be a whole number from {} to {}",
+                    range.start(),
+                    range.end()
+                )
+            })
+    }
+}
+
+/// Clap's refusal of the command line. A refused value is one line naming the flag and
+/// the value (exit 2); the rest (unknown flags, help, version) clap prints as it does.
+fn parse_failure(error: clap::Error) -> ExitCode {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let (arg, value) = (
+        error.get(ContextKind::InvalidArg),
+        error.get(ContextKind::InvalidValue),
+    );
+    match (error.kind(), arg, value, std::error::Error::source(&error)) {
+        (
+            ErrorKind::ValueValidation,
+            Some(ContextValue::String(arg)),
+            Some(ContextValue::String(value)),
+            Some(reason),
+        ) => {
+            // `--jobs <JOBS>`: the flag; a positional argument is its `<NAME>`.
+            let flag = arg.split(' ').next().unwrap_or(arg);
+            eprintln!(
+                "cheferd: {flag} '{}': {reason}",
+                padll_wire::control::short(value)
+            );
+            ExitCode::from(EX_USAGE)
+        }
+        _ => error.exit(),
+    }
+}
 
 #[derive(Parser)]
 #[command(
@@ -114,45 +175,55 @@ struct LocalArgs {
     tls: LocalTlsArgs,
     /// How often stages report usage, ms.
     #[arg(long, default_value_t = 250)]
+    #[arg(allow_negative_numbers = true, value_parser = whole(10..=60_000u64))]
     report_ms: u64,
     /// Stage connections, all users together (also kept below the descriptor limit).
     #[arg(long, default_value_t = 4096)]
+    #[arg(allow_negative_numbers = true, value_parser = whole(1..=MAX_COUNT))]
     max_connections: usize,
     /// Stage connections per uid.
     #[arg(long, default_value_t = 1024)]
+    #[arg(allow_negative_numbers = true, value_parser = whole(1..=MAX_COUNT))]
     max_connections_per_uid: usize,
     /// Distinct jobs among one uid's stages.
     #[arg(long, default_value_t = 64)]
+    #[arg(allow_negative_numbers = true, value_parser = whole(1..=MAX_COUNT))]
     max_jobs_per_uid: usize,
     /// Bytes of partial lines buffered for all connections.
     #[arg(long, default_value_t = 64 << 20)]
+    #[arg(allow_negative_numbers = true, value_parser = whole(1..=MAX_BYTES))]
     max_pending_bytes: usize,
     /// Bytes of partial lines buffered for one uid's connections.
     #[arg(long, default_value_t = 16 << 20)]
+    #[arg(allow_negative_numbers = true, value_parser = whole(1..=MAX_BYTES))]
     max_pending_bytes_per_uid: usize,
 }
 
 /// `cheferd demo`.
 #[derive(Args)]
 struct DemoArgs {
-    /// Seconds of load per job.
+    /// Seconds of load per job (1–3600).
     #[arg(long, default_value_t = 40)]
+    #[arg(allow_negative_numbers = true, value_parser = whole(demo::SECONDS))]
     seconds: usize,
-    /// Seconds between two jobs joining.
+    /// Seconds between two jobs joining (0–600).
     #[arg(long, default_value_t = 8)]
+    #[arg(allow_negative_numbers = true, value_parser = whole(demo::STAGGER))]
     stagger: usize,
     /// Number of jobs (1–4).
     #[arg(long, default_value_t = 4)]
+    #[arg(allow_negative_numbers = true, value_parser = whole(demo::JOBS))]
     jobs: usize,
-    /// Max_R of the scratch directory's metadata (ops/s).
-    #[arg(long, default_value = "6000")]
+    /// Max_R of the scratch directory's metadata (ops/s, 100 to 1M).
+    #[arg(long, default_value = "6000", allow_negative_numbers = true)]
     max_rate: String,
     /// Policy.
     #[arg(long, default_value = "psfa")]
     policy: String,
-    /// Where to write rates.csv, rates.png and rates.svg.
-    #[arg(long, value_name = "DIR", default_value = "cheferd-demo")]
-    out: PathBuf,
+    /// Directory for rates.csv, rates.png and rates.svg [default: $TMPDIR/cheferd-demo-PID,
+    /// printed at the end].
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
 }
 
 /// `cheferd bench`.
@@ -160,15 +231,19 @@ struct DemoArgs {
 struct BenchArgs {
     /// Numbers of local controllers to simulate.
     #[arg(long, value_delimiter = ',', default_value = "1,10,100,1000")]
+    #[arg(allow_negative_numbers = true, value_parser = whole(1..=100_000usize))]
     locals: Vec<usize>,
     /// Stages (jobs) per local controller.
     #[arg(long, default_value_t = 4)]
+    #[arg(allow_negative_numbers = true, value_parser = whole(1..=1000usize))]
     stages: usize,
     /// Measured cycles per row.
     #[arg(long, default_value_t = 50)]
+    #[arg(allow_negative_numbers = true, value_parser = whole(1..=100_000usize))]
     cycles: usize,
     /// The control interval, ms.
     #[arg(long, default_value_t = 200)]
+    #[arg(allow_negative_numbers = true, value_parser = whole(1..=60_000u64))]
     interval_ms: u64,
     /// Policy to run.
     #[arg(long, default_value = "psfa")]
@@ -202,27 +277,32 @@ struct ReplayArgs {
     trace: Option<PathBuf>,
     /// Which job of the trace (1-based).
     #[arg(long, default_value_t = 1)]
+    #[arg(allow_negative_numbers = true, value_parser = whole(1..=MAX_COUNT))]
     job: usize,
     /// Multiply the trace's counts by this (e.g. 0.02 to fit a small machine).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     scale: f64,
     /// Replay at most this many seconds of the trace.
     #[arg(long)]
+    #[arg(allow_negative_numbers = true, value_parser = whole(1..=MAX_SECONDS))]
     max_seconds: Option<usize>,
     /// Instead of a trace: this many operations per second…
     #[arg(long)]
+    #[arg(allow_negative_numbers = true, value_parser = whole(1..=100_000_000u64))]
     rate: Option<u64>,
     /// …for this many seconds.
     #[arg(long, default_value_t = 10)]
+    #[arg(allow_negative_numbers = true, value_parser = whole(1..=MAX_SECONDS))]
     seconds: usize,
     /// Directory to work in (on the file system under test).
     #[arg(long, value_name = "DIR")]
     dir: PathBuf,
     /// Worker threads.
     #[arg(long, default_value_t = 4)]
+    #[arg(allow_negative_numbers = true, value_parser = whole(1..=1024usize))]
     threads: usize,
     /// Trace seconds per wall-clock second.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     speed: f64,
 }
 
@@ -296,7 +376,14 @@ struct StandbyArgs {
     )]
     etcd_prefix: String,
     /// Seconds a dead leader keeps the leadership (its etcd lease's TTL).
-    #[arg(long, value_name = "SECONDS", default_value_t = 10, requires = "etcd")]
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 10,
+        requires = "etcd",
+        allow_negative_numbers = true,
+        value_parser = whole(1..=3600u64)
+    )]
     etcd_ttl: u64,
     /// The URL local controllers reach this global controller by, as in their
     /// `--global` lists (default: http(s)://LISTEN).
@@ -326,6 +413,7 @@ enum CertsCommand {
         name: String,
         /// Days of validity.
         #[arg(long, default_value_t = 3650)]
+        #[arg(allow_negative_numbers = true, value_parser = whole(1..=MAX_DAYS))]
         days: u32,
     },
     /// One certificate per node NAME, signed by the CA: OUT/node-NAME.pem and
@@ -352,6 +440,7 @@ struct SignArgs {
     out: PathBuf,
     /// Days of validity.
     #[arg(long, default_value_t = 825)]
+    #[arg(allow_negative_numbers = true, value_parser = whole(1..=MAX_DAYS))]
     days: u32,
 }
 
@@ -408,7 +497,10 @@ enum CtlCommand {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return parse_failure(error),
+    };
     // Daemons log their lifecycle; one-shot commands only what goes wrong.
     let default_level = match cli.command {
         Command::Global(_) | Command::Local(_) => "info",
@@ -438,7 +530,7 @@ fn try_main(command: Command) -> Result<(), Failure> {
     match command {
         Command::Global(args) => in_runtime(run_global(args)),
         Command::Local(args) => in_runtime(run_local(args)),
-        Command::Demo(args) => in_runtime(demo(args)),
+        Command::Demo(args) => in_runtime(run_demo(args)),
         Command::Bench(args) => bench(args),
         Command::BenchLocals(args) => in_runtime(bench_locals(args)),
         Command::Replay(args) => replay(args),
@@ -533,11 +625,19 @@ fn run_policies(command: policies::cli::Command) -> Result<(), Failure> {
     .map_err(policies::cli::Failure::into_kind)
 }
 
-async fn demo(args: DemoArgs) -> Result<(), Failure> {
+async fn run_demo(args: DemoArgs) -> Result<(), Failure> {
     policy::check(&args.policy).map_err(|e| usage(format!("--policy: {e}")))?;
     // The demo shares its scratch directory's metadata operations.
     let max_rate = match parse_rate(&args.max_rate) {
-        Ok(Rate::Ops(n)) => n as f64,
+        Ok(Rate::Ops(n)) if demo::MAX_RATE.contains(&n) => n as f64,
+        Ok(Rate::Ops(_)) => {
+            return Err(usage(format!(
+                "--max-rate '{}': must be from {} to {} ops/s",
+                args.max_rate,
+                demo::MAX_RATE.start(),
+                demo::MAX_RATE.end()
+            )))
+        }
         Ok(Rate::Bytes(_)) => {
             return Err(usage(format!(
                 "--max-rate: '{}' is a rate of bytes, but the demo shares metadata operations",
@@ -546,7 +646,7 @@ async fn demo(args: DemoArgs) -> Result<(), Failure> {
         }
         Err(e) => return Err(usage(format!("--max-rate: {e}"))),
     };
-    let options = cheferd_controller::demo::DemoOptions {
+    let options = demo::DemoOptions {
         seconds: args.seconds,
         stagger: args.stagger,
         jobs: args.jobs,
@@ -555,9 +655,7 @@ async fn demo(args: DemoArgs) -> Result<(), Failure> {
         out: args.out,
     };
     let (exe, library) = stage_library()?;
-    cheferd_controller::demo::run(&options, &exe, &library)
-        .await
-        .map_err(failed)
+    demo::run(&options, &exe, &library).await.map_err(failed)
 }
 
 async fn bench_locals(args: BenchLocalsArgs) -> Result<(), Failure> {
@@ -617,11 +715,6 @@ fn replay(args: ReplayArgs) -> Result<(), Failure> {
     if !(scale > 0.0 && scale.is_finite()) {
         return Err(usage(format!("--scale {scale} must be positive")));
     }
-    if threads == 0 || threads > 1024 {
-        return Err(usage(format!(
-            "--threads {threads} must be between 1 and 1024"
-        )));
-    }
     if !(speed > 0.0 && speed.is_finite()) {
         return Err(usage(format!("--speed {speed} must be positive")));
     }
@@ -657,11 +750,6 @@ fn bench(args: BenchArgs) -> Result<(), Failure> {
         policy: name,
     } = args;
     policy::check(&name).map_err(|e| usage(format!("--policy: {e}")))?;
-    if cycles == 0 || interval_ms == 0 || locals.contains(&0) {
-        return Err(usage(
-            "--cycles, --interval-ms and every --locals value must be at least 1",
-        ));
-    }
     let interval = std::time::Duration::from_millis(interval_ms);
     let mut rows = Vec::new();
     for n in locals {
@@ -793,12 +881,6 @@ fn standby_options(
     if args.etcd.is_empty() {
         return Ok(None);
     }
-    if !(1..=3600).contains(&args.etcd_ttl) {
-        return Err(usage(format!(
-            "--etcd-ttl {} must be between 1 and 3600 seconds",
-            args.etcd_ttl
-        )));
-    }
     if !args.etcd_prefix.starts_with('/') || args.etcd_prefix.len() > 256 {
         return Err(usage(format!(
             "--etcd-prefix '{}' must start with / and be at most 256 bytes",
@@ -860,28 +942,12 @@ async fn run_local(args: LocalArgs) -> Result<(), Failure> {
         max_pending_bytes,
         max_pending_bytes_per_uid,
     };
-    if [
-        limits.max_connections,
-        limits.max_connections_per_uid,
-        limits.max_jobs_per_uid,
-        limits.max_pending_bytes,
-        limits.max_pending_bytes_per_uid,
-    ]
-    .contains(&0)
-    {
-        return Err(usage("every --max-… value must be at least 1"));
-    }
     if !global
         .split(',')
         .all(|url| url.starts_with("http://") || url.starts_with("https://"))
     {
         return Err(usage(format!(
             "--global '{global}' must be a URL such as http://10.0.0.1:50051"
-        )));
-    }
-    if !(10..=60_000).contains(&report_ms) {
-        return Err(usage(format!(
-            "--report-ms {report_ms} must be between 10 and 60000"
         )));
     }
     let tls = local_tls(tls)?;

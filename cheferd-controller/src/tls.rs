@@ -198,15 +198,18 @@ impl ServerTls {
         // certificate is reported at start, not at the first handshake.
         tonic::transport::Server::builder()
             .tls_config(config.clone())
-            .map_err(|e| {
-                let kind = TlsFileErrorKind::Unusable {
-                    key: self.key.clone(),
-                    reason: error_chain(&e),
-                };
-                file_error("--tls-cert", &self.cert, kind)
-            })?;
+            .map_err(|e| unusable(&self.cert, &self.key, &e))?;
         Ok(config)
     }
+}
+
+/// The error of a certificate rustls refuses with its key: both files named.
+fn unusable(cert: &Path, key: &Path, error: &dyn std::error::Error) -> TlsFileError {
+    let kind = TlsFileErrorKind::Unusable {
+        key: key.to_path_buf(),
+        reason: error_chain(error),
+    };
+    file_error("--tls-cert", cert, kind)
 }
 
 impl ClientTls {
@@ -215,8 +218,15 @@ impl ClientTls {
         let (cert, _) = read_certs("--tls-cert", &self.cert)?;
         let key = read_key("--tls-key", &self.key)?;
         let (ca, _) = read_certs("--tls-ca", &self.ca)?;
+        let identity = Identity::from_pem(cert, key);
+        // Builds a rustls configuration with the identity alone now, so a key that does
+        // not match its certificate is reported at start naming both files, not as a
+        // failure of the connection to the global controller.
+        Endpoint::from_static("https://localhost")
+            .tls_config(ClientTlsConfig::new().identity(identity.clone()))
+            .map_err(|e| unusable(&self.cert, &self.key, &e))?;
         let mut config = ClientTlsConfig::new()
-            .identity(Identity::from_pem(cert, key))
+            .identity(identity)
             .ca_certificate(Certificate::from_pem(ca))
             .timeout(HANDSHAKE_TIMEOUT);
         if let Some(name) = &self.server_name {
@@ -611,6 +621,27 @@ mod tests {
         assert!(matches!(again, Err(CertsError::Exists(path)) if path == node_cert));
         let ca = make_ca(dir.path(), "x", 1).unwrap_err();
         assert!(ca.to_string().contains("exists"), "{ca}");
+    }
+
+    #[test]
+    fn a_key_of_another_certificate_is_named_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        make_loopback_site(dir.path(), &["n1", "n2"]).unwrap();
+        let mut node = loopback_node(dir.path(), "n1");
+        node.key = dir.path().join("node-n2.key");
+        let error = node.load().unwrap_err();
+        assert!(
+            matches!(error.kind, TlsFileErrorKind::Unusable { ref key, .. } if *key == node.key)
+                && error.path == node.cert,
+            "{error:?}"
+        );
+        let mut server = loopback_server(dir.path());
+        server.key = node.key.clone();
+        let error = server.load().unwrap_err();
+        assert!(
+            matches!(error.kind, TlsFileErrorKind::Unusable { ref key, .. } if *key == node.key),
+            "{error:?}"
+        );
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! `cheferd`'s command line as a user meets it: the sample configurations in `etc/`
-//! load; bad rates are refused naming the file, key and value; a configuration without
-//! resources warns; `ctl` mistakes get one clear line (nothing to set, a negative
-//! priority, the wrong socket) and its views read well in a pipe.
+//! load; bad rates are refused naming the file, key and value; numeric flags out of
+//! range or negative are refused naming the flag; a key that does not match its
+//! certificate is named with it; a configuration without resources warns; `ctl`
+//! mistakes get one clear line (nothing to set, a negative priority, the wrong socket)
+//! and its views read well in a pipe.
 
 use crate::util::{cheferd, run_with_timeout, wait_for, Cluster};
 use cheferd_controller::config::GlobalConfig;
@@ -141,12 +143,7 @@ fn ctl_usage_errors_are_one_clear_line() {
             "is a rate of bytes, but /scratch:metadata counts operations",
         ),
     ] {
-        let output = run(args);
-        let message = stderr(&output);
-        assert_eq!(output.status.code(), Some(2), "{args:?}: {message}");
-        assert!(message.contains(expected), "{args:?}: {message}");
-        assert_eq!(message.trim_end().lines().count(), 1, "{args:?}: {message}");
-        assert!(!message.contains("tip"), "{args:?}: {message}");
+        assert_usage_error(args, &run(args), expected);
     }
     // --socket is accepted after the subcommand too (here: nobody listens on it).
     let output = run(&["ctl", "nodes", "--socket", "/nonexistent/admin.sock"]);
@@ -156,6 +153,128 @@ fn ctl_usage_errors_are_one_clear_line() {
         "{}",
         stderr(&output)
     );
+}
+
+/// Asserts a usage error: exit 2, one line, containing `expected`, no clap tip.
+fn assert_usage_error(args: &[&str], output: &Output, expected: &str) {
+    let message = stderr(output);
+    assert_eq!(output.status.code(), Some(2), "{args:?}: {message}");
+    assert!(message.contains(expected), "{args:?}: {message}");
+    assert_eq!(message.trim_end().lines().count(), 1, "{args:?}: {message}");
+    assert!(!message.contains("tip"), "{args:?}: {message}");
+}
+
+#[test]
+fn numeric_flags_out_of_range_or_negative_name_the_flag() {
+    let _turn = crate::util::together();
+    // A command, and one of its integer flags with a value out of its range.
+    for (command, flag, value) in [
+        (&["demo"][..], "--jobs", "0"),
+        (&["demo"], "--jobs", "-1"),
+        (&["demo"], "--jobs", "5"),
+        (&["demo"], "--seconds", "0"),
+        (&["demo"], "--seconds", "99999999999999999999999"),
+        (&["demo"], "--stagger", "-1"),
+        (&["demo"], "--stagger", "100000"),
+        (&["bench"], "--interval-ms", "-1"),
+        (&["local", "--insecure-plaintext"], "--report-ms", "-1"),
+        (&["local", "--insecure-plaintext"], "--max-connections", "0"),
+        (&["replay", "--dir", "/"], "--rate", "-5"),
+        (&["replay", "--rate", "5", "--dir", "/"], "--threads", "-2"),
+        (&["certs", "ca", "--out", "/nonexistent"], "--days", "-3"),
+    ] {
+        let args = [command, &[flag, value]].concat();
+        let expected = format!("{flag} '{value}': must be a whole number from ");
+        assert_usage_error(&args, &run(&args), &expected);
+    }
+    for (args, expected) in [
+        (&["bench", "--locals", "10,0"][..], "--locals '0': must be"),
+        (
+            &["demo", "--max-rate", "-5"],
+            "--max-rate: bad rate '-5': must not be negative",
+        ),
+        (
+            &["demo", "--max-rate", "1G"],
+            "--max-rate '1G': must be from",
+        ),
+        (&["demo", "--max-rate", "5"], "--max-rate '5': must be from"),
+        (
+            &["replay", "--rate", "5", "--speed", "-2", "--dir", "/"],
+            "--speed -2 must be positive",
+        ),
+        (
+            &["ctl", "set-max-rate", "/scratch:metadata", "-5"],
+            "bad rate '-5': must not be negative",
+        ),
+    ] {
+        assert_usage_error(args, &run(args), expected);
+    }
+}
+
+#[test]
+fn local_names_the_files_of_a_key_that_does_not_match_as_global_does() {
+    let _turn = crate::util::together();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = |name: &str| dir.path().join(name).display().to_string();
+    let (ca, nodes, server) = (path("ca"), path("nodes"), path("server"));
+    for args in [
+        &["certs", "ca", "--out", &ca][..],
+        &["certs", "node", "n1", "n2", "--ca", &ca, "--out", &nodes],
+        &[
+            "certs",
+            "server",
+            "127.0.0.1",
+            "--ca",
+            &ca,
+            "--out",
+            &server,
+        ],
+    ] {
+        let output = run(args);
+        assert!(output.status.success(), "{args:?}: {}", stderr(&output));
+    }
+    let config = path("global.toml");
+    std::fs::write(
+        &config,
+        "[[resource]]\nname = \"/scratch:metadata\"\nmax_rate = 1000\npolicy = \"psfa\"\n",
+    )
+    .expect("config written");
+    let (node_cert, server_cert) = (path("nodes/node-n1.pem"), path("server/server.pem"));
+    // The key of another node's certificate.
+    let key = path("nodes/node-n2.key");
+    let ca_cert = path("ca/ca.pem");
+    let local: &[&str] = &[
+        "local",
+        "--socket",
+        &path("local.sock"),
+        "--global",
+        "https://127.0.0.1:1",
+        "--tls-cert",
+        &node_cert,
+        "--tls-key",
+        &key,
+        "--tls-ca",
+        &ca_cert,
+    ];
+    let global: &[&str] = &[
+        "global",
+        "--config",
+        &config,
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-socket",
+        &path("admin.sock"),
+        "--tls-cert",
+        &server_cert,
+        "--tls-key",
+        &key,
+        "--tls-client-ca",
+        &ca_cert,
+    ];
+    for (args, cert) in [(local, &node_cert), (global, &server_cert)] {
+        let expected = format!("--tls-cert {cert}: unusable with --tls-key {key} (");
+        assert_usage_error(args, &run(args), &expected);
+    }
 }
 
 #[test]

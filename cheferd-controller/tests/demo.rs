@@ -1,49 +1,132 @@
 //! The README's main command, shortened: `cheferd demo` runs its embedded controllers
-//! and jobs under the stage, prints the live table and the summary, writes the plot, and
-//! keeps the aggregate under `Max_R`.
+//! and jobs under the stage, prints the live table and the summary (per job: demand,
+//! assigned rate, operations, when it ran), writes the plot, and keeps the aggregate
+//! under `Max_R`. Its results go to `--out`, or by default to a directory under the
+//! temporary directory it prints, never to the current directory.
 
-#[test]
-fn the_demo_runs_and_keeps_the_aggregate_under_max_r() {
-    let _turn = crate::util::alone();
+use std::path::{Path, PathBuf};
+
+/// `cheferd demo` with two jobs at `Max_R` 3000 ops/s, in `cwd` with `TMPDIR=tmp`: its
+/// standard output, once it succeeded.
+fn demo(out: Option<&Path>, cwd: &Path, tmp: &Path) -> String {
     // The demo looks for the stage beside itself (or in the profile's deps/).
     crate::util::stage_library();
-    let out_dir = tempfile::tempdir().unwrap();
     let mut command = std::process::Command::new(crate::util::cheferd());
     command
-        .args([
-            "demo",
-            "--seconds",
-            "8",
-            "--stagger",
-            "2",
-            "--jobs",
-            "2",
-            "--max-rate",
-            "3000",
-        ])
-        .arg("--out")
-        .arg(out_dir.path());
+        .args(["demo", "--seconds", "8", "--stagger", "2", "--jobs", "2"])
+        .args(["--max-rate", "3000"])
+        .current_dir(cwd)
+        .env("TMPDIR", tmp);
+    if let Some(out) = out {
+        command.arg("--out").arg(out);
+    }
     let output = crate::util::run_with_timeout(&mut command, std::time::Duration::from_secs(120));
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "demo failed: {stderr}\n{stdout}");
+    stdout
+}
+
+/// The summary of a demo's output, checked: no window above `Max_R` + 5 %, and per job
+/// its demand (the shares of PADLL Table I's 15 and 25), about half the operations each
+/// (they replay equal parts of the trace whatever their shares), and a finished run.
+fn check_summary(stdout: &str) {
     assert!(
         stdout.contains("job-1") && stdout.contains("job-2") && stdout.contains("mutual TLS"),
         "{stdout}"
     );
     let summary = stdout
-        .split("summary")
+        .split("\nsummary")
         .nth(1)
         .unwrap_or_else(|| panic!("no summary: {stdout}"));
     assert!(
         summary.contains(" 0 of "),
         "windows above Max_R + 5 %: {summary}"
     );
-    for file in ["rates.csv", "rates.png", "rates.svg"] {
-        let path = out_dir.path().join(file);
+    let demands = [15.0, 25.0];
+    for (j, demand) in demands.iter().enumerate() {
+        let name = format!("job-{}", j + 1);
+        let row = summary
+            .lines()
+            .find(|line| line.trim_start().starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no row of {name}: {summary}"));
+        let expected_demand = format!(
+            "{:.0}/s ({:.1} %)",
+            3000.0 * demand / 110.0,
+            100.0 * demand / demands.iter().sum::<f64>()
+        );
+        assert!(row.contains(&expected_demand), "{expected_demand}: {row}");
+        // The shares in the row, in parentheses: demand, assigned (if every job ran at
+        // once), operations.
+        let shares: Vec<f64> = row
+            .split('(')
+            .skip(1)
+            .filter_map(|part| part.split(" %)").next()?.parse().ok())
+            .collect();
+        let operations = *shares.last().unwrap_or(&0.0);
+        assert!(
+            (40.0..=60.0).contains(&operations),
+            "{name} did {operations} % of the operations: {row}"
+        );
+        assert!(
+            row.trim_end().ends_with(" s") && row.contains('–'),
+            "{name} did not finish: {row}"
+        );
+    }
+}
+
+fn files(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect()
+}
+
+fn assert_written(paths: &[PathBuf]) {
+    for path in paths {
         assert!(
             path.metadata().is_ok_and(|m| m.len() > 0),
             "{} not written",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn the_demo_runs_and_keeps_the_aggregate_under_max_r() {
+    let _turn = crate::util::alone();
+    let (cwd, tmp, out) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let stdout = demo(Some(out.path()), cwd.path(), tmp.path());
+    check_summary(&stdout);
+    assert_written(&["rates.csv", "rates.png", "rates.svg"].map(|file| out.path().join(file)));
+    // Its certificates, scratch directory and trace are gone; nothing went elsewhere.
+    assert_eq!(files(tmp.path()), Vec::<PathBuf>::new());
+    assert_eq!(files(cwd.path()), Vec::<PathBuf>::new());
+}
+
+#[test]
+fn by_default_the_results_go_under_the_temporary_directory_and_are_named() {
+    let _turn = crate::util::alone();
+    let (cwd, tmp) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let stdout = demo(None, cwd.path(), tmp.path());
+    assert_eq!(files(cwd.path()), Vec::<PathBuf>::new(), "{stdout}");
+    // One directory of results, the rest of the run removed.
+    let [results] = &files(tmp.path())[..] else {
+        panic!("{:?}: {stdout}", files(tmp.path()));
+    };
+    let mut written = files(results);
+    written.sort();
+    let expected = ["rates.csv", "rates.png", "rates.svg"].map(|file| results.join(file));
+    assert_eq!(written, expected);
+    assert_written(&expected);
+    for path in &expected {
+        assert!(
+            stdout.contains(&path.display().to_string()),
+            "{} not printed: {stdout}",
             path.display()
         );
     }
