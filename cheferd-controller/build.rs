@@ -3,9 +3,9 @@
 //! runs `ctl` as another uid; `has_prometheus`, `has_promtool`: the dashboard's queries
 //! run against a real Prometheus; Slurm, munge, `slurm/spank.h` and `cc`:
 //! `tests/slurm.rs`; `systemd-analyze`: the units; `has_bash`: the fail-closed tests run
-//! a job's processes from a shell; `has_etcd`: `tests/standby.rs` starts a real etcd),
-//! see `scripts/test-tools.rs`, and records the git
-//! commit for `cheferd --version` (`scripts/git-commit.rs`).
+//! a job's processes from a shell; `has_etcd`: `tests/standby.rs` starts a real etcd;
+//! `has_groff`: the man pages are formatted), see `scripts/test-tools.rs`, and records
+//! the git commit for `cheferd --version` (`scripts/git-commit.rs`).
 
 #[path = "../scripts/git-commit.rs"]
 mod git_commit;
@@ -28,6 +28,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         tools::Need::Program("systemd-analyze"),
         tools::Need::Program("bash"),
         tools::Need::Program("etcd"),
+        tools::Need::Program("groff"),
     ]);
     println!("cargo:rerun-if-changed=proto/cheferd.proto");
     let descriptors = protox::compile(["proto/cheferd.proto"], ["proto"])?;

@@ -180,6 +180,120 @@ fn man_pages_and_completions_are_installed() {
     }
 }
 
+/// The sections clap cannot write: every command's page says its exit status, the
+/// main ones their files and examples.
+#[test]
+fn man_pages_say_exit_status_files_and_examples() {
+    let _turn = crate::util::together();
+    let installed = Installed::new();
+    let pages = std::fs::read_dir(installed.path("share/man/man1")).expect("man1");
+    let mut count = 0;
+    for page in pages {
+        let path = page.expect("entry").path();
+        let text = std::fs::read_to_string(&path).expect("page");
+        assert!(
+            text.contains("\n.SH \"EXIT STATUS\"\n"),
+            "{} has no EXIT STATUS",
+            path.display()
+        );
+        count += 1;
+    }
+    assert!(count > 20, "only {count} pages");
+    for page in [
+        "padll-run",
+        "cheferd-global",
+        "cheferd-local",
+        "cheferd-ctl",
+    ] {
+        let text = std::fs::read_to_string(installed.path(&format!("share/man/man1/{page}.1")))
+            .expect("page");
+        for section in ["\n.SH FILES\n", "\n.SH EXAMPLES\n"] {
+            assert!(text.contains(section), "{page}.1 has no {section:?}");
+        }
+    }
+    // `ctl`'s own codes, on its subcommands' pages too.
+    let status =
+        std::fs::read_to_string(installed.path("share/man/man1/cheferd-ctl-jobs.1")).expect("page");
+    assert!(
+        status.contains("\\fB69\\fR"),
+        "cheferd-ctl-jobs.1:\n{status}"
+    );
+}
+
+/// `padll.toml(5)` and `global.toml(5)` name every key of the sample configurations.
+#[test]
+fn configuration_pages_name_every_key() {
+    let _turn = crate::util::together();
+    let installed = Installed::new();
+    for (page, sample) in [
+        ("padll.toml", "etc/padll.toml"),
+        ("global.toml", "etc/global.toml"),
+    ] {
+        let text = std::fs::read_to_string(installed.path(&format!("share/man/man5/{page}.5")))
+            .unwrap_or_else(|e| panic!("{page}.5: {e}"));
+        let sample = std::fs::read_to_string(root().join(sample)).expect("sample");
+        let table: toml::Table = sample.parse().expect("the sample is TOML");
+        let mut keys = Vec::new();
+        collect_keys(&table, &mut keys);
+        assert!(keys.len() > 5, "{keys:?}");
+        for key in keys {
+            assert!(
+                text.contains(&format!("\\fB{key}\\fR")),
+                "{page}.5 does not describe '{key}'"
+            );
+        }
+    }
+}
+
+/// groff formats every page without a warning.
+#[test]
+#[cfg_attr(
+    not(has_groff),
+    ignore = "groff not installed (Debian package groff-base)"
+)]
+fn man_pages_format_without_warnings() {
+    let _turn = crate::util::together();
+    let installed = Installed::new();
+    for section in ["man1", "man5"] {
+        for page in std::fs::read_dir(installed.path(&format!("share/man/{section}"))).expect("dir")
+        {
+            let path = page.expect("entry").path();
+            // -k: the pages are UTF-8, as man(1) reads them; -ww: every warning.
+            let out = run(Command::new("groff")
+                .args(["-k", "-man", "-ww", "-z", "-Tutf8"])
+                .arg(&path));
+            assert!(
+                out.status.success() && out.stderr.is_empty(),
+                "{}: {}",
+                path.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
+/// Every key of a TOML table and of its sections (`[tls]`, each `[[limit]]`), whose
+/// names are headings rather than keys; a table keyed by resources (`demand = {
+/// "/scratch:metadata" = … }`) is one key.
+fn collect_keys(table: &toml::Table, keys: &mut Vec<String>) {
+    let section = |value: &toml::Value| match value {
+        toml::Value::Table(inner) => !inner.keys().any(|k| k.contains('/')),
+        _ => false,
+    };
+    for (key, value) in table {
+        match value {
+            toml::Value::Array(items) if !items.is_empty() && items.iter().all(section) => {
+                items
+                    .iter()
+                    .filter_map(toml::Value::as_table)
+                    .for_each(|inner| collect_keys(inner, keys));
+            }
+            toml::Value::Table(inner) if section(value) => collect_keys(inner, keys),
+            _ => keys.push(key.clone()),
+        }
+    }
+}
+
 #[test]
 #[cfg_attr(not(has_systemd_analyze), ignore = "systemd-analyze not installed")]
 fn installed_units_pass_systemd_analyze_verify() {
