@@ -407,8 +407,10 @@ impl GlobalConfig {
             config.interval_ms = ms;
         }
         if let Some(ms) = raw.burst_ms {
-            if ms == 0 {
-                return Err(out_of_range("burst_ms", &ms, "must be at least 1"));
+            // The stages' own bound: a deeper bucket lets an idle job run unlimited for
+            // as long.
+            if ms == 0 || ms > padll_wire::config::MAX_BURST_MS {
+                return Err(out_of_range("burst_ms", &ms, "must be between 1 and 60000"));
             }
             config.burst_ms = ms;
         }
@@ -560,6 +562,7 @@ impl GlobalConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use padll_wire::config::MAX_BURST_MS;
 
     #[test]
     fn resource_parsing() {
@@ -669,9 +672,20 @@ mod tests {
     }
 
     #[test]
+    fn the_deepest_bucket_is_the_stages() {
+        assert!(parse(&format!("burst_ms = {MAX_BURST_MS}")).is_ok());
+        assert!(parse(&format!("burst_ms = {}", MAX_BURST_MS + 1)).is_err());
+    }
+
+    #[test]
     fn errors_name_key_and_value() {
         for (text, needle) in [
             ("interval_ms = 0", "interval_ms = 0"),
+            // The stages' bound (`MAX_BURST_MS`), named.
+            (
+                "burst_ms = 60001",
+                "burst_ms = 60001: must be between 1 and 60000",
+            ),
             ("bogus = 1", "bogus"),
             (
                 "[[resource]]\nname = \"scratch:metadata\"\nmax_rate = \"1k\"\npolicy = \"psfa\"",

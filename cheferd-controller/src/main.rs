@@ -9,7 +9,7 @@ use cheferd_controller::{bounds, demo, metrics, policy};
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use padll_wire::config::{parse_rate, Rate};
 use padll_wire::exit::{EX_FAILURE, EX_NOPERM, EX_UNAVAILABLE, EX_USAGE};
-use std::ops::RangeInclusive;
+use policies::cli::whole;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -33,29 +33,6 @@ const MAX_BYTES: usize = 1 << 40;
 const MAX_SECONDS: usize = 1_000_000;
 /// See [`MAX_COUNT`]: a century.
 const MAX_DAYS: u32 = 36_500;
-
-/// The value parser of integer flags: a whole number in `range`, its refusal naming the
-/// range ([`parse_failure`] adds the flag and the value). The flags that use it
-/// `allow_negative_numbers`, so that `-1` reaches it instead of reading as a flag.
-fn whole<T>(
-    range: RangeInclusive<T>,
-) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static
-where
-    T: std::str::FromStr + PartialOrd + std::fmt::Display + Clone + Send + Sync + 'static,
-{
-    move |text| {
-        text.parse()
-            .ok()
-            .filter(|n| range.contains(n))
-            .ok_or_else(|| {
-                format!(
-                    "must be a whole number from {} to {}",
-                    range.start(),
-                    range.end()
-                )
-            })
-    }
-}
 
 /// Clap's refusal of the command line. A refused value is one line naming the flag and
 /// the value (exit 2); the rest (unknown flags, help, version) clap prints as it does.

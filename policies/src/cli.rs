@@ -10,6 +10,7 @@
 use std::ffi::OsString;
 use std::fs;
 use std::io::{BufReader, Read, Write};
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
@@ -65,16 +66,22 @@ pub struct PlaceSimArgs {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Workload seed.
-    #[arg(long, default_value_t = 42)]
+    #[arg(long, default_value_t = 42, allow_negative_numbers = true, value_parser = whole(0..=u64::MAX))]
     pub seed: u64,
     /// Simulated hours of the Figs. 11–12 runs (the paper: 24).
-    #[arg(long, default_value_t = 24.0)]
+    #[arg(long, default_value_t = 24.0, allow_negative_numbers = true)]
     pub hours: f64,
     /// Target counts of the scalability run (Fig. 17).
-    #[arg(long, value_delimiter = ',', default_value = "160,480,800,1024,3600")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "160,480,800,1024,3600",
+        allow_negative_numbers = true,
+        value_parser = whole(1..=100_000usize)
+    )]
     pub osts: Vec<usize>,
     /// Simulated hours of each scalability run.
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 2.0, allow_negative_numbers = true)]
     pub scale_hours: f64,
     /// Skip the PNG/SVG plots.
     #[arg(long)]
@@ -95,16 +102,16 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Seed of the generated trace (ignored with --trace).
-    #[arg(long, default_value_t = 42)]
+    #[arg(long, default_value_t = 42, allow_negative_numbers = true, value_parser = whole(0..=u64::MAX))]
     pub seed: u64,
     /// Read the per-job traces from this padll-trace v1 file instead of generating them.
     #[arg(long)]
     pub trace: Option<PathBuf>,
     /// Simulation step in seconds (≤ the interval).
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, default_value_t = 0.1, allow_negative_numbers = true)]
     pub step: f64,
     /// Control-loop interval in seconds.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub interval: f64,
     /// Capacity Max_R in ops/s (`110000`, `110k`, as in the controller's TOML).
     #[arg(
@@ -133,7 +140,7 @@ pub struct AllocateArgs {
     #[arg(long, value_parser = parse_max_rate, allow_negative_numbers = true)]
     pub max_rate: f64,
     /// Control interval in seconds (AdapTBF's Δt).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub interval: f64,
 }
 
@@ -141,20 +148,43 @@ pub struct AllocateArgs {
 #[derive(Debug, clap::Args)]
 pub struct TraceArgs {
     /// Scenario of PADLL Table I whose load proportions split the aggregate (1, 2, 3).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = whole(1..=3usize))]
     pub scenario: usize,
     /// PRNG seed.
-    #[arg(long, default_value_t = 42)]
+    #[arg(long, default_value_t = 42, allow_negative_numbers = true, value_parser = whole(0..=u64::MAX))]
     pub seed: u64,
     /// Mean aggregate load, ops/s.
-    #[arg(long, default_value_t = 90_000.0)]
+    #[arg(long, default_value_t = 90_000.0, allow_negative_numbers = true)]
     pub mean: f64,
     /// Length of each job's trace, seconds.
-    #[arg(long, default_value_t = 2160)]
+    #[arg(long, default_value_t = 2160, allow_negative_numbers = true, value_parser = whole(1..=1_000_000usize))]
     pub seconds: usize,
     /// Output file (default: stdout).
     #[arg(long)]
     pub out: Option<PathBuf>,
+}
+
+/// The value parser of integer flags: a whole number in `range`, its refusal naming the
+/// range (clap, or `cheferd`'s one-line refusal, adds the flag and the value). The flags that use it
+/// `allow_negative_numbers`, so that `-1` reaches it instead of reading as a flag.
+pub fn whole<T>(
+    range: RangeInclusive<T>,
+) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Clone + Send + Sync + 'static,
+{
+    move |text| {
+        text.parse()
+            .ok()
+            .filter(|n| range.contains(n))
+            .ok_or_else(|| {
+                format!(
+                    "must be a whole number from {} to {}",
+                    range.start(),
+                    range.end()
+                )
+            })
+    }
 }
 
 /// The policies `simulate --policy all` runs (the paper's setups plus AdapTBF and size-fair).

@@ -281,3 +281,32 @@ fn trace_then_simulate_from_the_file() {
     assert!(svg.contains("<svg") && svg.contains("psfa"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A negative or absurd count reaches its flag's check instead of reading as a flag (or
+/// allocating a trace of 10¹¹ seconds).
+#[test]
+fn counts_out_of_range_name_their_flag() {
+    for (args, needle) in [
+        (
+            &["trace", "--seconds", "-1"][..],
+            "'-1' for '--seconds <SECONDS>': must be a whole number from 1 to 1000000",
+        ),
+        (
+            &["trace", "--seconds", "99999999999"],
+            "'99999999999' for '--seconds <SECONDS>': must be a whole number from 1 to 1000000",
+        ),
+        (
+            &["trace", "--scenario", "9"],
+            "'9' for '--scenario <SCENARIO>': must be a whole number from 1 to 3",
+        ),
+        (
+            &["simulate", "--seed", "-3"],
+            "'-3' for '--seed <SEED>': must be a whole number from 0",
+        ),
+        (&["simulate", "--interval", "-1"], "bad --interval `-1`"),
+    ] {
+        let o = policies(args, "");
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
+    }
+}

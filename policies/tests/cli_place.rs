@@ -191,5 +191,5 @@ fn place_sim_writes_summary_and_plots() {
     let _ = std::fs::remove_dir_all(&dir);
     let o = policies(&["place-sim", "--osts", "0"], "");
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("bad --osts `0`"));
+    assert!(stderr(&o).contains("'0' for '--osts <OSTS>': must be a whole number from 1 to 100000"));
 }
