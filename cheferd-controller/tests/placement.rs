@@ -210,7 +210,7 @@ fn files_a_shell_creates_get_the_services_targets() {
             )
             .env("PADLL_MOUNTS", &cluster.scratch)
             .env("PADLL_CONTROLLER", cluster.local_socket("n1"))
-            .env("PADLL_JOB_ID", "placed-by-shell")
+            .env("PADLL_JOB_ID", job_id("placed-by-shell"))
             .env(
                 "PADLL_PLACEMENT",
                 format!("{}=2", cluster.scratch.display()),
