@@ -446,7 +446,9 @@ fn with_three_etcd_members_one_killed_the_standby_still_takes_over() {
     // Whichever member led etcd's Raft, the two left elect one (≈ 1 s) and every
     // controller's etcd calls go to them.
     std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(a.status()["controlling"], true, "{}", a.log());
+    a.wait_for_status("A controlling with two etcd members", |status| {
+        status["controlling"] == true
+    });
     fails_over(cluster, a, b);
 }
 
