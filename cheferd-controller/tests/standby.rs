@@ -226,12 +226,17 @@ impl Etcd {
             .flatten()
     }
 
-    /// How many keys start with `prefix` (`None`: etcd does not answer).
-    fn count(&self, prefix: &str) -> Option<usize> {
+    /// The values of the keys that start with `prefix` (`None`: etcd does not answer).
+    fn values(&self, prefix: &str) -> Option<Vec<String>> {
         let prefix = prefix.to_string();
-        self.call(|client| async move { client.range_prefix(&prefix).await })
-            .ok()
-            .map(|kvs| kvs.len())
+        let kvs = self
+            .call(|client| async move { client.range_prefix(&prefix).await })
+            .ok()?;
+        Some(
+            kvs.iter()
+                .map(|kv| String::from_utf8_lossy(&kv.value).into_owned())
+                .collect(),
+        )
     }
 
     /// One call of the project's etcd client, on a runtime of its own.
@@ -615,10 +620,13 @@ fn the_leader_folds_the_stored_changes_and_the_next_one_restores_them() {
     }
     let last = CHANGED_MAX_RATE + (changes - 1) as f64;
     let keys = format!("{ETCD_PREFIX}/changes/");
+    // The leader stores changes after `ctl` has its answer: wait for the last one.
+    let last_change = format!("\"rate\":\"{last}\"");
     let folded = wait_for(Duration::from_secs(20), "the changes folded", || {
-        let left = etcd.count(&keys)?;
+        let left = etcd.values(&keys)?;
         let folded = etcd.get(&format!("{ETCD_PREFIX}/changes-folded"))?;
-        (left <= FOLD_AFTER).then_some((left, folded))
+        let stored = left.iter().any(|change| change.contains(&last_change));
+        (stored && left.len() <= FOLD_AFTER).then_some((left.len(), folded))
     });
     let (left, folded) = (
         folded.0,
