@@ -80,15 +80,7 @@ pub fn start_on_fresh_ports<T>(
 /// The range to pick a block of `count` from: below the ephemeral range, or above it
 /// where it starts too low to leave room.
 fn candidates(count: u16) -> (u16, u16) {
-    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .unwrap_or_else(|_| "32768 60999".into());
-    let mut bounds = text
-        .split_whitespace()
-        .filter_map(|v| v.parse::<u16>().ok());
-    let (start, end) = (
-        bounds.next().unwrap_or(32768),
-        bounds.next().unwrap_or(60999),
-    );
+    let (start, end) = ephemeral_range();
     if start >= LOWEST + 1000 + count {
         (LOWEST, start - count)
     } else {
@@ -98,6 +90,19 @@ fn candidates(count: u16) -> (u16, u16) {
         );
         (end + 1, u16::MAX - count)
     }
+}
+
+/// The kernel's ephemeral port range (Linux's default if it cannot be read).
+fn ephemeral_range() -> (u16, u16) {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .unwrap_or_else(|_| "32768 60999".into());
+    let mut bounds = text
+        .split_whitespace()
+        .filter_map(|v| v.parse::<u16>().ok());
+    (
+        bounds.next().unwrap_or(32768),
+        bounds.next().unwrap_or(60999),
+    )
 }
 
 /// Holds `port` (its lock file, exclusively) if no other test run holds it and
@@ -135,4 +140,30 @@ fn seed() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     (nanos ^ (u64::from(std::process::id()) << 32)) | 1
+}
+
+#[test]
+fn reserved_ports_lie_outside_the_ephemeral_range_and_are_held() {
+    let _turn = crate::util::together();
+    let (start, end) = ephemeral_range();
+    let ports = Ports::reserve(3);
+    for i in 0..3 {
+        let port = ports.get(i);
+        assert!(port < start || port > end, "{port} is in {start}-{end}");
+        assert!(claim(port).is_none(), "{port} was reserved twice");
+    }
+}
+
+#[test]
+fn a_global_controller_whose_port_was_taken_starts_on_others() {
+    let _turn = crate::util::alone();
+    let mut cluster = crate::util::Cluster::new("interval_ms = 1000\n");
+    // What a process outside the tests may do: listen on the port reserved for it.
+    let taken = cluster.port;
+    let _squatter = std::net::TcpListener::bind(("127.0.0.1", taken)).expect("a free port");
+    cluster.start_global();
+    assert_ne!(cluster.port, taken, "started on the taken port");
+    // The local controllers follow it to its new port.
+    cluster.start_local("n1");
+    cluster.wait_for_stages(std::time::Duration::from_secs(30), &[("n1", 0)]);
 }
