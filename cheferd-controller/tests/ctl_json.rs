@@ -1,9 +1,8 @@
 //! `cheferd ctl … --json`: every view prints JSON of what the admin socket returned,
 //! against a global and a local controller with one job under the stage.
 
-use crate::util::{job_id, Cluster};
+use crate::util::{job_id, Cluster, START_TIMEOUT};
 use serde_json::Value;
-use std::time::Duration;
 
 /// `ctl ARGS…`, which must succeed, parsed as JSON.
 fn json(cluster: &Cluster, args: &[&str]) -> Value {
@@ -28,9 +27,9 @@ fn every_ctl_view_prints_json() {
     cluster.start_local("n1");
     let job = job_id("job-1");
     cluster.start_process(&job, "n1", 300);
-    cluster.wait_for_stages(Duration::from_secs(15), &[("n1", 1)]);
+    cluster.wait_for_stages(START_TIMEOUT, &[("n1", 1)]);
     let resource = cluster.metadata();
-    crate::util::wait_for(Duration::from_secs(10), "a share for job-1", || {
+    crate::util::wait_for(START_TIMEOUT, "a share for job-1", || {
         let jobs = json(&cluster, &["jobs", "--json"]);
         (jobs["shares"][0]["job"] == job.as_str()).then_some(())
     });

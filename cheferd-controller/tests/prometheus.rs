@@ -5,7 +5,7 @@
 //! text also passes `promtool check metrics` (format and naming conventions).
 
 use crate::ports::{self, Ports};
-use crate::util::{job_id, run_with_timeout, wait_for, Cluster};
+use crate::util::{job_id, run_with_timeout, wait_for, Cluster, START_TIMEOUT};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -196,10 +196,10 @@ fn prometheus_scrapes_the_controller_and_every_dashboard_query_has_data() {
     cluster.start_local("n1");
     cluster.start_job(&job_id("job-a"), &["n1"], 300);
     cluster.start_job(&job_id("job-b"), &["n1"], 300);
-    cluster.wait_for_stages(Duration::from_secs(15), &[("n1", 2)]);
+    cluster.wait_for_stages(START_TIMEOUT, &[("n1", 2)]);
 
     let target = format!("127.0.0.1:{}", cluster.metrics_port);
-    let scraped = wait_for(Duration::from_secs(10), "the metrics endpoint", || {
+    let scraped = wait_for(START_TIMEOUT, "the metrics endpoint", || {
         http_get(cluster.metrics_port, "/metrics").ok()
     });
     let checked = promtool_check(&scraped, cluster.dir.path());

@@ -4,7 +4,7 @@
 //! latency, nodes and stages, with the types and names Prometheus' conventions ask for
 //! — on real processes on loopback.
 
-use crate::util::{assigned, job_id, wait_for, Cluster};
+use crate::util::{assigned, job_id, wait_for, Cluster, START_TIMEOUT};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -92,7 +92,7 @@ fn scheduled_rules_apply_at_their_time_and_metrics_show_the_jobs() {
     cluster.start_local("n1");
     cluster.start_job(&a, &["n1"], 1500);
     cluster.start_job(&b, &["n1"], 1500);
-    cluster.wait_for_stages(Duration::from_secs(15), &[("n1", 2)]);
+    cluster.wait_for_stages(START_TIMEOUT, &[("n1", 2)]);
 
     // Before the rule (by the controller's clock, which the rule's time is on): PSFA
     // gives both busy jobs their demand.
@@ -130,7 +130,7 @@ fn scheduled_rules_apply_at_their_time_and_metrics_show_the_jobs() {
     );
 
     // Metrics while the rule holds.
-    let metrics = wait_for(Duration::from_secs(10), "the metrics endpoint", || {
+    let metrics = wait_for(START_TIMEOUT, "the metrics endpoint", || {
         scrape(cluster.metrics_port)
     });
     let (label_a, label_b) = (format!("job=\"{a}\""), format!("job=\"{b}\""));

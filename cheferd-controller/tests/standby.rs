@@ -381,9 +381,9 @@ fn cluster(policy: &str, etcd_members: usize, etcd_tls: bool) -> (Cluster, Etcd,
         etcd_tls.then(|| cluster.tls.clone()),
     );
     let a = Global::start(&cluster, "a", &etcd);
-    a.wait_for_log(Duration::from_secs(15), "elected leader");
+    a.wait_for_log(START_TIMEOUT, "elected leader");
     let b = Global::start(&cluster, "b", &etcd);
-    b.wait_for_log(Duration::from_secs(15), "following");
+    b.wait_for_log(START_TIMEOUT, "following");
     cluster.admin = a.admin.clone();
     // B first: the locals are refused by it and follow it to A.
     cluster.global_urls = format!("{},{}", b.url(), a.url());

@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 
 /// How long a `cheferd ctl` call may take before the test fails.
 const CTL_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a controller may take to start serving (a loaded machine).
-const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long what a test starts (a controller, a job's stages) may take to be up on a
+/// loaded machine.
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// The aggregate may exceed `Max_R` by this much in a one-second window.
 pub const CAP_TOLERANCE: f64 = 1.05;
 /// Replayers run until the test kills them.
