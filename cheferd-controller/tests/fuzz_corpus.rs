@@ -122,7 +122,7 @@ fn committed_corpora_pass_every_target() {
 #[test]
 fn bounded_pseudo_random_pass() {
     let _turn = crate::util::together();
-    let started = thread_cpu_time();
+    let started = crate::util::clocks::now(libc::CLOCK_THREAD_CPUTIME_ID);
     for (t, (name, body)) in targets::TARGETS.iter().enumerate() {
         let seeds: Vec<Vec<u8>> = corpus(name).into_iter().map(|(_, b)| b).collect();
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1));
@@ -140,21 +140,9 @@ fn bounded_pseudo_random_pass() {
     }
     // The pass is a smoke test, not a fuzzing campaign: keep it short (debug build). Its
     // own CPU time, which other tests and processes sharing the machine do not inflate.
-    let spent = thread_cpu_time() - started;
+    let spent = crate::util::clocks::now(libc::CLOCK_THREAD_CPUTIME_ID) - started;
     assert!(
         spent < Duration::from_secs(60),
         "the bounded pass took {spent:?} of CPU"
     );
-}
-
-/// The CPU time the calling thread has used.
-fn thread_cpu_time() -> Duration {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes only the timespec it is given.
-    let read = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
-    assert_eq!(read, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
-    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }

@@ -27,6 +27,9 @@ const REPLAY_SECONDS: &str = "600";
 mod turns;
 pub use turns::{alone, together};
 
+#[path = "../../scripts/test-clocks.rs"]
+pub mod clocks;
+
 /// `name` made unique to this test run, for a job whose processes run under the stage:
 /// the stage keeps a job's shared buckets and last rules in `/dev/shm` under its id
 /// (`padll-<uid>-<job>`, `padll-rules-<uid>-<job>`), which two test runs on one machine

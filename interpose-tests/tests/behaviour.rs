@@ -12,18 +12,6 @@
 
 use crate::util::*;
 
-/// `CLOCK_MONOTONIC` (the clock the probe prints its windows on), ns.
-fn monotonic_ns() -> f64 {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes only the timespec it is given.
-    let read = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-    assert_eq!(read, 0, "clock_gettime(CLOCK_MONOTONIC)");
-    now.tv_sec as f64 * 1e9 + now.tv_nsec as f64
-}
-
 /// A scratch mountpoint with the probe's 4 MiB `file` in it.
 fn mountpoint(name: &str) -> Scratch {
     let dir = Scratch::new(name);
@@ -439,7 +427,8 @@ fn the_stages_own_io_is_never_throttled() {
     );
     // From the loop's end to the process' exit, on the clock the probe printed its end
     // on (its start-up, which a loaded machine makes long, is not in it).
-    let exit = (monotonic_ns() - out["end_ns"]) / 1e9;
+    let now = clocks::now(libc::CLOCK_MONOTONIC).as_nanos() as f64;
+    let exit = (now - out["end_ns"]) / 1e9;
     assert!(exit < 2.0, "exit took {exit:.2} s after the loop");
     let reports = reports(&stats);
     assert!(
