@@ -218,6 +218,8 @@ pub struct Cluster {
     pub global_urls: String,
     /// Jobs' processes, in start order.
     pub jobs: Vec<Replayer>,
+    /// Every job it started a process of (ids of this run, see [`job_id`]).
+    started_jobs: std::collections::BTreeSet<String>,
     restarts: usize,
 }
 
@@ -260,6 +262,7 @@ impl Cluster {
             local_env: Vec::new(),
             global_urls: format!("https://127.0.0.1:{port}"),
             jobs: Vec::new(),
+            started_jobs: Default::default(),
             restarts: 0,
         }
     }
@@ -506,6 +509,7 @@ impl Cluster {
                 }
             }
         });
+        self.started_jobs.insert(job.to_string());
         self.jobs.push(Replayer {
             job: job.to_string(),
             node: node.to_string(),
@@ -692,7 +696,7 @@ impl Drop for Cluster {
         self.jobs.clear();
         self.locals.clear();
         self.global = None;
-        self.remove_last_rules();
+        self.remove_job_files();
         if std::thread::panicking() {
             let mut logs: Vec<PathBuf> = std::fs::read_dir(self.dir.path())
                 .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
@@ -712,10 +716,16 @@ impl Drop for Cluster {
 }
 
 impl Cluster {
-    /// Removes the last rules its jobs' stages kept in `/dev/shm` (they name its scratch
+    /// Removes what its jobs' stages left in `/dev/shm`: the segments of its jobs (a
+    /// killed job's last process cannot), and the last rules (they name its scratch
     /// directory), of every uid and half-written ones included, so no later test starts
     /// a job of the same id under them.
-    fn remove_last_rules(&self) {
+    fn remove_job_files(&self) {
+        // SAFETY: geteuid takes no arguments, touches no memory of ours and cannot fail.
+        let uid = unsafe { libc::geteuid() };
+        for job in &self.started_jobs {
+            let _ = std::fs::remove_file(format!("/dev/shm/padll-{uid}-{job}"));
+        }
         let prefix = "padll-rules-";
         let scratch = self.scratch.display().to_string();
         let Ok(entries) = std::fs::read_dir("/dev/shm") else {
