@@ -22,6 +22,10 @@
 #   NODES                   how many nodes (default 1): NODE, NODE-2, …, NODE-N, each a
 #                           slurmd of this host claiming all its CPUs
 #   PLUGSTACK               lines for BASE/etc/plugstack.conf (SPANK plugins)
+#   FIRST_JOB_ID            the first job's id (default 1); two clusters on one host
+#                           given apart ranges never hand out the same job id
+# `up` exits 3 when a daemon could not listen on its port (another process took it):
+# the caller may try again with other ports.
 # Needs: slurmctld slurmd slurm-client munge (Debian packages).
 set -euo pipefail
 
@@ -157,6 +161,7 @@ SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=$select
 DefMemPerCPU=100
+FirstJobId=${FIRST_JOB_ID:-1}
 MpiDefault=none
 ReturnToService=2
 SlurmdTimeout=30
@@ -179,14 +184,26 @@ EOF
     slurmd -D -N "$name" -f "$SLURM_CONF" >"$BASE/log/slurmd-$name.out" 2>&1 &
     echo $! >"$BASE/run/slurmd-$name.bgpid"
   done
-  for _ in $(seq 1 100); do
+  local daemon
+  for _ in $(seq 1 300); do
     if [ "$(sinfo -h -N -t idle -o '%N' 2>/dev/null | wc -l)" = "${#NAMES[@]}" ]; then
       echo "slurm test cluster of ${#NAMES[@]} node(s) up in $(awk "BEGIN{print $(date +%s.%N)-$t0}") s ($MODE): export SLURM_CONF=$SLURM_CONF"
       return 0
     fi
+    for daemon in slurmctld "${NAMES[@]/#/slurmd-}"; do
+      kill -0 "$(cat "$BASE/run/$daemon.bgpid")" 2>/dev/null && continue
+      tail -n 20 "$BASE/log/$daemon".* >&2 || true
+      down >/dev/null
+      if grep -qi "address already in use" "$BASE/log/$daemon".*; then
+        echo "$0: $daemon could not listen: its port is in use" >&2
+        exit 3
+      fi
+      echo "$0: $daemon exited" >&2
+      exit 1
+    done
     sleep 0.2
   done
-  echo "slurm's nodes did not all become idle within 20 s; logs:" >&2
+  echo "slurm's nodes did not all become idle within 60 s; logs:" >&2
   tail -n 20 "$BASE"/log/*.out "$BASE"/log/*.log >&2 || true
   down >/dev/null
   exit 1

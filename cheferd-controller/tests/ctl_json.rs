@@ -1,9 +1,8 @@
 //! `cheferd ctl … --json`: every view prints JSON of what the admin socket returned,
 //! against a global and a local controller with one job under the stage.
 
-use crate::util::Cluster;
+use crate::util::{job_id, Cluster, START_TIMEOUT};
 use serde_json::Value;
-use std::time::Duration;
 
 /// `ctl ARGS…`, which must succeed, parsed as JSON.
 fn json(cluster: &Cluster, args: &[&str]) -> Value {
@@ -26,19 +25,20 @@ fn every_ctl_view_prints_json() {
     );
     cluster.start_global();
     cluster.start_local("n1");
-    cluster.start_process("job-1", "n1", 300);
-    cluster.wait_for_stages(Duration::from_secs(15), &[("n1", 1)]);
+    let job = job_id("job-1");
+    cluster.start_process(&job, "n1", 300);
+    cluster.wait_for_stages(START_TIMEOUT, &[("n1", 1)]);
     let resource = cluster.metadata();
-    crate::util::wait_for(Duration::from_secs(10), "a share for job-1", || {
+    crate::util::wait_for(START_TIMEOUT, "a share for job-1", || {
         let jobs = json(&cluster, &["jobs", "--json"]);
-        (jobs["shares"][0]["job"] == "job-1").then_some(())
+        (jobs["shares"][0]["job"] == job.as_str()).then_some(())
     });
 
     let nodes = json(&cluster, &["nodes", "--json"]);
     assert_eq!(nodes[0]["node"], "n1", "{nodes}");
     assert_eq!(nodes[0]["attached"], true, "{nodes}");
     let stages = json(&cluster, &["--json", "stages"]);
-    assert_eq!(stages[0]["job"], "job-1", "{stages}");
+    assert_eq!(stages[0]["job"], job.as_str(), "{stages}");
     assert_eq!(stages[0]["job_size"], 1, "{stages}");
     for view in [&["jobs", "--json"][..], &["top", "--once", "--json"]] {
         let jobs = json(&cluster, view);

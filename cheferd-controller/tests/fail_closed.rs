@@ -51,8 +51,10 @@ impl Run {
         self.operations as f64 / self.seconds
     }
 
-    /// The processes said they ran under `source` and were held to `limit` (within 5 %
-    /// above; below, only by as much as starting processes takes on a loaded machine).
+    /// The processes said they ran under `source` and were held to `limit`: within 5 %
+    /// above; below, by no more than a quarter (the run's time includes starting each
+    /// process, which a loaded machine makes long), far above the other limit a test
+    /// sets against it.
     fn assert_held(&self, source: &str, limit: f64) {
         assert!(self.stderr.contains(source), "{}", self.stderr);
         let rate = self.rate();
@@ -61,7 +63,7 @@ impl Run {
             "processes ran at {rate:.0} ops/s under {source} at {limit}"
         );
         assert!(
-            rate >= limit * 0.5,
+            rate >= limit * 0.25,
             "processes ran at {rate:.0} ops/s, not under {source} at {limit}"
         );
     }
@@ -161,7 +163,7 @@ policy = "psfa"
     cluster.kill_local("n1");
     cluster.kill_job(&job.0);
 
-    // The default limit is far below the job's rule: the last rules must win.
+    // The default limit is far below the job's rule (an eighth): the last rules must win.
     let run = short_processes(
         &cluster.scratch,
         &cluster.local_socket("n1"),

@@ -145,7 +145,14 @@ fn without_a_service_or_a_global_controller_the_answer_is_empty_at_once() {
     assert!(stage.place(1, &cluster.scratch, 2).is_empty());
     cluster.kill_global();
     // The local controller notices the stream ended, then answers by itself.
-    std::thread::sleep(Duration::from_secs(1));
+    wait_for(
+        START_TIMEOUT,
+        "the local controller to lose the global one",
+        || {
+            let log = cluster.local_log("n1");
+            log.contains("lost the global controller").then_some(())
+        },
+    );
     let asked = Instant::now();
     assert!(stage.place(2, &cluster.scratch, 2).is_empty());
     assert!(
@@ -210,7 +217,7 @@ fn files_a_shell_creates_get_the_services_targets() {
             )
             .env("PADLL_MOUNTS", &cluster.scratch)
             .env("PADLL_CONTROLLER", cluster.local_socket("n1"))
-            .env("PADLL_JOB_ID", "placed-by-shell")
+            .env("PADLL_JOB_ID", job_id("placed-by-shell"))
             .env(
                 "PADLL_PLACEMENT",
                 format!("{}=2", cluster.scratch.display()),

@@ -4,7 +4,8 @@
 //! follows the dashboard) returns data through Prometheus' HTTP query API. The scraped
 //! text also passes `promtool check metrics` (format and naming conventions).
 
-use crate::util::{run_with_timeout, wait_for, Cluster};
+use crate::ports::{self, Ports};
+use crate::util::{job_id, run_with_timeout, wait_for, Cluster, START_TIMEOUT};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -35,15 +36,22 @@ policy = "psfa"
 struct Prometheus {
     child: Child,
     port: u16,
+    /// Holds its port while it lives.
+    _port: Ports,
 }
 
 impl Prometheus {
-    /// Starts Prometheus in `dir`, scraping `target` every second.
+    /// Starts Prometheus in `dir`, scraping `target` every second, and waits until it
+    /// serves (on another port if its was taken).
     fn start(dir: &Path, target: &str) -> Prometheus {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free loopback port")
-            .port();
+        ports::start_on_fresh_ports(1, "prometheus", |port| {
+            Prometheus::try_start(dir, target, port)
+        })
+    }
+
+    /// [`Prometheus::start`] on `port`, or `None` if the port was taken.
+    fn try_start(dir: &Path, target: &str, reserved: Ports) -> Option<Prometheus> {
+        let port = reserved.get(0);
         let config = dir.join("prometheus.yml");
         std::fs::write(
             &config,
@@ -54,7 +62,8 @@ impl Prometheus {
         )
         .expect("prometheus.yml written");
         // `.log`: the cluster prints it when the test fails.
-        let log = std::fs::File::create(dir.join("prometheus.log")).expect("log file");
+        let log = dir.join("prometheus.log");
+        let file = std::fs::File::create(&log).expect("log file");
         let child = Command::new("prometheus")
             .arg(format!("--config.file={}", config.display()))
             .arg(format!(
@@ -64,10 +73,24 @@ impl Prometheus {
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(log)
+            .stderr(file)
             .spawn()
             .expect("prometheus starts");
-        Prometheus { child, port }
+        let mut prometheus = Prometheus {
+            child,
+            port,
+            _port: reserved,
+        };
+        let ready = wait_for(DATA_DEADLINE, "prometheus to serve", || {
+            if http_get(port, "/-/ready").is_ok() {
+                return Some(true);
+            }
+            prometheus.child.try_wait().ok().flatten()?;
+            let log = std::fs::read_to_string(&log).unwrap_or_default();
+            assert!(ports::in_use(&log), "prometheus exited:\n{log}");
+            Some(false)
+        });
+        ready.then_some(prometheus)
     }
 
     /// An instant query's result vector, or why there is none.
@@ -171,12 +194,12 @@ fn prometheus_scrapes_the_controller_and_every_dashboard_query_has_data() {
     let mut cluster = Cluster::new(config());
     cluster.start_global();
     cluster.start_local("n1");
-    cluster.start_job("job-a", &["n1"], 300);
-    cluster.start_job("job-b", &["n1"], 300);
-    cluster.wait_for_stages(Duration::from_secs(15), &[("n1", 2)]);
+    cluster.start_job(&job_id("job-a"), &["n1"], 300);
+    cluster.start_job(&job_id("job-b"), &["n1"], 300);
+    cluster.wait_for_stages(START_TIMEOUT, &[("n1", 2)]);
 
     let target = format!("127.0.0.1:{}", cluster.metrics_port);
-    let scraped = wait_for(Duration::from_secs(10), "the metrics endpoint", || {
+    let scraped = wait_for(START_TIMEOUT, "the metrics endpoint", || {
         http_get(cluster.metrics_port, "/metrics").ok()
     });
     let checked = promtool_check(&scraped, cluster.dir.path());

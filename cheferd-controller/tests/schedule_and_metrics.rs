@@ -4,16 +4,19 @@
 //! latency, nodes and stages, with the types and names Prometheus' conventions ask for
 //! — on real processes on loopback.
 
-use crate::util::{assigned, wait_for, Cluster};
+use crate::util::{assigned, job_id, wait_for, Cluster, START_TIMEOUT};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-const LIMITED_FROM: u32 = 8;
-const LIFTED_AT: u32 = 16;
+/// Seconds after the controller's start: late enough for a loaded machine to start
+/// the jobs and see them at their demand first.
+const LIMITED_FROM: u32 = 15;
+const LIFTED_AT: u32 = 25;
 const STATIC_LIMIT: f64 = 150.0;
 
-fn config() -> String {
+/// The configuration for jobs `a` and `b`.
+fn config(a: &str, b: &str) -> String {
     format!(
         r#"interval_ms = 1000
 [[resource]]
@@ -21,23 +24,30 @@ name = "{{scratch}}:metadata"
 max_rate = "2000"
 policy = "psfa"
 [[job]]
-id = "job-a"
+id = "{a}"
 demand = {{ "{{scratch}}:metadata" = "1000" }}
 [[job]]
-id = "job-b"
+id = "{b}"
 demand = {{ "{{scratch}}:metadata" = "1000" }}
 [[rule]]
 at = {LIMITED_FROM}
-job = "job-a"
+job = "{a}"
 resource = "{{scratch}}:metadata"
 limit = "{STATIC_LIMIT}"
 [[rule]]
 at = {LIFTED_AT}
-job = "job-a"
+job = "{a}"
 resource = "{{scratch}}:metadata"
 limit = "none"
 "#
     )
+}
+
+/// The controller's clock (seconds since its start) at a snapshot in which `job`'s
+/// assigned rate `holds`.
+fn uptime_when(cluster: &Cluster, job: &str, holds: impl Fn(f64) -> bool) -> Option<f64> {
+    let snapshot = cluster.try_snapshot()?;
+    holds(assigned(&snapshot, job)).then_some(snapshot.uptime_s)
 }
 
 /// `GET /metrics` from the global controller.
@@ -76,53 +86,58 @@ fn family_type<'a>(metrics: &'a str, name: &str) -> Option<&'a str> {
 #[test]
 fn scheduled_rules_apply_at_their_time_and_metrics_show_the_jobs() {
     let _turn = crate::util::alone();
-    let mut cluster = Cluster::new(&config());
-    // Before the controller starts: its clock for `at` starts later than this one.
-    let started = std::time::Instant::now();
+    let (a, b) = (job_id("job-a"), job_id("job-b"));
+    let mut cluster = Cluster::new(&config(&a, &b));
     cluster.start_global();
     cluster.start_local("n1");
-    cluster.start_job("job-a", &["n1"], 1500);
-    cluster.start_job("job-b", &["n1"], 1500);
-    cluster.wait_for_stages(Duration::from_secs(15), &[("n1", 2)]);
+    cluster.start_job(&a, &["n1"], 1500);
+    cluster.start_job(&b, &["n1"], 1500);
+    cluster.wait_for_stages(START_TIMEOUT, &[("n1", 2)]);
 
-    // Before the rule: PSFA gives both busy jobs their demand.
-    let share_of = |job: &str| assigned(&cluster.snapshot(), job);
-    wait_for(Duration::from_secs(6), "job-a at its demand", || {
-        ((share_of("job-a") - 1000.0).abs() < 50.0).then_some(())
-    });
+    // Before the rule (by the controller's clock, which the rule's time is on): PSFA
+    // gives both busy jobs their demand.
+    let at_demand = |rate: f64| (rate - 1000.0).abs() < 50.0;
+    let seen = wait_for(
+        Duration::from_secs(LIMITED_FROM.into()),
+        "job-a at its demand",
+        || uptime_when(&cluster, &a, at_demand),
+    );
     assert!(
-        started.elapsed() < Duration::from_secs(LIMITED_FROM.into()),
-        "the machine was too slow to observe the time before the rule"
+        seen < LIMITED_FROM.into(),
+        "the machine was too slow to observe the time before the rule (at {seen:.1} s)"
     );
 
     // The rule: job-a is held at its static limit, job-b gets what job-a cannot use.
-    wait_for(
-        Duration::from_secs(15),
+    let held = |rate: f64| (rate - STATIC_LIMIT).abs() < 1.0;
+    let seen = wait_for(
+        Duration::from_secs(30),
         "job-a held at the scheduled limit",
-        || ((share_of("job-a") - STATIC_LIMIT).abs() < 1.0).then_some(()),
+        || uptime_when(&cluster, &a, held),
     );
-    assert!(started.elapsed() >= Duration::from_secs(LIMITED_FROM.into()));
+    assert!(seen >= LIMITED_FROM.into(), "held at {seen:.1} s");
     std::thread::sleep(Duration::from_secs(3));
     let now = std::time::Instant::now();
-    let achieved = cluster.job_rate("job-a", now - Duration::from_secs(2), now);
+    let achieved = cluster.job_rate(&a, now - Duration::from_secs(2), now);
     assert!(
         achieved <= STATIC_LIMIT * 1.1 && achieved > STATIC_LIMIT * 0.5,
         "job-a ran at {achieved:.0} ops/s under a {STATIC_LIMIT} limit"
     );
+    let share_of = |job: &str| assigned(&cluster.snapshot(), job);
     assert!(
-        share_of("job-b") > 1500.0,
+        share_of(&b) > 1500.0,
         "job-b did not get the rest: {}",
-        share_of("job-b")
+        share_of(&b)
     );
 
     // Metrics while the rule holds.
-    let metrics = wait_for(Duration::from_secs(10), "the metrics endpoint", || {
+    let metrics = wait_for(START_TIMEOUT, "the metrics endpoint", || {
         scrape(cluster.metrics_port)
     });
+    let (label_a, label_b) = (format!("job=\"{a}\""), format!("job=\"{b}\""));
     for (name, label) in [
-        ("cheferd_job_usage_ops_per_second", "job=\"job-a\""),
-        ("cheferd_job_assigned_rate_ops_per_second", "job=\"job-b\""),
-        ("cheferd_job_demand_ops_per_second", "job=\"job-b\""),
+        ("cheferd_job_usage_ops_per_second", label_a.as_str()),
+        ("cheferd_job_assigned_rate_ops_per_second", &label_b),
+        ("cheferd_job_demand_ops_per_second", &label_b),
         ("cheferd_cycle_latency_seconds_bucket", "le=\"+Inf\""),
         ("cheferd_cycle_latency_seconds_count", ""),
         ("cheferd_last_cycle_latency_seconds", ""),
@@ -159,16 +174,12 @@ fn scheduled_rules_apply_at_their_time_and_metrics_show_the_jobs() {
         sample(
             &metrics,
             "cheferd_job_assigned_rate_ops_per_second",
-            "job=\"job-a\""
+            &label_a
         ),
         Some(STATIC_LIMIT)
     );
     assert_eq!(
-        sample(
-            &metrics,
-            "cheferd_job_demand_ops_per_second",
-            "job=\"job-a\""
-        ),
+        sample(&metrics, "cheferd_job_demand_ops_per_second", &label_a),
         Some(1000.0)
     );
     assert_eq!(
@@ -189,8 +200,8 @@ fn scheduled_rules_apply_at_their_time_and_metrics_show_the_jobs() {
     );
 
     // The rule is lifted at its time.
-    wait_for(Duration::from_secs(15), "job-a back at its demand", || {
-        ((share_of("job-a") - 1000.0).abs() < 50.0).then_some(())
+    let seen = wait_for(Duration::from_secs(30), "job-a back at its demand", || {
+        uptime_when(&cluster, &a, at_demand)
     });
-    assert!(started.elapsed() >= Duration::from_secs(LIFTED_AT.into()));
+    assert!(seen >= LIFTED_AT.into(), "back at {seen:.1} s");
 }

@@ -7,6 +7,7 @@
 //! Runs as root (Slurm's daemons and `sbatch --uid`); skipped, naming what is missing,
 //! where Slurm, munge, libslurm-dev or a C compiler are not installed.
 
+use crate::ports::{self, Ports};
 use crate::util::{run_with_timeout, stage_library, wait_for, Cluster};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -19,6 +20,10 @@ const MAX_RATE: f64 = 1000.0;
 const OFFERED: u64 = 2000;
 /// The other user: another user's job stays apart.
 const NOBODY: u32 = 65534;
+/// Slurm's nodes (slurmd on this host).
+const NODES: u16 = 2;
+/// What `slurm-test-cluster.sh up` exits with when a daemon's port was taken.
+const PORT_IN_USE: i32 = 3;
 /// The demands the administrator gives jobs A and B (the `priority` policy assigns them
 /// as they are when they fit in `MAX_RATE`).
 const DEMAND_A: f64 = 600.0;
@@ -29,45 +34,48 @@ fn scripts() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts")
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
-}
-
 /// A running test Slurm; dropping it cancels its jobs and stops its daemons (also when
 /// the test fails).
 struct Slurm {
     base: PathBuf,
+    /// Holds slurmctld's port and the slurmd ports after it while it lives.
+    _ports: Ports,
 }
 
 impl Slurm {
     /// Brings up a two-node Slurm (two slurmd on this host) in cgroup mode in `base`,
-    /// with `plugstack` as its plugstack.conf.
+    /// with `plugstack` as its plugstack.conf, on ports of its own (others if one was
+    /// taken). What a second test run could share is named after slurmctld's port: the
+    /// nodes (their cgroups are `slurm_<node>`), and the job ids (the stage keeps a
+    /// job's buckets and rules in `/dev/shm` under its id), 1 000 per port.
     fn up(base: &Path, plugstack: &str) -> Slurm {
-        let (ctld, slurmd) = (free_port(), free_port());
-        let slurm = Slurm {
-            base: base.to_path_buf(),
-        };
-        let mut up = Command::new(scripts().join("slurm-test-cluster.sh"));
-        up.arg("up")
-            .arg(base)
-            .arg("cgroup")
-            .env("CTLD_PORT", ctld.to_string())
-            .env("SLURMD_PORT", slurmd.to_string())
-            // The node's cgroups are slurm_<node>: unique per run.
-            .env("NODE", format!("padll-{ctld}"))
-            .env("NODES", "2")
-            .env("PLUGSTACK", plugstack);
-        let output = run_with_timeout(&mut up, Duration::from_secs(60));
-        assert!(
-            output.status.success(),
-            "slurm-test-cluster.sh up failed:\n{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        slurm
+        ports::start_on_fresh_ports(1 + NODES, "slurm", |ports| {
+            let ctld = ports.get(0);
+            let mut up = Command::new(scripts().join("slurm-test-cluster.sh"));
+            up.arg("up")
+                .arg(base)
+                .arg("cgroup")
+                .env("CTLD_PORT", ctld.to_string())
+                .env("SLURMD_PORT", ports.get(1).to_string())
+                .env("NODE", format!("padll-{ctld}"))
+                .env("NODES", NODES.to_string())
+                .env("FIRST_JOB_ID", (u32::from(ctld) * 1000).to_string())
+                .env("PLUGSTACK", plugstack);
+            let output = run_with_timeout(&mut up, Duration::from_secs(120));
+            if output.status.code() == Some(PORT_IN_USE) {
+                return None;
+            }
+            assert!(
+                output.status.success(),
+                "slurm-test-cluster.sh up failed:\n{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+            Some(Slurm {
+                base: base.to_path_buf(),
+                _ports: ports,
+            })
+        })
     }
 
     fn conf(&self) -> PathBuf {
@@ -132,11 +140,14 @@ impl Drop for Slurm {
             );
         }
         if std::thread::panicking() {
-            for log in ["slurmctld.log", "slurmd.log"] {
-                let text = std::fs::read_to_string(self.base.join("log").join(log));
-                let text = text.unwrap_or_default();
+            let mut logs: Vec<PathBuf> = std::fs::read_dir(self.base.join("log"))
+                .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+                .unwrap_or_default();
+            logs.sort();
+            for log in logs {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
                 let lines: Vec<&str> = text.lines().collect();
-                eprintln!("==== {log} (last 20 lines)");
+                eprintln!("==== {} (last 20 lines)", log.display());
                 for line in &lines[lines.len().saturating_sub(20)..] {
                     eprintln!("{line}");
                 }

@@ -13,7 +13,8 @@
 //!   AdapTBF records it saved, and when the old leader resumes its rules are not
 //!   applied (it finds its lease gone and exits).
 
-use crate::util::{wait_for, Cluster, CAP_TOLERANCE};
+use crate::ports::{self, Ports};
+use crate::util::{job_id, wait_for, Cluster, CAP_TOLERANCE};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -30,13 +31,8 @@ const MAX_RATE: f64 = 2000.0;
 const CHANGED_MAX_RATE: f64 = 1400.0;
 const NODES: [&str; 2] = ["n1", "n2"];
 const ETCD_PREFIX: &str = "/padll-test";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
-}
+/// How long etcd or a global controller may take to start serving (a loaded machine).
+const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// An etcd member on loopback, its data in the cluster's directory (kept across a
 /// restart, as a real member's disk is).
@@ -103,6 +99,13 @@ impl Member {
             let _ = child.wait();
         }
     }
+
+    /// Its log, if it was started and has exited.
+    fn exited(&mut self) -> Option<String> {
+        let child = self.child.as_mut()?;
+        child.try_wait().ok().flatten()?;
+        Some(std::fs::read_to_string(&self.log).unwrap_or_default())
+    }
 }
 
 /// An etcd cluster of one or three members on loopback.
@@ -111,6 +114,8 @@ struct Etcd {
     /// The site directory of its TLS files, with the client certificate
     /// [`ETCD_CLIENT`] made for the global controllers; `None`: plaintext.
     tls: Option<PathBuf>,
+    /// The members' client and peer ports, held while it lives (kept across restarts).
+    _ports: Ports,
 }
 
 /// The name of the client certificate the global controllers present to etcd.
@@ -130,20 +135,30 @@ impl Etcd {
             )
             .expect("a client certificate for etcd");
         }
-        let members = (0..size)
-            .map(|i| Member {
-                name: format!("m{i}"),
+        // The data and log of each attempt are named after its ports: a member's data
+        // records its cluster's peer URLs.
+        ports::start_on_fresh_ports(2 * size as u16, "etcd", |ports| {
+            let members = (0..size)
+                .map(|i| {
+                    let (client, peer) = (ports.get(2 * i as u16), ports.get(2 * i as u16 + 1));
+                    Member {
+                        name: format!("m{i}"),
+                        tls: tls.clone(),
+                        child: None,
+                        data: dir.join(format!("etcd-{client}")),
+                        log: dir.join(format!("etcd-{client}.log")),
+                        client,
+                        peer,
+                    }
+                })
+                .collect();
+            let mut etcd = Etcd {
+                members,
                 tls: tls.clone(),
-                child: None,
-                data: dir.join(format!("etcd-{i}")),
-                log: dir.join(format!("etcd-{i}.log")),
-                client: free_port(),
-                peer: free_port(),
-            })
-            .collect();
-        let mut etcd = Etcd { members, tls };
-        etcd.restart();
-        etcd
+                _ports: ports,
+            };
+            etcd.try_restart().then_some(etcd)
+        })
     }
 
     /// `--etcd-ca`, `--etcd-cert` and `--etcd-key` (none without TLS).
@@ -171,6 +186,11 @@ impl Etcd {
     /// Starts every member that is not running (again) and waits until the cluster
     /// answers.
     fn restart(&mut self) {
+        assert!(self.try_restart(), "another process took an etcd port");
+    }
+
+    /// [`Etcd::restart`], or `false` if a member exited because its port was taken.
+    fn try_restart(&mut self) -> bool {
         let initial_cluster: Vec<String> = self
             .members
             .iter()
@@ -180,10 +200,22 @@ impl Etcd {
         for member in self.members.iter_mut().filter(|m| m.child.is_none()) {
             member.start(&initial_cluster);
         }
-        wait_for(Duration::from_secs(20), "etcd to answer", || {
-            self.call(|client| async move { client.leader("/padll-test/probe").await })
-                .ok()
-        });
+        wait_for(START_TIMEOUT, "etcd to answer", || {
+            if let Some(log) = self.members.iter_mut().find_map(Member::exited) {
+                assert!(ports::in_use(&log), "an etcd member exited:\n{log}");
+                return Some(false);
+            }
+            // Every member listens (a quorum answers before the last one has started).
+            let listening = self
+                .members
+                .iter()
+                .all(|m| std::net::TcpStream::connect(("127.0.0.1", m.client)).is_ok());
+            let answers = || {
+                self.call(|client| async move { client.leader("/padll-test/probe").await })
+                    .is_ok()
+            };
+            (listening && answers()).then_some(true)
+        })
     }
 
     /// The value of `key`, if etcd answers and it is set.
@@ -194,12 +226,17 @@ impl Etcd {
             .flatten()
     }
 
-    /// How many keys start with `prefix` (`None`: etcd does not answer).
-    fn count(&self, prefix: &str) -> Option<usize> {
+    /// The values of the keys that start with `prefix` (`None`: etcd does not answer).
+    fn values(&self, prefix: &str) -> Option<Vec<String>> {
         let prefix = prefix.to_string();
-        self.call(|client| async move { client.range_prefix(&prefix).await })
-            .ok()
-            .map(|kvs| kvs.len())
+        let kvs = self
+            .call(|client| async move { client.range_prefix(&prefix).await })
+            .ok()?;
+        Some(
+            kvs.iter()
+                .map(|kv| String::from_utf8_lossy(&kv.value).into_owned())
+                .collect(),
+        )
     }
 
     /// One call of the project's etcd client, on a runtime of its own.
@@ -238,29 +275,45 @@ struct Global {
     port: u16,
     admin: PathBuf,
     log: PathBuf,
+    /// Holds its port while it lives.
+    _port: Ports,
 }
 
 impl Global {
+    /// Starts it and waits until it serves (on another port if its was taken).
     fn start(cluster: &Cluster, name: &str, etcd: &Etcd) -> Global {
         let dir = cluster.dir.path();
         let log = dir.join(format!("global-{name}.log"));
-        let port = free_port();
         let admin = dir.join(format!("admin-{name}.sock"));
-        let mut command = Command::new(crate::util::cheferd());
-        cluster.global_args(&mut command, port, &admin);
-        let child = command
-            .args(["--etcd", &etcd.urls(), "--etcd-prefix", ETCD_PREFIX])
-            .args(["--etcd-ttl", &TTL.as_secs().to_string()])
-            .args(etcd.tls_args())
-            .stderr(std::fs::File::create(&log).expect("log file"))
-            .spawn()
-            .expect("cheferd global starts");
-        Global {
-            child,
-            port,
-            admin,
-            log,
-        }
+        ports::start_on_fresh_ports(1, "the global controller", |reserved| {
+            let port = reserved.get(0);
+            let mut command = Command::new(crate::util::cheferd());
+            cluster.global_args(&mut command, port, &admin);
+            let child = command
+                .args(["--etcd", &etcd.urls(), "--etcd-prefix", ETCD_PREFIX])
+                .args(["--etcd-ttl", &TTL.as_secs().to_string()])
+                .args(etcd.tls_args())
+                .stderr(std::fs::File::create(&log).expect("log file"))
+                .spawn()
+                .expect("cheferd global starts");
+            let mut global = Global {
+                child,
+                port,
+                admin: admin.clone(),
+                log: log.clone(),
+                _port: reserved,
+            };
+            let served = wait_for(START_TIMEOUT, "the global controller to serve", || {
+                if global.log().contains("global controller started") {
+                    return Some(true);
+                }
+                global.child.try_wait().ok().flatten()?;
+                let log = global.log();
+                assert!(ports::in_use(&log), "the global controller exited:\n{log}");
+                Some(false)
+            });
+            served.then_some(global)
+        })
     }
 
     fn url(&self) -> String {
@@ -328,9 +381,9 @@ fn cluster(policy: &str, etcd_members: usize, etcd_tls: bool) -> (Cluster, Etcd,
         etcd_tls.then(|| cluster.tls.clone()),
     );
     let a = Global::start(&cluster, "a", &etcd);
-    a.wait_for_log(Duration::from_secs(15), "elected leader");
+    a.wait_for_log(START_TIMEOUT, "elected leader");
     let b = Global::start(&cluster, "b", &etcd);
-    b.wait_for_log(Duration::from_secs(15), "following");
+    b.wait_for_log(START_TIMEOUT, "following");
     cluster.admin = a.admin.clone();
     // B first: the locals are refused by it and follow it to A.
     cluster.global_urls = format!("{},{}", b.url(), a.url());
@@ -338,7 +391,7 @@ fn cluster(policy: &str, etcd_members: usize, etcd_tls: bool) -> (Cluster, Etcd,
         cluster.start_local(node);
     }
     for job in ["j1", "j2"] {
-        cluster.start_job(job, &NODES, MAX_RATE as u64);
+        cluster.start_job(&job_id(job), &NODES, MAX_RATE as u64);
     }
     cluster.wait_for_stages(Duration::from_secs(20), &[("n1", 2), ("n2", 2)]);
     std::thread::sleep(4 * INTERVAL);
@@ -398,7 +451,9 @@ fn with_three_etcd_members_one_killed_the_standby_still_takes_over() {
     // Whichever member led etcd's Raft, the two left elect one (≈ 1 s) and every
     // controller's etcd calls go to them.
     std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(a.status()["controlling"], true, "{}", a.log());
+    a.wait_for_status("A controlling with two etcd members", |status| {
+        status["controlling"] == true
+    });
     fails_over(cluster, a, b);
 }
 
@@ -565,10 +620,13 @@ fn the_leader_folds_the_stored_changes_and_the_next_one_restores_them() {
     }
     let last = CHANGED_MAX_RATE + (changes - 1) as f64;
     let keys = format!("{ETCD_PREFIX}/changes/");
+    // The leader stores changes after `ctl` has its answer: wait for the last one.
+    let last_change = format!("\"rate\":\"{last}\"");
     let folded = wait_for(Duration::from_secs(20), "the changes folded", || {
-        let left = etcd.count(&keys)?;
+        let left = etcd.values(&keys)?;
         let folded = etcd.get(&format!("{ETCD_PREFIX}/changes-folded"))?;
-        (left <= FOLD_AFTER).then_some((left, folded))
+        let stored = left.iter().any(|change| change.contains(&last_change));
+        (stored && left.len() <= FOLD_AFTER).then_some((left.len(), folded))
     });
     let (left, folded) = (
         folded.0,

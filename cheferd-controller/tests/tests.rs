@@ -3,8 +3,10 @@
 //!
 //! Every module's tests run in one process, concurrently. Those that start controllers
 //! and measure rates, or start Slurm or Prometheus, run [`util::alone`], the others
-//! [`util::together`], so that a measurement never shares the two cores; tests use
-//! ports the kernel picks (`127.0.0.1:0`) and temporary directories of their own.
+//! [`util::together`], so that a measurement never shares the two cores. Tests use
+//! ports the kernel picks (`127.0.0.1:0`) or [`ports`] reserved for them, temporary
+//! directories of their own, and job ids unique to the run ([`util::job_id`]), so two
+//! runs on one machine never meet.
 
 mod cli;
 mod ctl_json;
@@ -15,6 +17,7 @@ mod fail_closed;
 mod fuzz_corpus;
 mod install;
 mod placement;
+mod ports;
 mod prometheus;
 mod schedule_and_metrics;
 mod services;

@@ -4,6 +4,7 @@
 //! cluster kills and reaps every process it started (also when a test fails, when it
 //! prints the tail of every log first).
 
+use crate::ports::{self, Ports};
 use cheferd_controller::global::Snapshot;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
@@ -14,6 +15,9 @@ use std::time::{Duration, Instant};
 
 /// How long a `cheferd ctl` call may take before the test fails.
 const CTL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long what a test starts (a controller, a job's stages) may take to be up on a
+/// loaded machine.
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// The aggregate may exceed `Max_R` by this much in a one-second window.
 pub const CAP_TOLERANCE: f64 = 1.05;
 /// Replayers run until the test kills them.
@@ -22,6 +26,17 @@ const REPLAY_SECONDS: &str = "600";
 #[path = "../../scripts/test-turns.rs"]
 mod turns;
 pub use turns::{alone, together};
+
+#[path = "../../scripts/test-clocks.rs"]
+pub mod clocks;
+
+/// `name` made unique to this test run, for a job whose processes run under the stage:
+/// the stage keeps a job's shared buckets and last rules in `/dev/shm` under its id
+/// (`padll-<uid>-<job>`, `padll-rules-<uid>-<job>`), which two test runs on one machine
+/// must not share.
+pub fn job_id(name: &str) -> String {
+    format!("{name}-{}", std::process::id())
+}
 
 /// The `cheferd` binary under test.
 pub fn cheferd() -> PathBuf {
@@ -185,6 +200,10 @@ pub struct Cluster {
     pub port: u16,
     /// Its Prometheus metrics port.
     pub metrics_port: u16,
+    /// Holds both ports for this cluster while it lives.
+    ports: Ports,
+    /// Whether the global controller has served on them: it cannot move ports after.
+    global_served: bool,
     /// The admin socket.
     pub admin: PathBuf,
     /// The site CA, the global controller's certificate (for 127.0.0.1 and localhost)
@@ -199,6 +218,8 @@ pub struct Cluster {
     pub global_urls: String,
     /// Jobs' processes, in start order.
     pub jobs: Vec<Replayer>,
+    /// Every job it started a process of (ids of this run, see [`job_id`]).
+    started_jobs: std::collections::BTreeSet<String>,
     restarts: usize,
 }
 
@@ -214,13 +235,8 @@ impl Cluster {
         std::fs::create_dir(&scratch).expect("scratch dir");
         let config = config.replace("{scratch}", &scratch.display().to_string());
         std::fs::write(dir.path().join("global.toml"), config).expect("config written");
-        let free_port = || {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("a free loopback port")
-                .port()
-        };
-        let (port, metrics_port) = (free_port(), free_port());
+        let ports = Ports::reserve(2);
+        let (port, metrics_port) = (ports.get(0), ports.get(1));
         let tls = dir.path().join("tls");
         certs(&["ca", "--out", tls.to_str().unwrap()]);
         certs(&[
@@ -238,12 +254,15 @@ impl Cluster {
             scratch,
             port,
             metrics_port,
+            ports,
+            global_served: false,
             dir,
             global: None,
             locals: BTreeMap::new(),
             local_env: Vec::new(),
             global_urls: format!("https://127.0.0.1:{port}"),
             jobs: Vec::new(),
+            started_jobs: Default::default(),
             restarts: 0,
         }
     }
@@ -271,21 +290,39 @@ impl Cluster {
     }
 
     /// Starts the global controller with its descriptor limit set to `nofile` (soft and
-    /// hard), if given.
+    /// hard), if given. At its first start, on other ports if one of its was taken.
     pub fn start_global_with(&mut self, nofile: Option<u64>) {
-        let (log, file) = self.log("global");
-        let mut command = limit_nofile(Command::new(cheferd()), nofile);
-        self.global_args(&mut command, self.port, &self.admin);
-        let child = command
-            .args(["--metrics", &format!("127.0.0.1:{}", self.metrics_port)])
-            .stderr(file)
-            .spawn()
-            .expect("cheferd global starts");
-        self.global = Some(Daemon { child, log });
-        // A killed predecessor's socket file refuses connections until it is replaced.
-        wait_for(Duration::from_secs(15), "the global controller", || {
-            self.try_snapshot()
-        });
+        for attempt in 1.. {
+            let (log, file) = self.log("global");
+            let mut command = limit_nofile(Command::new(cheferd()), nofile);
+            self.global_args(&mut command, self.port, &self.admin);
+            let child = command
+                .args(["--metrics", &format!("127.0.0.1:{}", self.metrics_port)])
+                .stderr(file)
+                .spawn()
+                .expect("cheferd global starts");
+            self.global = Some(Daemon { child, log });
+            // A killed predecessor's socket file refuses connections until it is replaced.
+            let exited = wait_for(START_TIMEOUT, "the global controller", || {
+                if self.try_snapshot().is_some() {
+                    return Some(None);
+                }
+                let global = self.global.as_mut().expect("just started");
+                global.exited().map(|_| Some(self.global_log()))
+            });
+            let Some(log) = exited else {
+                self.global_served = true;
+                return;
+            };
+            assert!(
+                ports::in_use(&log) && !self.global_served && attempt < ports::ATTEMPTS,
+                "the global controller exited:\n{log}"
+            );
+            eprintln!("the global controller's port was taken: starting it on others");
+            self.ports = Ports::reserve(2);
+            (self.port, self.metrics_port) = (self.ports.get(0), self.ports.get(1));
+            self.global_urls = format!("https://127.0.0.1:{}", self.port);
+        }
     }
 
     /// `cheferd global` of this cluster's configuration and TLS files, on `port` and
@@ -374,7 +411,7 @@ impl Cluster {
             .spawn()
             .expect("cheferd local starts");
         self.locals.insert(node.to_string(), Daemon { child, log });
-        wait_for(Duration::from_secs(10), "the local socket", || {
+        wait_for(START_TIMEOUT, "the local socket", || {
             socket.exists().then_some(())
         });
     }
@@ -472,6 +509,7 @@ impl Cluster {
                 }
             }
         });
+        self.started_jobs.insert(job.to_string());
         self.jobs.push(Replayer {
             job: job.to_string(),
             node: node.to_string(),
@@ -658,7 +696,7 @@ impl Drop for Cluster {
         self.jobs.clear();
         self.locals.clear();
         self.global = None;
-        self.remove_last_rules();
+        self.remove_job_files();
         if std::thread::panicking() {
             let mut logs: Vec<PathBuf> = std::fs::read_dir(self.dir.path())
                 .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
@@ -678,10 +716,16 @@ impl Drop for Cluster {
 }
 
 impl Cluster {
-    /// Removes the last rules its jobs' stages kept in `/dev/shm` (they name its scratch
+    /// Removes what its jobs' stages left in `/dev/shm`: the segments of its jobs (a
+    /// killed job's last process cannot), and the last rules (they name its scratch
     /// directory), of every uid and half-written ones included, so no later test starts
     /// a job of the same id under them.
-    fn remove_last_rules(&self) {
+    fn remove_job_files(&self) {
+        // SAFETY: geteuid takes no arguments, touches no memory of ours and cannot fail.
+        let uid = unsafe { libc::geteuid() };
+        for job in &self.started_jobs {
+            let _ = std::fs::remove_file(format!("/dev/shm/padll-{uid}-{job}"));
+        }
         let prefix = "padll-rules-";
         let scratch = self.scratch.display().to_string();
         let Ok(entries) = std::fs::read_dir("/dev/shm") else {

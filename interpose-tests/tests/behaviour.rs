@@ -119,9 +119,10 @@ fn unmanaged_paths_are_not_slowed() {
         &["1"],
         &stage_env(managed.path(), "all=50/s", Some(&stats)),
     );
+    // Far above the limit (a loaded machine slows the loop, never to 10 × the limit).
     let rate = out["ops"] / out["seconds"];
     assert!(
-        rate > 2000.0,
+        rate > 10.0 * 50.0,
         "an unmanaged stat loop ran at only {rate:.0}/s"
     );
     let getattr = op(&reports(&stats), "getattr");
@@ -396,8 +397,10 @@ fn copies_are_paced_by_the_bytes_they_move() {
             "{script}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        // Paced (not faster than 8 MiB/s), and done: charging what was asked for would
+        // block for ever (a loaded machine takes longer, not minutes).
         assert!(
-            (0.7..8.0).contains(&seconds),
+            (0.7..60.0).contains(&seconds),
             "{script} took {seconds:.2} s at 8 MiB/s"
         );
         assert_eq!(
@@ -416,18 +419,17 @@ fn the_stages_own_io_is_never_throttled() {
     // close managed, the exit would wait about 3 s for them.
     let dir = mountpoint("own-io");
     let stats = dir.join("stats.json");
-    let started = std::time::Instant::now();
     let out = probe_run(
-        "stat-loop",
+        "load",
         dir.path(),
-        &["1"],
+        &["1", "1", "stat"],
         &stage_env(dir.path(), "all=1/s", Some(&stats)),
     );
-    let exit_overhead = started.elapsed().as_secs_f64() - out["seconds"];
-    assert!(
-        exit_overhead < 2.0,
-        "exit took {exit_overhead:.2} s more than the loop"
-    );
+    // From the loop's end to the process' exit, on the clock the probe printed its end
+    // on (its start-up, which a loaded machine makes long, is not in it).
+    let now = clocks::now(libc::CLOCK_MONOTONIC).as_nanos() as f64;
+    let exit = (now - out["end_ns"]) / 1e9;
+    assert!(exit < 2.0, "exit took {exit:.2} s after the loop");
     let reports = reports(&stats);
     assert!(
         op(&reports, "getattr").wait_ns > 0,

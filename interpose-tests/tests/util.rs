@@ -11,6 +11,9 @@ use std::sync::OnceLock;
 mod turns;
 pub use turns::{alone, together};
 
+#[path = "../../scripts/test-clocks.rs"]
+pub mod clocks;
+
 /// `<target>/<profile>`: the directory above the test executable's `deps`.
 fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable");

@@ -146,7 +146,9 @@ fn stage_follows_the_controller_and_survives_its_loss() {
     let dir = scratch("follow");
     let socket = dir.join("controller.sock");
     let listener = UnixListener::bind(&socket).unwrap();
-    let child = spawn_loop(&dir, &socket, 6);
+    // Long enough for every step below on a loaded machine: the loop must still run
+    // when the controller comes back.
+    let child = spawn_loop(&dir, &socket, 10);
 
     // Registration.
     let mut peer = Peer::accept(&listener);
@@ -191,15 +193,17 @@ fn stage_follows_the_controller_and_survives_its_loss() {
     assert_eq!(seq, 2);
     assert!(error.unwrap().contains("/not/a/mountpoint"));
 
-    // The achieved rate follows the rule (generous window: ±25 %).
+    // The achieved rate follows the rule: not above it (+25 % for the reports' arrival
+    // times, still below the configured 500/s), nor far below (a loaded machine
+    // descheduling the loop slows it; half the rule would be starved).
     peer.drain();
     let (t0, at0) = peer.metadata_tokens();
-    std::thread::sleep(Duration::from_millis(1500));
+    std::thread::sleep(Duration::from_secs(3));
     peer.drain();
     let (t1, at1) = peer.metadata_tokens();
     let rate = (t1 - t0) as f64 / (at1 - at0).as_secs_f64();
     assert!(
-        (225.0..375.0).contains(&rate),
+        (150.0..375.0).contains(&rate),
         "metadata rate {rate:.0}/s under a 300/s rule"
     );
 
@@ -239,7 +243,7 @@ fn stage_follows_the_controller_and_survives_its_loss() {
         .trim()
         .parse()
         .unwrap();
-    // 6 s at ≤ 500 ops/s, most of it at 300 (the rules outlived the controller).
+    // 10 s at ≤ 500 ops/s, most of it at 300 (the rules outlived the controller).
     assert!(
         achieved < 1000.0,
         "the loop ran at {achieved:.0} ops/s: rules were lost"
@@ -298,7 +302,7 @@ fn a_forked_child_registers_on_its_own_connection() {
     let listener = UnixListener::bind(&socket).unwrap();
     // The parent forks without exec; the child keeps working in the mountpoint.
     let script = format!(
-        "import os, time\npid = os.fork()\nend = time.time() + 2\nwhile time.time() < end:\n    os.stat('{}')\nif pid:\n    os.waitpid(pid, 0)\n",
+        "import os, time\npid = os.fork()\nend = time.time() + 4\nwhile time.time() < end:\n    os.stat('{}')\nif pid:\n    os.waitpid(pid, 0)\n",
         dir.display()
     );
     let child = Command::new(python)
@@ -380,8 +384,9 @@ fn a_controller_run_by_another_user_is_not_obeyed() {
         .trim()
         .parse()
         .unwrap();
+    // Far above the impostor's rule even on a loaded machine, at most the configured.
     assert!(
-        achieved > 250.0 && achieved < 550.0,
+        achieved > 100.0 && achieved < 550.0,
         "the impostor's rule (2/s) or none was applied instead of the configured 500/s: {achieved:.0} ops/s"
     );
     let _ = std::fs::remove_dir_all(dir);
