@@ -160,7 +160,30 @@ pub async fn run(options: &DemoOptions, cheferd: &Path, library: &Path) -> Resul
     let result = run_in(options, cheferd, library, &base, &scratch, out).await;
     let _ = std::fs::remove_dir_all(&base);
     let _ = std::fs::remove_dir(&own);
+    remove_job_files(options.jobs);
     result
+}
+
+/// The name of the demo's `j`-th job (from 1), as it shows it.
+fn job_name(j: usize) -> String {
+    format!("job-{j}")
+}
+
+/// The job id of the demo's `j`-th job: its name and this process' pid, so that the
+/// files the stage keeps for a job on the node are this run's alone.
+fn job_id(j: usize) -> String {
+    format!("{}.{}", job_name(j), std::process::id())
+}
+
+/// The files the stage kept for the demo's jobs in `/dev/shm` (their last rules; a
+/// segment if one was left): the jobs cannot recur once the demo is over.
+fn remove_job_files(jobs: usize) {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let uid = unsafe { libc::geteuid() };
+    for id in (1..=jobs).map(job_id) {
+        let _ = std::fs::remove_file(padll_wire::node_files::last_rules(uid, &id));
+        let _ = std::fs::remove_file(padll_wire::node_files::segment(uid, &id));
+    }
 }
 
 async fn run_in(
@@ -176,7 +199,8 @@ async fn run_in(
         mount: mount.clone(),
         class: padll_wire::ops::Class::Metadata,
     };
-    let job_names: Vec<String> = (1..=options.jobs).map(|j| format!("job-{j}")).collect();
+    let job_names: Vec<String> = (1..=options.jobs).map(job_name).collect();
+    let job_ids: Vec<String> = (1..=options.jobs).map(job_id).collect();
     let config = GlobalConfig {
         interval_ms: 1000,
         resources: vec![ResourceConfig {
@@ -184,10 +208,10 @@ async fn run_in(
             max_rate: resource.own_tokens(options.max_rate as u64),
             policy: options.policy.clone(),
         }],
-        jobs: job_names
+        jobs: job_ids
             .iter()
             .zip(DEMANDS)
-            .map(|(name, share)| {
+            .map(|(id, share)| {
                 let job = JobConfig {
                     priority: 1.0,
                     demand: [(
@@ -197,7 +221,7 @@ async fn run_in(
                     .into(),
                     ..JobConfig::default()
                 };
-                (name.clone(), job)
+                (id.clone(), job)
             })
             .collect(),
         ..GlobalConfig::default()
@@ -300,7 +324,7 @@ async fn run_in(
                 .env("LD_PRELOAD", library)
                 .env("PADLL_MOUNTS", &mount)
                 .env("PADLL_CONTROLLER", &socket)
-                .env("PADLL_JOB_ID", &job_names[j - 1])
+                .env("PADLL_JOB_ID", &job_ids[j - 1])
                 .stdout(stdout)
                 .spawn()
                 .map_err(|error| DemoError::StartJob { job: j, error })?;
@@ -320,14 +344,14 @@ async fn run_in(
         }
 
         let snapshot = controller.snapshot();
-        let share = |name: &String| snapshot.shares.iter().find(|s| &s.job == name);
-        let row: Vec<f64> = job_names
+        let share = |id: &String| snapshot.shares.iter().find(|s| &s.job == id);
+        let row: Vec<f64> = job_ids
             .iter()
-            .map(|name| share(name).map_or(0.0, |s| s.usage))
+            .map(|id| share(id).map_or(0.0, |s| s.usage))
             .collect();
-        let line: String = job_names
+        let line: String = job_ids
             .iter()
-            .map(|name| match share(name) {
+            .map(|id| match share(id) {
                 Some(s) => format!(" {:>8.0}/{:<8.0}", s.usage, s.assigned),
                 None => format!(" {:>17}", "-"),
             })
@@ -344,8 +368,8 @@ async fn run_in(
                 .iter()
                 .all(|job| job.joined.elapsed() >= Duration::from_secs(SETTLE_SECONDS));
         if all_running {
-            for (sum, name) in assigned_all_running.iter_mut().zip(&job_names) {
-                *sum += share(name).map_or(0.0, |s| s.assigned);
+            for (sum, id) in assigned_all_running.iter_mut().zip(&job_ids) {
+                *sum += share(id).map_or(0.0, |s| s.assigned);
             }
             seconds_all_running.push(second);
         }

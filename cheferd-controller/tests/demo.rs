@@ -75,6 +75,15 @@ fn check_summary(stdout: &str) {
     }
 }
 
+/// The demo's pid, from the directory it names (`…/cheferd-demo-<pid>/run/…`).
+fn pid_of(stdout: &str) -> u32 {
+    stdout
+        .split("cheferd-demo-")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no cheferd-demo-<pid> in {stdout}"))
+}
+
 fn files(dir: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(dir)
         .unwrap()
@@ -103,9 +112,16 @@ fn the_demo_runs_and_keeps_the_aggregate_under_max_r() {
     let stdout = demo(Some(out.path()), cwd.path(), tmp.path());
     check_summary(&stdout);
     assert_written(&["rates.csv", "rates.png", "rates.svg"].map(|file| out.path().join(file)));
-    // Its certificates, scratch directory and trace are gone; nothing went elsewhere.
+    // Its certificates, scratch directory and trace are gone; nothing went elsewhere,
+    // nor stayed in /dev/shm for its jobs (`job-N.<pid>`).
     assert_eq!(files(tmp.path()), Vec::<PathBuf>::new());
     assert_eq!(files(cwd.path()), Vec::<PathBuf>::new());
+    let pid = pid_of(&stdout);
+    let left: Vec<PathBuf> = files(Path::new(padll_wire::node_files::DIRECTORY))
+        .into_iter()
+        .filter(|f| f.to_string_lossy().ends_with(&format!(".{pid}")))
+        .collect();
+    assert_eq!(left, Vec::<PathBuf>::new());
 }
 
 #[test]

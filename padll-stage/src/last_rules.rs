@@ -63,7 +63,7 @@ pub enum RulesFileErrorKind {
 
 /// Where the job's last rules are kept.
 pub fn path(uid: u32, job: &str) -> CString {
-    crate::shared::job_file("padll-rules", uid, job)
+    CString::new(padll_wire::node_files::last_rules(uid, job)).expect("no NUL in a job file's name")
 }
 
 /// Keeps `rules` as the job's last rules (replacing the previous ones at once).

@@ -33,16 +33,12 @@ use std::ffi::CString;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-/// Where segments are made.
-const DIRECTORY: &str = "/dev/shm";
 /// "PADLLJOB", little-endian.
 const MAGIC: u64 = u64::from_le_bytes(*b"PADLLJOB");
 /// Bumped whenever [`Segment`]'s layout changes.
 const LAYOUT_VERSION: u64 = 1;
 /// Distinct limits one job can hold on a node.
 const ENTRIES: usize = 256;
-/// Longest job id kept readable in the file name.
-const MAX_NAME_JOB: usize = 64;
 /// How long an attach waits for another process' attach to finish.
 const ATTACH_PATIENCE_MS: u32 = 2_000;
 /// How long a process leaving waits for another's attach or leave to finish.
@@ -97,7 +93,10 @@ pub enum SegmentErrorKind {
     #[error("{0}; not shared")]
     NotPrivate(#[from] NotPrivate),
     /// Its space cannot be reserved.
-    #[error("cannot reserve {SEGMENT_BYTES} bytes (is {DIRECTORY} full?)")]
+    #[error(
+        "cannot reserve {SEGMENT_BYTES} bytes (is {} full?)",
+        padll_wire::node_files::DIRECTORY
+    )]
     Reserve,
     /// In use with another size.
     #[error("in use with {0} bytes, expected {SEGMENT_BYTES} (truncated or another version)")]
@@ -205,7 +204,7 @@ fn open_and<T>(
     job: &str,
     with: impl FnOnce(&'static Segment) -> Result<T, SegmentErrorKind>,
 ) -> Result<T, SegmentError> {
-    let path = job_file("padll", uid, job);
+    let path = segment_path(uid, job);
     let error = |kind| SegmentError {
         path: path.to_string_lossy().into_owned(),
         kind,
@@ -226,33 +225,9 @@ fn claim(
     specs.iter().map(|spec| segment.bucket_for(spec)).collect()
 }
 
-/// `/dev/shm/<kind>-<uid>-<job>` (the segment is kind `padll`): the job id as is when it
-/// is short and plain, else its plain characters followed by a hash of the whole id (ids
-/// never collide by spelling; kinds never collide either, as a uid is all digits).
-pub(crate) fn job_file(kind: &str, uid: u32, job: &str) -> CString {
-    let plain: String = job
-        .chars()
-        .take(MAX_NAME_JOB)
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    let name = if plain == job && !job.is_empty() && !job.starts_with('.') {
-        format!("{kind}-{uid}-{job}")
-    } else {
-        format!("{kind}-{uid}-{plain}-{:016x}", fnv(job.as_bytes()))
-    };
-    CString::new(format!("{DIRECTORY}/{name}")).expect("no NUL in a sanitised name")
-}
-
-fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ *b as u64).wrapping_mul(0x100_0000_01b3)
-    })
+/// The job's segment (`padll_wire::node_files::segment`), for the raw calls.
+fn segment_path(uid: u32, job: &str) -> CString {
+    CString::new(padll_wire::node_files::segment(uid, job)).expect("no NUL in a job file's name")
 }
 
 /// Opens, checks, locks and maps the segment. On success byte 0 is still locked
@@ -433,7 +408,7 @@ fn limit_key(spec: &ChannelSpec) -> u64 {
         spec.rate,
         spec.burst
     );
-    fnv(text.as_bytes()) | 1
+    padll_wire::fnv1a(text.as_bytes()) | 1
 }
 
 /// In a forked child: take a lock of our own (a new open file description of the same

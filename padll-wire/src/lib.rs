@@ -6,10 +6,19 @@ pub mod channel;
 pub mod config;
 pub mod control;
 pub mod exit;
+pub mod node_files;
 pub mod ops;
 pub mod report;
 
 use std::path::{Path, PathBuf};
+
+/// FNV-1a: the hash that names job files and shared buckets, the same in every build
+/// and process (unlike std's hashers).
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ *b as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
 
 /// The stage's file name.
 pub const STAGE_LIBRARY: &str = "libpadll.so";
