@@ -36,11 +36,13 @@ impl Need {
         }
     }
 
-    fn missing(&self) -> String {
+    /// What is missing when this need is not met: `fio`, `libjemalloc (no FILE)`; `None`
+    /// for root, which is not installed.
+    fn absent(&self) -> Option<String> {
         match self {
-            Need::Program(name) => format!("{name} not installed (not on PATH)"),
-            Need::File(name, file) => format!("{name} not installed (no {file})"),
-            Need::Root => "not running as root".to_string(),
+            Need::Program(name) => Some(name.to_string()),
+            Need::File(name, file) => Some(format!("{name} (no {file})")),
+            Need::Root => None,
         }
     }
 
@@ -82,6 +84,7 @@ pub fn probe(needs: &[Need]) {
         println!("cargo::rerun-if-env-changed=PATH");
         path.iter().for_each(|dir| watch(dir));
     }
+    let (mut absent, mut not_root) = (Vec::new(), false);
     for need in needs {
         if let Need::File(_, file) = need {
             if let Some(dir) = Path::new(file).parent() {
@@ -95,13 +98,27 @@ pub fn probe(needs: &[Need]) {
             println!("cargo::rustc-cfg={cfg}");
         }
         if !found {
-            let consequence = if ci {
-                "CI is set, so the tests that need it run and fail"
-            } else {
-                "the tests that need it are ignored"
-            };
-            println!("cargo::warning={}: {consequence}", need.missing());
+            match need.absent() {
+                Some(what) => absent.push(what),
+                None => not_root = true,
+            }
         }
+    }
+    // One line per crate: every build prints it, the demo's included.
+    let mut missing = Vec::new();
+    if !absent.is_empty() {
+        missing.push(format!("not installed: {}", absent.join(", ")));
+    }
+    if not_root {
+        missing.push("not running as root".to_string());
+    }
+    if !missing.is_empty() {
+        let consequence = if ci {
+            "CI is set, so the tests that need them run and fail"
+        } else {
+            "the tests that need them are ignored (docs/tests.md)"
+        };
+        println!("cargo::warning={}; {consequence}", missing.join(", "));
     }
 }
 

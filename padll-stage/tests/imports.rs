@@ -159,7 +159,7 @@ const NOT_HOOKED: &[(&str, &str)] = &[
     ("open_memstream", "memory stream, no file"),
     (
         "putchar",
-        "formatted/stdout output family (printf, puts, putchar) is not intercepted: see README",
+        "formatted/stdout output family (printf, puts, putchar) is not intercepted: see docs/stage.md",
     ),
     ("__freading", "queries a stream's state in memory"),
     ("flockfile", "stdio's in-process stream lock"),
