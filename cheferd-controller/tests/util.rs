@@ -18,8 +18,16 @@ const CTL_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long what a test starts (a controller, a job's stages) may take to be up on a
 /// loaded machine.
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
-/// The aggregate may exceed `Max_R` by this much in a one-second window.
+/// The aggregate may exceed `Max_R` by this much, over three seconds.
 pub const CAP_TOLERANCE: f64 = 1.05;
+/// How much more than its rate a one-second window may hold: a long-running thread is
+/// admitted in batches of up to 128 ms of its rate (`padll-stage/src/credit.rs`,
+/// `BATCH_SPAN_MAX_NS`) plus its 10 ms bucket, so a window that catches one batch more
+/// than its share holds up to 13.8 % more, and a window next to it as much less; and a
+/// replayer's own windows stretch when it is descheduled. Over three seconds it evens out
+/// to [`CAP_TOLERANCE`]. A stage that lost its limit runs at what it offers, several
+/// times its share, and crosses both.
+const ONE_SECOND_TOLERANCE: f64 = CAP_TOLERANCE + 0.138;
 /// Replayers run until the test kills them.
 const REPLAY_SECONDS: &str = "600";
 
@@ -347,8 +355,9 @@ impl Cluster {
     }
 
     /// Samples the aggregate of every job's processes once per second over `from..to`
-    /// (windows ended and reported by now) and fails if one exceeds `max_rate` ×
-    /// [`CAP_TOLERANCE`].
+    /// (windows ended and reported by now) and fails if the mean of three seconds in a
+    /// row (of all, if fewer) exceeds `max_rate` × [`CAP_TOLERANCE`], or one second
+    /// `max_rate` × [`ONE_SECOND_TOLERANCE`].
     pub fn assert_aggregate_capped(&self, from: Instant, to: Instant, max_rate: f64) {
         let reported = Instant::now() - Duration::from_millis(1200);
         let mut t = from + Duration::from_millis(500);
@@ -361,8 +370,16 @@ impl Cluster {
         eprintln!("aggregate per second (Max_R {max_rate:.0}): {samples:.0?}");
         for (s, total) in samples.iter().enumerate() {
             assert!(
-                *total <= max_rate * CAP_TOLERANCE,
-                "window {s}: aggregate {total:.0} ops/s > Max_R {max_rate:.0} + 5 % (all windows: {samples:.0?})"
+                *total <= max_rate * ONE_SECOND_TOLERANCE,
+                "second {s}: aggregate {total:.0} ops/s > Max_R {max_rate:.0} + 18.8 % (all: {samples:.0?})"
+            );
+        }
+        for (s, three) in samples.windows(3.min(samples.len())).enumerate() {
+            let mean = three.iter().sum::<f64>() / three.len() as f64;
+            assert!(
+                mean <= max_rate * CAP_TOLERANCE,
+                "seconds {s}-{}: aggregate {mean:.0} ops/s > Max_R {max_rate:.0} + 5 % (all: {samples:.0?})",
+                s + three.len() - 1
             );
         }
     }
