@@ -21,18 +21,18 @@ use std::time::{Duration, Instant};
 
 const INTERVAL: Duration = Duration::from_millis(200);
 /// The leases' time to live (`--etcd-ttl`).
-const TTL: Duration = Duration::from_secs(2);
+pub(crate) const TTL: Duration = Duration::from_secs(2);
 /// etcd revokes expired leases in a sweep every 500 ms, and the log is polled.
 const SWEEP: Duration = Duration::from_millis(700);
 /// High enough that a stage's few requests past its rule (one per thread, a batch:
 /// ARCHITECTURE.md, invariant 12) stay within the 5 % tolerance.
-const MAX_RATE: f64 = 2000.0;
+pub(crate) const MAX_RATE: f64 = 2000.0;
 /// `ctl set-max-rate` before the failover.
 const CHANGED_MAX_RATE: f64 = 1400.0;
 const NODES: [&str; 2] = ["n1", "n2"];
-const ETCD_PREFIX: &str = "/padll-test";
+pub(crate) const ETCD_PREFIX: &str = "/padll-test";
 /// How long etcd or a global controller may take to start serving (a loaded machine).
-const START_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// An etcd member on loopback, its data in the cluster's directory (kept across a
 /// restart, as a real member's disk is).
@@ -109,7 +109,7 @@ impl Member {
 }
 
 /// An etcd cluster of one or three members on loopback.
-struct Etcd {
+pub(crate) struct Etcd {
     members: Vec<Member>,
     /// The site directory of its TLS files, with the client certificate
     /// [`ETCD_CLIENT`] made for the global controllers; `None`: plaintext.
@@ -124,7 +124,7 @@ const ETCD_CLIENT: &str = "etcd-client";
 impl Etcd {
     /// Starts `size` members — with TLS (server and client certificates of the
     /// cluster's site `tls`) if given — and waits until the cluster answers.
-    fn start(dir: &std::path::Path, size: usize, tls: Option<PathBuf>) -> Etcd {
+    pub(crate) fn start(dir: &std::path::Path, size: usize, tls: Option<PathBuf>) -> Etcd {
         if let Some(site) = &tls {
             cheferd_controller::tls::make_leaf(
                 cheferd_controller::tls::Role::Node,
@@ -185,7 +185,7 @@ impl Etcd {
 
     /// Starts every member that is not running (again) and waits until the cluster
     /// answers.
-    fn restart(&mut self) {
+    pub(crate) fn restart(&mut self) {
         assert!(self.try_restart(), "another process took an etcd port");
     }
 
@@ -219,7 +219,7 @@ impl Etcd {
     }
 
     /// The value of `key`, if etcd answers and it is set.
-    fn get(&self, key: &str) -> Option<Vec<u8>> {
+    pub(crate) fn get(&self, key: &str) -> Option<Vec<u8>> {
         let key = key.to_string();
         self.call(|client| async move { client.get(&key).await })
             .ok()
@@ -258,8 +258,16 @@ impl Etcd {
     }
 
     /// Kills every member (`SIGKILL`).
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         self.members.iter_mut().for_each(Member::kill);
+    }
+
+    /// Kills every member and deletes its data: what a lost or rebuilt etcd holds.
+    pub(crate) fn wipe(&mut self) {
+        self.kill();
+        for member in &self.members {
+            std::fs::remove_dir_all(&member.data).expect("etcd's data deleted");
+        }
     }
 }
 
@@ -270,62 +278,93 @@ impl Drop for Etcd {
 }
 
 /// One `cheferd global --etcd`, with its own port and admin socket.
-struct Global {
-    child: Child,
+pub(crate) struct Global {
+    pub(crate) child: Child,
     port: u16,
-    admin: PathBuf,
+    pub(crate) admin: PathBuf,
     log: PathBuf,
+    /// Its name, and how many times it was started (each start logs to a file of its own).
+    name: String,
+    starts: usize,
     /// Holds its port while it lives.
     _port: Ports,
 }
 
 impl Global {
     /// Starts it and waits until it serves (on another port if its was taken).
-    fn start(cluster: &Cluster, name: &str, etcd: &Etcd) -> Global {
-        let dir = cluster.dir.path();
-        let log = dir.join(format!("global-{name}.log"));
-        let admin = dir.join(format!("admin-{name}.sock"));
+    pub(crate) fn start(cluster: &Cluster, name: &str, etcd: &Etcd) -> Global {
+        let admin = cluster.dir.path().join(format!("admin-{name}.sock"));
         ports::start_on_fresh_ports(1, "the global controller", |reserved| {
             let port = reserved.get(0);
-            let mut command = Command::new(crate::util::cheferd());
-            cluster.global_args(&mut command, port, &admin);
-            let child = command
-                .args(["--etcd", &etcd.urls(), "--etcd-prefix", ETCD_PREFIX])
-                .args(["--etcd-ttl", &TTL.as_secs().to_string()])
-                .args(etcd.tls_args())
-                .stderr(std::fs::File::create(&log).expect("log file"))
-                .spawn()
-                .expect("cheferd global starts");
+            let log = cluster.dir.path().join(format!("global-{name}-1.log"));
             let mut global = Global {
-                child,
+                child: Self::spawn(cluster, etcd, port, &admin, &log),
                 port,
                 admin: admin.clone(),
-                log: log.clone(),
+                log,
+                name: name.to_string(),
+                starts: 1,
                 _port: reserved,
             };
-            let served = wait_for(START_TIMEOUT, "the global controller to serve", || {
-                if global.log().contains("global controller started") {
-                    return Some(true);
-                }
-                global.child.try_wait().ok().flatten()?;
-                let log = global.log();
-                assert!(ports::in_use(&log), "the global controller exited:\n{log}");
-                Some(false)
-            });
-            served.then_some(global)
+            global.wait_until_served().then_some(global)
         })
     }
 
-    fn url(&self) -> String {
+    /// Starts it again on its port, as its service manager does once it has exited
+    /// (killed if it has not), and waits until it serves.
+    pub(crate) fn restart(&mut self, cluster: &Cluster, etcd: &Etcd) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.starts += 1;
+        self.log = cluster
+            .dir
+            .path()
+            .join(format!("global-{}-{}.log", self.name, self.starts));
+        self.child = Self::spawn(cluster, etcd, self.port, &self.admin, &self.log);
+        assert!(self.wait_until_served(), "another process took its port");
+    }
+
+    fn spawn(
+        cluster: &Cluster,
+        etcd: &Etcd,
+        port: u16,
+        admin: &std::path::Path,
+        log: &std::path::Path,
+    ) -> Child {
+        let mut command = Command::new(crate::util::cheferd());
+        cluster.global_args(&mut command, port, admin);
+        command
+            .args(["--etcd", &etcd.urls(), "--etcd-prefix", ETCD_PREFIX])
+            .args(["--etcd-ttl", &TTL.as_secs().to_string()])
+            .args(etcd.tls_args())
+            .stderr(std::fs::File::create(log).expect("log file"))
+            .spawn()
+            .expect("cheferd global starts")
+    }
+
+    /// Waits until it serves: `false` if it exited because its port was taken.
+    fn wait_until_served(&mut self) -> bool {
+        wait_for(START_TIMEOUT, "the global controller to serve", || {
+            if self.log().contains("global controller started") {
+                return Some(true);
+            }
+            self.child.try_wait().ok().flatten()?;
+            let log = self.log();
+            assert!(ports::in_use(&log), "the global controller exited:\n{log}");
+            Some(false)
+        })
+    }
+
+    pub(crate) fn url(&self) -> String {
         format!("https://127.0.0.1:{}", self.port)
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// Waits until its log says `what`; returns when it was seen.
-    fn wait_for_log(&self, timeout: Duration, what: &str) -> Instant {
+    pub(crate) fn wait_for_log(&self, timeout: Duration, what: &str) -> Instant {
         wait_for(
             timeout,
             &format!("'{what}' in {}", self.log.display()),
@@ -334,7 +373,7 @@ impl Global {
     }
 
     /// `ctl --json status` on its admin socket.
-    fn status(&self) -> serde_json::Value {
+    pub(crate) fn status(&self) -> serde_json::Value {
         let mut command = Command::new(crate::util::cheferd());
         command
             .arg("ctl")
@@ -347,7 +386,7 @@ impl Global {
     }
 
     /// Waits until its `ctl status` satisfies `holds`.
-    fn wait_for_status(&self, what: &str, holds: impl Fn(&serde_json::Value) -> bool) {
+    pub(crate) fn wait_for_status(&self, what: &str, holds: impl Fn(&serde_json::Value) -> bool) {
         wait_for(Duration::from_secs(20), what, || {
             let status = self.status();
             holds(&status).then_some(())
@@ -367,14 +406,23 @@ impl Drop for Global {
     }
 }
 
+/// A cluster of one resource, `Max_R` [`MAX_RATE`] under `policy`; nothing started.
+pub(crate) fn new_cluster(policy: &str) -> Cluster {
+    Cluster::new(&format!(
+        "interval_ms = {}\n[[resource]]\nname = \"{{scratch}}:metadata\"\nmax_rate = \"{MAX_RATE}\"\npolicy = \"{policy}\"\n",
+        INTERVAL.as_millis()
+    ))
+}
+
 /// etcd, global controller A elected, B standing by, both nodes' local controllers
 /// (given both URLs) attached to A, and two jobs offering more than `Max_R` on both
 /// nodes under `policy`, past their warm-up.
-fn cluster(policy: &str, etcd_members: usize, etcd_tls: bool) -> (Cluster, Etcd, Global, Global) {
-    let mut cluster = Cluster::new(&format!(
-        "interval_ms = {}\n[[resource]]\nname = \"{{scratch}}:metadata\"\nmax_rate = \"{MAX_RATE}\"\npolicy = \"{policy}\"\n",
-        INTERVAL.as_millis()
-    ));
+pub(crate) fn cluster(
+    policy: &str,
+    etcd_members: usize,
+    etcd_tls: bool,
+) -> (Cluster, Etcd, Global, Global) {
+    let mut cluster = new_cluster(policy);
     let etcd = Etcd::start(
         cluster.dir.path(),
         etcd_members,
@@ -400,7 +448,7 @@ fn cluster(policy: &str, etcd_members: usize, etcd_tls: bool) -> (Cluster, Etcd,
 
 /// Waits until the aggregate runs at `max_rate` (a change took effect: between half
 /// of it, the floor of a loaded machine, and the tolerance); returns when.
-fn wait_capped(cluster: &Cluster, max_rate: f64) -> Instant {
+pub(crate) fn wait_capped(cluster: &Cluster, max_rate: f64) -> Instant {
     wait_for(
         Duration::from_secs(20),
         &format!("the aggregate to run at {max_rate:.0}/s"),
@@ -412,7 +460,7 @@ fn wait_capped(cluster: &Cluster, max_rate: f64) -> Instant {
     )
 }
 
-fn set_max_rate(cluster: &Cluster, rate: f64) {
+pub(crate) fn set_max_rate(cluster: &Cluster, rate: f64) {
     let output = cluster.ctl(&["set-max-rate", &cluster.metadata(), &rate.to_string()]);
     assert!(
         output.status.success(),
@@ -421,7 +469,16 @@ fn set_max_rate(cluster: &Cluster, rate: f64) {
     );
 }
 
-fn assert_jobs_running(cluster: &mut Cluster) {
+/// Starts etcd again with its data: `leader` finds its lease and leads on in `term`.
+pub(crate) fn restart_etcd_and_lead_on(etcd: &mut Etcd, leader: &Global, term: u64) {
+    etcd.restart();
+    leader.wait_for_status("the leader to find etcd and its lease again", |status| {
+        status["etcd_reachable"] == true && status["lease_valid"] == true
+    });
+    assert_eq!(leader.status()["term"], term, "it leads in the same term");
+}
+
+pub(crate) fn assert_jobs_running(cluster: &mut Cluster) {
     for process in &mut cluster.jobs {
         assert!(
             process.is_running(),
@@ -535,7 +592,9 @@ fn with_etcd_down_the_leader_keeps_controlling_and_says_so() {
     etcd.kill();
     a.wait_for_log(
         Duration::from_secs(15),
-        &format!("keeping control in term {term}; no standby can take over until etcd is back"),
+        &format!(
+            "keeping control in term {term} (every standby confirms that it cannot reach etcd either)"
+        ),
     );
     assert!(a.log().contains("etcd unreachable since "), "{}", a.log());
     let status = a.status();
@@ -552,11 +611,7 @@ fn with_etcd_down_the_leader_keeps_controlling_and_says_so() {
         "B was elected with etcd down"
     );
 
-    etcd.restart();
-    a.wait_for_status("A to find etcd and its lease again", |status| {
-        status["etcd_reachable"] == true && status["lease_valid"] == true
-    });
-    assert_eq!(a.status()["term"], term, "A leads in the same term");
+    restart_etcd_and_lead_on(&mut etcd, &a, term);
     // A controls on: another change reaches the jobs.
     set_max_rate(&cluster, CHANGED_MAX_RATE / 2.0);
     wait_capped(&cluster, CHANGED_MAX_RATE / 2.0);

@@ -9,6 +9,7 @@
 //! runs on one machine never meet.
 
 mod cli;
+mod control_lost;
 mod ctl_json;
 mod ctl_timeout;
 mod demo;

@@ -54,7 +54,7 @@ pub(super) fn enforce(
             body: Some(global_message::Body::Enforce(proto::Enforce {
                 cycle,
                 stages: changed,
-                term: 0, // stamped as it is sent (crate::standby::Leadership::stamp)
+                ..Default::default() // term and generation: stamped as sent (crate::standby::Leadership::stamp)
             })),
         };
         node.bytes_out += enforce.encoded_len() as u64;

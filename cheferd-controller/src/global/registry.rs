@@ -101,7 +101,7 @@ impl Controller {
                         class: r.resource.class.name().to_string(),
                     })
                     .collect(),
-                term: 0, // stamped as it is sent (crate::standby::Leadership::stamp)
+                ..Default::default() // term and generation: stamped as sent (crate::standby::Leadership::stamp)
             })),
         };
         let _ = outbox.send(Ok(registered));
@@ -237,7 +237,7 @@ impl Controller {
                         body: Some(global_message::Body::Enforce(proto::Enforce {
                             cycle: 0,
                             stages: vec![proto::StageRules { stage_id, rules }],
-                            term: 0, // stamped as it is sent (crate::standby::Leadership::stamp)
+                            ..Default::default() // term and generation: stamped as sent (crate::standby::Leadership::stamp)
                         })),
                     };
                     if node.outbox.send(Ok(enforce)).is_ok() {

@@ -252,6 +252,7 @@ impl Etcd {
             Ok(reply) => Ok(reply.into_inner().kv.map(|kv| super::Leader {
                 url: String::from_utf8_lossy(&kv.value).into_owned(),
                 term: kv.create_revision as u64,
+                generation: None,
             })),
             // etcd's `ErrElectionNoLeader`, sent with code Unknown.
             Err(status) if status.message() == "election: no leader" => Ok(None),

@@ -1,6 +1,8 @@
 //! A local controller's side of a standby: `cheferd local --global A,B,C` follows the
-//! leader among them, and refuses rules of an older term than the newest it has seen.
+//! leader among them, and refuses rules of an older term than the newest it has seen
+//! (terms ordered as [`super::term`] says, across a replaced etcd too).
 
+use super::term::LeaderTerm;
 use crate::proto::{global_message::Body, GlobalMessage};
 use std::time::Duration;
 use tonic::transport::{ClientTlsConfig, Endpoint};
@@ -11,7 +13,7 @@ use tonic::Status;
 pub struct Globals {
     globals: Vec<(String, Endpoint)>,
     current: usize,
-    newest_term: u64,
+    newest: LeaderTerm,
 }
 
 /// What to do with a message from the global controller.
@@ -58,7 +60,7 @@ impl Globals {
         Ok(Globals {
             globals,
             current: 0,
-            newest_term: 0,
+            newest: LeaderTerm::default(),
         })
     }
 
@@ -98,20 +100,16 @@ impl Globals {
 
     /// Checks a message's term against the newest seen (and records a newer one).
     pub fn check(&mut self, message: &GlobalMessage) -> Verdict {
-        let (term, registered) = match &message.body {
-            Some(Body::Registered(r)) => (r.term, true),
-            Some(Body::Enforce(e)) => (e.term, false),
+        let (sent, registered) = match &message.body {
+            Some(Body::Registered(r)) => (LeaderTerm::of(r.term, r.generation.as_ref()), true),
+            Some(Body::Enforce(e)) => (LeaderTerm::of(e.term, e.generation.as_ref()), false),
             _ => return Verdict::Follow,
         };
-        if term >= self.newest_term {
-            self.newest_term = term;
+        if let Some(newest) = sent.follows(self.newest) {
+            self.newest = newest;
             return Verdict::Follow;
         }
-        let why = format!(
-            "{} sent term {term}, older than term {} already seen: a deposed leader",
-            self.url(),
-            self.newest_term
-        );
+        let why = format!("{} sent {}", self.url(), sent.refusal(self.newest));
         if registered {
             Verdict::Leave(why)
         } else {
@@ -156,6 +154,37 @@ mod tests {
         assert!(matches!(g.check(&enforce(7)), Verdict::Ignore(_)));
         assert!(matches!(g.check(&registered(8)), Verdict::Leave(_)));
         assert_eq!(g.check(&registered(9)), Verdict::Follow);
+    }
+
+    fn registered_in(created_ms: u64, term: u64) -> GlobalMessage {
+        GlobalMessage {
+            body: Some(Body::Registered(Registered {
+                term,
+                generation: Some(crate::proto::Generation {
+                    created_ms,
+                    nonce: 1,
+                }),
+                ..Default::default()
+            })),
+        }
+    }
+
+    #[test]
+    fn the_leader_of_a_replaced_etcd_is_followed_and_the_old_data_refused_after() {
+        let mut g = globals();
+        assert_eq!(g.check(&registered_in(1_000, 18)), Verdict::Follow);
+        assert_eq!(g.check(&registered_in(90_000, 2)), Verdict::Follow);
+        assert_eq!(g.check(&enforce(2)), Verdict::Follow, "its Enforce");
+        let Verdict::Leave(why) = g.check(&registered_in(1_000, 30)) else {
+            panic!("a leader of the replaced data was followed");
+        };
+        assert!(
+            why.starts_with(
+                "http://a:1 sent term 30 of the etcd data of 1970-01-01 00:00:01.000 UTC"
+            ),
+            "{why}"
+        );
+        assert!(matches!(g.check(&enforce(1)), Verdict::Ignore(_)));
     }
 
     #[test]

@@ -13,25 +13,31 @@
 //!   its term ([`persist`]) and replayed, in order, by the next leader before its first
 //!   cycle. Scheduled rules are in every global's configuration file. Job usage comes
 //!   back with the next reports.
-//! - **Fencing**: every `Registered` and `Enforce` carries the term ([`Leadership::stamp`]);
-//!   a local controller refuses an older term than the newest it has seen. A leader
-//!   counts its lease valid until TTL after the last keep-alive etcd answered; past that
-//!   it asks the standbys ([`peers`]): if none reaches etcd either, etcd is down, no one
-//!   can be elected, and it keeps controlling, saying so; if one does, or one cannot be
-//!   asked, it may be the one cut off and sends no rules (stages keep their last ones,
-//!   fail-static) until etcd answers again; if etcd says the lease is gone or a standby
-//!   knows a newer term, it exits for its service manager to restart it as a follower.
+//! - **Fencing**: every `Registered` and `Enforce` carries the term and the generation of
+//!   the etcd data it counts in ([`Leadership::stamp`], [`term`]); a local controller
+//!   refuses an older term than the newest it has seen, and follows the leader of a
+//!   replaced etcd (a newer generation) whatever its term. A leader counts its lease
+//!   valid until TTL after the last keep-alive etcd answered; past that it asks the
+//!   standbys ([`peers`]): if none reaches etcd either, etcd is down, no one can be
+//!   elected, and it keeps controlling, saying so; if it knows no standby, it keeps
+//!   controlling too (a standby elected meanwhile has a newer term, which the local
+//!   controllers follow); if a standby reaches etcd, or cannot be asked, this leader may
+//!   be the one cut off and sends no rules (stages keep their last ones, fail-static)
+//!   until etcd answers again; if etcd says the lease is gone or a standby knows a newer
+//!   term, it exits for its service manager to restart it as a follower.
 
 pub mod etcd;
 pub mod follow;
 pub mod peers;
 pub mod persist;
+pub mod term;
 
 use crate::global::{Change, ChangeError, ChangeRefused, Controller};
 use serde::{Deserialize, Serialize};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
+use term::{Generation, LeaderTerm};
 use tokio::sync::mpsc;
 use tonic::transport::ClientTlsConfig;
 use tonic::Status;
@@ -60,6 +66,14 @@ pub enum StandbyError {
         /// etcd's (or the connection's) message.
         message: String,
     },
+    /// etcd did not take what a new leader writes before its first cycle.
+    #[error("cannot write {what} to etcd ({message})")]
+    Write {
+        /// What was written.
+        what: &'static str,
+        /// etcd's (or the connection's) message.
+        message: String,
+    },
     /// etcd says this controller's lease is gone.
     #[error("etcd says lease {0:x} has expired: another global controller may lead now; exiting to start again as a standby")]
     LeaseExpired(i64),
@@ -67,16 +81,16 @@ pub enum StandbyError {
     #[error("this controller's election key is gone from etcd: it no longer leads")]
     NoLongerLeads,
     /// A standby knows a newer term than this leader's ([`peers::decide`]).
-    #[error("standby {standby} knows leader {leader} in term {term}, newer than this controller's term {mine}: another global controller leads; exiting to start again as a standby")]
+    #[error("standby {standby} knows leader {leader} in {term:#}, newer than this controller's {mine:#}: another global controller leads; exiting to start again as a standby")]
     Deposed {
         /// The standby that said so.
         standby: String,
         /// The leader it knows.
         leader: String,
         /// That leader's term.
-        term: u64,
+        term: LeaderTerm,
         /// This controller's term.
-        mine: u64,
+        mine: LeaderTerm,
     },
     /// What was to be written to etcd did not encode.
     #[error("cannot encode {what}: {source}")]
@@ -121,6 +135,19 @@ pub struct Leader {
     pub url: String,
     /// Its term.
     pub term: u64,
+    /// The generation its term counts in: known to the leader itself (a standby knows
+    /// the leader from the election alone).
+    pub generation: Option<Generation>,
+}
+
+impl Leader {
+    /// Its place in the order of leaders.
+    fn leader_term(&self) -> LeaderTerm {
+        LeaderTerm {
+            generation: self.generation,
+            term: self.term,
+        }
+    }
 }
 
 /// This process' role, as the gRPC service and the admin socket see it.
@@ -165,6 +192,8 @@ pub struct LeadershipStatus {
     pub role: RoleName,
     /// The leader's term (0 alone, or while no leader is known).
     pub term: u64,
+    /// The generation of the etcd data it counts in (a leader's own).
+    pub generation: Option<Generation>,
     /// The leader's URL, if known (a leader's own).
     pub leader: Option<String>,
     /// Whether etcd answered this controller's last request (`None` without etcd).
@@ -173,8 +202,8 @@ pub struct LeadershipStatus {
     pub etcd_unreachable_since: Option<u64>,
     /// Whether this leader's lease is valid by its clock (`None` unless leading).
     pub lease_valid: Option<bool>,
-    /// Whether this controller sends rules now: alone, or leading with a valid lease
-    /// or with every standby confirming that etcd is down.
+    /// Whether this controller sends rules now: alone, or leading with a valid lease,
+    /// with every standby confirming that etcd is down, or knowing no standby.
     pub controlling: bool,
 }
 
@@ -184,8 +213,9 @@ pub struct Leadership {
     /// Until when the lease is valid by this process' clock: TTL after the last
     /// keep-alive etcd answered (sent, not answered: a slow answer only shortens it).
     lease_until: Mutex<Instant>,
-    /// Until when every standby has confirmed that etcd is down for it too ([`peers`]):
-    /// a leader whose lease lapsed keeps controlling meanwhile.
+    /// Until when every standby has confirmed that etcd is down for it too, or no
+    /// standby is known ([`peers`]): a leader whose lease lapsed keeps controlling
+    /// meanwhile.
     etcd_down_until: Mutex<Instant>,
     /// Since when etcd has not answered this process (`None`: its last call did).
     etcd_unreachable_since: Mutex<Option<SystemTime>>,
@@ -237,7 +267,17 @@ impl Leadership {
     }
 
     fn lease_valid(&self) -> bool {
-        Instant::now() < *lock(&self.lease_until)
+        self.lease_valid_for(Duration::ZERO)
+    }
+
+    /// Whether the lease is still valid `ahead` from now.
+    fn lease_valid_for(&self, ahead: Duration) -> bool {
+        Instant::now() + ahead < *lock(&self.lease_until)
+    }
+
+    /// Whether etcd did not answer this process' last call.
+    fn etcd_unreachable(&self) -> bool {
+        lock(&self.etcd_unreachable_since).is_some()
     }
 
     /// `Ok` if local controllers may attach here (single or leader); a follower's
@@ -252,11 +292,11 @@ impl Leadership {
     /// The term this controller leads in (0 alone, `None` as a follower), and whether
     /// it may send rules now (alone, or leading with a valid lease or with etcd
     /// confirmed down).
-    fn term(&self) -> (Option<u64>, bool) {
+    fn term(&self) -> (Option<LeaderTerm>, bool) {
         match &*lock(&self.role) {
-            Role::Single => (Some(0), true),
+            Role::Single => (Some(LeaderTerm::default()), true),
             Role::Leader(me) => (
-                Some(me.term),
+                Some(me.leader_term()),
                 self.lease_valid() || Instant::now() < *lock(&self.etcd_down_until),
             ),
             Role::Follower(_) => (None, false),
@@ -286,6 +326,7 @@ impl Leadership {
         LeadershipStatus {
             role: name,
             term: leader.as_ref().map_or(0, |l| l.term),
+            generation: leader.as_ref().and_then(|l| l.generation),
             leader: leader.map(|l| l.url),
             etcd_reachable: Some(since.is_none()),
             etcd_unreachable_since: since.map(unix_seconds),
@@ -301,22 +342,30 @@ impl Leadership {
             leader: status.leader.unwrap_or_default(),
             term: status.term,
             etcd_reachable: status.etcd_reachable.unwrap_or(false),
+            generation: status.generation.map(Into::into),
         }
     }
 
-    /// A message about to go down a stream, with this leader's term in `Registered`
-    /// and `Enforce`; `None` for an `Enforce` that must not be sent (the lease has
-    /// lapsed and etcd is not confirmed down, or leadership is lost).
+    /// A message about to go down a stream, with this leader's term and its generation
+    /// in `Registered` and `Enforce`; `None` for an `Enforce` that must not be sent (the
+    /// lease has lapsed and etcd is not confirmed down, or leadership is lost).
     pub fn stamp(
         &self,
         mut message: crate::proto::GlobalMessage,
     ) -> Option<crate::proto::GlobalMessage> {
         use crate::proto::global_message::Body;
         let (term, enforcing) = self.term();
+        let generation = || term.and_then(|t| t.generation).map(Into::into);
         match &mut message.body {
-            Some(Body::Registered(registered)) => registered.term = term?,
+            Some(Body::Registered(registered)) => {
+                registered.term = term?.term;
+                registered.generation = generation();
+            }
             Some(Body::Enforce(_)) if !enforcing => return None,
-            Some(Body::Enforce(enforce)) => enforce.term = term?,
+            Some(Body::Enforce(enforce)) => {
+                enforce.term = term?.term;
+                enforce.generation = generation();
+            }
             _ => {}
         }
         Some(message)
@@ -376,10 +425,13 @@ impl LeadershipStatus {
             Some(true) => "valid",
             Some(false) => "lapsed",
         };
+        let term = match self.generation {
+            Some(generation) => format!("{} (etcd data of {generation})", self.term),
+            None => self.term.to_string(),
+        };
         format!(
-            "role         {}\nterm         {}\nleader       {}\netcd         {etcd}\nlease        {lease}\ncontrolling  {}\n",
+            "role         {}\nterm         {term}\nleader       {}\netcd         {etcd}\nlease        {lease}\ncontrolling  {}\n",
             self.role.as_str(),
-            self.term,
             self.leader.as_deref().unwrap_or("-"),
             if self.controlling { "yes" } else { "no (stages keep their last rules)" },
         )
@@ -404,7 +456,7 @@ fn refusal(leader: Option<&str>) -> Status {
 
 /// Runs `controller` as one of several global controllers: stands by until elected,
 /// then restores the administrative changes and runs the control loop while the lease
-/// holds (or etcd is down for every global controller). Returns (an error) only when
+/// holds (or etcd is down for every global controller it knows). Returns (an error) only when
 /// leadership is lost for good: the process then exits and its service manager starts
 /// it again, as a follower.
 pub async fn run(controller: Arc<Controller>, options: StandbyOptions) -> Result<(), StandbyError> {
@@ -447,6 +499,7 @@ async fn lead(
     };
     let term = key.rev as u64;
     let store = persist::Store::new(etcd, &options.prefix, key);
+    let generation = store.generation().await?;
     let restored = store.restore(controller).await?;
     let policy_states = store.restore_policy_states(controller).await?;
     let (sender, receiver) = mpsc::unbounded_channel();
@@ -454,8 +507,9 @@ async fn lead(
     leadership.set(Role::Leader(Leader {
         url: options.advertise.clone(),
         term,
+        generation: Some(generation),
     }));
-    info!(term, restored, policy_states, advertise = %options.advertise, "elected leader");
+    info!(term, %generation, restored, policy_states, advertise = %options.advertise, "elected leader");
     let standbys = peers::Standbys::new(options.peer_tls.clone(), &options.advertise);
     tokio::select! {
         failed = store.persist(receiver) => Err(failed),
@@ -538,6 +592,10 @@ mod tests {
         Role::Leader(Leader {
             url: "https://g1:50051".into(),
             term: 42,
+            generation: Some(Generation {
+                created_ms: 1_000,
+                nonce: 3,
+            }),
         })
     }
 
@@ -545,6 +603,14 @@ mod tests {
         match message?.body? {
             Body::Enforce(e) => Some(e.term),
             Body::Registered(r) => Some(r.term),
+            _ => None,
+        }
+    }
+
+    fn generation_of(message: Option<GlobalMessage>) -> Option<u64> {
+        match message?.body? {
+            Body::Enforce(e) => Some(e.generation?.created_ms),
+            Body::Registered(r) => Some(r.generation?.created_ms),
             _ => None,
         }
     }
@@ -569,9 +635,14 @@ mod tests {
         assert_eq!(leading.lease_valid, Some(true));
         let text = leading.render();
         assert!(text.contains("role         leader\n"), "{text}");
+        assert!(
+            text.contains("term         42 (etcd data of 1970-01-01 00:00:01.000 UTC)\n"),
+            "{text}"
+        );
         assert!(text.contains("etcd         unreachable since "), "{text}");
         let standing = leadership.standing();
         assert_eq!((standing.term, standing.etcd_reachable), (42, false));
+        assert_eq!(standing.generation.map(|g| g.created_ms), Some(1_000));
         leadership.etcd_answered(true);
         assert_eq!(leadership.status().etcd_unreachable_since, None);
     }
@@ -601,6 +672,7 @@ mod tests {
         let leadership = Leadership::default();
         assert!(leadership.admit().is_ok());
         assert_eq!(term_of(leadership.stamp(enforce())), Some(0));
+        assert_eq!(generation_of(leadership.stamp(enforce())), None);
     }
 
     #[test]
@@ -609,6 +681,7 @@ mod tests {
         leadership.set(Role::Follower(Some(Leader {
             url: "https://g2:50051".into(),
             term: 7,
+            generation: None,
         })));
         let refusal = leadership.admit().unwrap_err();
         assert_eq!(refusal.code(), tonic::Code::Unavailable);
@@ -635,15 +708,17 @@ mod tests {
         leadership.set(leader_of_term_42());
         leadership.renewed(Instant::now() + Duration::from_secs(60));
         assert_eq!(term_of(leadership.stamp(enforce())), Some(42));
+        assert_eq!(generation_of(leadership.stamp(enforce())), Some(1_000));
         leadership.renewed(Instant::now());
         assert_eq!(leadership.stamp(enforce()), None);
         let registered = GlobalMessage {
             body: Some(Body::Registered(Registered::default())),
         };
         assert_eq!(
-            term_of(leadership.stamp(registered)),
+            term_of(leadership.stamp(registered.clone())),
             Some(42),
             "its term all the same"
         );
+        assert_eq!(generation_of(leadership.stamp(registered)), Some(1_000));
     }
 }

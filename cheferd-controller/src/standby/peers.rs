@@ -6,7 +6,15 @@
 //! `Standing` RPC of its gRPC port, which leader and term it knows and whether etcd
 //! answers it. The candidates are learnt from the election while etcd answers the
 //! leader. [`decide`] turns their answers into what the leader does.
+//!
+//! A leader that knows no standby (a single `cheferd global --etcd`) keeps controlling:
+//! freezing would leave the site less protected with etcd than without it. It is safe
+//! because of the terms, not of a confirmation: a standby elected while this leader is
+//! cut off has a newer term, local controllers that reach it follow it and refuse this
+//! leader from then on, and each node follows one leader at a time; once etcd answers
+//! this leader again, it finds its lease gone and exits.
 
+use super::term::LeaderTerm;
 use super::{etcd::Etcd, Leadership, StandbyError};
 use crate::proto::{global_client::GlobalClient, StandingReply, StandingRequest};
 use std::sync::Mutex;
@@ -18,6 +26,9 @@ use tracing::{info, warn};
 const ASK_EVERY: Duration = Duration::from_millis(500);
 /// How long a standby may take to answer (connection included).
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
+/// Once etcd stops answering, the standbys are asked this long before the lease
+/// lapses, so that control goes on without a gap if etcd is down for them too.
+const ASK_AHEAD: Duration = ASK_EVERY.saturating_add(ANSWER_TIMEOUT);
 /// How often a leader learns the candidates from etcd.
 const LEARN_EVERY: Duration = Duration::from_secs(2);
 /// At most this many candidates are asked (two or three are expected).
@@ -35,30 +46,33 @@ pub enum Decision {
     /// Every standby answered that it cannot reach etcd either: no one can be elected
     /// while etcd is down, so keep controlling.
     EtcdDown,
+    /// No standby is known: keep controlling (see the module's documentation).
+    Alone,
     /// A standby reaches etcd (this leader is cut off from it and will be replaced) or
     /// could not be asked: send no rules, saying why.
     Freeze(String),
 }
 
 /// The decision of the leader of `term` from each standby's answer (`None`: it did
-/// not answer). A newer term wins over everything; keeping control needs every known
-/// standby to confirm, and at least one.
-pub fn decide(term: u64, answers: &[(String, Option<StandingReply>)]) -> Decision {
+/// not answer). A newer term wins over everything; with standbys, keeping control needs
+/// every one to confirm; without, it is kept.
+pub fn decide(term: LeaderTerm, answers: &[(String, Option<StandingReply>)]) -> Decision {
     let replies = || {
         answers
             .iter()
             .filter_map(|(url, reply)| Some((url, reply.as_ref()?)))
     };
-    if let Some((url, newer)) = replies().find(|(_, reply)| reply.term > term) {
+    let known = |reply: &StandingReply| LeaderTerm::of(reply.term, reply.generation.as_ref());
+    if let Some((url, newer)) = replies().find(|(_, reply)| known(reply).newer_than(term)) {
         return Decision::StepDown(StandbyError::Deposed {
             standby: url.clone(),
             leader: newer.leader.clone(),
-            term: newer.term,
+            term: known(newer),
             mine: term,
         });
     }
     if answers.is_empty() {
-        return Decision::Freeze("no standby is known to confirm that etcd is down".into());
+        return Decision::Alone;
     }
     if let Some((url, _)) = answers.iter().find(|(_, reply)| reply.is_none()) {
         return Decision::Freeze(format!(
@@ -94,8 +108,9 @@ impl Standbys {
     }
 
     /// Learns the candidates of `election` (every campaigning global controller's
-    /// proclaimed URL) from etcd, and, while the lease has lapsed, asks them and acts
-    /// on [`decide`]. Returns only to step down, saying why.
+    /// proclaimed URL) from etcd, and, while the lease has lapsed (or is about to, etcd
+    /// not answering), asks them and acts on [`decide`]. Returns only to step down,
+    /// saying why.
     pub async fn watch(
         &self,
         etcd: &Etcd,
@@ -107,7 +122,12 @@ impl Standbys {
         let mut said = None::<(bool, Instant)>;
         loop {
             tokio::time::sleep(ASK_EVERY).await;
-            if leadership.lease_valid() {
+            let ahead = if leadership.etcd_unreachable() {
+                ASK_AHEAD
+            } else {
+                Duration::ZERO
+            };
+            if leadership.lease_valid_for(ahead) {
                 if last_learnt.is_none_or(|t| t.elapsed() >= LEARN_EVERY) {
                     self.learn(etcd, election).await;
                     last_learnt = Some(Instant::now());
@@ -119,27 +139,30 @@ impl Standbys {
                 continue;
             };
             let answers = self.ask_all().await;
-            match decide(term, &answers) {
+            let keeping = match decide(term, &answers) {
                 Decision::StepDown(why) => return why,
-                Decision::EtcdDown => {
-                    leadership.etcd_down_confirmed(Instant::now() + ttl / 2);
-                    if said.is_none_or(|(down, at)| !down || at.elapsed() >= SAY_AGAIN_EVERY) {
-                        let since = leadership.status().etcd_unreachable_since;
-                        warn!(
-                            "etcd unreachable since {}: keeping control in term {term}; no standby can take over until etcd is back",
-                            since.map_or("now".into(), super::utc)
-                        );
-                        said = Some((true, Instant::now()));
-                    }
-                }
+                Decision::EtcdDown => "every standby confirms that it cannot reach etcd either",
+                Decision::Alone => "no standby is known",
                 Decision::Freeze(why) => {
                     // Withdrawn at once: a standby may be elected soon.
                     leadership.etcd_down_confirmed(Instant::now());
-                    if said.is_none_or(|(down, _)| down) {
+                    // Said once the lease has lapsed (asked ahead, it still controls).
+                    if !leadership.lease_valid() && said.is_none_or(|(down, _)| down) {
                         warn!("not controlling: {why}");
                         said = Some((false, Instant::now()));
                     }
+                    continue;
                 }
+            };
+            leadership.etcd_down_confirmed(Instant::now() + ttl / 2);
+            if said.is_none_or(|(down, at)| !down || at.elapsed() >= SAY_AGAIN_EVERY) {
+                let since = leadership.status().etcd_unreachable_since;
+                warn!(
+                    "etcd unreachable since {}: keeping control in term {} ({keeping}); administrative changes are not persisted until etcd answers again",
+                    since.map_or("now".into(), super::utc),
+                    term.term
+                );
+                said = Some((true, Instant::now()));
             }
         }
     }
@@ -208,11 +231,26 @@ mod tests {
             leader: leader.into(),
             term,
             etcd_reachable,
+            generation: None,
         })
     }
 
     fn standby(url: &str, answer: Option<StandingReply>) -> (String, Option<StandingReply>) {
         (url.to_string(), answer)
+    }
+
+    fn leader_term(term: u64) -> LeaderTerm {
+        LeaderTerm {
+            generation: Some(generation(1_000)),
+            term,
+        }
+    }
+
+    fn generation(created_ms: u64) -> super::super::term::Generation {
+        super::super::term::Generation {
+            created_ms,
+            nonce: 5,
+        }
     }
 
     #[test]
@@ -221,7 +259,10 @@ mod tests {
             standby("https://b", reply("https://a", 40, false)),
             standby("https://c", reply("", 0, false)),
         ];
-        assert!(matches!(decide(40, &answers), Decision::EtcdDown));
+        assert!(matches!(
+            decide(leader_term(40), &answers),
+            Decision::EtcdDown
+        ));
     }
 
     #[test]
@@ -235,11 +276,14 @@ mod tests {
             term,
             mine,
             ..
-        }) = decide(40, &answers)
+        }) = decide(leader_term(40), &answers)
         else {
-            panic!("{:?}", decide(40, &answers));
+            panic!("{:?}", decide(leader_term(40), &answers));
         };
-        assert_eq!((standby.as_str(), term, mine), ("https://c", 41, 40));
+        assert_eq!(
+            (standby.as_str(), term.term, mine.term),
+            ("https://c", 41, 40)
+        );
     }
 
     #[test]
@@ -248,8 +292,8 @@ mod tests {
             standby("https://b", reply("https://a", 40, false)),
             standby("https://c", reply("https://a", 40, true)),
         ];
-        let Decision::Freeze(why) = decide(40, &answers) else {
-            panic!("{:?}", decide(40, &answers));
+        let Decision::Freeze(why) = decide(leader_term(40), &answers) else {
+            panic!("{:?}", decide(leader_term(40), &answers));
         };
         assert!(
             why.contains("https://c") && why.contains("cut off"),
@@ -263,13 +307,39 @@ mod tests {
             standby("https://b", reply("https://a", 40, false)),
             standby("https://c", None),
         ];
-        assert!(matches!(decide(40, &silent), Decision::Freeze(why) if why.contains("https://c")));
-        assert!(matches!(decide(40, &[]), Decision::Freeze(_)));
+        assert!(
+            matches!(decide(leader_term(40), &silent), Decision::Freeze(why) if why.contains("https://c"))
+        );
+    }
+
+    #[test]
+    fn a_leader_that_knows_no_standby_keeps_control() {
+        assert!(matches!(decide(leader_term(40), &[]), Decision::Alone));
+    }
+
+    #[test]
+    fn a_standby_leading_a_replaced_etcd_deposes_the_leader_of_the_old_data() {
+        let mut rebuilt = reply("https://c", 2, true);
+        if let Some(reply) = rebuilt.as_mut() {
+            reply.generation = Some(generation(90_000).into());
+        }
+        let answers = [standby("https://c", rebuilt)];
+        let Decision::StepDown(why) = decide(leader_term(40), &answers) else {
+            panic!("{:?}", decide(leader_term(40), &answers));
+        };
+        let why = why.to_string();
+        assert!(
+            why.contains("in term 2 of the etcd data of 1970-01-01 00:01:30.000 UTC, newer than this controller's term 40 of"),
+            "{why}"
+        );
     }
 
     #[test]
     fn an_older_or_equal_term_is_not_a_reason_to_step_down() {
         let answers = [standby("https://b", reply("https://old", 12, false))];
-        assert!(matches!(decide(40, &answers), Decision::EtcdDown));
+        assert!(matches!(
+            decide(leader_term(40), &answers),
+            Decision::EtcdDown
+        ));
     }
 }

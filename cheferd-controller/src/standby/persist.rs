@@ -6,7 +6,9 @@
 //!   (zero-padded, so key order is the order they were made in);
 //! - the policies' state (AdapTBF's records and remainders, jobs by id) in
 //!   `PREFIX/policy-state`, every [`POLICY_STATE_EVERY`] when it changed: a new leader
-//!   starts from records at most that old.
+//!   starts from records at most that old;
+//! - the [`Generation`] of this etcd data, in `PREFIX/generation`, written by the first
+//!   leader that finds none there (new, wiped or rebuilt data; [`super::term`]).
 //!
 //! The next leader replays the changes in order before its first cycle: changes are
 //! assignments (a policy, a capacity, a job's priority, demand or limit), so replaying
@@ -18,6 +20,7 @@
 //! PREFIX/changes` after editing the configuration file to match resets them.
 
 use super::etcd::{self, pb::v3electionpb::LeaderKey, Etcd};
+use super::term::Generation;
 use super::StandbyError;
 use crate::global::{Change, Controller, PolicyState};
 use std::collections::HashSet;
@@ -108,6 +111,8 @@ pub struct Store {
     unfolded: AtomicUsize,
     /// `PREFIX/policy-state`.
     policy_state: String,
+    /// `PREFIX/generation`.
+    generation: String,
     /// This leader's election key, which guards every write.
     leader: LeaderKey,
 }
@@ -121,7 +126,47 @@ impl Store {
             folded: format!("{prefix}/changes-folded"),
             unfolded: AtomicUsize::new(0),
             policy_state: format!("{prefix}/policy-state"),
+            generation: format!("{prefix}/generation"),
             leader,
+        }
+    }
+
+    /// The generation of the etcd data this leader was elected in: the one stored, or a
+    /// new one stored now if there is none (or it does not decode, saying so).
+    pub async fn generation(&self) -> Result<Generation, StandbyError> {
+        let key = &self.generation;
+        let stored = self
+            .etcd
+            .get(key)
+            .await
+            .map_err(|e| read_failed("the generation", &e))?;
+        if let Some(stored) = stored {
+            match serde_json::from_slice(&stored) {
+                Ok(generation) => return Ok(generation),
+                Err(e) => {
+                    warn!(%key, "the stored generation does not decode ({e}): making a new one")
+                }
+            }
+        }
+        let generation = Generation::now();
+        let value = serde_json::to_vec(&generation).map_err(|source| StandbyError::Encode {
+            what: "the generation",
+            source,
+        })?;
+        match self
+            .etcd
+            .put_guarded(&self.leader.key, self.leader.rev, key, value)
+            .await
+        {
+            Ok(true) => {
+                info!(%key, %generation, "no generation in etcd (new, wiped or rebuilt data): made one; local controllers follow its leaders whatever terms they saw before");
+                Ok(generation)
+            }
+            Ok(false) => Err(StandbyError::NoLongerLeads),
+            Err(e) => Err(StandbyError::Write {
+                what: "the generation",
+                message: e.message().to_string(),
+            }),
         }
     }
 
