@@ -572,26 +572,24 @@ mod tests {
         let node = shm.node();
         let target = shm.0.join("target");
         std::fs::create_dir(&target).unwrap();
-        let plant: [(&str, &dyn Fn(&Path)); 4] = [
-            ("file", &|p| std::fs::write(p, vec![0; 4096]).unwrap()),
-            ("symlink", &|p| {
-                std::os::unix::fs::symlink(&target, p).unwrap()
-            }),
-            ("fifo", &|p| {
+        let plant = |what: &str, p: &Path| match what {
+            "file" => std::fs::write(p, vec![0; 4096]).unwrap(),
+            "symlink" => std::os::unix::fs::symlink(&target, p).unwrap(),
+            "fifo" => {
                 let c = CString::new(p.to_str().unwrap()).unwrap();
                 // SAFETY: a NUL-terminated path alive across the call.
                 assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0);
-            }),
-            ("directory", &|p| {
+            }
+            _ => {
                 std::fs::create_dir(p).unwrap();
                 std::fs::create_dir(p.join("1000")).unwrap();
                 std::os::unix::fs::symlink("/etc", p.join("1000").join("segment-42")).unwrap();
                 chown(&p.join("1000"), squatter);
                 std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o777)).unwrap();
-            }),
-        ];
-        for (what, plant) in plant {
-            plant(&node);
+            }
+        };
+        for what in ["file", "symlink", "fifo", "directory"] {
+            plant(what, &node);
             chown(&node, squatter);
             assert!(!shm.trusted(1000), "{what}");
             let cleared = prepare_in(&shm.0, Some((1000, 1000))).unwrap();
