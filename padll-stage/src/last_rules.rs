@@ -92,13 +92,12 @@ impl Passing {
     /// Removes the rules. Raw system calls only and no allocation: it may run in
     /// `_exit`, in a signal handler.
     pub fn remove(&self) {
-        // SAFETY: NUL-terminated names alive across the calls; raw calls, no hook. The
-        // uid's directory is checked first: nothing but its owner and root can change it.
-        unsafe {
-            libc::syscall(libc::SYS_unlinkat, libc::AT_FDCWD, self.flat.as_ptr(), 0);
-            if let Some(dir) = padll_wire::node_files::UserDirectory::open(self.uid) {
-                libc::syscall(libc::SYS_unlinkat, dir.fd(), self.private_name.as_ptr(), 0);
-            }
+        // SAFETY: a NUL-terminated path alive across the call; a raw call, no hook.
+        unsafe { libc::syscall(libc::SYS_unlinkat, libc::AT_FDCWD, self.flat.as_ptr(), 0) };
+        // Only once the directory is checked: nothing but its owner and root can change it.
+        if let Some(dir) = padll_wire::node_files::UserDirectory::open(self.uid) {
+            // SAFETY: as above, in the opened directory.
+            unsafe { libc::syscall(libc::SYS_unlinkat, dir.fd(), self.private_name.as_ptr(), 0) };
         }
     }
 }

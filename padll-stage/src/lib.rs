@@ -279,7 +279,7 @@ pub(crate) fn install_limits(
                 log(
                     LogLevel::Error,
                     &format!(
-                        "job-wide limits unavailable ({e}); this process keeps its own, at 1/{share} of each (the node has {share} CPUs)"
+                        "job-wide limits unavailable ({e}); this process keeps its own, at 1/{share} of each limit (a share per CPU of the node)"
                     ),
                 )
             })

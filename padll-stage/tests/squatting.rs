@@ -245,7 +245,7 @@ fn without_the_users_directory_a_squatted_segment_divides_the_limit() {
             run.stderr
         );
         assert!(
-            run.stderr.contains(&format!("at 1/{cpus} of each")),
+            run.stderr.contains(&format!("at 1/{cpus} of each limit")),
             "{}",
             run.stderr
         );
