@@ -2,7 +2,8 @@
 # Installs PADLL-rs under a prefix: the binaries (padll, cheferd), the stage
 # (PREFIX/lib/padll/libpadll.so, where padll finds it), man pages and shell
 # completions generated from the binaries, sample configurations, the systemd units,
-# their settings files and the cheferd user's sysusers.d entry.
+# their settings files, the cheferd user's sysusers.d entry and the tmpfiles.d line that
+# makes /dev/shm/padll at boot.
 #
 #   scripts/install.sh [--prefix P] [--sysconfdir S] [--destdir D] [--from DIR]
 #
@@ -137,5 +138,15 @@ for unit in "$root"/etc/systemd/*.service; do
   chmod 644 "$(dest "$units")/$(basename "$unit")"
 done
 put 644 "$root/etc/sysusers.d/cheferd.conf" "$prefix/lib/sysusers.d"
+
+# Root's directory of the per-user directories that hold jobs' files in /dev/shm
+# (padll-wire/src/node_files.rs): made at boot, before any job, so no other user can
+# take its name. The per-user directories come from the SPANK plugin or a root prolog.
+install -d "$(dest "$prefix/lib/tmpfiles.d")"
+cat >"$(dest "$prefix/lib/tmpfiles.d")/padll.conf" <<'TMPFILES'
+# PADLL: jobs keep their shared token buckets and last rules in /dev/shm/padll/<uid>/.
+d /dev/shm/padll 0711 root root -
+TMPFILES
+chmod 644 "$(dest "$prefix/lib/tmpfiles.d")/padll.conf"
 
 echo "installed PADLL-rs $("$from/cheferd" --version | cut -d' ' -f2-) under ${destdir}$prefix (configuration: ${destdir}$sysconfdir)"

@@ -84,8 +84,7 @@ impl TokenBucket {
         }
     }
 
-    /// Sets the rate and burst and refills the bucket (debt of the old rate is
-    /// forgiven, so a raised rate applies at once).
+    /// Sets the rate and burst of a new bucket, full.
     pub fn configure(&self, limit: Limit) {
         self.configure_at(limit, now_ns());
     }
@@ -103,16 +102,41 @@ impl TokenBucket {
         let _ = self
             .origin
             .compare_exchange(0, now_ns, Ordering::AcqRel, Ordering::Acquire);
-        let rate = limit.rate.clamp(1, MAX_RATE) as u128;
-        let unit_per_sec = 1_000_000_000u128 << UNIT_SHIFT;
-        let interval = (unit_per_sec << FRACTION_SHIFT) / rate;
-        let tolerance = (limit.burst.max(1) as u128 * interval) >> FRACTION_SHIFT;
-        self.interval.store(interval as u64, Ordering::Relaxed);
-        self.tolerance.store(
-            tolerance.min(u64::MAX as u128 / 4) as u64,
-            Ordering::Relaxed,
-        );
+        let (interval, tolerance) = parameters(limit);
+        self.interval.store(interval, Ordering::Relaxed);
+        self.tolerance.store(tolerance, Ordering::Relaxed);
         self.tat.store(self.units(now_ns), Ordering::Release);
+    }
+
+    /// Changes the rate and burst of a bucket in use: it keeps the tokens it holds, at
+    /// most the new burst (a change adds no tokens, and a lowered rule never lets more
+    /// through at once than its own depth), and its debt is forgiven (requests waiting
+    /// reserve again at the new rate, so a raised rate applies at once).
+    pub fn reconfigure(&self, limit: Limit) {
+        self.reconfigure_at(limit, now_ns());
+    }
+
+    /// [`TokenBucket::reconfigure`] at time `now_ns`.
+    pub(crate) fn reconfigure_at(&self, limit: Limit, now_ns: u64) {
+        let old_interval = self.interval.load(Ordering::Relaxed) as u128;
+        if old_interval == 0 {
+            return self.configure_at(limit, now_ns);
+        }
+        let old_tolerance = self.tolerance.load(Ordering::Relaxed);
+        let (interval, tolerance) = parameters(limit);
+        self.interval.store(interval, Ordering::Relaxed);
+        self.tolerance.store(tolerance, Ordering::Relaxed);
+        let now = self.units(now_ns);
+        let _ = self
+            .tat
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
+                // What the bucket holds, as time at the old rate, then at the new one.
+                let held = now
+                    .saturating_add(old_tolerance)
+                    .saturating_sub(tat.max(now));
+                let kept = (held as u128 * interval as u128 / old_interval).min(tolerance as u128);
+                Some(now.saturating_add(tolerance) - kept as u64)
+            });
     }
 
     /// How long before `now_ns` the bucket was first configured (0 before that).
@@ -206,6 +230,15 @@ impl TokenBucket {
                 (tat > now).then(|| tat.saturating_sub(price).max(now))
             });
     }
+}
+
+/// A limit's time per token (48.16 fixed point) and burst tolerance, in units.
+fn parameters(limit: Limit) -> (u64, u64) {
+    let rate = limit.rate.clamp(1, MAX_RATE) as u128;
+    let unit_per_sec = 1_000_000_000u128 << UNIT_SHIFT;
+    let interval = (unit_per_sec << FRACTION_SHIFT) / rate;
+    let tolerance = (limit.burst.max(1) as u128 * interval) >> FRACTION_SHIFT;
+    (interval as u64, tolerance.min(u64::MAX as u128 / 4) as u64)
 }
 
 /// The time `cost` tokens take at `interval` (48.16 fixed point), in units.
@@ -372,15 +405,72 @@ mod tests {
     #[test]
     fn reconfiguring_forgives_debt() {
         let bucket = TokenBucket::new();
-        bucket.configure(Limit { rate: 1, burst: 1 });
-        let t0 = now_ns();
+        let t0 = 1_000_000_000;
+        bucket.configure_at(Limit { rate: 1, burst: 1 }, t0);
         bucket.reserve(100, 0, 0, t0);
-        bucket.configure(Limit {
-            rate: 1_000_000,
-            burst: 1,
-        });
-        let now = now_ns();
-        assert!(bucket.reserve(1, 0, 0, now).start_ns <= now + 1000);
+        bucket.reconfigure_at(
+            Limit {
+                rate: 1_000_000,
+                burst: 1,
+            },
+            t0,
+        );
+        // Empty but not in debt: the next request starts at once (GCRA admits one more
+        // than the burst), the one after it one interval (1 µs) later.
+        assert_eq!(bucket.reserve(1, 0, 0, t0).start_ns, t0);
+        assert_eq!(bucket.reserve(1, 0, 0, t0).start_ns, t0 + 1_000);
+    }
+
+    /// How many requests of one token start at `now` (the bucket is drained; the first
+    /// that would wait is refunded).
+    fn admitted_at_once(bucket: &TokenBucket, now: u64) -> u64 {
+        let mut admitted = 0;
+        while bucket.reserve(1, 0, 0, now).start_ns == now {
+            admitted += 1;
+        }
+        bucket.refund(1, now);
+        admitted
+    }
+
+    #[test]
+    fn a_rate_change_keeps_the_tokens_held_up_to_the_new_depth() {
+        let t0 = 1_000_000_000;
+        let old = Limit {
+            rate: 4000,
+            burst: 40,
+        };
+        let new = Limit {
+            rate: 2000,
+            burst: 20,
+        };
+        // Full at the old depth: no more than the new depth passes at once.
+        let bucket = TokenBucket::new();
+        bucket.configure_at(old, t0);
+        bucket.reconfigure_at(new, t0);
+        assert_eq!(admitted_at_once(&bucket, t0), 21);
+        // Drained under the old rule: a change adds no tokens (a refill let the new
+        // depth through at once at every change).
+        let bucket = TokenBucket::new();
+        bucket.configure_at(old, t0);
+        assert_eq!(admitted_at_once(&bucket, t0), 41);
+        bucket.reconfigure_at(new, t0);
+        assert_eq!(admitted_at_once(&bucket, t0), 1, "one request: GCRA's own");
+        // Then the new rate: 10 ms later, 20 more tokens.
+        assert_eq!(admitted_at_once(&bucket, t0 + 10_000_000), 20);
+        // Partly held: kept as it is, whether the rate is lowered or raised.
+        for (rate, burst) in [(2000, 20), (8000, 80)] {
+            let bucket = TokenBucket::new();
+            bucket.configure_at(old, t0);
+            for _ in 0..30 {
+                bucket.reserve(1, 0, 0, t0);
+            }
+            bucket.reconfigure_at(Limit { rate, burst }, t0);
+            assert_eq!(admitted_at_once(&bucket, t0), 11, "{rate}/s");
+        }
+        // A bucket never configured is configured full.
+        let bucket = TokenBucket::new();
+        bucket.reconfigure_at(new, t0);
+        assert_eq!(admitted_at_once(&bucket, t0), 21);
     }
 
     #[test]

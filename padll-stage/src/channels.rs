@@ -222,7 +222,9 @@ pub fn remove(id: ChannelId) -> bool {
 /// Changes a channel's rate and burst; effective for the next request on every thread
 /// and for requests already waiting. A channel sharing the job's bucket leaves it for
 /// a bucket of its own: a rate given to one process (by the control plane) is that
-/// process' rate.
+/// process' rate. The change lets nothing through beyond the new burst: the bucket keeps
+/// the tokens it holds, at most the new burst ([`TokenBucket::reconfigure`]), and
+/// credit leased before or while it changes is void after it.
 pub fn set_limit(id: ChannelId, rate: u64, burst: u64) -> Result<(), ChannelError> {
     let mut reg = registry();
     let index = id.0 as usize;
@@ -234,8 +236,12 @@ pub fn set_limit(id: ChannelId, rate: u64, burst: u64) -> Result<(), ChannelErro
     updated.burst = burst;
     validate(&updated)?;
     *spec = updated;
-    SLOTS[index].configure(rate, burst, None);
-    SLOTS[index].changed();
+    let slot = &SLOTS[index];
+    // Credit of the old rule is void before the bucket changes (it would be spent on
+    // top of the new burst), and credit leased while it changes is void after.
+    slot.generation.fetch_add(1, Ordering::AcqRel);
+    slot.rerate(rate, burst);
+    slot.changed();
     Ok(())
 }
 
@@ -564,12 +570,11 @@ impl Slot {
         }
     }
 
-    /// Sets the rate and burst, and the credit terms that follow from them; requests
-    /// then wait in `shared` (as it is) or in this process' own bucket (refilled).
+    /// Sets the rate and burst of a new channel, and the credit terms that follow from
+    /// them; requests then wait in `shared` (as it is) or in this process' own bucket
+    /// (full).
     fn configure(&self, rate: u64, burst: u64, shared: Option<&'static TokenBucket>) {
-        self.terms
-            .configure(rate, burst, self.counts_bytes.load(Ordering::Relaxed));
-        self.byte_charge_cap.store(burst, Ordering::Relaxed);
+        self.set_terms(rate, burst);
         match shared {
             Some(bucket) => self
                 .shared
@@ -579,6 +584,20 @@ impl Slot {
                 self.shared.store(std::ptr::null_mut(), Ordering::Release);
             }
         }
+    }
+
+    /// Changes the rate and burst of a channel in use: its requests then wait in this
+    /// process' own bucket, which keeps the tokens it holds up to the new burst.
+    fn rerate(&self, rate: u64, burst: u64) {
+        self.set_terms(rate, burst);
+        self.own_bucket.reconfigure(Limit { rate, burst });
+        self.shared.store(std::ptr::null_mut(), Ordering::Release);
+    }
+
+    fn set_terms(&self, rate: u64, burst: u64) {
+        self.terms
+            .configure(rate, burst, self.counts_bytes.load(Ordering::Relaxed));
+        self.byte_charge_cap.store(burst, Ordering::Relaxed);
     }
 
     /// Tokens a request of `bytes` bytes is charged in this channel before the call.
@@ -950,6 +969,49 @@ mod tests {
         assert!(
             (admitted as f64) <= bound,
             "{admitted} admitted, bound {bound}"
+        );
+        clear();
+    }
+
+    #[test]
+    fn a_lowered_rate_lets_no_credit_of_the_old_one_through() {
+        let _tables = tables();
+        // At 1 M/s with a 10 000-token burst every thread leases 256 tokens ahead.
+        let id = getattr_channel(1_000_000, 10_000);
+        let threads = 4;
+        let changed_at = std::sync::Arc::new(AtomicU64::new(u64::MAX));
+        let counts: Vec<_> = (0..threads)
+            .map(|_| {
+                let changed_at = changed_at.clone();
+                std::thread::spawn(move || {
+                    let mut after = 0u64;
+                    loop {
+                        admit(stats::local(), 0, Op::Getattr, 0);
+                        let now = bucket::now_ns();
+                        let since = changed_at.load(Ordering::Acquire);
+                        if now >= since.saturating_add(300_000_000) {
+                            return after;
+                        }
+                        after += u64::from(now >= since);
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let (rate, burst) = (1000u64, 1u64);
+        set_limit(id, rate, burst).unwrap();
+        let t0 = bucket::now_ns();
+        changed_at.store(t0, Ordering::Release);
+        let admitted: u64 = counts.into_iter().map(|t| t.join().unwrap()).sum();
+        // What the new rule admits over the 300 ms (as in the test above: credit spent
+        // up to τ/4 after its grant, one batch more) and one request per thread admitted
+        // before the change but counted after; the old credit (4 × 256) is not.
+        let window = 0.3;
+        let batch = SLOTS[id.0 as usize].max_batch(t0 + 300_000_000) as f64;
+        let bound = rate as f64 * window + burst as f64 * 1.25 + batch + 2.0 * threads as f64;
+        assert!(
+            (admitted as f64) <= bound,
+            "{admitted} admitted in the 300 ms after the change, bound {bound}"
         );
         clear();
     }

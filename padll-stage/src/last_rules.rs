@@ -1,17 +1,20 @@
 //! The job's last rules on this node (fail closed): every rule set a stage of the job
-//! receives from the controller is kept in `/dev/shm/padll-rules-<uid>-<job>`, and a
-//! process of the job that starts while the controller gives it none applies them.
+//! receives from the controller is kept in the job's rules file — `rules-<job>` in the
+//! uid's own directory `/dev/shm/padll/<uid>/` when a root component made it, else
+//! `/dev/shm/padll-rules-<uid>-<job>` (`padll_wire::node_files`) — and a process of the
+//! job that starts while the controller gives it none applies them.
 //!
 //! The file outlives the job's processes (a batch script's steps run one after
 //! another, and the controller may be down between them), so it is left for the
 //! epilog, like the segment of a job whose last process was killed. A job `padll run`
 //! named `run-<pid>` cannot recur: its last process on the node removes the file
-//! when it leaves the job's segment (`leave_job` in `lib.rs`). Written `0600`
+//! when it leaves the job's segment ([`Passing`]). Written `0600`
 //! under a temporary name and renamed into place, so a reader never sees half a file;
 //! read only if it is a regular file owned by this uid that no one else can write, of at
-//! most [`MAX_LAST_RULES_BYTES`], and decoded with [`LastRules::decode`]. Another user
-//! can plant a file under the name (`/dev/shm` is world-writable) but not make it used:
-//! the stage then falls back to the default limit and says why.
+//! most [`MAX_LAST_RULES_BYTES`], and decoded with [`LastRules::decode`]. In the uid's
+//! directory no other user can put anything; flat in `/dev/shm` (world-writable) another
+//! user can plant a file under the name, but not make it used: the stage then falls
+//! back to the default limit and says why.
 
 use padll_wire::channel::ChannelSpec;
 use padll_wire::control::{LastRules, MAX_LAST_RULES_BYTES};
@@ -61,9 +64,42 @@ pub enum RulesFileErrorKind {
     Decode(padll_wire::control::LastRulesError),
 }
 
-/// Where the job's last rules are kept.
-pub fn path(uid: u32, job: &str) -> CString {
+/// Where the job's last rules are kept now.
+fn path(uid: u32, job: &str) -> CString {
     CString::new(padll_wire::node_files::last_rules(uid, job)).expect("no NUL in a job file's name")
+}
+
+/// The last rules of a job that cannot recur, for its last process on the node to
+/// remove wherever they were kept: flat, or in the uid's directory (which a root
+/// component may have made after this process started).
+pub struct Passing {
+    uid: u32,
+    flat: CString,
+    private_name: CString,
+}
+
+impl Passing {
+    /// The rules of `job` of `uid`.
+    pub fn new(uid: u32, job: &str) -> Passing {
+        let c = |name: String| CString::new(name).expect("no NUL in a job file's name");
+        Passing {
+            uid,
+            flat: c(padll_wire::node_files::flat_job_files(uid, job).last_rules),
+            private_name: c(padll_wire::node_files::private_rules_name(job)),
+        }
+    }
+
+    /// Removes the rules. Raw system calls only and no allocation: it may run in
+    /// `_exit`, in a signal handler.
+    pub fn remove(&self) {
+        // SAFETY: a NUL-terminated path alive across the call; a raw call, no hook.
+        unsafe { libc::syscall(libc::SYS_unlinkat, libc::AT_FDCWD, self.flat.as_ptr(), 0) };
+        // Only once the directory is checked: nothing but its owner and root can change it.
+        if let Some(dir) = padll_wire::node_files::UserDirectory::open(self.uid) {
+            // SAFETY: as above, in the opened directory.
+            unsafe { libc::syscall(libc::SYS_unlinkat, dir.fd(), self.private_name.as_ptr(), 0) };
+        }
+    }
 }
 
 /// Keeps `rules` as the job's last rules (replacing the previous ones at once).

@@ -55,7 +55,7 @@ struct Settings {
     stats_path: Option<String>,
     /// The last rules this process' control thread keeps for its job, when the job
     /// cannot recur ([`config::is_run_job`]): its last process on the node removes them.
-    passing_rules: Option<std::ffi::CString>,
+    passing_rules: Option<last_rules::Passing>,
 }
 
 /// The process the stage's state belongs to: set at load and in a forked child (whose
@@ -188,7 +188,7 @@ fn start(config: &Config) -> Result<(), StartError> {
     let passing_rules = match &job {
         Some((uid, id)) if config.controller.is_some() && config::is_run_job(id) => {
             match shared::join(*uid, id) {
-                Ok(()) => Some(last_rules::path(*uid, id)),
+                Ok(()) => Some(last_rules::Passing::new(*uid, id)),
                 Err(e) => {
                     log(
                         LogLevel::Warn,
@@ -261,16 +261,26 @@ fn start(config: &Config) -> Result<(), StartError> {
 /// Installs `specs` as channels: in the shared buckets of `job` (uid, id) when given and
 /// its segment can be used, else in buckets of this process. `Ok(true)` if they bind
 /// the job.
+///
+/// A process of a job that cannot share its job's buckets (another user occupies the
+/// segment's name in a `/dev/shm` without the uid's directory, `/dev/shm` is full…) does
+/// not know how many of the job's processes run beside it: each gets the limit divided
+/// by the node's CPUs, so that a job running no more processes at once than the node has
+/// CPUs stays within its limit (fail closed), and says so in one line.
 pub(crate) fn install_limits(
     specs: &[ChannelSpec],
     job: Option<&(u32, String)>,
 ) -> Result<bool, channels::ChannelError> {
+    let mut share = 1;
     let job_buckets = job.and_then(|(uid, id)| {
         shared::attach(*uid, id, specs)
             .map_err(|e| {
+                share = node_cpus();
                 log(
                     LogLevel::Error,
-                    &format!("job-wide limits unavailable ({e}); this process keeps its own"),
+                    &format!(
+                        "job-wide limits unavailable ({e}); this process keeps its own, at 1/{share} of each limit (a share per CPU of the node)"
+                    ),
                 )
             })
             .ok()
@@ -278,10 +288,26 @@ pub(crate) fn install_limits(
     for (i, spec) in specs.iter().enumerate() {
         match &job_buckets {
             Some(buckets) => channels::add_shared(spec.clone(), buckets[i])?,
-            None => channels::add(spec.clone())?,
+            None => channels::add(share_of(spec, share))?,
         };
     }
     Ok(job_buckets.is_some())
+}
+
+/// `spec` with its rate and burst divided by `share` (at least 1 each).
+fn share_of(spec: &ChannelSpec, share: u64) -> ChannelSpec {
+    ChannelSpec {
+        rate: (spec.rate / share).max(1),
+        burst: (spec.burst / share).max(1),
+        ..spec.clone()
+    }
+}
+
+/// The node's online CPUs (at least 1).
+fn node_cpus() -> u64 {
+    // SAFETY: sysconf only reads.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    cpus.max(1) as u64
 }
 
 /// Descriptors inherited across `exec` (`exec 3</scratch/f` in a batch script) are
@@ -343,8 +369,7 @@ fn leave_job() {
     control::stop_keeping_rules();
     if shared::leave() {
         if let Some(rules) = SETTINGS.get().and_then(|s| s.passing_rules.as_ref()) {
-            // SAFETY: a NUL-terminated path alive across the call; a raw call, no hook.
-            unsafe { libc::syscall(libc::SYS_unlinkat, libc::AT_FDCWD, rules.as_ptr(), 0) };
+            rules.remove();
         }
     }
 }

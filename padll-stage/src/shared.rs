@@ -3,8 +3,10 @@
 //! job's processes together — MPI ranks, children, processes the batch script starts
 //! later — instead of each process alone.
 //!
-//! **The segment** is the file `/dev/shm/padll-<uid>-<job>`, created `0600` and checked
-//! on every attach: a regular file owned by this uid, private, of the expected size, with
+//! **The segment** is the file `segment-<job>` in the uid's own directory
+//! `/dev/shm/padll/<uid>/` when a root component made it, where no other user can put
+//! anything, else `/dev/shm/padll-<uid>-<job>` (`padll_wire::node_files`). It is created
+//! `0600` and checked on every attach: a regular file owned by this uid, private, of the expected size, with
 //! the expected magic and layout version. Its blocks are reserved with `posix_fallocate`
 //! when it is made, so a full `/dev/shm` fails the attach instead of a later store through
 //! the mapping (`SIGBUS`). Each entry is a GCRA [`TokenBucket`] keyed by its limit
@@ -25,7 +27,8 @@
 //!
 //! Anything unexpected (another owner, a group- or world-accessible mode, a wrong size or
 //! magic while other processes use it, no `/dev/shm`) makes [`attach`] fail with a
-//! message; the caller then keeps per-process buckets and says so in one line.
+//! message; the caller then keeps per-process buckets, each at a share of the limit
+//! (`install_limits` in `lib.rs`), and says so in one line.
 
 use crate::bucket::{Limit, TokenBucket};
 use padll_wire::channel::ChannelSpec;
@@ -225,7 +228,8 @@ fn claim(
     specs.iter().map(|spec| segment.bucket_for(spec)).collect()
 }
 
-/// The job's segment (`padll_wire::node_files::segment`), for the raw calls.
+/// The job's segment (`padll_wire::node_files::segment`: where it is now), for the raw
+/// calls.
 fn segment_path(uid: u32, job: &str) -> CString {
     CString::new(padll_wire::node_files::segment(uid, job)).expect("no NUL in a job file's name")
 }

@@ -3,7 +3,7 @@
 //! fail-static when the controller disappears, and reconnection.
 
 use crate::util::{library, scratch};
-use padll_wire::channel::{ChannelSpec, Scope, Unit};
+use padll_wire::channel::{ChannelSpec, Scope};
 use padll_wire::control::{
     self, ControlMessage, StageMessage, MAX_MESSAGE_BYTES, PROTOCOL_VERSION,
 };
@@ -25,7 +25,7 @@ fn job(dir: &Path) -> String {
 fn last_rules(dir: &Path) -> PathBuf {
     // SAFETY: geteuid takes no arguments and cannot fail.
     let uid = unsafe { libc::geteuid() };
-    PathBuf::from(format!("/dev/shm/padll-rules-{uid}-{}", job(dir)))
+    padll_wire::node_files::last_rules(uid, &job(dir)).into()
 }
 
 /// `padll mdloop DIR SECONDS` (stat + open + close in a loop) under the stage, limited
@@ -132,13 +132,7 @@ impl Peer {
 }
 
 fn metadata_rule(dir: &Path, rate: u64) -> ChannelSpec {
-    ChannelSpec {
-        mount: Some(dir.display().to_string()),
-        scope: Scope::Class(Class::Metadata),
-        rate,
-        unit: Unit::Requests,
-        burst: 3,
-    }
+    crate::util::metadata_rule(dir, rate, 3)
 }
 
 #[test]

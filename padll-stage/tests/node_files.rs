@@ -2,66 +2,17 @@
 //! `run-<pid>` cannot recur, so its last process removes its last rules and its segment;
 //! a named job (a batch system's) keeps its last rules for its next steps.
 
-use crate::util::scratch;
-use padll_wire::channel::{ChannelSpec, Scope, Unit};
-use padll_wire::control::{self, ControlMessage, StageMessage, PROTOCOL_VERSION};
-use padll_wire::ops::Class;
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixListener;
+use crate::util::{controller_stub, metadata_rule, scratch};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::mpsc::{channel, Receiver};
 use std::time::Duration;
 
-/// A controller that welcomes every stage, gives it a metadata rule on `mount` and
-/// reports each rule set a stage applied.
-fn controller_stub(socket: &Path, mount: &Path) -> Receiver<()> {
-    let listener = UnixListener::bind(socket).unwrap();
-    let rules = vec![ChannelSpec {
-        mount: Some(mount.display().to_string()),
-        scope: Scope::Class(Class::Metadata),
-        rate: 100_000,
-        unit: Unit::Requests,
-        burst: 100,
-    }];
-    let (applied, receiver) = channel();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().map_while(Result::ok) {
-            let (rules, applied) = (rules.clone(), applied.clone());
-            std::thread::spawn(move || {
-                let mut writer = stream.try_clone().unwrap();
-                let greeting = [
-                    ControlMessage::Welcome {
-                        version: PROTOCOL_VERSION,
-                        stage_id: 1,
-                        report_interval_ms: 100,
-                    },
-                    ControlMessage::SetRules { seq: 1, rules },
-                ];
-                for line in BufReader::new(stream).lines().map_while(Result::ok) {
-                    match control::decode(&line) {
-                        Ok(StageMessage::Hello { .. }) => {
-                            for message in &greeting {
-                                let _ = writer.write_all(control::encode(message).as_bytes());
-                            }
-                        }
-                        Ok(StageMessage::Applied { error: None, .. }) => {
-                            let _ = applied.send(());
-                        }
-                        _ => {}
-                    }
-                }
-            });
-        }
-    });
-    receiver
-}
-
-/// `/dev/shm/<kind>-<uid>-<job>`: the job's last rules (`padll-rules`) or segment (`padll`).
-fn job_file(kind: &str, job: &str) -> PathBuf {
+/// The job's files on this node (wherever the stage keeps them now).
+fn job_files(job: &str) -> (PathBuf, PathBuf) {
     // SAFETY: geteuid takes no arguments and cannot fail.
     let uid = unsafe { libc::geteuid() };
-    PathBuf::from(format!("/dev/shm/{kind}-{uid}-{job}"))
+    let files = padll_wire::node_files::job_files(uid, job);
+    (files.last_rules.into(), files.segment.into())
 }
 
 /// `padll run` under the stub with `flags`: a shell running two metadata loops at once
@@ -69,7 +20,7 @@ fn job_file(kind: &str, job: &str) -> PathBuf {
 /// checked that the job's last rules were kept while it ran.
 fn run_job(dir: &Path, name: &str, flags: &[&str]) -> String {
     let socket = dir.join(format!("{name}.sock"));
-    let applied = controller_stub(&socket, dir);
+    let applied = controller_stub(&socket, vec![metadata_rule(dir, 100_000, 100)]);
     let padll = env!("CARGO_BIN_EXE_padll");
     let script = format!(
         "{padll} mdloop {dir} 1 >/dev/null & {padll} mdloop {dir} 2 >/dev/null; wait",
@@ -97,7 +48,7 @@ fn run_job(dir: &Path, name: &str, flags: &[&str]) -> String {
         .recv_timeout(Duration::from_secs(30))
         .expect("no stage applied the controller's rules");
     assert!(
-        job_file("padll-rules", &job).is_file(),
+        job_files(&job).0.is_file(),
         "the job's last rules are kept while it runs"
     );
     let output = child.wait_with_output().unwrap();
@@ -114,19 +65,19 @@ fn a_run_leaves_nothing_behind_and_a_named_job_keeps_its_last_rules() {
     let dir = scratch("node-files");
     let job = run_job(&dir, "run", &[]);
     assert!(padll_wire::config::is_run_job(&job), "{job}");
-    for kind in ["padll-rules", "padll"] {
-        let left = job_file(kind, &job);
+    let (rules, segment) = job_files(&job);
+    for left in [rules, segment] {
         assert!(!left.exists(), "{} was left behind", left.display());
     }
 
     let named = format!("node-files-{}", std::process::id());
     assert_eq!(run_job(&dir, "named", &["--job", &named]), named);
-    let kept = job_file("padll-rules", &named);
+    let (kept, segment) = job_files(&named);
     assert!(
         kept.is_file(),
         "a named job's last rules are for its next steps"
     );
-    assert!(!job_file("padll", &named).exists());
+    assert!(!segment.exists());
     let _ = std::fs::remove_file(kept);
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -141,7 +92,7 @@ fn a_last_process_ending_with_exit_removes_the_segment() {
     let script = format!(
         "import os, sys\nos.stat('{}')\nsys.stdout.write(str(os.path.exists('{}')))\nsys.stdout.flush()\nos._exit(0)",
         dir.display(),
-        job_file("padll", &job).display()
+        job_files(&job).1.display()
     );
     let output = Command::new("python3")
         .args(["-c", &script])
@@ -157,6 +108,6 @@ fn a_last_process_ending_with_exit_removes_the_segment() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert_eq!(output.stdout, b"True", "the job's segment while it ran");
-    assert!(!job_file("padll", &job).exists(), "left behind by _exit");
+    assert!(!job_files(&job).1.exists(), "left behind by _exit");
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -7,4 +7,5 @@ mod control;
 mod hostile_files;
 mod imports;
 mod node_files;
+mod squatting;
 mod util;

@@ -1,6 +1,13 @@
-//! Helpers shared by the test modules: the built stage and scratch directories.
+//! Helpers shared by the test modules: the built stage, scratch directories and a
+//! scripted controller.
 
-use std::path::PathBuf;
+use padll_wire::channel::{ChannelSpec, Scope, Unit};
+use padll_wire::control::{self, ControlMessage, StageMessage, PROTOCOL_VERSION};
+use padll_wire::ops::Class;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{channel, Receiver};
 
 /// `libpadll.so`, built beside the `padll` binary under test.
 pub fn library() -> PathBuf {
@@ -15,4 +22,52 @@ pub fn scratch(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// A rule of `rate` metadata operations per second on `mount`.
+pub fn metadata_rule(mount: &Path, rate: u64, burst: u64) -> ChannelSpec {
+    ChannelSpec {
+        mount: Some(mount.display().to_string()),
+        scope: Scope::Class(Class::Metadata),
+        rate,
+        unit: Unit::Requests,
+        burst,
+    }
+}
+
+/// A controller at `socket` that welcomes every stage, gives it `rules` and reports
+/// each rule set a stage applied.
+pub fn controller_stub(socket: &Path, rules: Vec<ChannelSpec>) -> Receiver<()> {
+    let listener = UnixListener::bind(socket).unwrap();
+    let (applied, receiver) = channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            let (rules, applied) = (rules.clone(), applied.clone());
+            std::thread::spawn(move || {
+                let mut writer = stream.try_clone().unwrap();
+                let greeting = [
+                    ControlMessage::Welcome {
+                        version: PROTOCOL_VERSION,
+                        stage_id: 1,
+                        report_interval_ms: 100,
+                    },
+                    ControlMessage::SetRules { seq: 1, rules },
+                ];
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    match control::decode(&line) {
+                        Ok(StageMessage::Hello { .. }) => {
+                            for message in &greeting {
+                                let _ = writer.write_all(control::encode(message).as_bytes());
+                            }
+                        }
+                        Ok(StageMessage::Applied { error: None, .. }) => {
+                            let _ = applied.send(());
+                        }
+                        _ => {}
+                    }
+                }
+            });
+        }
+    });
+    receiver
 }

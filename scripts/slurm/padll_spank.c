@@ -16,6 +16,14 @@
  * cgroup and its size from scontrol. The environment is for the stage's own use (its
  * job-wide segment, its logs).
  *
+ * Before that, as root (slurm_spank_task_init_privileged), it makes the job user's own
+ * directory for the job's files in /dev/shm: /dev/shm/padll (root's, 0711) and in it
+ * <uid> (the user's, 0700), so that no other user can occupy the names of the job's
+ * shared buckets and last rules (padll-wire/src/node_files.rs does the same in Rust;
+ * ARCHITECTURE.md, "The job's segment"). What occupied a name is cleared away: a file,
+ * symlink or FIFO removed, another user's directory moved aside whole. When it cannot,
+ * slurmd's log says why and the stage keeps the files flat in /dev/shm.
+ *
  * plugstack.conf:
  *   optional /usr/local/lib/padll/padll_spank.so [default=off|on|always] [library=PATH]
  *            [socket=PATH] [config=PATH] [controller_uid=UID]
@@ -31,12 +39,19 @@
  * Built by scripts/slurm/build.sh, which compiles the default library path in.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#ifndef RENAME_NOREPLACE
+#define RENAME_NOREPLACE 1
+#endif
 
 #include <slurm/spank.h>
 
@@ -210,6 +225,97 @@ static char *preload_with_library(spank_t sp)
     int n = snprintf(preload, sizeof preload, "%s%s%s", current, *current ? " " : "",
                      library);
     return n < 0 || (size_t)n >= sizeof preload ? NULL : preload;
+}
+
+/* Makes `name` under the directory `parent` a directory of owner:group with `mode` and
+ * returns it opened, or -1 with errno set. One that exists is kept if root's or the
+ * owner's (only root makes entries there) and given that owner and mode; anything else
+ * is cleared away and the name made anew. Nothing is followed: every change goes
+ * through a descriptor. */
+static int make_directory(int parent, const char *name, uid_t owner, gid_t group, mode_t mode)
+{
+    for (int attempt = 0; attempt < 4; attempt++) {
+        if (mkdirat(parent, name, mode) != 0 && errno != EEXIST)
+            return -1;
+        int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) {
+            if (errno == ENOENT)
+                continue;
+            if (errno != ENOTDIR && errno != ELOOP)
+                return -1;
+            /* A file, symlink, FIFO…: unlinking a symlink removes the link only. */
+            if (unlinkat(parent, name, 0) != 0 && errno != ENOENT)
+                return -1;
+            continue;
+        }
+        struct stat st;
+        if (fstat(fd, &st) != 0)
+            goto fail;
+        if (st.st_uid == 0 || st.st_uid == owner) {
+            if ((st.st_uid != owner || st.st_gid != group) && fchown(fd, owner, group) != 0)
+                goto fail;
+            if ((st.st_mode & 07777) != mode && fchmod(fd, mode) != 0)
+                goto fail;
+            return fd;
+        }
+        close(fd);
+        /* Another user's directory: moved aside whole, never walked into as root. */
+        char aside[80];
+        snprintf(aside, sizeof aside, "%s.squatted-by-%u-%ju", name, (unsigned)st.st_uid,
+                 (uintmax_t)st.st_ino);
+        if (syscall(SYS_renameat2, parent, name, parent, aside, RENAME_NOREPLACE) != 0)
+            return -1;
+        continue;
+    fail:;
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    errno = EEXIST;
+    return -1;
+}
+
+/* /dev/shm/padll/<uid>, the user's own directory for the job's files (see the top). */
+static void make_user_directory(uid_t uid, gid_t gid)
+{
+    char path[32];
+    snprintf(path, sizeof path, "/dev/shm/padll/%u", (unsigned)uid);
+    const char *failed = path, *why = NULL;
+    int node = -1, user = -1;
+    struct stat st;
+    int shm = open("/dev/shm", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (shm < 0 || fstat(shm, &st) != 0)
+        failed = "/dev/shm";
+    else if (st.st_uid != 0) {
+        failed = "/dev/shm";
+        why = "not owned by root";
+    } else if ((node = make_directory(shm, "padll", 0, 0, 0711)) < 0)
+        failed = "/dev/shm/padll";
+    else
+        user = make_directory(node, path + strlen("/dev/shm/padll/"), uid, gid, 0700);
+    if (user < 0)
+        slurm_error("padll: %s: %s; the job's files stay flat in /dev/shm", failed,
+                    why ? why : strerror(errno));
+    if (user >= 0)
+        close(user);
+    if (node >= 0)
+        close(node);
+    if (shm >= 0)
+        close(shm);
+}
+
+int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    uid_t uid;
+    gid_t gid;
+    if (!enabled() || spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_GID, &gid) != ESPANK_SUCCESS)
+        return 0;
+    make_user_directory(uid, gid);
+    return 0;
 }
 
 int slurm_spank_task_init(spank_t sp, int ac, char **av)

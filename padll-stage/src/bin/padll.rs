@@ -258,8 +258,9 @@ for the selectors whose calls move bytes only: {byte_selectors}.
 Up to four channels may apply to one request; it waits in each.
 
 Limits bind the job: all its processes on this node (ranks, children, later steps of
-a batch script) share each limit, through /dev/shm/padll-<uid>-<job>. --per-process
-gives every process its own.
+a batch script) share each limit, through /dev/shm/padll/<uid>/segment-<job> (where
+root made that directory, else /dev/shm/padll-<uid>-<job>). --per-process gives every
+process its own.
 
 Defaults: --burst-ms {burst} (bucket depth: {burst} ms of the rate; at most {max_burst}), --log error,
 --job run-<pid of padll run> unless a batch system (Slurm, PBS, LSF, Flux) names one.
@@ -821,8 +822,8 @@ mod man_pages {
             exit_status: Some(RUN_EXIT_STATUS),
             files: &[
                 ("PREFIX/lib/padll/libpadll.so", "The stage, found from padll's own directory (--library or PADLL_LIBRARY name another)."),
-                ("/dev/shm/padll-UID-JOB", "The job's shared token buckets on this node (0600); the job's last process removes it."),
-                ("/dev/shm/padll-rules-UID-JOB", "With a controller: the job's last rules on this node, used by its processes that start while the controller is down; a Slurm job's stays for the epilog to remove."),
+                ("/dev/shm/padll/UID/segment-JOB", "The job's shared token buckets on this node (0600); the job's last process removes it. Flat as /dev/shm/padll-UID-JOB where no root component made the user's directory /dev/shm/padll/UID (0700)."),
+                ("/dev/shm/padll/UID/rules-JOB", "With a controller: the job's last rules on this node, used by its processes that start while the controller is down; a Slurm job's stays for the epilog to remove. Flat as /dev/shm/padll-rules-UID-JOB without the user's directory."),
                 ("/etc/cheferd/padll.toml", "A site's stage configuration, when PADLL_CONFIG or --config names it; see padll.toml(5)."),
             ],
             examples: &[
