@@ -117,8 +117,13 @@ fn the_demo_runs_and_keeps_the_aggregate_under_max_r() {
     assert_eq!(files(tmp.path()), Vec::<PathBuf>::new());
     assert_eq!(files(cwd.path()), Vec::<PathBuf>::new());
     let pid = pid_of(&stdout);
-    let left: Vec<PathBuf> = files(Path::new(padll_wire::node_files::DIRECTORY))
+    // SAFETY: geteuid takes no arguments, touches no memory of ours and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let user_directory = format!("{}/{uid}", padll_wire::node_files::NODE_DIRECTORY);
+    let left: Vec<PathBuf> = [padll_wire::node_files::DIRECTORY, &user_directory]
         .into_iter()
+        .filter(|dir| Path::new(dir).exists())
+        .flat_map(|dir| files(Path::new(dir)))
         .filter(|f| f.to_string_lossy().ends_with(&format!(".{pid}")))
         .collect();
     assert_eq!(left, Vec::<PathBuf>::new());

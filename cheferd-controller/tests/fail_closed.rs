@@ -20,13 +20,23 @@ impl Job {
         Job(format!("fc-{name}-{}", std::process::id()))
     }
 
-    fn files(&self) -> [PathBuf; 2] {
+    /// Its files in its user's directory and flat in `/dev/shm` (which are used
+    /// depends on whether a root component made the directory).
+    fn files(&self) -> [PathBuf; 4] {
+        use padll_wire::node_files::{flat_job_files, private_job_files};
         // SAFETY: geteuid takes no arguments, touches no memory of ours and cannot fail.
         let uid = unsafe { libc::geteuid() };
+        let (flat, private) = (
+            flat_job_files(uid, &self.0),
+            private_job_files(uid, &self.0),
+        );
         [
-            PathBuf::from(format!("/dev/shm/padll-rules-{uid}-{}", self.0)),
-            PathBuf::from(format!("/dev/shm/padll-{uid}-{}", self.0)),
+            flat.last_rules,
+            flat.segment,
+            private.last_rules,
+            private.segment,
         ]
+        .map(PathBuf::from)
     }
 }
 

@@ -733,26 +733,37 @@ impl Drop for Cluster {
 }
 
 impl Cluster {
-    /// Removes what its jobs' stages left in `/dev/shm`: the segments of its jobs (a
-    /// killed job's last process cannot), and the last rules (they name its scratch
-    /// directory), of every uid and half-written ones included, so no later test starts
-    /// a job of the same id under them.
+    /// Removes what its jobs' stages left in `/dev/shm` (flat, or in the user's
+    /// directory `/dev/shm/padll/<uid>`): the segments of its jobs (a killed job's last
+    /// process cannot), and the last rules (they name its scratch directory), of every
+    /// uid and half-written ones included, so no later test starts a job of the same id
+    /// under them.
     fn remove_job_files(&self) {
+        use padll_wire::node_files::{flat_job_files, private_job_files, NODE_DIRECTORY};
         // SAFETY: geteuid takes no arguments, touches no memory of ours and cannot fail.
         let uid = unsafe { libc::geteuid() };
         for job in &self.started_jobs {
-            let _ = std::fs::remove_file(format!("/dev/shm/padll-{uid}-{job}"));
+            let _ = std::fs::remove_file(flat_job_files(uid, job).segment);
+            let _ = std::fs::remove_file(private_job_files(uid, job).segment);
         }
-        let prefix = "padll-rules-";
         let scratch = self.scratch.display().to_string();
-        let Ok(entries) = std::fs::read_dir("/dev/shm") else {
-            return;
-        };
-        for path in entries.flatten().map(|e| e.path()) {
-            let ours = path
-                .file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with(prefix));
-            if ours && std::fs::read_to_string(&path).is_ok_and(|text| text.contains(&scratch)) {
+        let user_directories = std::fs::read_dir(NODE_DIRECTORY)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path());
+        let places = std::iter::once(PathBuf::from("/dev/shm")).chain(user_directories);
+        for path in places
+            .filter_map(|dir| std::fs::read_dir(dir).ok())
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+        {
+            let rules = path.file_name().is_some_and(|n| {
+                let name = n.to_string_lossy();
+                name.starts_with("padll-rules-") || name.starts_with("rules-")
+            });
+            if rules && std::fs::read_to_string(&path).is_ok_and(|text| text.contains(&scratch)) {
                 let _ = std::fs::remove_file(&path);
             }
         }

@@ -1,5 +1,6 @@
 //! Job-wide limits: a limit given to the stage binds all the processes of the job on
-//! the node together (their buckets are shared through `/dev/shm/padll-<uid>-<job>`).
+//! the node together (their buckets are shared through a segment in `/dev/shm`, see
+//! `padll_wire::node_files`).
 //!
 //! Each test starts several `padll-probe load …` processes at once and sums their
 //! operations over the window from the first start to the last end (the probes print
@@ -47,15 +48,32 @@ impl std::ops::Deref for Job {
 
 impl Drop for Job {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(segment(&self.0));
+        use padll_wire::node_files::{flat_job_files, private_job_files};
+        for files in [
+            flat_job_files(uid(), &self.0),
+            private_job_files(uid(), &self.0),
+        ] {
+            let _ = std::fs::remove_file(files.segment);
+        }
     }
 }
 
-/// The segment a job's processes share on this node.
+/// The segment a job's processes share on this node (in the user's directory under
+/// `/dev/shm/padll` when a root component made it, else flat in `/dev/shm`).
 fn segment(job: &str) -> PathBuf {
+    PathBuf::from(padll_wire::node_files::segment(uid(), job))
+}
+
+/// The node's online CPUs: a process that cannot share its job's buckets gets the
+/// job's limit divided by them (as many processes as CPUs stay within the limit).
+fn cpus() -> f64 {
+    // SAFETY: sysconf reads a system setting; no memory of ours is touched.
+    unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as f64
+}
+
+fn uid() -> u32 {
     // SAFETY: geteuid takes no arguments, touches no memory of ours and cannot fail.
-    let uid = unsafe { libc::geteuid() };
-    PathBuf::from(format!("/dev/shm/padll-{uid}-{job}"))
+    unsafe { libc::geteuid() }
 }
 
 /// The stage's environment for `job` with `rules` on `dir`.
@@ -376,7 +394,7 @@ fn single_line(stderr: &str) -> &str {
 }
 
 #[test]
-fn a_corrupt_segment_in_use_falls_back_to_per_process_limits() {
+fn a_corrupt_segment_in_use_falls_back_to_a_cpus_share_of_the_limit() {
     let _turn = alone();
     let dir = mountpoint("jw-corrupt");
     let job = job("corrupt");
@@ -405,9 +423,9 @@ fn a_corrupt_segment_in_use_falls_back_to_per_process_limits() {
             "{what}: {line}"
         );
         assert_job_accurate(
-            &format!("{what} segment, per-process limit"),
+            &format!("{what} segment, a CPU's share of the limit"),
             group.rate(),
-            1500.0,
+            1500.0 / cpus(),
         );
         assert_eq!(
             std::fs::read(&path).unwrap(),
@@ -500,7 +518,11 @@ fn another_user_can_neither_join_nor_squat_a_job() {
     let group = run_group(dir.path(), 1, 1, "stat", &env);
     let line = single_line(&group.stderr);
     assert!(line.contains("owned by uid 65534"), "{line}");
-    assert_job_accurate("root's job beside a squatted segment", group.rate(), 1500.0);
+    assert_job_accurate(
+        "root's job beside a squatted segment, a CPU's share",
+        group.rate(),
+        1500.0 / cpus(),
+    );
     let meta = std::fs::metadata(&path).unwrap();
     use std::os::unix::fs::MetadataExt;
     assert_eq!(
