@@ -1,16 +1,20 @@
 //! The caps on who may hold what on the stage socket: connections per node and per uid,
-//! pending partial-line bytes per uid, jobs per uid, and which uid runs each job.
+//! pending partial-line bytes, queued bytes and placement requests per uid, jobs per
+//! uid, and which uid runs each job.
 
-use super::{trim, Local};
+use super::placement::{Rate, PLACE_RATE_PER_UID};
+use super::{outbox, trim, Local};
 use crate::bounds::Budget;
 use padll_wire::control;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Connections and jobs of one uid.
 struct UserState {
     connections: usize,
     pending: Arc<Budget>,
+    queued: Arc<Budget>,
+    place_rate: Arc<Mutex<Rate>>,
     /// Its stages' job ids, with how many stages each.
     jobs: HashMap<String, usize>,
 }
@@ -31,6 +35,17 @@ pub(super) struct Admission {
     job: Option<String>,
     /// The partial-line budget of its uid.
     pub(super) pending: Arc<Budget>,
+    /// The budget of bytes queued to its uid's stages.
+    pub(super) queued: Arc<Budget>,
+    /// The placement requests its uid may make.
+    pub(super) place_rate: Arc<Mutex<Rate>>,
+}
+
+impl Admission {
+    /// Its uid.
+    pub(super) fn uid(&self) -> u32 {
+        self.uid
+    }
 }
 
 impl Drop for Admission {
@@ -78,6 +93,8 @@ impl Local {
         let user = peers.users.entry(uid).or_insert_with(|| UserState {
             connections: 0,
             pending: Budget::new(per_uid),
+            queued: Budget::new(outbox::MAX_BYTES_PER_UID),
+            place_rate: Arc::new(Mutex::new(Rate::new(PLACE_RATE_PER_UID))),
             jobs: HashMap::new(),
         });
         if user.connections >= limits.max_connections_per_uid {
@@ -87,14 +104,16 @@ impl Local {
             });
         }
         user.connections += 1;
-        let pending = user.pending.clone();
-        peers.connections += 1;
-        Ok(Admission {
+        let admission = Admission {
             local: self.clone(),
             uid,
             job: None,
-            pending,
-        })
+            pending: user.pending.clone(),
+            queued: user.queued.clone(),
+            place_rate: user.place_rate.clone(),
+        };
+        peers.connections += 1;
+        Ok(admission)
     }
 
     /// Records that the connection of `admission` is a stage of `job`, or says why not:

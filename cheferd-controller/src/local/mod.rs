@@ -12,11 +12,14 @@
 //! rules meanwhile.
 //!
 //! One concept per module: `admission` (the caps on connections and jobs per uid and
-//! node), `stage` (the stage protocol on the socket), `upstream` (the stream to the
-//! global controller), `report` (when and what usage is pushed), `rules` (a global
-//! rule as a stage channel) and `trim` (giving freed memory back).
+//! node), `stage` (the stage protocol on the socket), `outbox` (the bounded queue to
+//! each stage), `placement` (stages' placement requests and their limits), `upstream`
+//! (the stream to the global controller), `report` (when and what usage is pushed),
+//! `rules` (a global rule as a stage channel) and `trim` (giving freed memory back).
 
 mod admission;
+mod outbox;
+mod placement;
 mod report;
 mod rules;
 mod stage;
@@ -115,11 +118,13 @@ pub struct Local {
     identity: Resolver,
     peers: Mutex<admission::Peers>,
     pending: Arc<Budget>,
+    /// Bytes queued to all stages (`outbox`).
+    queued: Arc<Budget>,
     next_stage_id: AtomicU64,
     stages: Mutex<HashMap<u64, stage::StageEntry>>,
     upstream: Mutex<Option<mpsc::UnboundedSender<LocalMessage>>>,
     /// Placement requests relayed to the global controller.
-    placements: crate::placement_service::Relay,
+    placements: placement::Placements,
 }
 
 impl Local {
@@ -181,6 +186,7 @@ pub async fn run(mut options: LocalOptions) -> Result<(), LocalError> {
     }
     let local = Arc::new(Local {
         pending: Budget::new(options.limits.max_pending_bytes),
+        queued: Budget::new(outbox::MAX_BYTES_PER_NODE),
         // SAFETY: geteuid takes no arguments, touches no memory of ours and cannot fail.
         identity: Resolver::new(Box::new(SlurmCgroups::system()), unsafe { libc::geteuid() }),
         options,

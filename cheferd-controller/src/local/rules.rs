@@ -53,8 +53,8 @@ pub(super) fn enforce(
         }));
         // A stage gone meanwhile needs no rules.
         let _ = entry
-            .to_stage
-            .send(ControlMessage::SetRules { seq: cycle, rules });
+            .outbox
+            .send(&ControlMessage::SetRules { seq: cycle, rules });
     }
 }
 

@@ -2,6 +2,8 @@
 //! stage's messages until it leaves (see `padll_wire::control`).
 
 use super::admission::Admission;
+use super::outbox::{Closed, Outbox, WRITE_STALL};
+use super::placement::{Rate, PLACE_RATE_PER_STAGE};
 use super::{Local, PEER_LOG};
 use crate::bounds::{self, AcceptBackoff, Budget};
 use crate::limited_warn;
@@ -14,18 +16,17 @@ use padll_wire::control::{
 };
 use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf, UCred};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::mpsc;
 use tracing::info;
 
 /// A registered stage.
 pub(super) struct StageEntry {
     pub(super) info: proto::Stage,
-    pub(super) to_stage: mpsc::UnboundedSender<ControlMessage>,
+    pub(super) outbox: Arc<Outbox>,
     pub(super) usage: UsageTracker,
 }
 
@@ -81,15 +82,16 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
         return;
     };
     let stage_id = info.stage_id;
-    let Some(to_stage) = welcome(&local, stage_id, write).await else {
+    let outbox = Outbox::new(admission.queued.clone(), local.queued.clone());
+    if !welcome(&local, stage_id, write, &outbox).await {
         return;
-    };
+    }
     info!(stage_id, job = %info.job_id, pid = info.pid, uid = info.uid, "stage registered");
     local.lock_stages().insert(
         stage_id,
         StageEntry {
             info: info.clone(),
-            to_stage,
+            outbox: outbox.clone(),
             usage: UsageTracker::new(Instant::now()),
         },
     );
@@ -98,12 +100,27 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
         announced: false,
     }));
 
+    let mut stage = Registered {
+        stage_id,
+        uid: admission.uid(),
+        place_rate: Rate::new(PLACE_RATE_PER_STAGE),
+        uid_place_rate: admission.place_rate.clone(),
+    };
     loop {
-        let line = lines::read_line_within(&mut reader, MAX_MESSAGE_BYTES, &budgets).await;
-        if stage_line(&local, stage_id, line).is_break() {
+        let line = tokio::select! {
+            line = lines::read_line_within(&mut reader, MAX_MESSAGE_BYTES, &budgets) => line,
+            why = outbox.closed() => {
+                if why != Closed::Ended {
+                    limited_warn!(PEER_LOG, stage_id, "closed a stage connection: {why}");
+                }
+                break;
+            }
+        };
+        if stage_line(&local, &mut stage, line).is_break() {
             break;
         }
     }
+    outbox.close(Closed::Ended);
     local.lock_stages().remove(&stage_id);
     info!(stage_id, "stage left");
     local.send_upstream(local_message::Body::StageLeft(proto::StageLeft {
@@ -237,42 +254,63 @@ async fn identify(
     Some(info)
 }
 
-/// Welcomes the stage and starts the task writing to it; returns its queue, or `None`
-/// if it left.
+/// Welcomes the stage and starts the task writing its outbox to it; `false` if it left.
 async fn welcome(
     local: &Local,
     stage_id: u64,
     mut write: OwnedWriteHalf,
-) -> Option<mpsc::UnboundedSender<ControlMessage>> {
-    let (to_stage, mut outbox) = mpsc::unbounded_channel::<ControlMessage>();
+    outbox: &Arc<Outbox>,
+) -> bool {
     let welcome = ControlMessage::Welcome {
         version: PROTOCOL_VERSION,
         stage_id,
         report_interval_ms: local.options.report_interval.as_millis() as u64,
     };
-    write
-        .write_all(control::encode(&welcome).as_bytes())
-        .await
-        .ok()?;
-    tokio::spawn(async move {
-        while let Some(message) = outbox.recv().await {
-            if write
-                .write_all(control::encode(&message).as_bytes())
-                .await
-                .is_err()
-            {
-                return;
-            }
-        }
-    });
-    Some(to_stage)
+    let written = tokio::time::timeout(
+        WRITE_STALL,
+        write.write_all(control::encode(&welcome).as_bytes()),
+    )
+    .await;
+    if !matches!(written, Ok(Ok(()))) {
+        return false;
+    }
+    tokio::spawn(outbox.clone().write_to(write, WRITE_STALL));
+    true
+}
+
+/// A registered stage, as its reading task keeps it.
+struct Registered {
+    stage_id: u64,
+    uid: u32,
+    /// The placement requests it may make, and those of its uid.
+    place_rate: Rate,
+    uid_place_rate: Arc<Mutex<Rate>>,
+}
+
+impl Registered {
+    /// Whether a placement request may go upstream now (within the rates of the stage
+    /// and of its uid).
+    fn may_place(&mut self) -> bool {
+        let now = Instant::now();
+        self.place_rate.take(now)
+            && self
+                .uid_place_rate
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(now)
+    }
 }
 
 /// Handles one line from a registered stage; `Break` when the connection is over.
-fn stage_line(local: &Local, stage_id: u64, line: std::io::Result<Line>) -> ControlFlow<()> {
+fn stage_line(
+    local: &Local,
+    stage: &mut Registered,
+    line: std::io::Result<Line>,
+) -> ControlFlow<()> {
+    let stage_id = stage.stage_id;
     match line {
         Ok(Line::Text(line)) => match control::decode::<StageMessage>(&line) {
-            Ok(message) => stage_message(local, stage_id, message),
+            Ok(message) => stage_message(local, stage, message),
             Err(e) => limited_warn!(PEER_LOG, stage_id, "dropped a message from a stage: {e}"),
         },
         Ok(Line::TooLong(n)) => limited_warn!(
@@ -295,7 +333,8 @@ fn stage_line(local: &Local, stage_id: u64, line: std::io::Result<Line>) -> Cont
 }
 
 /// Handles one message from a registered stage.
-fn stage_message(local: &Local, stage_id: u64, message: StageMessage) {
+fn stage_message(local: &Local, stage: &mut Registered, message: StageMessage) {
+    let stage_id = stage.stage_id;
     match message {
         StageMessage::Usage { channels, ops, .. } => {
             let mut stages = local.lock_stages();
@@ -325,9 +364,10 @@ fn stage_message(local: &Local, stage_id: u64, message: StageMessage) {
             )
         }
         StageMessage::Applied { .. } => {}
-        StageMessage::Place { id, mount, stripes } => {
-            local.relay_placement(stage_id, id, mount, stripes)
+        StageMessage::Place { id, mount, stripes } if stage.may_place() => {
+            local.relay_placement(stage_id, stage.uid, id, mount, stripes)
         }
+        StageMessage::Place { id, .. } => local.placed(stage_id, id, Vec::new()),
         StageMessage::Hello { .. } => {
             limited_warn!(PEER_LOG, stage_id, "ignored a second hello")
         }

@@ -10,7 +10,6 @@ use crate::proto::{
     self, global_client::GlobalClient, global_message, local_message, GlobalMessage, LocalMessage,
 };
 use crate::standby::follow::{Globals, Verdict};
-use padll_wire::control::ControlMessage;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
@@ -195,33 +194,6 @@ impl Local {
     pub(super) fn send_upstream(&self, body: local_message::Body) {
         if let Some(upstream) = self.lock_upstream().as_ref() {
             let _ = upstream.send(LocalMessage { body: Some(body) });
-        }
-    }
-
-    /// Relays a stage's placement request to the global controller; without one (or
-    /// with too many in flight) answers "no advice" at once, so the stage does not wait.
-    pub(super) fn relay_placement(&self, stage_id: u64, id: u64, mount: String, stripes: u32) {
-        let upstream = self.lock_upstream().clone();
-        let Some((to, request)) =
-            upstream.and_then(|to| Some((to, self.placements.ask(stage_id, id)?)))
-        else {
-            return self.placed(stage_id, id, Vec::new());
-        };
-        let body = local_message::Body::PlaceRequest(proto::PlaceRequest {
-            request,
-            mount,
-            stripes,
-        });
-        if to.send(LocalMessage { body: Some(body) }).is_err() {
-            self.placements.answered(request);
-            self.placed(stage_id, id, Vec::new());
-        }
-    }
-
-    /// Hands a stage the answer to its placement request `id`.
-    fn placed(&self, stage_id: u64, id: u64, targets: Vec<u32>) {
-        if let Some(entry) = self.lock_stages().get(&stage_id) {
-            let _ = entry.to_stage.send(ControlMessage::Placed { id, targets });
         }
     }
 }
