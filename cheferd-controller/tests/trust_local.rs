@@ -221,3 +221,70 @@ fn place_flood_without_reading_is_closed_and_bounded() {
     assert!(log.contains("does not read its socket"), "no close logged");
     assert!(cluster.controllers_alive());
 }
+
+/// The counts of every summary line of `log` ("N stages registered, M left"), added up.
+fn summarised(log: &str) -> (u64, u64) {
+    let count = |line: &str, after: &str| -> u64 {
+        line.split(after)
+            .next()
+            .and_then(|head| head.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    log.lines()
+        .filter(|l| l.contains("stages registered"))
+        .map(|l| (count(l, " stages registered"), count(l, " left")))
+        .fold((0, 0), |(r, l), (dr, dl)| (r + dr, l + dl))
+}
+
+/// Issue 18 (f): connect, hello, close in a loop registered thousands of stages a
+/// second and grew the local's log by 210–292 KB/s. Now the lines of stages coming and
+/// going share the limit of peer-caused lines (20 per 5 s), and a summary line counts
+/// what was not logged.
+#[test]
+fn hello_close_loop_does_not_flood_the_log() {
+    let _turn = alone();
+    let mut cluster = Cluster::new(CONFIG);
+    cluster.start_global();
+    let started = Instant::now();
+    cluster.start_local("n1");
+    let socket = cluster.local_socket("n1");
+    const STAGES: u64 = 3000;
+    for _ in 0..STAGES {
+        GoodStage::register(&socket, &job_id("churn"), &cluster.scratch);
+    }
+    eprintln!(
+        "{STAGES} stages registered and left in {:?}",
+        started.elapsed()
+    );
+    // Every stage is in a summary or a line of its own (a period whose lines were all
+    // logged has no summary).
+    let log = wait_for(
+        Duration::from_secs(90),
+        "a summary counting every stage",
+        || {
+            let log = cluster.local_log("n1");
+            let (registered, left) = summarised(&log);
+            let (registered_lines, left_lines) = (
+                log.matches("stage registered").count() as u64,
+                log.matches("stage left").count() as u64,
+            );
+            (registered + registered_lines >= STAGES && left + left_lines >= STAGES).then_some(log)
+        },
+    );
+    let windows = started.elapsed().as_secs() / 5 + 1;
+    let lines = log.lines().count() as u64;
+    eprintln!(
+        "{lines} log lines in {windows} windows of 5 s, {} bytes",
+        log.len()
+    );
+    // 20 peer-caused lines per 5 s, the summaries and a few lines of the controller's own.
+    assert!(
+        lines <= 20 * windows + 10,
+        "{lines} lines in {windows} windows of 5 s:\n{log}"
+    );
+    for summary in log.lines().filter(|l| l.contains("stages registered")) {
+        eprintln!("{summary}");
+    }
+    assert!(summarised(&log).0 > 0, "no summary line:\n{log}");
+    assert!(cluster.controllers_alive());
+}

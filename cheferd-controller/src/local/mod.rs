@@ -15,9 +15,11 @@
 //! node), `stage` (the stage protocol on the socket), `outbox` (the bounded queue to
 //! each stage), `placement` (stages' placement requests and their limits), `upstream`
 //! (the stream to the global controller), `report` (when and what usage is pushed),
-//! `rules` (a global rule as a stage channel) and `trim` (giving freed memory back).
+//! `rules` (a global rule as a stage channel), `log_summary` (peer-caused log lines
+//! summarised) and `trim` (giving freed memory back).
 
 mod admission;
+mod log_summary;
 mod outbox;
 mod placement;
 mod report;
@@ -106,6 +108,10 @@ pub const MAX_RECONNECT_BACKOFF: Duration = Duration::from_secs(5);
 /// Warnings caused by what a peer sent (malformed lines, clamped reports, refused
 /// connections): at most 20 lines per 5 s, whatever the peers do.
 static PEER_LOG: LogLimit = LogLimit::new(20, Duration::from_secs(5));
+
+/// Stages registered, left, rejected and closed: their lines count in [`PEER_LOG`], and
+/// are summarised when some were not logged.
+static ACTIVITY: log_summary::Activity = log_summary::Activity::new(&PEER_LOG);
 
 /// A task panicked while it held the local controller's state, leaving it half-changed:
 /// no one goes on with it (the panic reaches the supervisor, which ends the process).
@@ -218,6 +224,10 @@ pub async fn run(mut options: LocalOptions) -> Result<(), LocalError> {
             Ok(())
         });
     }
+    tasks.spawn("the log summary", async {
+        log_summary::summary_loop(&ACTIVITY).await;
+        Ok(())
+    });
     tasks.spawn("the memory trim loop", async {
         trim::trim_loop().await;
         Ok(())

@@ -2,9 +2,10 @@
 //! stage's messages until it leaves (see `padll_wire::control`).
 
 use super::admission::Admission;
+use super::log_summary::{limited_info, Event};
 use super::outbox::{Closed, Outbox, WRITE_STALL};
 use super::placement::{Rate, PLACE_RATE_PER_STAGE};
-use super::{Local, PEER_LOG};
+use super::{Local, ACTIVITY, PEER_LOG};
 use crate::bounds::{self, AcceptBackoff, Budget};
 use crate::limited_warn;
 use crate::lines::{self, Line};
@@ -21,7 +22,6 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf, UCred};
 use tokio::net::{UnixListener, UnixStream};
-use tracing::info;
 
 /// A registered stage.
 pub(super) struct StageEntry {
@@ -62,7 +62,7 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
     let mut admission = match local.admit(credentials.uid()) {
         Ok(admission) => admission,
         Err(why) => {
-            limited_warn!(PEER_LOG, pid = ?credentials.pid(), "refused a stage connection: {why}");
+            limited_warn!(ACTIVITY.on(Event::Rejected), pid = ?credentials.pid(), "refused a stage connection: {why}");
             let reason = format!("refused: {why}");
             let _ =
                 stream.try_write(control::encode(&ControlMessage::Reject { reason }).as_bytes());
@@ -86,7 +86,14 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
     if !welcome(&local, stage_id, write, &outbox).await {
         return;
     }
-    info!(stage_id, job = %info.job_id, pid = info.pid, uid = info.uid, "stage registered");
+    limited_info!(
+        ACTIVITY.on(Event::Registered),
+        stage_id,
+        job = %info.job_id,
+        pid = info.pid,
+        uid = info.uid,
+        "stage registered"
+    );
     local.lock_stages().insert(
         stage_id,
         StageEntry {
@@ -111,7 +118,7 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
             line = lines::read_line_within(&mut reader, MAX_MESSAGE_BYTES, &budgets) => line,
             why = outbox.closed() => {
                 if why != Closed::Ended {
-                    limited_warn!(PEER_LOG, stage_id, "closed a stage connection: {why}");
+                    limited_warn!(ACTIVITY.on(Event::Closed), stage_id, "closed a stage connection: {why}");
                 }
                 break;
             }
@@ -122,7 +129,7 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
     }
     outbox.close(Closed::Ended);
     local.lock_stages().remove(&stage_id);
-    info!(stage_id, "stage left");
+    limited_info!(ACTIVITY.on(Event::Left), stage_id, "stage left");
     local.send_upstream(local_message::Body::StageLeft(proto::StageLeft {
         stage_id,
     }));
@@ -170,16 +177,16 @@ async fn read_hello(
         }),
         Ok(StageMessage::Hello { version, .. }) => {
             let reason = format!("protocol version {version} is not supported (this controller speaks {PROTOCOL_VERSION})");
-            limited_warn!(PEER_LOG, pid = ?credentials.pid(), "{reason}");
+            limited_warn!(ACTIVITY.on(Event::Rejected), pid = ?credentials.pid(), "{reason}");
             reject(write, reason).await;
             None
         }
         Ok(_) => {
-            limited_warn!(PEER_LOG, pid = ?credentials.pid(), "stage spoke before saying hello");
+            limited_warn!(ACTIVITY.on(Event::Rejected), pid = ?credentials.pid(), "stage spoke before saying hello");
             None
         }
         Err(e) => {
-            limited_warn!(PEER_LOG, pid = ?credentials.pid(), "rejected a stage connection: {e}");
+            limited_warn!(ACTIVITY.on(Event::Rejected), pid = ?credentials.pid(), "rejected a stage connection: {e}");
             reject(write, e.to_string()).await;
             None
         }
@@ -218,7 +225,11 @@ async fn identify(
     let resolved = match resolved {
         Ok(resolved) => resolved,
         Err(reason) => {
-            limited_warn!(PEER_LOG, pid, "rejected a stage: {reason}");
+            limited_warn!(
+                ACTIVITY.on(Event::Rejected),
+                pid,
+                "rejected a stage: {reason}"
+            );
             reject(write, reason).await;
             return None;
         }
@@ -227,7 +238,7 @@ async fn identify(
         limited_warn!(PEER_LOG, pid, job = %resolved.job_id, "stage identity corrected: {note}");
     }
     if let Err(refusal) = local.join_job(admission, &resolved.job_id) {
-        limited_warn!(PEER_LOG, pid = ?credentials.pid(), "rejected a stage: {refusal}");
+        limited_warn!(ACTIVITY.on(Event::Rejected), pid = ?credentials.pid(), "rejected a stage: {refusal}");
         reject(write, refusal.to_string()).await;
         return None;
     }
@@ -247,7 +258,11 @@ async fn identify(
         mountpoints,
     };
     if let Err(too_large) = bounds::check_stage(&info) {
-        limited_warn!(PEER_LOG, pid = info.pid, "rejected a stage: {too_large}");
+        limited_warn!(
+            ACTIVITY.on(Event::Rejected),
+            pid = info.pid,
+            "rejected a stage: {too_large}"
+        );
         reject(write, too_large.to_string()).await;
         return None;
     }
@@ -320,7 +335,7 @@ fn stage_line(
         ),
         Ok(Line::OverBudget) => {
             limited_warn!(
-                PEER_LOG,
+                ACTIVITY.on(Event::Closed),
                 stage_id,
                 "closed a stage connection: {}",
                 over_budget()
