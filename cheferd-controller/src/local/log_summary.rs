@@ -1,16 +1,32 @@
 //! What peers cause in the log, summarised so that no peer can make it grow at will
-//! and an operator still sees the activity: stages coming and going ([`Activity`]) get
-//! a line each while they are few (they share the limit of peer-caused lines, 20 per
-//! 5 s), and for every [`SUMMARY_PERIOD`] in which some were not logged one line counts
-//! them all.
+//! and an operator still sees the activity:
+//!
+//! - stages coming and going ([`Activity`]): a line for each while they are few (they
+//!   share the limit of peer-caused lines, 20 per 5 s), and for every
+//!   [`SUMMARY_PERIOD`] in which some were not logged one line counting them all;
+//! - usage reports above what the stage's rules admit ([`OverReports`]): on a loaded
+//!   node reports arrive late and bunched, so a small excess is routine and goes into
+//!   one line per period, counted per job; only an excess that looks like an attack
+//!   ([`ATTACK_RATIO`]) is warned about at once.
 
 use crate::bounds::LogLimit;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 use tracing::info;
 
 /// How often a summary line is logged, at most (each kind).
 pub const SUMMARY_PERIOD: Duration = Duration::from_secs(30);
+
+/// A report adding more than this many times what the stage's rules admit is warned
+/// about at once (rate-limited): late reports add a fraction more, a lying stage orders
+/// of magnitude.
+pub const ATTACK_RATIO: u64 = 4;
+
+/// Jobs named in a summary of reports above the rules, at most (those with the most
+/// tokens not counted).
+const JOBS_NAMED: usize = 5;
 
 /// What happened to a stage connection, as counted in the summary.
 #[derive(Clone, Copy, Debug)]
@@ -100,11 +116,84 @@ macro_rules! limited_info {
 }
 pub(super) use limited_info;
 
+/// Reports above the rules over the current period, per job.
+pub struct OverReports {
+    jobs: Mutex<BTreeMap<String, Excess>>,
+}
+
+/// What one job's stages reported above their rules.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Excess {
+    /// Resources of reports clamped.
+    reports: u64,
+    /// Tokens not counted.
+    tokens: u64,
+}
+
+impl OverReports {
+    /// None yet.
+    pub const fn new() -> OverReports {
+        OverReports {
+            jobs: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// A stage of `job` reported `reported` tokens of a resource where its rules admit
+    /// `allowed` (and `allowed` were counted). Whether it looks like an attack (to be
+    /// warned about at once).
+    pub fn record(&self, job: &str, reported: u64, allowed: u64) -> bool {
+        let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        let excess = jobs.entry(job.to_string()).or_default();
+        excess.reports += 1;
+        excess.tokens = excess
+            .tokens
+            .saturating_add(reported.saturating_sub(allowed));
+        reported / allowed.max(1) >= ATTACK_RATIO
+    }
+
+    /// The summary of the period that ends now, if there were such reports; the counts
+    /// start again.
+    pub fn summary(&self) -> Option<String> {
+        let jobs = std::mem::take(&mut *self.jobs.lock().unwrap_or_else(|p| p.into_inner()));
+        if jobs.is_empty() {
+            return None;
+        }
+        let reports: u64 = jobs.values().map(|e| e.reports).sum();
+        let mut ranked: Vec<(String, Excess)> = jobs.into_iter().collect();
+        ranked.sort_by(|a, b| b.1.tokens.cmp(&a.1.tokens).then_with(|| a.0.cmp(&b.0)));
+        let named: Vec<String> = ranked
+            .iter()
+            .take(JOBS_NAMED)
+            .map(|(job, e)| {
+                format!(
+                    "job '{}': {} reports, {} tokens",
+                    padll_wire::control::short(job),
+                    e.reports,
+                    e.tokens
+                )
+            })
+            .collect();
+        let others = match ranked.len().saturating_sub(JOBS_NAMED) {
+            0 => String::new(),
+            n => format!(" and {n} more jobs"),
+        };
+        Some(format!(
+            "in the last {} s stages reported more than their rules admit {reports} times, \
+             the excess not counted: {}{others}",
+            SUMMARY_PERIOD.as_secs(),
+            named.join(", ")
+        ))
+    }
+}
+
 /// Logs the summaries every [`SUMMARY_PERIOD`].
-pub async fn summary_loop(activity: &Activity) {
+pub async fn summary_loop(activity: &Activity, over_reports: &OverReports) {
     loop {
         tokio::time::sleep(SUMMARY_PERIOD).await;
         if let Some(line) = activity.summary() {
+            info!("{line}");
+        }
+        if let Some(line) = over_reports.summary() {
             info!("{line}");
         }
     }
@@ -137,5 +226,32 @@ mod tests {
             "{summary}"
         );
         assert_eq!(activity.summary(), None, "a new period");
+    }
+
+    #[test]
+    fn reports_above_the_rules_are_counted_per_job() {
+        let over = OverReports::new();
+        assert_eq!(over.summary(), None);
+        for _ in 0..40 {
+            assert!(!over.record("late", 110, 100), "10 % more: routine");
+        }
+        assert!(over.record("liar", 100_000_000, 220), "an attack");
+        for job in 0..10 {
+            over.record(&format!("j{job}"), 2, 1);
+        }
+        let summary = over.summary().expect("reports were clamped");
+        assert!(
+            summary.contains("more than their rules admit 51 times"),
+            "{summary}"
+        );
+        assert!(
+            summary.contains(
+                "the excess not counted: job 'liar': 1 reports, 99999780 tokens, \
+                 job 'late': 40 reports, 400 tokens, job 'j0'"
+            ),
+            "{summary}"
+        );
+        assert!(summary.contains("and 7 more jobs"), "{summary}");
+        assert_eq!(over.summary(), None, "a new period");
     }
 }

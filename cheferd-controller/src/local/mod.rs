@@ -113,6 +113,9 @@ static PEER_LOG: LogLimit = LogLimit::new(20, Duration::from_secs(5));
 /// are summarised when some were not logged.
 static ACTIVITY: log_summary::Activity = log_summary::Activity::new(&PEER_LOG);
 
+/// Stages' usage reports above their rules, summarised.
+static OVER_REPORTS: log_summary::OverReports = log_summary::OverReports::new();
+
 /// A task panicked while it held the local controller's state, leaving it half-changed:
 /// no one goes on with it (the panic reaches the supervisor, which ends the process).
 const POISONED: &str = "the local controller's state was left inconsistent by a panic";
@@ -225,7 +228,7 @@ pub async fn run(mut options: LocalOptions) -> Result<(), LocalError> {
         });
     }
     tasks.spawn("the log summary", async {
-        log_summary::summary_loop(&ACTIVITY).await;
+        log_summary::summary_loop(&ACTIVITY, &OVER_REPORTS).await;
         Ok(())
     });
     tasks.spawn("the memory trim loop", async {

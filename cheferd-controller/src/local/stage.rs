@@ -5,7 +5,7 @@ use super::admission::Admission;
 use super::log_summary::{limited_info, Event};
 use super::outbox::{Closed, Outbox, WRITE_STALL};
 use super::placement::{Rate, PLACE_RATE_PER_STAGE};
-use super::{Local, ACTIVITY, PEER_LOG};
+use super::{Local, ACTIVITY, OVER_REPORTS, PEER_LOG};
 use crate::bounds::{self, AcceptBackoff, Budget};
 use crate::limited_warn;
 use crate::lines::{self, Line};
@@ -357,12 +357,14 @@ fn stage_message(local: &Local, stage: &mut Registered, message: StageMessage) {
                 let mounts = entry.info.mountpoints.clone();
                 let clamped = entry.usage.record(Instant::now(), &mounts, &channels, &ops);
                 for (resource, reported, allowed) in clamped {
-                    limited_warn!(
-                        PEER_LOG,
-                        stage_id,
-                        pid = entry.info.pid,
-                        "stage reported {reported} tokens of {resource}, more than its rules admit; counted {allowed}"
-                    );
+                    if OVER_REPORTS.record(&entry.info.job_id, reported, allowed) {
+                        limited_warn!(
+                            PEER_LOG,
+                            stage_id,
+                            pid = entry.info.pid,
+                            "stage reported {reported} tokens of {resource}, more than its rules admit; counted {allowed}"
+                        );
+                    }
                 }
             }
         }
