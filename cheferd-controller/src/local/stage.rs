@@ -62,7 +62,11 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
     let mut admission = match local.admit(credentials.uid()) {
         Ok(admission) => admission,
         Err(why) => {
-            limited_warn!(ACTIVITY.on(Event::Rejected), pid = ?credentials.pid(), "refused a stage connection: {why}");
+            limited_warn!(
+                ACTIVITY.on(Event::Rejected),
+                pid = ?credentials.pid(),
+                "refused a stage connection: {why}"
+            );
             let reason = format!("refused: {why}");
             let _ =
                 stream.try_write(control::encode(&ControlMessage::Reject { reason }).as_bytes());
@@ -118,7 +122,11 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
             line = lines::read_line_within(&mut reader, MAX_MESSAGE_BYTES, &budgets) => line,
             why = outbox.closed() => {
                 if why != Closed::Ended {
-                    limited_warn!(ACTIVITY.on(Event::Closed), stage_id, "closed a stage connection: {why}");
+                    limited_warn!(
+                        ACTIVITY.on(Event::Closed),
+                        stage_id,
+                        "closed a stage connection: {why}"
+                    );
                 }
                 break;
             }
@@ -182,11 +190,19 @@ async fn read_hello(
             None
         }
         Ok(_) => {
-            limited_warn!(ACTIVITY.on(Event::Rejected), pid = ?credentials.pid(), "stage spoke before saying hello");
+            limited_warn!(
+                ACTIVITY.on(Event::Rejected),
+                pid = ?credentials.pid(),
+                "stage spoke before saying hello"
+            );
             None
         }
         Err(e) => {
-            limited_warn!(ACTIVITY.on(Event::Rejected), pid = ?credentials.pid(), "rejected a stage connection: {e}");
+            limited_warn!(
+                ACTIVITY.on(Event::Rejected),
+                pid = ?credentials.pid(),
+                "rejected a stage connection: {e}"
+            );
             reject(write, e.to_string()).await;
             None
         }
@@ -238,7 +254,11 @@ async fn identify(
         limited_warn!(PEER_LOG, pid, job = %resolved.job_id, "stage identity corrected: {note}");
     }
     if let Err(refusal) = local.join_job(admission, &resolved.job_id) {
-        limited_warn!(ACTIVITY.on(Event::Rejected), pid = ?credentials.pid(), "rejected a stage: {refusal}");
+        limited_warn!(
+            ACTIVITY.on(Event::Rejected),
+            pid = ?credentials.pid(),
+            "rejected a stage: {refusal}"
+        );
         reject(write, refusal.to_string()).await;
         return None;
     }
