@@ -105,8 +105,8 @@ pub const PRE_RULE_BYTES: u64 = 16 << 30;
 /// (`crate::standby`), so that every live node has re-attached by then.
 pub const MAX_RECONNECT_BACKOFF: Duration = Duration::from_secs(5);
 
-/// Warnings caused by what a peer sent (malformed lines, clamped reports, refused
-/// connections): at most 20 lines per 5 s, whatever the peers do.
+/// Lines a peer can cause (malformed lines, clamped reports, refused connections,
+/// stages registered and left): at most 20 per 5 s, whatever the peers do.
 static PEER_LOG: LogLimit = LogLimit::new(20, Duration::from_secs(5));
 
 /// Stages registered, left, rejected and closed: their lines count in [`PEER_LOG`], and
