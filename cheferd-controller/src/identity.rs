@@ -20,11 +20,17 @@
 //! | no scheduler job, any other uid U | `<claim>@uid<U>`: one user can never join or shrink another user's job | 1 |
 //!
 //! The source of job facts is pluggable ([`JobSource`]): [`SlurmCgroups`] reads a
-//! `/proc` tree (the real one, or a fixture in tests) and asks `scontrol`.
+//! `/proc` tree (the real one, or a fixture in tests) and asks `scontrol`, for at most
+//! [`SCONTROL_TIMEOUT`] (a hung `scontrol` is killed and the job's record taken as
+//! unknown), holding no lock meanwhile: other jobs' lookups go on, and lookups of the
+//! same job wait for the one running.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::sync::Mutex;
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// A scheduler job as the kernel and the scheduler know it.
@@ -136,11 +142,25 @@ pub struct ForeignJob {
 }
 
 /// Slurm's `proctrack/cgroup`: the job from `<proc>/<pid>/cgroup`, its size and owner
-/// from `scontrol show job` (cached for a minute; skipped when `scontrol` is missing).
+/// from `scontrol show job` (cached for a minute, an answer that did not come for
+/// [`UNANSWERED_CACHE`]; skipped when `scontrol` is missing).
 pub struct SlurmCgroups {
     proc_root: PathBuf,
     scontrol: Option<PathBuf>,
-    cache: Mutex<HashMap<String, (Instant, Option<ScontrolJob>)>>,
+    /// How long one `scontrol` may run ([`SCONTROL_TIMEOUT`]).
+    timeout: Duration,
+    cache: Mutex<HashMap<String, Lookup>>,
+    /// Signalled when a lookup running ends.
+    looked_up: Condvar,
+}
+
+/// A job's record in the cache.
+#[derive(Clone, Copy, Debug)]
+enum Lookup {
+    /// `scontrol` runs for it since then.
+    Running(Instant),
+    /// What it said (`None`: nothing usable), and when.
+    Done(Instant, Option<ScontrolJob>),
 }
 
 /// What `scontrol show job` says about a job.
@@ -151,6 +171,15 @@ struct ScontrolJob {
 }
 
 const SCONTROL_CACHE: Duration = Duration::from_secs(60);
+/// How long a lookup that failed (or timed out) is remembered: the scheduler may answer
+/// again soon.
+pub const UNANSWERED_CACHE: Duration = Duration::from_secs(10);
+/// How long one `scontrol show job` may run before it is killed.
+pub const SCONTROL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Jobs remembered at most; more empties the cache of answers.
+const CACHED_JOBS: usize = 4096;
+/// The most of `scontrol`'s output read (a job's record is a few KiB).
+const SCONTROL_OUTPUT: usize = 64 * 1024;
 
 impl SlurmCgroups {
     /// Reads `proc_root` (normally `/proc`) and runs `scontrol` if given.
@@ -158,7 +187,9 @@ impl SlurmCgroups {
         SlurmCgroups {
             proc_root,
             scontrol,
+            timeout: SCONTROL_TIMEOUT,
             cache: Mutex::new(HashMap::new()),
+            looked_up: Condvar::new(),
         }
     }
 
@@ -172,25 +203,101 @@ impl SlurmCgroups {
         SlurmCgroups::new(PathBuf::from("/proc"), scontrol)
     }
 
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Lookup>> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What `scontrol` says about job `id`: from the cache, from the lookup of it
+    /// already running (waited for, at most until its timeout), or from a run of its
+    /// own, with the cache unlocked.
     fn scontrol_job(&self, id: &str) -> Option<ScontrolJob> {
         let scontrol = self.scontrol.as_ref()?;
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((at, job)) = cache.get(id) {
-            if at.elapsed() < SCONTROL_CACHE {
-                return *job;
+        let mut cache = self.lock();
+        loop {
+            match cache.get(id) {
+                Some(Lookup::Done(at, job)) => {
+                    let kept = if job.is_some() {
+                        SCONTROL_CACHE
+                    } else {
+                        UNANSWERED_CACHE
+                    };
+                    if at.elapsed() < kept {
+                        return *job;
+                    }
+                    break;
+                }
+                Some(Lookup::Running(since)) => {
+                    // The running lookup ends by its timeout; past that (its thread
+                    // panicked), this one goes without.
+                    let left =
+                        (self.timeout + Duration::from_secs(1)).checked_sub(since.elapsed())?;
+                    cache = self.looked_up.wait_timeout(cache, left).ok()?.0;
+                }
+                None => break,
             }
         }
-        let job = std::process::Command::new(scontrol)
-            .args(["show", "job", "--oneliner", id])
-            .output()
-            .ok()
-            .filter(|out| out.status.success())
-            .map(|out| parse_scontrol(&String::from_utf8_lossy(&out.stdout)));
-        if cache.len() > 4096 {
-            cache.clear();
+        if cache.len() >= CACHED_JOBS {
+            cache.retain(|_, lookup| matches!(lookup, Lookup::Running(_)));
         }
-        cache.insert(id.to_string(), (Instant::now(), job));
+        cache.insert(id.to_string(), Lookup::Running(Instant::now()));
+        drop(cache);
+        let job = run_scontrol(scontrol, id, self.timeout).map(|out| parse_scontrol(&out));
+        self.lock()
+            .insert(id.to_string(), Lookup::Done(Instant::now(), job));
+        self.looked_up.notify_all();
         job
+    }
+}
+
+/// The output of `scontrol show job --oneliner <id>`, or `None` if it fails or takes
+/// longer than `timeout` (it is killed then, with anything it started, and reaped).
+fn run_scontrol(scontrol: &Path, id: &str, timeout: Duration) -> Option<String> {
+    let deadline = Instant::now() + timeout;
+    let mut child = Command::new(scontrol)
+        .args(["show", "job", "--oneliner", id])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        // Its own process group, so that a kill reaches what it started too.
+        .process_group(0)
+        .spawn()
+        .ok()?;
+    let mut stdout = child.stdout.take()?;
+    let (sender, output) = std::sync::mpsc::channel();
+    // Read on a thread of its own, so that the wait for it has a deadline (it ends when
+    // the group is killed, at the latest).
+    std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let read = (&mut stdout)
+            .take(SCONTROL_OUTPUT as u64)
+            .read_to_end(&mut out);
+        let _ = sender.send(read.map(|_| out));
+    });
+    let out = output
+        .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        .ok()
+        .and_then(Result::ok);
+    let status = out.as_ref().and_then(|_| exit_status(&mut child, deadline));
+    let (Some(out), Some(status)) = (out, status) else {
+        // SAFETY: kill takes no pointers; the group is the child's own (see above), and
+        // the child is not reaped yet, so no other process has its pid.
+        unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+        let _ = child.wait();
+        return None;
+    };
+    status
+        .success()
+        .then(|| String::from_utf8_lossy(&out).into_owned())
+}
+
+/// How `child` exited, if it does by `deadline`.
+fn exit_status(child: &mut std::process::Child, deadline: Instant) -> Option<ExitStatus> {
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            _ => return None,
+        }
     }
 }
 
@@ -256,11 +363,33 @@ mod tests {
         root
     }
 
+    /// An executable `scontrol` stand-in in `dir` running `body` (`$4` is the job id).
+    fn script(dir: &Path, body: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join("scontrol");
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    /// Polls `done` every 10 ms for at most 30 s.
+    fn within_30s(what: &str, done: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !done() {
+            assert!(
+                Instant::now() < deadline,
+                "{what} did not happen within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     const V1: &str = "12:pids:/slurm_node07/uid_1000/job_4242/step_0/task_1\n\
                       11:freezer:/slurm_node07/uid_1000/job_4242/step_0\n\
                       1:name=systemd:/system.slice/slurmd.service\n";
     const V2: &str = "0::/system.slice/slurmstepd.scope/job_77/step_batch/user/task_0\n";
     const NONE: &str = "0::/user.slice/user-1000.slice/session-3.scope\n";
+    const V2_88: &str = "0::/system.slice/slurmstepd.scope/job_88/step_0/user/task_0\n";
 
     #[test]
     fn cgroup_files_name_the_job_on_v1_and_v2() {
@@ -330,14 +459,7 @@ mod tests {
     #[test]
     fn the_scheduler_gives_the_size_and_owner() {
         let root = fixture("scontrol", &[(100, V2)]);
-        let scontrol = root.join("scontrol");
-        std::fs::write(
-            &scontrol,
-            "#!/bin/sh\necho \"JobId=$4 UserId=bob(1002) NumNodes=16\"\n",
-        )
-        .unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&scontrol, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let scontrol = script(&root, "echo \"JobId=$4 UserId=bob(1002) NumNodes=16\"");
         let resolver = Resolver::new(
             Box::new(SlurmCgroups::new(root.clone(), Some(scontrol))),
             990,
@@ -346,6 +468,78 @@ mod tests {
         assert_eq!((r.job_id.as_str(), r.job_size), ("77", 16));
         let refused = resolver.resolve("77", 1, 1000, 100).unwrap_err();
         assert!(refused.to_string().contains("uid 1002"), "{refused}");
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn a_hung_scontrol_holds_up_no_other_job() {
+        let root = fixture("hung", &[(100, V2), (200, V2_88)]);
+        let dir = root.display();
+        // Job 77's lookup hangs until the test releases it.
+        let scontrol = script(
+            &root,
+            &format!(
+                "echo run >> {dir}/runs-$4\n\
+                 if [ $4 = 77 ]; then touch {dir}/started; \
+                 while [ ! -e {dir}/release ]; do sleep 0.05; done; fi\n\
+                 echo \"JobId=$4 UserId=bob(1002) NumNodes=16\""
+            ),
+        );
+        let source = SlurmCgroups {
+            timeout: Duration::from_secs(120),
+            ..SlurmCgroups::new(root.clone(), Some(scontrol))
+        };
+        let resolver = std::sync::Arc::new(Resolver::new(Box::new(source), 990));
+        let resolve = |job: &'static str, pid: u32| {
+            let resolver = resolver.clone();
+            std::thread::spawn(move || resolver.resolve(job, 1, 1002, pid).unwrap().job_size)
+        };
+        let hung = resolve("77", 100);
+        within_30s("job 77's lookup started", || root.join("started").exists());
+        let same_job = resolve("77", 100);
+        // Another job is looked up meanwhile: its hello does not wait for job 77's.
+        let other = resolve("88", 200);
+        within_30s("job 88 resolved", || other.is_finished());
+        assert_eq!(other.join().unwrap(), 16);
+        assert!(!hung.is_finished() && !same_job.is_finished());
+        std::fs::write(root.join("release"), "").unwrap();
+        assert_eq!((hung.join().unwrap(), same_job.join().unwrap()), (16, 16));
+        let runs = std::fs::read_to_string(root.join("runs-77")).unwrap();
+        assert_eq!(
+            runs.lines().count(),
+            1,
+            "the second lookup waited for the first"
+        );
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn a_hung_scontrol_is_killed_after_its_timeout() {
+        let root = fixture("timeout", &[(100, V2)]);
+        let dir = root.display();
+        let scontrol = script(
+            &root,
+            &format!("echo run >> {dir}/runs; sleep 1000 & echo $! > {dir}/sleeper; wait"),
+        );
+        let source = SlurmCgroups {
+            // Ample for the stand-in to start its sleeper on a loaded machine.
+            timeout: Duration::from_secs(2),
+            ..SlurmCgroups::new(root.clone(), Some(scontrol))
+        };
+        let resolver = Resolver::new(Box::new(source), 990);
+        // The job is still Slurm's (its cgroup says so); its size unknown: 1.
+        let r = resolver.resolve("77", 8, 1002, 100).unwrap();
+        assert_eq!((r.job_id.as_str(), r.job_size), ("77", 1));
+        // What the stand-in started was killed with it.
+        let sleeper = std::fs::read_to_string(root.join("sleeper")).unwrap();
+        let stat = format!("/proc/{}/stat", sleeper.trim());
+        within_30s("the sleeper killed", || {
+            std::fs::read_to_string(&stat).map_or(true, |s| s.contains(") Z "))
+        });
+        // An unanswered lookup is remembered for a while: no new run, no new wait.
+        assert_eq!(resolver.resolve("77", 8, 1002, 100).unwrap().job_size, 1);
+        let runs = std::fs::read_to_string(root.join("runs")).unwrap();
+        assert_eq!(runs.lines().count(), 1, "scontrol ran again");
         std::fs::remove_dir_all(root).unwrap();
     }
 }

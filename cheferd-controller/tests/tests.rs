@@ -25,4 +25,5 @@ mod services;
 mod slurm;
 mod standby;
 mod trust;
+mod trust_local;
 mod util;

@@ -1,0 +1,184 @@
+//! Stages' placement requests (`place`), relayed to the global controller: at most
+//! [`PLACE_RATE_PER_STAGE`] and [`PLACE_RATE_PER_UID`] a second, [`MAX_IN_FLIGHT_PER_UID`]
+//! waiting for their answer per uid (and the relay's own caps per stage and node). Over a
+//! limit, or without a global controller, a request is answered "no advice" at once: the
+//! file is created as usual, and the stage does not wait.
+
+use super::Local;
+use crate::placement_service::Relay;
+use crate::proto::{self, local_message, LocalMessage};
+use padll_wire::control::ControlMessage;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// Placement requests a stage may make per second (and at once, after a quiet second).
+pub const PLACE_RATE_PER_STAGE: u32 = 1000;
+/// The same for all the stages of one uid.
+pub const PLACE_RATE_PER_UID: u32 = 4000;
+/// Requests of one uid's stages waiting for the global controller's answer, at most
+/// (a quarter of what the node relays: other users still get answers).
+pub const MAX_IN_FLIGHT_PER_UID: usize = 1024;
+
+/// A token bucket: `per_second` tokens a second, as many at most.
+#[derive(Debug)]
+pub(super) struct Rate {
+    per_second: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+impl Rate {
+    /// A full bucket.
+    pub(super) fn new(per_second: u32) -> Rate {
+        Rate {
+            per_second: per_second.into(),
+            tokens: per_second.into(),
+            at: Instant::now(),
+        }
+    }
+
+    /// Takes a token if there is one at `now`.
+    pub(super) fn take(&mut self, now: Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.per_second).min(self.per_second);
+        self.at = now.max(self.at);
+        let taken = self.tokens >= 1.0;
+        if taken {
+            self.tokens -= 1.0;
+        }
+        taken
+    }
+}
+
+/// Requests relayed upstream and waiting for their answer, counted per uid.
+#[derive(Default)]
+pub(super) struct Placements {
+    relay: Relay,
+    in_flight: Mutex<InFlight>,
+}
+
+#[derive(Default)]
+struct InFlight {
+    per_uid: HashMap<u32, usize>,
+    uid_of: HashMap<u64, u32>,
+}
+
+impl Placements {
+    /// The upstream id for request `id` of stage `stage` of `uid`; `None` when too many
+    /// wait (from this uid, this stage or this node).
+    fn ask(&self, stage: u64, uid: u32, id: u64) -> Option<u64> {
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let waiting = in_flight.per_uid.get(&uid).copied().unwrap_or(0);
+        if waiting >= MAX_IN_FLIGHT_PER_UID {
+            return None;
+        }
+        let request = self.relay.ask(stage, id)?;
+        in_flight.uid_of.insert(request, uid);
+        in_flight.per_uid.insert(uid, waiting + 1);
+        Some(request)
+    }
+
+    /// Who asked upstream request `request` (stage, its id), once.
+    pub(super) fn answered(&self, request: u64) -> Option<(u64, u64)> {
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(uid) = in_flight.uid_of.remove(&request) {
+            if let Some(waiting) = in_flight.per_uid.get_mut(&uid) {
+                *waiting -= 1;
+                if *waiting == 0 {
+                    in_flight.per_uid.remove(&uid);
+                }
+            }
+        }
+        self.relay.answered(request)
+    }
+
+    /// Forgets every request (the stream they went on ended).
+    pub(super) fn clear(&self) {
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        *in_flight = InFlight::default();
+        self.relay.clear();
+    }
+}
+
+impl Local {
+    /// Relays placement request `id` of stage `stage_id` of `uid` to the global
+    /// controller, or answers "no advice" at once (see the module documentation).
+    pub(super) fn relay_placement(
+        &self,
+        stage_id: u64,
+        uid: u32,
+        id: u64,
+        mount: String,
+        stripes: u32,
+    ) {
+        let upstream = self.lock_upstream().clone();
+        let Some((to, request)) =
+            upstream.and_then(|to| Some((to, self.placements.ask(stage_id, uid, id)?)))
+        else {
+            return self.placed(stage_id, id, Vec::new());
+        };
+        let body = local_message::Body::PlaceRequest(proto::PlaceRequest {
+            request,
+            mount,
+            stripes,
+        });
+        if to.send(LocalMessage { body: Some(body) }).is_err() {
+            self.placements.answered(request);
+            self.placed(stage_id, id, Vec::new());
+        }
+    }
+
+    /// Hands a stage the answer to its placement request `id`.
+    pub(super) fn placed(&self, stage_id: u64, id: u64, targets: Vec<u32>) {
+        if let Some(entry) = self.lock_stages().get(&stage_id) {
+            // A stage closed meanwhile needs no answer.
+            let _ = entry.outbox.send(&ControlMessage::Placed { id, targets });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn the_rate_allows_a_second_at_once_then_its_rate() {
+        let start = Instant::now();
+        let mut rate = Rate::new(100);
+        rate.at = start;
+        assert_eq!((0..150).filter(|_| rate.take(start)).count(), 100);
+        let later = start + Duration::from_millis(500);
+        assert_eq!((0..150).filter(|_| rate.take(later)).count(), 50);
+        let much_later = later + Duration::from_secs(60);
+        assert_eq!((0..150).filter(|_| rate.take(much_later)).count(), 100);
+    }
+
+    #[test]
+    fn one_uid_cannot_take_every_slot() {
+        let placements = Placements::default();
+        let mut requests = Vec::new();
+        for stage in 0.. {
+            let asked: Vec<u64> = (0..64)
+                .map_while(|id| placements.ask(stage, 1000, id))
+                .collect();
+            if asked.is_empty() {
+                break;
+            }
+            requests.extend(asked);
+        }
+        assert_eq!(requests.len(), MAX_IN_FLIGHT_PER_UID);
+        // Another uid still gets its requests relayed.
+        let other = placements
+            .ask(9999, 1001, 1)
+            .expect("another uid is relayed");
+        // Answers free the uid's slots.
+        assert_eq!(placements.answered(requests[0]), Some((0, 0)));
+        assert!(placements.ask(9998, 1000, 1).is_some());
+        assert!(placements.ask(9998, 1000, 2).is_none());
+        placements.clear();
+        assert_eq!(placements.answered(other), None);
+        assert!(placements.ask(9997, 1000, 1).is_some(), "cleared");
+    }
+}

@@ -1,0 +1,290 @@
+//! Issue 18 ("Trust, round 2"), the local controller's side: what an unprivileged user on
+//! a node could make `cheferd local` spend (memory, log, waits), each attack replayed
+//! against real processes. Attacks that must come from another uid run this test binary
+//! again as uid 65534 (`setpriv`), in the helper `zz_local_attacker_helper`.
+
+use crate::util::*;
+use padll_wire::config::Identity;
+use padll_wire::control::{self, ControlMessage, StageMessage, PROTOCOL_VERSION};
+use std::io::{BufReader, ErrorKind, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const CONFIG: &str = r#"
+interval_ms = 500
+[[resource]]
+name = "{scratch}:metadata"
+max_rate = "2000"
+policy = "psfa"
+"#;
+
+/// How long an attack runs.
+const ATTACK: Duration = Duration::from_secs(8);
+
+fn hello(job: &str, mount: &Path) -> Vec<u8> {
+    control::encode(&StageMessage::Hello {
+        version: PROTOCOL_VERSION,
+        stage_name: "trust-local".into(),
+        identity: Identity {
+            job_id: job.into(),
+            job_size: 1,
+            ..Identity::default()
+        },
+        mountpoints: vec![mount.display().to_string()],
+    })
+    .into_bytes()
+}
+
+fn place(id: u64, mount: &Path) -> Vec<u8> {
+    control::encode(&StageMessage::Place {
+        id,
+        mount: mount.display().to_string(),
+        stripes: 1,
+    })
+    .into_bytes()
+}
+
+/// A stage that reads what the controller sends it.
+struct GoodStage {
+    stream: UnixStream,
+    reader: BufReader<UnixStream>,
+}
+
+impl GoodStage {
+    fn register(socket: &Path, job: &str, mount: &Path) -> GoodStage {
+        let mut stream = UnixStream::connect(socket).expect("connect to the stage socket");
+        stream.write_all(&hello(job, mount)).unwrap();
+        let mut stage = GoodStage {
+            reader: BufReader::new(stream.try_clone().unwrap()),
+            stream,
+        };
+        let welcome = stage.next();
+        assert!(
+            matches!(welcome, ControlMessage::Welcome { .. }),
+            "{welcome:?}"
+        );
+        stage
+    }
+
+    fn next(&mut self) -> ControlMessage {
+        let line = read_line_with_timeout(&mut self.reader, Duration::from_secs(20))
+            .expect("the controller closed a stage that reads");
+        control::decode(line.trim_end()).unwrap()
+    }
+
+    /// Asks for a placement and waits for its answer (rules may come first).
+    fn placed(&mut self, id: u64, mount: &Path) {
+        self.stream.write_all(&place(id, mount)).unwrap();
+        loop {
+            match self.next() {
+                ControlMessage::Placed { id: answered, .. } if answered == id => return,
+                ControlMessage::SetRules { .. } | ControlMessage::Placed { .. } => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+}
+
+/// Runs this test binary's `zz_local_attacker_helper` as uid 65534 with `vars`.
+fn as_nobody(vars: &[(&str, &str)]) -> std::process::Child {
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "trust_local::zz_local_attacker_helper",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+        ])
+        .envs(vars.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("setpriv runs")
+}
+
+/// Makes the cluster's directory reachable by other uids (the socket is 0666 anyway).
+fn open_to_others(cluster: &Cluster) {
+    std::fs::set_permissions(cluster.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// The number the attacker printed after `word`.
+fn reported(output: &std::process::Output, word: &str) -> u64 {
+    let out = String::from_utf8_lossy(&output.stdout);
+    out.lines()
+        .find_map(|l| l.strip_prefix(word)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {word} in {out}"))
+}
+
+/// A connection of the attacker: said hello, never reads.
+fn connect_unread(socket: &Path, mount: &Path) -> Option<UnixStream> {
+    let mut stream = UnixStream::connect(socket).ok()?;
+    stream.write_all(&hello("flood", mount)).ok()?;
+    stream.set_nonblocking(true).ok()?;
+    Some(stream)
+}
+
+/// Not a test: the attacker side of the attacks run as another uid.
+#[test]
+#[ignore = "helper, run as another uid by the attack tests"]
+fn zz_local_attacker_helper() {
+    let Ok(attack) = std::env::var("LOCAL_ATTACK") else {
+        return;
+    };
+    let socket = PathBuf::from(std::env::var("LOCAL_SOCKET").unwrap());
+    let mount = PathBuf::from(std::env::var("LOCAL_MOUNT").unwrap());
+    match attack.as_str() {
+        "place-flood" => {
+            // Connections that ask for placements as fast as they can and never read;
+            // each one the controller closes is replaced.
+            let batch: Vec<u8> = (0..1000).flat_map(|id| place(id, &mount)).collect();
+            let mut streams: Vec<UnixStream> = (0..16)
+                .filter_map(|_| connect_unread(&socket, &mount))
+                .collect();
+            let (started, mut closed) = (Instant::now(), 0);
+            while started.elapsed() < ATTACK {
+                let mut progress = false;
+                for stream in &mut streams {
+                    match stream.write(&batch) {
+                        Ok(_) => progress = true,
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                        Err(_) => {
+                            closed += 1;
+                            if let Some(fresh) = connect_unread(&socket, &mount) {
+                                *stream = fresh;
+                            }
+                        }
+                    }
+                }
+                if !progress {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+            println!("CLOSED {closed}");
+        }
+        other => panic!("unknown attack {other}"),
+    }
+}
+
+/// Issue 18 (b): connections that send `place` requests and never read. The answers
+/// queued to each were unbounded (local RSS 12 → 159 MB in 10 s). Now each stage's
+/// queue is bounded and a stage that does not read is closed; a stage that reads is
+/// served throughout.
+#[test]
+#[cfg_attr(
+    not(has_root),
+    ignore = "not running as root (the attack runs as uid 65534)"
+)]
+fn place_flood_without_reading_is_closed_and_bounded() {
+    let _turn = alone();
+    let mut cluster = Cluster::new(CONFIG);
+    open_to_others(&cluster);
+    cluster.start_global();
+    cluster.start_local("n1");
+    let pid = cluster.local_pid("n1");
+    let socket = cluster.local_socket("n1");
+    let mut good = GoodStage::register(&socket, &job_id("good"), &cluster.scratch);
+    good.placed(0, &cluster.scratch);
+    let (before, _) = rss_kib(pid);
+    let attacker = as_nobody(&[
+        ("LOCAL_ATTACK", "place-flood"),
+        ("LOCAL_SOCKET", socket.to_str().unwrap()),
+        ("LOCAL_MOUNT", cluster.scratch.to_str().unwrap()),
+    ]);
+    // The stage that reads gets its answers during the attack.
+    let started = Instant::now();
+    let mut id = 1;
+    while started.elapsed() < ATTACK {
+        good.placed(id, &cluster.scratch);
+        id += 1;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let out = attacker.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let closed = reported(&out, "CLOSED");
+    let (_, peak) = rss_kib(pid);
+    eprintln!(
+        "{closed} attacking connections closed; the good stage got {id} answers; local RSS \
+         before {before} KiB, peak {peak} KiB"
+    );
+    assert!(closed >= 16, "only {closed} attacking connections closed");
+    // Before: +56 MB in 6 s from one connection. Now: queues of 1 MiB per stage at most
+    // and 16 MiB per uid, besides what the connections' own buffers take.
+    assert!(
+        peak < before + 48 * 1024,
+        "peak {peak} KiB (before {before})"
+    );
+    good.placed(id, &cluster.scratch);
+    let log = cluster.local_log("n1");
+    assert!(log.contains("does not read its socket"), "no close logged");
+    assert!(cluster.controllers_alive());
+}
+
+/// The counts of every summary line of `log` ("N stages registered, M left"), added up.
+fn summarised(log: &str) -> (u64, u64) {
+    let count = |line: &str, after: &str| -> u64 {
+        line.split(after)
+            .next()
+            .and_then(|head| head.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    log.lines()
+        .filter(|l| l.contains("stages registered"))
+        .map(|l| (count(l, " stages registered"), count(l, " left")))
+        .fold((0, 0), |(r, l), (dr, dl)| (r + dr, l + dl))
+}
+
+/// Issue 18 (f): connect, hello, close in a loop registered thousands of stages a
+/// second and grew the local's log by 210–292 KB/s. Now the lines of stages coming and
+/// going share the limit of peer-caused lines (20 per 5 s), and a summary line counts
+/// what was not logged.
+#[test]
+fn hello_close_loop_does_not_flood_the_log() {
+    let _turn = alone();
+    let mut cluster = Cluster::new(CONFIG);
+    cluster.start_global();
+    let started = Instant::now();
+    cluster.start_local("n1");
+    let socket = cluster.local_socket("n1");
+    const STAGES: u64 = 3000;
+    for _ in 0..STAGES {
+        GoodStage::register(&socket, &job_id("churn"), &cluster.scratch);
+    }
+    eprintln!(
+        "{STAGES} stages registered and left in {:?}",
+        started.elapsed()
+    );
+    // Every stage is in a summary or a line of its own (a period whose lines were all
+    // logged has no summary).
+    let log = wait_for(
+        Duration::from_secs(90),
+        "a summary counting every stage",
+        || {
+            let log = cluster.local_log("n1");
+            let (registered, left) = summarised(&log);
+            let (registered_lines, left_lines) = (
+                log.matches("stage registered").count() as u64,
+                log.matches("stage left").count() as u64,
+            );
+            (registered + registered_lines >= STAGES && left + left_lines >= STAGES).then_some(log)
+        },
+    );
+    let windows = started.elapsed().as_secs() / 5 + 1;
+    let lines = log.lines().count() as u64;
+    eprintln!(
+        "{lines} log lines in {windows} windows of 5 s, {} bytes",
+        log.len()
+    );
+    // 20 peer-caused lines per 5 s, the summaries and a few lines of the controller's own.
+    assert!(
+        lines <= 20 * windows + 10,
+        "{lines} lines in {windows} windows of 5 s:\n{log}"
+    );
+    for summary in log.lines().filter(|l| l.contains("stages registered")) {
+        eprintln!("{summary}");
+    }
+    assert!(summarised(&log).0 > 0, "no summary line:\n{log}");
+    assert!(cluster.controllers_alive());
+}
