@@ -164,6 +164,10 @@ fn zz_local_attacker_helper() {
             }
             println!("CLOSED {closed}");
         }
+        "hello" => {
+            let stage = GoodStage::register(&socket, "own-job", &mount);
+            drop(stage);
+        }
         other => panic!("unknown attack {other}"),
     }
 }
@@ -287,4 +291,45 @@ fn hello_close_loop_does_not_flood_the_log() {
     }
     assert!(summarised(&log).0 > 0, "no summary line:\n{log}");
     assert!(cluster.controllers_alive());
+}
+
+/// Issue 18 (d, e): the names of a job's files in `/dev/shm` could be taken by another
+/// user first. The local controller makes each user's own directory
+/// `/dev/shm/padll/<uid>` (the uid's, `0700`, in root's `/dev/shm/padll`) before that
+/// user's stage is welcomed (and so before it gets rules and opens its job's files),
+/// clearing away whatever was in the way, never following it.
+#[test]
+#[cfg_attr(
+    not(has_root),
+    ignore = "not running as root (the stage runs as uid 65534)"
+)]
+fn a_users_directory_is_made_before_its_stage_is_welcomed() {
+    use std::os::unix::fs::MetadataExt;
+    let _turn = alone();
+    let mut cluster = Cluster::new(CONFIG);
+    open_to_others(&cluster);
+    cluster.start_global();
+    cluster.start_local("n1");
+    // Something in the way of uid 65534's directory: a symlink to a directory of root's.
+    let directory = Path::new(padll_wire::node_files::NODE_DIRECTORY).join("65534");
+    let target = tempfile::tempdir().unwrap();
+    let _ = std::fs::remove_dir_all(&directory);
+    let _ = std::fs::remove_file(&directory);
+    std::os::unix::fs::symlink(target.path(), &directory).unwrap();
+    let stage = as_nobody(&[
+        ("LOCAL_ATTACK", "hello"),
+        ("LOCAL_SOCKET", cluster.local_socket("n1").to_str().unwrap()),
+        ("LOCAL_MOUNT", cluster.scratch.to_str().unwrap()),
+    ]);
+    let out = stage.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the stage of uid 65534 was not welcomed"
+    );
+    let meta = std::fs::symlink_metadata(&directory).unwrap();
+    assert!(meta.is_dir(), "{} is not a directory", directory.display());
+    assert_eq!((meta.uid(), meta.mode() & 0o777), (65534, 0o700));
+    let target_meta = std::fs::metadata(target.path()).unwrap();
+    assert_eq!(target_meta.uid(), 0, "the symlink was followed");
+    assert!(cluster.local_log("n1").contains("was occupied by uid 0"));
 }

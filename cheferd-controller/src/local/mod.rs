@@ -16,7 +16,8 @@
 //! each stage), `placement` (stages' placement requests and their limits), `upstream`
 //! (the stream to the global controller), `report` (when and what usage is pushed),
 //! `rules` (a global rule as a stage channel), `log_summary` (peer-caused log lines
-//! summarised) and `trim` (giving freed memory back).
+//! summarised), `user_files` (each user's directory for its jobs' files in `/dev/shm`)
+//! and `trim` (giving freed memory back).
 
 mod admission;
 mod log_summary;
@@ -27,6 +28,7 @@ mod rules;
 mod stage;
 mod trim;
 mod upstream;
+mod user_files;
 
 pub use report::ReportClock;
 pub use rules::rule_to_spec;
@@ -134,6 +136,7 @@ pub struct Local {
     upstream: Mutex<Option<mpsc::UnboundedSender<LocalMessage>>>,
     /// Placement requests relayed to the global controller.
     placements: placement::Placements,
+    user_directories: user_files::UserDirectories,
 }
 
 impl Local {
@@ -204,6 +207,7 @@ pub async fn run(mut options: LocalOptions) -> Result<(), LocalError> {
         stages: Mutex::new(HashMap::new()),
         upstream: Mutex::new(None),
         placements: Default::default(),
+        user_directories: user_files::UserDirectories::prepare(),
     });
     let secured = if local.options.tls.is_some() {
         "mutual TLS"

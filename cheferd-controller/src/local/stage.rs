@@ -226,17 +226,22 @@ async fn identify(
     } = hello;
     let pid = credentials.pid().map_or(identity.pid, |p| p as u32);
     let resolved = {
-        let (local, job, size, uid) = (
+        let (local, job, size, uid, gid) = (
             local.clone(),
             identity.job_id.clone(),
             identity.job_size,
             credentials.uid(),
+            credentials.gid(),
         );
-        // Reads /proc and may run `scontrol`: off the async workers.
-        tokio::task::spawn_blocking(move || local.identity.resolve(&job, size, uid, pid))
-            .await
-            .map_err(|e| format!("identity lookup failed: {e}"))
-            .and_then(|resolved| resolved.map_err(|e| e.to_string()))
+        // Reads /proc and may run `scontrol`: off the async workers. The user's
+        // directory is made before the stage gets rules (and so opens its job's files).
+        tokio::task::spawn_blocking(move || {
+            local.user_directories.prepare_for(uid, gid);
+            local.identity.resolve(&job, size, uid, pid)
+        })
+        .await
+        .map_err(|e| format!("identity lookup failed: {e}"))
+        .and_then(|resolved| resolved.map_err(|e| e.to_string()))
     };
     let resolved = match resolved {
         Ok(resolved) => resolved,
