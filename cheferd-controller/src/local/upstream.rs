@@ -81,12 +81,14 @@ async fn attach(local: &Local, globals: &mut Globals, channel: Channel) -> (bool
     let outcome = match client.attach(UnboundedReceiverStream::new(receiver)).await {
         Ok(response) => {
             info!(global = %globals.url(), "attached to the global controller");
-            follow(local, globals, response.into_inner(), &sender).await;
+            let ended = follow(local, globals, response.into_inner(), &sender).await;
             warn!(
                 global = %globals.url(),
                 "lost the global controller; stages keep their last rules"
             );
-            (true, globals.move_on())
+            // A deposed leader is not a stream taken: reconnecting backs off as from
+            // a refusal, or a local that reaches only it would retry every few ms.
+            (ended == Ended::Lost, globals.move_on())
         }
         Err(status) => {
             warn!(
@@ -112,6 +114,15 @@ struct Session {
     applied: u64,
 }
 
+/// How a stream ended.
+#[derive(Debug, PartialEq)]
+enum Ended {
+    /// It broke or the global controller closed it.
+    Lost,
+    /// It was left: the global controller was deposed.
+    Left,
+}
+
 /// Follows the global controller's messages and pushes usage on its schedule until the
 /// stream ends or is left.
 async fn follow(
@@ -119,13 +130,13 @@ async fn follow(
     globals: &mut Globals,
     mut inbound: Streaming<GlobalMessage>,
     upstream: &mpsc::UnboundedSender<LocalMessage>,
-) {
+) -> Ended {
     let mut session = Session::default();
     loop {
         tokio::select! {
             message = inbound.message() => {
-                if received(local, globals, &mut session, message).is_break() {
-                    return;
+                if let ControlFlow::Break(ended) = received(local, globals, &mut session, message) {
+                    return ended;
                 }
             }
             cycle = session.clock.next() => report_usage(local, upstream, cycle, session.applied),
@@ -139,13 +150,13 @@ fn received(
     globals: &mut Globals,
     session: &mut Session,
     message: Result<Option<GlobalMessage>, Status>,
-) -> ControlFlow<()> {
+) -> ControlFlow<Ended> {
     let message = match message {
         Ok(Some(message)) => message,
-        Ok(None) => return ControlFlow::Break(()),
+        Ok(None) => return ControlFlow::Break(Ended::Lost),
         Err(status) => {
             debug!("global stream error: {status}");
-            return ControlFlow::Break(());
+            return ControlFlow::Break(Ended::Lost);
         }
     };
     match globals.check(&message) {
@@ -153,7 +164,7 @@ fn received(
         Verdict::Ignore(why) => warn!("an Enforce was not applied: {why}"),
         Verdict::Leave(why) => {
             warn!("left the global controller: {why}");
-            return ControlFlow::Break(());
+            return ControlFlow::Break(Ended::Left);
         }
     }
     ControlFlow::Continue(())
