@@ -15,14 +15,19 @@
 //! node), `stage` (the stage protocol on the socket), `upstream` (the stream to the
 //! global controller), `report` (when and what usage is pushed), `rules` (a global
 //! rule as a stage channel) and `trim` (giving freed memory back).
+//!
+//! `default_rules`: what a stage gets while its job has no rules from the global
+//! controller (`--default-limit`).
 
 mod admission;
+mod default_rules;
 mod report;
 mod rules;
 mod stage;
 mod trim;
 mod upstream;
 
+pub use default_rules::{parse_default_limit, DefaultLimit, DefaultLimitError};
 pub use report::ReportClock;
 pub use rules::rule_to_spec;
 
@@ -56,6 +61,8 @@ pub struct LocalOptions {
     pub report_interval: Duration,
     /// Caps against hostile local users.
     pub limits: LocalLimits,
+    /// What a stage gets while its job has no rules from the global controller.
+    pub default_limit: DefaultLimit,
 }
 
 /// The local controller's caps (`cheferd local --max-…`); see ARCHITECTURE.md, Bounds.
@@ -120,6 +127,8 @@ pub struct Local {
     upstream: Mutex<Option<mpsc::UnboundedSender<LocalMessage>>>,
     /// Placement requests relayed to the global controller.
     placements: crate::placement_service::Relay,
+    /// Who holds a default, and which jobs have rules from the global controller.
+    defaults: default_rules::Defaults,
 }
 
 impl Local {
@@ -189,6 +198,7 @@ pub async fn run(mut options: LocalOptions) -> Result<(), LocalError> {
         stages: Mutex::new(HashMap::new()),
         upstream: Mutex::new(None),
         placements: Default::default(),
+        defaults: Default::default(),
     });
     let secured = if local.options.tls.is_some() {
         "mutual TLS"
@@ -203,12 +213,23 @@ pub async fn run(mut options: LocalOptions) -> Result<(), LocalError> {
         upstream = secured,
         "local controller started"
     );
+    info!(
+        "stages without rules from the global controller get, per job: {}",
+        local.options.default_limit
+    );
     // Each task runs for the life of the process: the first to end (or panic) ends it.
     let mut tasks = Supervisor::default();
     {
         let local = local.clone();
         tasks.spawn("the upstream loop", async move {
             upstream::upstream_loop(local, globals).await;
+            Ok(())
+        });
+    }
+    {
+        let local = local.clone();
+        tasks.spawn("the default rules loop", async move {
+            default_rules::resplit_loop(local).await;
             Ok(())
         });
     }
