@@ -87,8 +87,11 @@ impl std::fmt::Display for DefaultLimit {
     }
 }
 
-/// `limits` as `PADLL_RULES` writes them.
+/// `limits` as `PADLL_RULES` writes them (`none` for none).
 fn list(limits: &[ChannelSpec]) -> String {
+    if limits.is_empty() {
+        return "none".to_string();
+    }
     let written: Vec<String> = limits.iter().map(ToString::to_string).collect();
     written.join(",")
 }
