@@ -255,6 +255,7 @@ async fn run_in(
     let socket = base.join("local.sock");
     tokio::spawn(local::run(LocalOptions {
         limits: local::LocalLimits::default(),
+        default_limit: local::DefaultLimit::BuiltIn,
         node: "demo-node".into(),
         socket: socket.clone(),
         global: url,

@@ -174,6 +174,13 @@ struct LocalArgs {
     #[arg(long, default_value_t = 16 << 20)]
     #[arg(allow_negative_numbers = true, value_parser = whole(1..=MAX_BYTES))]
     max_pending_bytes_per_uid: usize,
+    /// Limits of a job on this node while it has no rules from the global controller
+    /// (starting, frozen, unreachable, fenced), whatever its own environment says: as
+    /// PADLL_RULES (`/scratch:metadata=2000/s,/scratch:data=1GiB/s`), or 0 for none
+    /// [default: 1 % of each resource's Max_R, once the global controller said it]
+    #[arg(long, value_name = "RULES", value_parser = local::parse_default_limit)]
+    #[arg(allow_hyphen_values = true)]
+    default_limit: Option<local::DefaultLimit>,
 }
 
 /// `cheferd demo`.
@@ -911,6 +918,7 @@ async fn run_local(args: LocalArgs) -> Result<(), Failure> {
         max_jobs_per_uid,
         max_pending_bytes,
         max_pending_bytes_per_uid,
+        default_limit,
     } = args;
     let limits = LocalLimits {
         max_connections,
@@ -947,6 +955,7 @@ async fn run_local(args: LocalArgs) -> Result<(), Failure> {
         tls,
         report_interval: Duration::from_millis(report_ms),
         limits,
+        default_limit: default_limit.unwrap_or(local::DefaultLimit::BuiltIn),
     });
     let signal = tokio::select! {
         result = run => return result.map_err(usage),

@@ -75,6 +75,9 @@ const PAGES: &[Page] = &[
         examples: &[(
             "The local controller of node cn-001:",
             "cheferd local --global https://head:50051 \\\n    --tls-cert node-cn-001.pem --tls-key node-cn-001.key --tls-ca ca.pem",
+        ), (
+            "The same, holding a job to 2000 metadata operations/s on /scratch while it has no rules from the global controller:",
+            "cheferd local --global https://head:50051 ... \\\n    --default-limit /scratch:metadata=2000/s",
         )],
     },
     Page {

@@ -17,6 +17,7 @@ mod end_to_end;
 mod fail_closed;
 mod fuzz_corpus;
 mod install;
+mod node_default;
 mod placement;
 mod ports;
 mod prometheus;

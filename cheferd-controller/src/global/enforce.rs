@@ -13,8 +13,10 @@ use prost::Message;
 use std::collections::BTreeMap;
 use tracing::warn;
 
-/// Share of `Max_R` a stage of a brand-new job gets until the next cycle.
-const PROVISIONAL_SHARE: f64 = 0.01;
+/// Share of `Max_R` a stage of a brand-new job gets until the next cycle; also the
+/// share of a job on a node whose local controller has no rules for it
+/// (`crate::local::DefaultLimit::BuiltIn`).
+pub const PROVISIONAL_SHARE: f64 = 0.01;
 
 /// Sends each attached node the rules of those of its live stages whose rates changed
 /// since they were last sent — of all its live stages if it did not acknowledge the

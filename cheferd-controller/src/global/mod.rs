@@ -50,6 +50,7 @@ mod tests;
 
 pub use admin::{Change, ChangeError, ChangeRefused};
 pub use durable::{PolicyState, SavedJob};
+pub use enforce::PROVISIONAL_SHARE;
 pub use registry::ORPHAN_GRACE;
 pub use service::{serve, ServeError, Service};
 pub use snapshot::{NodeSnapshot, Phases, ResourceSnapshot, Snapshot, StageSnapshot};

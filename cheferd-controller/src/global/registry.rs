@@ -99,6 +99,7 @@ impl Controller {
                     .map(|r| proto::Resource {
                         mount: r.resource.mount.clone(),
                         class: r.resource.class.name().to_string(),
+                        max_rate: r.max_rate.tokens() as u64,
                     })
                     .collect(),
                 ..Default::default() // term and generation: stamped as sent (crate::standby::Leadership::stamp)

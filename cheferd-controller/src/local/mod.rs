@@ -15,11 +15,13 @@
 //! node), `stage` (the stage protocol on the socket), `outbox` (the bounded queue to
 //! each stage), `placement` (stages' placement requests and their limits), `upstream`
 //! (the stream to the global controller), `report` (when and what usage is pushed),
-//! `rules` (a global rule as a stage channel), `log_summary` (peer-caused log lines
-//! summarised), `user_files` (each user's directory for its jobs' files in `/dev/shm`)
-//! and `trim` (giving freed memory back).
+//! `rules` (a global rule as a stage channel), `default_rules` (what a stage gets while
+//! its job has no rules from the global controller: `--default-limit`), `log_summary`
+//! (peer-caused log lines summarised), `user_files` (each user's directory for its
+//! jobs' files in `/dev/shm`) and `trim` (giving freed memory back).
 
 mod admission;
+mod default_rules;
 mod log_summary;
 mod outbox;
 mod placement;
@@ -30,6 +32,7 @@ mod trim;
 mod upstream;
 mod user_files;
 
+pub use default_rules::{parse_default_limit, DefaultLimit, DefaultLimitError};
 pub use report::ReportClock;
 pub use rules::rule_to_spec;
 
@@ -63,6 +66,8 @@ pub struct LocalOptions {
     pub report_interval: Duration,
     /// Caps against hostile local users.
     pub limits: LocalLimits,
+    /// What a stage gets while its job has no rules from the global controller.
+    pub default_limit: DefaultLimit,
 }
 
 /// The local controller's caps (`cheferd local --max-…`); see ARCHITECTURE.md, Bounds.
@@ -137,6 +142,8 @@ pub struct Local {
     /// Placement requests relayed to the global controller.
     placements: placement::Placements,
     user_directories: user_files::UserDirectories,
+    /// Who holds a default, and which jobs have rules from the global controller.
+    defaults: default_rules::Defaults,
 }
 
 impl Local {
@@ -208,6 +215,7 @@ pub async fn run(mut options: LocalOptions) -> Result<(), LocalError> {
         upstream: Mutex::new(None),
         placements: Default::default(),
         user_directories: user_files::UserDirectories::prepare(),
+        defaults: Default::default(),
     });
     let secured = if local.options.tls.is_some() {
         "mutual TLS"
@@ -222,6 +230,10 @@ pub async fn run(mut options: LocalOptions) -> Result<(), LocalError> {
         upstream = secured,
         "local controller started"
     );
+    info!(
+        "stages without rules from the global controller get, per job: {}",
+        local.options.default_limit
+    );
     // Each task runs for the life of the process: the first to end (or panic) ends it.
     let mut tasks = Supervisor::default();
     {
@@ -235,6 +247,13 @@ pub async fn run(mut options: LocalOptions) -> Result<(), LocalError> {
         log_summary::summary_loop(&ACTIVITY, &OVER_REPORTS).await;
         Ok(())
     });
+    {
+        let local = local.clone();
+        tasks.spawn("the default rules loop", async move {
+            default_rules::resplit_loop(local).await;
+            Ok(())
+        });
+    }
     tasks.spawn("the memory trim loop", async {
         trim::trim_loop().await;
         Ok(())

@@ -1,6 +1,7 @@
 //! Rules from the global controller as stage channels: the resource table of
 //! `Registered`, and each `Enforce` handed to the stages it names.
 
+use super::stage::StageEntry;
 use super::Local;
 use crate::config::Resource;
 use crate::proto;
@@ -40,22 +41,29 @@ pub(super) fn enforce(
             .iter()
             .filter_map(|rule| rule_to_spec(rule, resources))
             .collect();
-        // What the stage reports is checked against what it was given.
-        entry.usage.set_rules(rules.iter().filter_map(|spec| {
-            let (Some(mount), Scope::Class(class)) = (&spec.mount, spec.scope) else {
-                return None;
-            };
-            let resource = Resource {
-                mount: mount.clone(),
-                class,
-            };
-            Some((resource, spec.rate, spec.burst))
-        }));
-        // A stage gone meanwhile needs no rules.
-        let _ = entry
-            .outbox
-            .send(&ControlMessage::SetRules { seq: cycle, rules });
+        local
+            .defaults
+            .replaced(plan.stage_id, &entry.info.job_id, &rules);
+        give(entry, cycle, rules);
     }
+}
+
+/// Hands a stage a rule set (the whole set: its channels not named are removed), and
+/// records it to check its reports.
+pub(super) fn give(entry: &mut StageEntry, seq: u64, rules: Vec<ChannelSpec>) {
+    // What the stage reports is checked against what it was given.
+    entry.usage.set_rules(rules.iter().filter_map(|spec| {
+        let (Some(mount), Scope::Class(class)) = (&spec.mount, spec.scope) else {
+            return None;
+        };
+        let resource = Resource {
+            mount: mount.clone(),
+            class,
+        };
+        Some((resource, spec.rate, spec.burst))
+    }));
+    // A stage gone meanwhile needs no rules.
+    let _ = entry.outbox.send(&ControlMessage::SetRules { seq, rules });
 }
 
 /// A rule from the global controller as a stage channel, its resource looked up in the

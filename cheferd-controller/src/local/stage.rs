@@ -106,6 +106,7 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
             usage: UsageTracker::new(Instant::now()),
         },
     );
+    local.give_first_rules(stage_id);
     local.send_upstream(local_message::Body::StageJoined(proto::StageJoined {
         stage: Some(info),
         announced: false,

@@ -189,6 +189,7 @@ fn handle_global(local: &Local, session: &mut Session, message: GlobalMessage) {
                 resources = registered.resources.len(),
                 "registered with the global controller"
             );
+            local.learn_resources(&registered.resources);
             session.resources = rules::resource_table(registered.resources);
         }
         Some(global_message::Body::PlaceReply(reply)) => {
