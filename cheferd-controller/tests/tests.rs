@@ -24,4 +24,5 @@ mod services;
 mod slurm;
 mod standby;
 mod trust;
+mod trust_global;
 mod util;
