@@ -719,9 +719,13 @@ pub struct Limited {
 
 impl Limited {
     /// Whether the connection may still be used; registers the task to wake when it is
-    /// evicted or its lifetime ends.
+    /// evicted or its lifetime ends. A kept connection is neither.
     fn check(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
         let connection = &self.admission.connection;
+        if connection.kept.load(Ordering::Acquire) {
+            self.deadline = None;
+            return Ok(());
+        }
         {
             let mut waker = connection.waker.lock().unwrap_or_else(|p| p.into_inner());
             if !waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
@@ -734,15 +738,15 @@ impl Limited {
                 "closed to make room for newer connections",
             ));
         }
-        if connection.kept.load(Ordering::Acquire) {
-            self.deadline = None;
-        } else if let Some(deadline) = self.deadline.as_mut() {
-            if deadline.as_mut().poll(cx).is_ready() {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "not authenticated within its lifetime",
-                ));
-            }
+        let expired = self
+            .deadline
+            .as_mut()
+            .is_some_and(|deadline| deadline.as_mut().poll(cx).is_ready());
+        if expired {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "not authenticated within its lifetime",
+            ));
         }
         Ok(())
     }
