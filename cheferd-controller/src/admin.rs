@@ -106,11 +106,7 @@ struct Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        let mut counts = self
-            .holders
-            .state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut counts = self.holders.state.lock().unwrap_or_else(|p| p.into_inner());
         counts.total -= 1;
         if let Some(uid) = self.user {
             counts.users -= 1;
@@ -207,7 +203,12 @@ struct Caller {
     admin: bool,
 }
 
-async fn serve_connection(controller: Arc<Controller>, stream: UnixStream, caller: Caller, _held: Held) {
+async fn serve_connection(
+    controller: Arc<Controller>,
+    stream: UnixStream,
+    caller: Caller,
+    _held: Held,
+) {
     let (read, mut write) = stream.into_split();
     let mut reader = BufReader::new(read);
     loop {
@@ -223,9 +224,9 @@ async fn serve_connection(controller: Arc<Controller>, stream: UnixStream, calle
                     padll_wire::control::short(&e.to_string())
                 )),
             },
-            Ok(Ok(Line::TooLong(n))) => AdminReply::Error(format!(
-                "request of {n} bytes exceeds {MAX_REQUEST_BYTES}"
-            )),
+            Ok(Ok(Line::TooLong(n))) => {
+                AdminReply::Error(format!("request of {n} bytes exceeds {MAX_REQUEST_BYTES}"))
+            }
             Ok(Ok(Line::End | Line::OverBudget) | Err(_)) | Err(_) => return,
         };
         let mut text = serde_json::to_string(&reply).unwrap_or_default();
@@ -280,7 +281,9 @@ fn answer(controller: &Controller, request: AdminRequest, caller: Caller) -> Adm
 fn own_snapshot(snapshot: &mut Snapshot, uid: u32) {
     snapshot.stages.retain(|stage| stage.uid == uid);
     let jobs: BTreeSet<&str> = snapshot.stages.iter().map(|s| s.job.as_str()).collect();
-    snapshot.shares.retain(|share| jobs.contains(share.job.as_str()));
+    snapshot
+        .shares
+        .retain(|share| jobs.contains(share.job.as_str()));
 }
 
 /// The configuration as a user sees it: the settings and scheduled rules of the jobs

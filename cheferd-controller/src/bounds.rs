@@ -754,7 +754,9 @@ impl Limited {
 
 impl Drop for Limited {
     fn drop(&mut self) {
-        self.admission.connections.release(&self.admission.connection);
+        self.admission
+            .connections
+            .release(&self.admission.connection);
     }
 }
 
@@ -977,7 +979,10 @@ mod tests {
                 assert!(16 * used <= 11 * u128::from(limit), "{limit}: {caps:?}");
             }
             assert!(caps.grpc.provisional < caps.grpc.total, "{limit}: {caps:?}");
-            assert!(caps.grpc.per_source <= caps.grpc.provisional, "{limit}: {caps:?}");
+            assert!(
+                caps.grpc.per_source <= caps.grpc.provisional,
+                "{limit}: {caps:?}"
+            );
             assert!(caps.metrics.per_source <= caps.metrics.provisional);
         }
         let caps = ListenerCaps::for_descriptors(1 << 20);

@@ -5,7 +5,7 @@
 //! `_bytes_per_second`), so a resource's rates appear under the name of its unit: a
 //! metadata resource counts operations, a data resource bytes (docs/control-plane.md, *Metrics*).
 
-use crate::bounds::{Incoming, ListenerCaps, Limited};
+use crate::bounds::{Incoming, Limited, ListenerCaps};
 use crate::config::Resource;
 use crate::global::{Controller, Snapshot};
 use crate::plan::JobShare;

@@ -558,14 +558,21 @@ mod tests {
     }
 
     /// Waits until the service's target count satisfies `wanted`.
-    fn targets_within(service: &PlacementService, timeout: Duration, wanted: impl Fn(usize) -> bool) {
+    fn targets_within(
+        service: &PlacementService,
+        timeout: Duration,
+        wanted: impl Fn(usize) -> bool,
+    ) {
         let deadline = std::time::Instant::now() + timeout;
         loop {
             let targets = service.state.lock().unwrap().input.targets.len();
             if wanted(targets) {
                 return;
             }
-            assert!(std::time::Instant::now() < deadline, "{targets} targets after {timeout:?}");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{targets} targets after {timeout:?}"
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -594,14 +601,20 @@ mod tests {
         assert_eq!(read_feed(path).unwrap().targets.len(), 3, "a 3 MiB feed");
         std::fs::write(path, feed_of(3, MAX_FEED_BYTES as usize + 1)).unwrap();
         let error = read_feed(path).unwrap_err().to_string();
-        assert!(error.contains(path) && error.contains("exceeds the limit of 4194304"), "{error}");
+        assert!(
+            error.contains(path) && error.contains("exceeds the limit of 4194304"),
+            "{error}"
+        );
         std::fs::remove_file(path).unwrap();
         let made = std::ffi::CString::new(path).unwrap();
         // SAFETY: mkfifo reads the NUL-terminated path, which lives across the call.
         assert_eq!(unsafe { libc::mkfifo(made.as_ptr(), 0o600) }, 0);
         // No writer: a blocking open would wait for ever.
         let error = read_feed(path).unwrap_err().to_string();
-        assert!(error.contains(path) && error.contains("not a regular file"), "{error}");
+        assert!(
+            error.contains(path) && error.contains("not a regular file"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -170,12 +170,16 @@ fn attack_a_certificateless_tls_flood_is_capped_and_a_node_still_attaches() {
     });
     // A real node attaches during the flood, and ctl answers.
     cluster.start_local("n1");
-    wait_for(Duration::from_secs(60), "n1 to attach during the flood", || {
-        sample(&mut most);
-        cluster
-            .try_snapshot()
-            .filter(|s| s.nodes.iter().any(|n| n.node == "n1" && n.attached))
-    });
+    wait_for(
+        Duration::from_secs(60),
+        "n1 to attach during the flood",
+        || {
+            sample(&mut most);
+            cluster
+                .try_snapshot()
+                .filter(|s| s.nodes.iter().any(|n| n.node == "n1" && n.attached))
+        },
+    );
     let status = cluster.ctl(&["status"]);
     assert!(
         status.status.success(),
@@ -202,9 +206,11 @@ fn attack_a_certificateless_tls_flood_is_capped_and_a_node_still_attaches() {
     assert!(rss_peak < rss_before + 64 * 1024, "RSS peak {rss_peak} KiB");
     // The attacker keeps its connections open: the controller closes them.
     let lifetime = UNAUTHENTICATED_LIFETIME;
-    wait_for(lifetime * 6, "every unauthenticated connection closed", || {
-        (sockets(pid) <= baseline + 2).then_some(())
-    });
+    wait_for(
+        lifetime * 6,
+        "every unauthenticated connection closed",
+        || (sockets(pid) <= baseline + 2).then_some(()),
+    );
     let _ = stop.send(());
     flood.join().unwrap();
     let snapshot = cluster.snapshot();
@@ -259,16 +265,27 @@ fn attack_a_one_address_holds_at_most_its_share_for_a_few_seconds() {
     let crowd = connect_from(loopback(9), cluster.port, per_source * 3);
     let other = connect_from(loopback(10), cluster.port, per_source / 2);
     let open = |streams: &[TcpStream]| streams.iter().filter(|s| !closed_by_server(s)).count();
-    let open_crowd = wait_for(Duration::from_secs(20), "the crowd cut to its share", || {
-        let open = open(&crowd);
-        (open <= per_source).then_some(open)
-    });
-    eprintln!("{open_crowd} of {} connections from one address open", crowd.len());
+    let open_crowd = wait_for(
+        Duration::from_secs(20),
+        "the crowd cut to its share",
+        || {
+            let open = open(&crowd);
+            (open <= per_source).then_some(open)
+        },
+    );
+    eprintln!(
+        "{open_crowd} of {} connections from one address open",
+        crowd.len()
+    );
     assert!(
         !closed_by_server(crowd.last().unwrap()),
         "the newest connection was closed"
     );
-    assert_eq!(open(&other), other.len(), "another address lost connections");
+    assert_eq!(
+        open(&other),
+        other.len(),
+        "another address lost connections"
+    );
     let lifetime = UNAUTHENTICATED_LIFETIME;
     wait_for(lifetime * 6, "every connection closed", || {
         (open(&crowd) + open(&other) == 0).then_some(())
@@ -329,7 +346,10 @@ fn attack_g_idle_metrics_connections_are_capped_and_closed() {
         idle.len() + 1
     );
     assert!(held <= baseline + cap + 4, "{held} sockets open");
-    assert!(spent < hz, "{spent} ticks of CPU in 2 s with idle connections");
+    assert!(
+        spent < hz,
+        "{spent} ticks of CPU in 2 s with idle connections"
+    );
     let open = |streams: &[TcpStream]| streams.iter().filter(|s| !closed_by_server(s)).count();
     wait_for(METRICS_LIFETIME * 4, "every idle connection closed", || {
         (open(&idle) == 0 && closed_by_server(&half)).then_some(())
@@ -445,9 +465,11 @@ fn attack_i_feeds_up_to_4_mib_are_used_and_refused_ones_do_not_block_requests() 
     let mut node = runtime.block_on(Placer::attach(&cluster, "n1"));
     let scratch = cluster.scratch.clone();
     let mut place = || runtime.block_on(node.place(&scratch));
-    wait_for(Duration::from_secs(20), "the 3 MiB feed's emptiest target", || {
-        (place() == [2]).then_some(())
-    });
+    wait_for(
+        Duration::from_secs(20),
+        "the 3 MiB feed's emptiest target",
+        || (place() == [2]).then_some(()),
+    );
     let shown = path.display().to_string();
     let refused = |why: &str| {
         let log = cluster.global_log();
@@ -455,9 +477,11 @@ fn attack_i_feeds_up_to_4_mib_are_used_and_refused_ones_do_not_block_requests() 
             .any(|l| l.contains(&format!("feed '{shown}'")) && l.contains(why))
     };
     std::fs::write(&path, feed(0, 4 << 20 | 1)).unwrap();
-    wait_for(Duration::from_secs(20), "the 4 MiB + 1 feed refused", || {
-        refused("exceeds the limit of 4194304").then_some(())
-    });
+    wait_for(
+        Duration::from_secs(20),
+        "the 4 MiB + 1 feed refused",
+        || refused("exceeds the limit of 4194304").then_some(()),
+    );
     assert_eq!(place(), [2], "the last loads stay in use");
     make_fifo(&path);
     wait_for(Duration::from_secs(20), "the FIFO refused", || {
@@ -570,8 +594,7 @@ fn attack_c_a_user_sees_only_their_own_stages_and_jobs() {
     let mut cluster = Cluster::new(&format!(
         "{CONFIG}[[job]]\nid = \"{secret}\"\npriority = 2\n"
     ));
-    std::fs::set_permissions(cluster.dir.path(), std::fs::Permissions::from_mode(0o755))
-        .unwrap();
+    std::fs::set_permissions(cluster.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     cluster.start_global();
     cluster.start_local("n1");
     let socket = cluster.local_socket("n1");
@@ -595,7 +618,10 @@ fn attack_c_a_user_sees_only_their_own_stages_and_jobs() {
     let stages: Vec<serde_json::Value> =
         serde_json::from_slice(&ctl_as_nobody(&admin, &["stages", "--json"]).stdout).unwrap();
     assert_eq!(stages.len(), 1, "{stages:?}");
-    assert_eq!((stages[0]["uid"].as_u64(), stages[0]["job"].as_str()), (Some(65534), Some(mine)));
+    assert_eq!(
+        (stages[0]["uid"].as_u64(), stages[0]["job"].as_str()),
+        (Some(65534), Some(mine))
+    );
     let jobs: serde_json::Value =
         serde_json::from_slice(&ctl_as_nobody(&admin, &["jobs", "--json"]).stdout).unwrap();
     let shares: Vec<&str> = jobs["shares"]
@@ -617,11 +643,17 @@ fn attack_c_a_user_sees_only_their_own_stages_and_jobs() {
     ] {
         let output = ctl_as_nobody(&admin, view);
         let text = String::from_utf8_lossy(&output.stdout);
-        assert!(!text.contains("secret-project"), "ctl {view:?} as uid 65534:\n{text}");
+        assert!(
+            !text.contains("secret-project"),
+            "ctl {view:?} as uid 65534:\n{text}"
+        );
     }
     let dump: serde_json::Value =
         serde_json::from_slice(&ctl_as_nobody(&admin, &["dump"]).stdout).unwrap();
-    assert!(dump["config"]["jobs"].as_object().unwrap().is_empty(), "{dump}");
+    assert!(
+        dump["config"]["jobs"].as_object().unwrap().is_empty(),
+        "{dump}"
+    );
     // Root sees every stage in the same views.
     let all = cluster.ctl(&["stages", "--json"]);
     let all: Vec<serde_json::Value> = serde_json::from_slice(&all.stdout).unwrap();
@@ -642,16 +674,20 @@ fn attack_c_a_user_sees_only_their_own_stages_and_jobs() {
 fn idle_admin_connections_of_a_user_leave_room_for_administrators() {
     let _turn = alone();
     let mut cluster = Cluster::new(CONFIG);
-    std::fs::set_permissions(cluster.dir.path(), std::fs::Permissions::from_mode(0o755))
-        .unwrap();
+    std::fs::set_permissions(cluster.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     cluster.start_global();
     let pid = cluster.global_pid();
     let baseline = sockets(pid);
     let mut holder = as_nobody(&[("TRUST_GLOBAL_SOCKET", cluster.admin.to_str().unwrap())]);
-    wait_for(Duration::from_secs(30), "the user's connections refused", || {
-        let log = cluster.global_log();
-        log.contains("refused an admin connection of uid 65534").then_some(())
-    });
+    wait_for(
+        Duration::from_secs(30),
+        "the user's connections refused",
+        || {
+            let log = cluster.global_log();
+            log.contains("refused an admin connection of uid 65534")
+                .then_some(())
+        },
+    );
     let held = sockets(pid) - baseline.min(sockets(pid));
     eprintln!("the global holds {held} of the user's admin connections");
     assert!(held <= MAX_CONNECTIONS_PER_USER, "{held} connections held");

@@ -66,7 +66,10 @@ impl proto::global_server::Global for Service {
             None
         };
         // A node's connection stays open for good.
-        let kept = request.extensions().get::<Admission>().is_none_or(Admission::keep);
+        let kept = request
+            .extensions()
+            .get::<Admission>()
+            .is_none_or(Admission::keep);
         if !kept {
             return Err(Status::resource_exhausted(
                 "the global controller holds as many node connections as its descriptors allow",
