@@ -43,8 +43,7 @@ pub const MAX_CONNECTIONS_PER_USER: usize = 8;
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 static ADMIN_LOG: crate::bounds::LogLimit = crate::bounds::LogLimit::new(5, Duration::from_secs(5));
 
-/// Who may do what on the admin socket.
-#[derive(Clone, Debug)]
+/// Who may see everything and make changes on the admin socket.
 struct Administrators {
     /// The uid running the controller.
     owner: u32,
@@ -227,7 +226,8 @@ async fn serve_connection(
             Ok(Ok(Line::TooLong(n))) => {
                 AdminReply::Error(format!("request of {n} bytes exceeds {MAX_REQUEST_BYTES}"))
             }
-            Ok(Ok(Line::End | Line::OverBudget) | Err(_)) | Err(_) => return,
+            // The end, a read error, or no request within the idle timeout.
+            _ => return,
         };
         let mut text = serde_json::to_string(&reply).unwrap_or_default();
         text.push('\n');

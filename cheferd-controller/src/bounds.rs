@@ -475,11 +475,12 @@ pub const MAX_ADMIN_CONNECTIONS: usize = 256;
 
 /// Caps on one TCP listener's connections ([`Incoming`]). A connection is
 /// *provisional* until its handler keeps it ([`Admission::keep`]): it is closed at
-/// `lifetime`, and when a newcomer would exceed `per_source` or `provisional`, the
-/// oldest provisional connection of the newcomer's address (or of the busiest address)
-/// is closed to make room, so a flood closes its own connections and never locks a
-/// newcomer out. Kept connections (attached nodes) have the rest of `total` to
-/// themselves.
+/// `lifetime`, and when a newcomer would exceed `per_source`, `provisional` or `total`,
+/// the oldest provisional connection of the newcomer's address (or of the busiest
+/// address) is closed to make room, so a flood closes its own connections and does not
+/// lock a newcomer out. Kept connections (attached nodes) are never closed to make
+/// room: a newcomer is refused when they hold every place. With `provisional` below
+/// `total`, `total − provisional` places are always left for them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnectionCaps {
     /// Connections open at once, kept and provisional.
@@ -492,11 +493,26 @@ pub struct ConnectionCaps {
     pub lifetime: Duration,
 }
 
-/// How a global controller shares its descriptor limit between its listeners: the gRPC
-/// port half, the admin socket an eighth, metrics a sixteenth (each with a small
-/// floor), so that together they stay below the limit, leaving the rest (5/16 from a
-/// limit of 128 up) to its own files, etcd and the runtime. A flood of one listener therefore never takes the descriptors another
-/// needs: no `EMFILE`, and `cheferd ctl` and attached nodes keep working.
+impl ConnectionCaps {
+    /// The caps where nothing tells a node's connection from any other before it
+    /// attaches (plaintext gRPC, `--insecure-plaintext`: anyone may attach): only
+    /// `total` and `lifetime` hold.
+    pub fn without_authentication(self) -> ConnectionCaps {
+        ConnectionCaps {
+            provisional: self.total,
+            per_source: self.total,
+            ..self
+        }
+    }
+}
+
+/// How a global controller shares its descriptor limit between its listeners: a
+/// sixteenth (16 to 1024) stays for its own files, etcd and the runtime, the admin
+/// socket has an eighth (at most [`MAX_ADMIN_CONNECTIONS`]), metrics a sixteenth (at
+/// most [`MAX_METRICS_CONNECTIONS`]) and the gRPC port the rest (at most
+/// [`MAX_GRPC_CONNECTIONS`]). Together they stay below the limit, so a flood of one
+/// listener never takes the descriptors another needs: no `EMFILE`, and `cheferd ctl`
+/// and attached nodes keep working.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ListenerCaps {
     /// The gRPC port (provisional: until a node attaches with its certificate).
@@ -511,9 +527,13 @@ impl ListenerCaps {
     /// The caps under a descriptor limit of `descriptors`.
     pub fn for_descriptors(descriptors: u64) -> ListenerCaps {
         let n = usize::try_from(descriptors).unwrap_or(usize::MAX);
-        let grpc = (n / 2).clamp(8, MAX_GRPC_CONNECTIONS);
-        let unauthenticated = (grpc / 4).clamp(2, MAX_UNAUTHENTICATED);
+        let own = (n / 16).clamp(16, 1024);
+        let admin = (n / 8).clamp(4, MAX_ADMIN_CONNECTIONS);
         let metrics = (n / 16).clamp(2, MAX_METRICS_CONNECTIONS);
+        let grpc = n
+            .saturating_sub(own + admin + metrics)
+            .clamp(8, MAX_GRPC_CONNECTIONS);
+        let unauthenticated = (grpc / 4).clamp(2, MAX_UNAUTHENTICATED);
         ListenerCaps {
             grpc: ConnectionCaps {
                 total: grpc,
@@ -521,7 +541,7 @@ impl ListenerCaps {
                 per_source: (unauthenticated / 4).clamp(1, MAX_UNAUTHENTICATED_PER_SOURCE),
                 lifetime: UNAUTHENTICATED_LIFETIME,
             },
-            admin: (n / 8).clamp(4, MAX_ADMIN_CONNECTIONS),
+            admin,
             metrics: ConnectionCaps {
                 total: metrics,
                 provisional: metrics,
@@ -581,20 +601,17 @@ impl Connections {
     }
 
     /// Counts a new provisional connection from `address`, closing the oldest of its
-    /// address (or of the busiest one) if it would exceed a cap.
-    fn admit(&self, address: IpAddr) -> Arc<Connection> {
+    /// address (or of the busiest one) if it would exceed a cap; `None` (refused) when
+    /// kept connections hold every place.
+    fn admit(&self, address: IpAddr) -> Option<Arc<Connection>> {
         let source = source_of(address);
-        let connection = Arc::new(Connection {
-            source,
-            evicted: AtomicBool::new(false),
-            kept: AtomicBool::new(false),
-            waker: Mutex::new(None),
-        });
         let mut table = self.lock();
         let from_source = table.provisional.get(&source).map_or(0, VecDeque::len);
+        let full = table.provisional_count >= self.caps.provisional
+            || table.provisional_count + table.kept >= self.caps.total;
         let crowded = if from_source >= self.caps.per_source {
             Some(source)
-        } else if table.provisional_count >= self.caps.provisional {
+        } else if full {
             table
                 .provisional
                 .iter()
@@ -604,6 +621,22 @@ impl Connections {
             None
         };
         let evicted = crowded.and_then(|source| table.remove_oldest(source));
+        if full && evicted.is_none() {
+            drop(table);
+            crate::limited_warn!(
+                CROWDED_LOG,
+                "{}: refused a connection from {address}: its {} connections are all kept",
+                self.what,
+                self.caps.total
+            );
+            return None;
+        }
+        let connection = Arc::new(Connection {
+            source,
+            evicted: AtomicBool::new(false),
+            kept: AtomicBool::new(false),
+            waker: Mutex::new(None),
+        });
         table
             .provisional
             .entry(source)
@@ -622,19 +655,17 @@ impl Connections {
                 evicted.source
             );
         }
-        connection
+        Some(connection)
     }
 
-    /// Keeps `connection` open for good, if the kept connections are below their cap
-    /// and it is still open.
+    /// Keeps `connection` open for good (it keeps its place); false if it was closed
+    /// already.
     fn keep(&self, connection: &Arc<Connection>) -> bool {
         let mut table = self.lock();
         if connection.kept.load(Ordering::Acquire) {
             return true;
         }
-        if table.kept >= self.caps.total.saturating_sub(self.caps.provisional)
-            || !table.remove(connection)
-        {
+        if !table.remove(connection) {
             return false;
         }
         table.kept += 1;
@@ -699,9 +730,9 @@ pub struct Admission {
 }
 
 impl Admission {
-    /// Keeps the connection open beyond the provisional lifetime (for gRPC: a node
-    /// attached with its certificate). False if kept connections are at their cap or
-    /// this one was closed already.
+    /// Keeps the connection open beyond the provisional lifetime, never to be closed to
+    /// make room (for gRPC: a node attached with its certificate). False if it was
+    /// closed already.
     pub fn keep(&self) -> bool {
         self.connections.keep(&self.connection)
     }
@@ -858,9 +889,12 @@ impl tokio_stream::Stream for Incoming {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Ok((stream, peer))) => {
                     self.backoff.succeeded(what);
-                    let _ = stream.set_nodelay(true);
                     let connections = self.connections.clone();
-                    let connection = connections.admit(peer.ip());
+                    // Refused: closed at once (dropped).
+                    let Some(connection) = connections.admit(peer.ip()) else {
+                        continue;
+                    };
+                    let _ = stream.set_nodelay(true);
                     let deadline = tokio::time::sleep(connections.caps.lifetime);
                     return Poll::Ready(Some(Ok(Limited {
                         stream,
@@ -915,14 +949,15 @@ mod tests {
     #[test]
     fn a_crowded_address_loses_its_oldest_connection_first() {
         let connections = table(caps(10, 4, 2));
-        let a1 = connections.admit(ip("10.0.0.1"));
-        let a2 = connections.admit(ip("10.0.0.1"));
-        let a3 = connections.admit(ip("10.0.0.1"));
+        let admit = |address| connections.admit(ip(address)).unwrap();
+        let a1 = admit("10.0.0.1");
+        let a2 = admit("10.0.0.1");
+        let a3 = admit("10.0.0.1");
         assert!(evicted(&a1) && !evicted(&a2) && !evicted(&a3));
-        let b1 = connections.admit(ip("10.0.0.2"));
-        let c1 = connections.admit(ip("10.0.0.3"));
+        let b1 = admit("10.0.0.2");
+        let c1 = admit("10.0.0.3");
         // Four open, the cap: the newcomer closes the oldest of the busiest address.
-        let d1 = connections.admit(ip("10.0.0.4"));
+        let d1 = admit("10.0.0.4");
         assert!(evicted(&a2) && !evicted(&a3));
         assert!([&b1, &c1, &d1].iter().all(|c| !evicted(c)));
         assert_eq!(connections.lock().provisional_count, 4);
@@ -934,37 +969,41 @@ mod tests {
     }
 
     #[test]
-    fn kept_connections_are_never_closed_to_make_room_and_have_a_cap() {
-        // Two kept at most: total 5 − provisional 3.
-        let connections = table(caps(5, 3, 2));
-        let node = connections.admit(ip("10.0.0.1"));
+    fn kept_connections_are_never_closed_to_make_room() {
+        let connections = table(caps(4, 2, 2));
+        let admit = |address| connections.admit(ip(address));
+        let node = admit("10.0.0.1").unwrap();
         assert!(connections.keep(&node) && connections.keep(&node));
         for _ in 0..10 {
-            connections.admit(ip("10.0.0.1"));
+            admit("10.0.0.1").unwrap();
         }
         assert!(!evicted(&node));
-        let second = connections.admit(ip("10.0.0.2"));
-        assert!(connections.keep(&second));
-        let third = connections.admit(ip("10.0.0.3"));
-        assert!(!connections.keep(&third), "kept beyond the cap");
-        connections.release(&second);
+        for address in ["10.0.0.2", "10.0.0.3", "10.0.0.4"] {
+            let another = admit(address).unwrap();
+            assert!(connections.keep(&another));
+        }
+        assert!(!evicted(&node));
+        // Every place is a node's: a newcomer is refused.
+        assert!(admit("10.0.0.5").is_none());
+        connections.release(&node);
         // Room again, but a connection closed meanwhile cannot be kept.
-        connections.admit(ip("10.0.0.3"));
-        connections.admit(ip("10.0.0.3"));
-        assert!(evicted(&third) && !connections.keep(&third));
-        assert_eq!(connections.lock().kept, 1);
+        let first = admit("10.0.0.5").unwrap();
+        admit("10.0.0.5").unwrap();
+        assert!(evicted(&first) && !connections.keep(&first));
+        assert_eq!(connections.lock().kept, 3);
     }
 
     #[test]
     fn an_ipv6_host_counts_as_its_64() {
         let connections = table(caps(10, 8, 2));
-        let first = connections.admit(ip("2001:db8::1"));
-        connections.admit(ip("2001:db8::2"));
-        connections.admit(ip("2001:db8::ffff:1"));
+        let admit = |address| connections.admit(ip(address)).unwrap();
+        let first = admit("2001:db8::1");
+        admit("2001:db8::2");
+        admit("2001:db8::ffff:1");
         assert!(evicted(&first));
-        let mapped = connections.admit(ip("::ffff:10.0.0.1"));
-        connections.admit(ip("10.0.0.1"));
-        connections.admit(ip("10.0.0.1"));
+        let mapped = admit("::ffff:10.0.0.1");
+        admit("10.0.0.1");
+        admit("10.0.0.1");
         assert!(evicted(&mapped));
     }
 
@@ -973,11 +1012,12 @@ mod tests {
         for limit in [40, 64, 256, 1024, 4096, 20_000, 65_536, 1 << 20, u64::MAX] {
             let caps = ListenerCaps::for_descriptors(limit);
             let used = (caps.grpc.total + caps.admin + caps.metrics.total) as u128;
-            // Each has a floor, which tiny limits do not leave 5/16 beside.
-            assert!(used < u128::from(limit), "{limit}: {caps:?}");
-            if limit >= 128 {
-                assert!(16 * used <= 11 * u128::from(limit), "{limit}: {caps:?}");
-            }
+            // At least 16, or a sixteenth, left for the controller's own files.
+            let left = u128::from(limit) - used;
+            assert!(
+                left >= 16 && 16 * left >= u128::from(limit).min(16 * 1024),
+                "{limit}: {caps:?}"
+            );
             assert!(caps.grpc.provisional < caps.grpc.total, "{limit}: {caps:?}");
             assert!(
                 caps.grpc.per_source <= caps.grpc.provisional,
@@ -986,6 +1026,7 @@ mod tests {
             assert!(caps.metrics.per_source <= caps.metrics.provisional);
         }
         let caps = ListenerCaps::for_descriptors(1 << 20);
+        assert_eq!(caps.grpc.total - caps.grpc.provisional, 16_384, "max_nodes");
         assert_eq!(caps.grpc.provisional, MAX_UNAUTHENTICATED);
         assert_eq!(caps.grpc.per_source, MAX_UNAUTHENTICATED_PER_SOURCE);
         assert_eq!(caps.admin, MAX_ADMIN_CONNECTIONS);

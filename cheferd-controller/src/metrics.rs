@@ -20,6 +20,8 @@ use tokio_stream::StreamExt;
 
 /// How long a client may take to send its request's head.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest request head read.
+const MAX_HEAD_BYTES: usize = 16 * 1024;
 
 /// Serves the metrics endpoint on an already-bound listener: HTTP/1, one request per
 /// connection, connections capped by the descriptor limit and closed after
@@ -42,6 +44,7 @@ async fn serve_connection(controller: Arc<Controller>, stream: Limited) {
     let _ = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT)
+        .max_buf_size(MAX_HEAD_BYTES)
         .keep_alive(false)
         .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
         .await;

@@ -7,7 +7,8 @@
 //! certificate: closed after [`crate::bounds::UNAUTHENTICATED_LIFETIME`], and closed to
 //! make room when too many are open (in all, or from one address), so connections
 //! without a certificate never hold descriptors an attaching node or the admin socket
-//! needs.
+//! needs. Plaintext (`--insecure-plaintext`) tells no one apart: only the total cap and
+//! the lifetime hold there.
 
 use super::Controller;
 use crate::bounds::Admission;
@@ -71,9 +72,7 @@ impl proto::global_server::Global for Service {
             .get::<Admission>()
             .is_none_or(Admission::keep);
         if !kept {
-            return Err(Status::resource_exhausted(
-                "the global controller holds as many node connections as its descriptors allow",
-            ));
+            return Err(Status::unavailable("the connection was closed"));
         }
         let mut inbound = request.into_inner();
         let first = tokio::time::timeout(Duration::from_secs(10), inbound.message())
@@ -170,9 +169,12 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     tls: Option<tonic::transport::ServerTlsConfig>,
 ) -> Result<(), ServeError> {
-    let caps = crate::bounds::ListenerCaps::of_this_process().grpc;
-    let incoming = crate::bounds::Incoming::new(listener, "gRPC listener", caps);
+    let mut caps = crate::bounds::ListenerCaps::of_this_process().grpc;
     let authenticate = tls.is_some();
+    if !authenticate {
+        caps = caps.without_authentication();
+    }
+    let incoming = crate::bounds::Incoming::new(listener, "gRPC listener", caps);
     let mut builder =
         tonic::transport::Server::builder().max_concurrent_streams(MAX_STREAMS_PER_CONNECTION);
     if let Some(tls) = tls {
