@@ -28,9 +28,9 @@
 //! line; a file that is not a regular one, or larger than [`MAX_FEED_BYTES`], is refused
 //! naming it (the last loads stay in use). `simulated:OSSES:TARGETS` instead makes a
 //! feed of `OSSES × TARGETS` 1 TiB targets, target `i` being `(i mod 10) × 5 %` full
-//! (for tests and demos). Between refreshes every
-//! placed stripe counts as one stripe size used on its target, so consecutive files do
-//! not all go to the target that looked emptiest at the last refresh.
+//! (for tests and demos). Between refreshes every placed stripe counts as one stripe
+//! size used on its target, so consecutive files do not all go to the target that
+//! looked emptiest at the last refresh.
 //!
 //! Departures from the paper: loads come from a file the site fills rather than from a
 //! publisher on every OSS; requests carry no size (a stage cannot know it at `open`), so
