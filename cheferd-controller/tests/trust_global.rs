@@ -151,13 +151,16 @@ fn attack_a_certificateless_tls_flood_is_capped_and_a_node_still_attaches() {
     let total = NOFILE as usize + 500;
     let opened = Arc::new(AtomicUsize::new(0));
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    let (done, flooded) = std::sync::mpsc::channel::<()>();
     let flood = {
         let (tls, opened) = (tls.clone(), opened.clone());
         let sources = (1..=8).map(loopback).collect();
+        // Its runtime, and so its side of the connections, lives until `stop`.
         std::thread::spawn(move || {
             let runtime = tokio::runtime::Runtime::new().unwrap();
             let channels =
                 runtime.block_on(certificateless_flood(port, tls, total, sources, opened));
+            let _ = done.send(());
             let _ = stopped.recv();
             drop(channels);
         })
@@ -188,7 +191,7 @@ fn attack_a_certificateless_tls_flood_is_capped_and_a_node_still_attaches() {
     );
     wait_for(Duration::from_secs(300), "the whole flood", || {
         sample(&mut most);
-        (opened.load(Ordering::Relaxed) >= total * 9 / 10 || flood.is_finished()).then_some(())
+        flooded.try_recv().ok()
     });
     for _ in 0..10 {
         sample(&mut most);
