@@ -1,48 +1,121 @@
 //! The admin socket of the global controller and the `cheferd ctl` client.
 //!
 //! Authorisation model: the socket (a Unix socket, mode 0666) answers anyone who can
-//! reach it with *read-only* views (nodes, jobs, stages, top, dump): that information is
-//! what `squeue` shows too. *Changes* (policy, `Max_R`, a job's priority, demand or
-//! static limit) are accepted only from root, from the uid running the controller, and
-//! from the uids listed in `admins` — checked with `SO_PEERCRED`, i.e. by the kernel, not
-//! by anything the client says. Put the socket in a directory only admins can enter to
-//! make even read-only access admin-only.
+//! reach it, and who is asking is known from `SO_PEERCRED`, i.e. from the kernel, not
+//! from anything the client says. **Administrators** — root, the uid running the
+//! controller and the uids listed in `admins` — see everything and may make *changes*
+//! (policy, `Max_R`, a job's priority, demand or static limit). **Everyone else** sees
+//! only their own: the stages of their uid, the shares and settings of the jobs those
+//! stages belong to, plus what is no one's (resources, nodes, leadership, cycle
+//! latency) — as Slurm's `PrivateData=jobs` does for `squeue`. Put the socket in a
+//! directory only admins can enter to make even that admin-only.
+//!
+//! Bounds: connections are capped (a share of the descriptor limit,
+//! [`crate::bounds::ListenerCaps`]); a uid that is no administrator holds at most
+//! [`MAX_CONNECTIONS_PER_USER`] of them and non-administrators together at most three
+//! quarters, so the rest always remains for `cheferd ctl` run by an administrator; a
+//! connection whose next request or reply does not move within [`IDLE_TIMEOUT`] is
+//! closed.
 //!
 //! Protocol: one JSON request per line (`{"request":"snapshot"}`, `{"request":"config"}`,
 //! `{"request":"change","change":{…}}`), one JSON reply per line
 //! (`{"ok":…}` or `{"error":"…"}`).
 
+use crate::config::GlobalConfig;
 use crate::global::{Change, Controller, Snapshot};
 use crate::lines::{self, Line};
 use serde::{Deserialize, Serialize};
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::io::{AsyncWriteExt, BufReader};
-use tokio::net::UnixListener;
+use tokio::net::{UnixListener, UnixStream};
 use tracing::info;
 
 const MAX_REQUEST_BYTES: usize = 64 * 1024;
 /// How a refused change's reply begins: the client tells the kind of the refusal by it
 /// (the reply is one line of text on the wire).
 const PERMISSION_DENIED: &str = "permission denied";
-/// Admin connections open at once; further ones are closed at once.
-pub const MAX_ADMIN_CONNECTIONS: usize = 256;
-static ADMIN_LOG: crate::bounds::LogLimit =
-    crate::bounds::LogLimit::new(5, std::time::Duration::from_secs(5));
+/// Admin connections one uid that is no administrator may hold open at once.
+pub const MAX_CONNECTIONS_PER_USER: usize = 8;
+/// How long a connection may wait for its next request, or take to read a reply.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+static ADMIN_LOG: crate::bounds::LogLimit = crate::bounds::LogLimit::new(5, Duration::from_secs(5));
 
-/// One open admin connection, counted until dropped.
-struct Counted(Arc<std::sync::atomic::AtomicUsize>);
+/// Who may see everything and make changes on the admin socket.
+struct Administrators {
+    /// The uid running the controller.
+    owner: u32,
+    /// The configuration's `admins`.
+    listed: Vec<u32>,
+}
 
-impl Counted {
-    fn new(count: Arc<std::sync::atomic::AtomicUsize>) -> Counted {
-        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Counted(count)
+impl Administrators {
+    fn include(&self, uid: u32) -> bool {
+        uid == 0 || uid == self.owner || self.listed.contains(&uid)
     }
 }
 
-impl Drop for Counted {
+/// The admin connections open: in all, and per uid that is no administrator.
+struct Holders {
+    cap: usize,
+    state: Mutex<HolderCounts>,
+}
+
+#[derive(Default)]
+struct HolderCounts {
+    total: usize,
+    /// Connections of non-administrators, in all and per uid.
+    users: usize,
+    per_user: HashMap<u32, usize>,
+}
+
+impl Holders {
+    /// Counts a new connection of `uid` (`admin`: an administrator's) until the guard
+    /// is dropped; `None` at a cap.
+    fn take(self: &Arc<Self>, uid: u32, admin: bool) -> Option<Held> {
+        let mut counts = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if counts.total >= self.cap {
+            return None;
+        }
+        if !admin {
+            let mine = counts.per_user.get(&uid).copied().unwrap_or(0);
+            // A quarter of the cap is kept for administrators.
+            if mine >= MAX_CONNECTIONS_PER_USER || counts.users >= self.cap - self.cap / 4 {
+                return None;
+            }
+            counts.per_user.insert(uid, mine + 1);
+            counts.users += 1;
+        }
+        counts.total += 1;
+        Some(Held {
+            holders: self.clone(),
+            user: (!admin).then_some(uid),
+        })
+    }
+}
+
+/// One counted admin connection.
+struct Held {
+    holders: Arc<Holders>,
+    /// The uid, if it is no administrator's.
+    user: Option<u32>,
+}
+
+impl Drop for Held {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        let mut counts = self.holders.state.lock().unwrap_or_else(|p| p.into_inner());
+        counts.total -= 1;
+        if let Some(uid) = self.user {
+            counts.users -= 1;
+            match counts.per_user.get_mut(&uid) {
+                Some(n) if *n > 1 => *n -= 1,
+                _ => {
+                    counts.per_user.remove(&uid);
+                }
+            }
+        }
     }
 }
 
@@ -77,97 +150,148 @@ pub enum AdminReply {
 pub struct AdminSocketError(pub std::io::Error);
 
 /// Serves the admin socket (bound by [`crate::bounds::bind_unix`]) until the process
-/// ends.
+/// ends; `admins` are the configuration's.
 pub async fn serve(
     controller: Arc<Controller>,
     listener: std::os::unix::net::UnixListener,
     admins: Vec<u32>,
 ) -> Result<(), AdminSocketError> {
     let listener = UnixListener::from_std(listener).map_err(AdminSocketError)?;
-    // SAFETY: geteuid takes no arguments, touches no memory of ours and cannot fail.
-    let owner = unsafe { libc::geteuid() };
-    let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let administrators = Administrators {
+        // SAFETY: geteuid takes no arguments, touches no memory of ours and cannot fail.
+        owner: unsafe { libc::geteuid() },
+        listed: admins,
+    };
+    let holders = Arc::new(Holders {
+        cap: crate::bounds::ListenerCaps::of_this_process().admin,
+        state: Mutex::default(),
+    });
     let mut backoff = crate::bounds::AcceptBackoff::default();
     loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(s) => {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => {
                 backoff.succeeded("admin socket");
-                s
+                stream
             }
             Err(e) => {
                 tokio::time::sleep(backoff.failed("admin socket", &e)).await;
                 continue;
             }
         };
-        if connections.load(std::sync::atomic::Ordering::Relaxed) >= MAX_ADMIN_CONNECTIONS {
+        let Ok(uid) = stream.peer_cred().map(|c| c.uid()) else {
+            continue;
+        };
+        let admin = administrators.include(uid);
+        let Some(held) = holders.take(uid, admin) else {
             crate::limited_warn!(
                 ADMIN_LOG,
-                "refused an admin connection: {MAX_ADMIN_CONNECTIONS} are open"
+                "refused an admin connection of uid {uid}: at its cap ({} open at most, {MAX_CONNECTIONS_PER_USER} per user who is no administrator)",
+                holders.cap
             );
             continue;
-        }
-        let controller = controller.clone();
-        let admins = admins.clone();
-        let counted = Counted::new(connections.clone());
-        tokio::spawn(async move {
-            let _counted = counted;
-            let uid = stream.peer_cred().map(|c| c.uid()).ok();
-            let (read, mut write) = stream.into_split();
-            let mut reader = BufReader::new(read);
-            loop {
-                let reply = match lines::read_line(&mut reader, MAX_REQUEST_BYTES).await {
-                    Ok(Line::Text(line)) => match serde_json::from_str::<AdminRequest>(&line) {
-                        Ok(request) => {
-                            let may_change =
-                                uid.is_some_and(|u| u == 0 || u == owner || admins.contains(&u));
-                            answer(&controller, request, may_change, uid)
-                        }
-                        Err(e) => AdminReply::Error(format!(
-                            "malformed request: {}",
-                            padll_wire::control::short(&e.to_string())
-                        )),
-                    },
-                    Ok(Line::TooLong(n)) => AdminReply::Error(format!(
-                        "request of {n} bytes exceeds {MAX_REQUEST_BYTES}"
-                    )),
-                    Ok(Line::End) | Ok(Line::OverBudget) | Err(_) => return,
-                };
-                let mut text = serde_json::to_string(&reply).unwrap_or_default();
-                text.push('\n');
-                if write.write_all(text.as_bytes()).await.is_err() {
-                    return;
-                }
-            }
-        });
+        };
+        let caller = Caller { uid, admin };
+        tokio::spawn(serve_connection(controller.clone(), stream, caller, held));
     }
 }
 
-fn answer(
-    controller: &Controller,
-    request: AdminRequest,
-    may_change: bool,
-    uid: Option<u32>,
-) -> AdminReply {
+/// Who sent a request: their uid, and whether they are an administrator.
+#[derive(Clone, Copy, Debug)]
+struct Caller {
+    uid: u32,
+    admin: bool,
+}
+
+async fn serve_connection(
+    controller: Arc<Controller>,
+    stream: UnixStream,
+    caller: Caller,
+    _held: Held,
+) {
+    let (read, mut write) = stream.into_split();
+    let mut reader = BufReader::new(read);
+    loop {
+        let line = tokio::time::timeout(
+            IDLE_TIMEOUT,
+            lines::read_line(&mut reader, MAX_REQUEST_BYTES),
+        );
+        let reply = match line.await {
+            Ok(Ok(Line::Text(line))) => match serde_json::from_str::<AdminRequest>(&line) {
+                Ok(request) => answer(&controller, request, caller),
+                Err(e) => AdminReply::Error(format!(
+                    "malformed request: {}",
+                    padll_wire::control::short(&e.to_string())
+                )),
+            },
+            Ok(Ok(Line::TooLong(n))) => {
+                AdminReply::Error(format!("request of {n} bytes exceeds {MAX_REQUEST_BYTES}"))
+            }
+            // The end, a read error, or no request within the idle timeout.
+            _ => return,
+        };
+        let mut text = serde_json::to_string(&reply).unwrap_or_default();
+        text.push('\n');
+        let written = tokio::time::timeout(IDLE_TIMEOUT, write.write_all(text.as_bytes()));
+        if !matches!(written.await, Ok(Ok(()))) {
+            return;
+        }
+    }
+}
+
+fn answer(controller: &Controller, request: AdminRequest, caller: Caller) -> AdminReply {
+    let reply = |value: Result<serde_json::Value, serde_json::Error>| {
+        value.map_or_else(|e| AdminReply::Error(e.to_string()), AdminReply::Ok)
+    };
     match request {
-        AdminRequest::Snapshot => serde_json::to_value(controller.snapshot())
-            .map_or_else(|e| AdminReply::Error(e.to_string()), AdminReply::Ok),
-        AdminRequest::Config => serde_json::to_value(controller.config())
-            .map_or_else(|e| AdminReply::Error(e.to_string()), AdminReply::Ok),
-        AdminRequest::Change { .. } if !may_change => AdminReply::Error(format!(
+        AdminRequest::Snapshot => {
+            let mut snapshot = controller.snapshot();
+            if !caller.admin {
+                own_snapshot(&mut snapshot, caller.uid);
+            }
+            reply(serde_json::to_value(snapshot))
+        }
+        AdminRequest::Config => {
+            let mut config = controller.config();
+            if !caller.admin {
+                let mut snapshot = controller.snapshot();
+                own_snapshot(&mut snapshot, caller.uid);
+                own_config(&mut config, &snapshot);
+            }
+            reply(serde_json::to_value(config))
+        }
+        AdminRequest::Change { .. } if !caller.admin => AdminReply::Error(format!(
             "{PERMISSION_DENIED}: uid {} is not an administrator of this controller",
-            uid.map_or("unknown".to_string(), |u| u.to_string())
+            caller.uid
         )),
         AdminRequest::Change { change } => {
             let description = format!("{change:?}");
             match controller.change(change) {
                 Ok(message) => {
-                    info!(uid = ?uid, "admin change: {description}");
+                    info!(uid = caller.uid, "admin change: {description}");
                     AdminReply::Ok(serde_json::Value::String(message))
                 }
                 Err(e) => AdminReply::Error(e.to_string()),
             }
         }
     }
+}
+
+/// What `uid`, no administrator, may see of a snapshot: the stages of that uid and the
+/// shares of their jobs (nodes, resources and leadership are no one's).
+fn own_snapshot(snapshot: &mut Snapshot, uid: u32) {
+    snapshot.stages.retain(|stage| stage.uid == uid);
+    let jobs: BTreeSet<&str> = snapshot.stages.iter().map(|s| s.job.as_str()).collect();
+    snapshot
+        .shares
+        .retain(|share| jobs.contains(share.job.as_str()));
+}
+
+/// The configuration as a user sees it: the settings and scheduled rules of the jobs
+/// in their `own` snapshot only.
+fn own_config(config: &mut GlobalConfig, own: &Snapshot) {
+    let jobs: BTreeSet<&str> = own.stages.iter().map(|s| s.job.as_str()).collect();
+    config.jobs.retain(|job, _| jobs.contains(job.as_str()));
+    config.rules.retain(|rule| jobs.contains(rule.job.as_str()));
 }
 
 /// Why a `ctl` command failed: one line for the administrator, and its kind, from

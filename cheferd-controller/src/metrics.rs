@@ -5,54 +5,70 @@
 //! `_bytes_per_second`), so a resource's rates appear under the name of its unit: a
 //! metadata resource counts operations, a data resource bytes (docs/control-plane.md, *Metrics*).
 
+use crate::bounds::{Incoming, Limited, ListenerCaps};
 use crate::config::Resource;
 use crate::global::{Controller, Snapshot};
 use crate::plan::JobShare;
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::{Method, Request, Response, StatusCode};
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use tracing::warn;
+use tokio_stream::StreamExt;
 
-/// Serves the metrics endpoint on an already-bound listener.
+/// How long a client may take to send its request's head.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest request head read.
+const MAX_HEAD_BYTES: usize = 16 * 1024;
+
+/// Serves the metrics endpoint on an already-bound listener: HTTP/1, one request per
+/// connection, connections capped by the descriptor limit and closed after
+/// [`crate::bounds::METRICS_LIFETIME`] ([`ListenerCaps`]), so idle or slow clients
+/// cannot hold descriptors the other listeners need.
 pub async fn serve(controller: Arc<Controller>, listener: TcpListener) {
-    loop {
-        let Ok((mut stream, _)) = listener.accept().await else {
-            continue;
-        };
-        let controller = controller.clone();
-        tokio::spawn(async move {
-            let mut head = Vec::new();
-            let mut buf = [0u8; 1024];
-            while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 * 1024 {
-                match stream.read(&mut buf).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => head.extend_from_slice(&buf[..n]),
-                }
-            }
-            let request_line = String::from_utf8_lossy(&head)
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .to_string();
-            let (status, body) = if request_line.starts_with("GET /metrics ")
-                || request_line.starts_with("GET / ")
-            {
-                let (snapshot, latency) = controller.metrics();
-                ("200 OK", render(&snapshot, &latency))
-            } else {
-                ("404 Not Found", "only GET /metrics is served\n".to_string())
-            };
-            let response = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            if let Err(e) = stream.write_all(response.as_bytes()).await {
-                warn!("metrics client: {e}");
-            }
-        });
+    let caps = ListenerCaps::of_this_process().metrics;
+    let mut incoming = Incoming::new(listener, "metrics endpoint", caps);
+    while let Some(Ok(stream)) = incoming.next().await {
+        tokio::spawn(serve_connection(controller.clone(), stream));
     }
+}
+
+async fn serve_connection(controller: Arc<Controller>, stream: Limited) {
+    let service = hyper::service::service_fn(move |request| {
+        let response = respond(&controller, &request);
+        async move { Ok::<_, std::convert::Infallible>(response) }
+    });
+    // Errors are the client's (gone, too slow, not HTTP): nothing to log.
+    let _ = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .max_buf_size(MAX_HEAD_BYTES)
+        .keep_alive(false)
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+        .await;
+}
+
+/// `GET /metrics` (or `/`): the exposition; anything else 404.
+fn respond<B>(controller: &Controller, request: &Request<B>) -> Response<Full<Bytes>> {
+    let path = request.uri().path();
+    let (status, body) = if request.method() == Method::GET && (path == "/metrics" || path == "/") {
+        let (snapshot, latency) = controller.metrics();
+        (StatusCode::OK, render(&snapshot, &latency))
+    } else {
+        (
+            StatusCode::NOT_FOUND,
+            "only GET /metrics is served\n".to_string(),
+        )
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    response
 }
 
 /// Upper bounds (seconds) of the cycle latency histogram's buckets: from a cycle with

@@ -25,10 +25,12 @@
 //!
 //! Target indices are the hexadecimal after `OST`; other lines (other parameters,
 //! `stats` blocks, comments) are ignored; a malformed known line is an error naming its
-//! line. `simulated:OSSES:TARGETS` instead makes a feed of `OSSES × TARGETS` 1 TiB targets,
-//! target `i` being `(i mod 10) × 5 %` full (for tests and demos). Between refreshes every
-//! placed stripe counts as one stripe size used on its target, so consecutive files do
-//! not all go to the target that looked emptiest at the last refresh.
+//! line; a file that is not a regular one, or larger than [`MAX_FEED_BYTES`], is refused
+//! naming it (the last loads stay in use). `simulated:OSSES:TARGETS` instead makes a
+//! feed of `OSSES × TARGETS` 1 TiB targets, target `i` being `(i mod 10) × 5 %` full
+//! (for tests and demos). Between refreshes every placed stripe counts as one stripe
+//! size used on its target, so consecutive files do not all go to the target that
+//! looked emptiest at the last refresh.
 //!
 //! Departures from the paper: loads come from a file the site fills rather than from a
 //! publisher on every OSS; requests carry no size (a stage cannot know it at `open`), so
@@ -41,8 +43,8 @@ use policies::placement::{self, Oss, PlaceInput, Placer, PlacerState, Request, T
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
 
 /// Largest feed file read.
 pub const MAX_FEED_BYTES: u64 = 4 << 20;
@@ -117,6 +119,9 @@ pub enum PlacementConfigError {
     /// `feed` is neither an absolute path nor `simulated:…`.
     #[error("placement.feed = '{0}': an absolute path or simulated:OSSES:TARGETS")]
     Feed(String),
+    /// The thread that reads the feed could not be started.
+    #[error("placement: cannot start the feed's reader ({0})")]
+    Reader(std::io::Error),
 }
 
 /// A feed refused: where (its `simulated:` spec, its file, a line, a target) and why.
@@ -308,45 +313,78 @@ fn short(text: &str) -> String {
     padll_wire::control::short(text)
 }
 
-/// Reads a feed file: regular, at most [`MAX_FEED_BYTES`], opened non-blocking.
+/// Reads a feed file: regular, at most [`MAX_FEED_BYTES`], opened non-blocking (a FIFO
+/// is refused at once).
 fn read_feed(path: &str) -> Result<Loads, FeedError> {
-    let text =
-        padll_wire::config::read_config_file(path).map_err(|error| FeedError::Unreadable {
+    let text = padll_wire::config::read_text_file(path, MAX_FEED_BYTES).map_err(|error| {
+        FeedError::Unreadable {
             path: path.to_string(),
             error,
-        })?;
+        }
+    })?;
     parse_feed(&text).map_err(|error| FeedError::InFile {
         path: path.to_string(),
         error: Box::new(error),
     })
 }
 
+/// The loads of `feed`: its file's, or simulated ones.
+fn load(feed: &str) -> Result<Loads, FeedError> {
+    match feed.strip_prefix("simulated:") {
+        Some(spec) => simulated(spec),
+        None => read_feed(feed),
+    }
+}
+
 /// What the service knows between requests.
 struct State {
-    loads: Loads,
-    loaded_at: Option<Instant>,
+    /// The servers and targets of the last feed read, with the stripes placed since
+    /// counted in; its request is set for each answer.
+    input: PlaceInput,
     placer: PlacerState,
 }
 
-/// The mapper: answers placement requests from the feed's loads.
+/// The mapper: answers placement requests from the feed's loads. A thread of its own
+/// reads the feed at start and every `refresh_ms`, and swaps the new loads in: a
+/// request never waits for the file (a slow file system, a FIFO), and the lock it takes
+/// is held only while it places. Until the feed is first read it gives no advice.
 pub struct PlacementService {
     config: PlacementConfig,
     placer: Placer,
-    state: Mutex<State>,
+    state: Arc<Mutex<State>>,
+    /// Dropped with the service: the reader thread then ends.
+    _stop_reading: mpsc::Sender<()>,
 }
 
 impl PlacementService {
-    /// A service for a validated configuration (the feed is read at the first request).
+    /// A service for a validated configuration, its feed reader started.
     pub fn new(config: PlacementConfig) -> Result<PlacementService, PlacementConfigError> {
         config.validate()?;
+        let state = Arc::new(Mutex::new(State {
+            input: PlaceInput {
+                stripe_size: placement::DEFAULT_STRIPE_SIZE,
+                osses: Vec::new(),
+                targets: Vec::new(),
+                requests: Vec::new(),
+                history: Vec::new(),
+            },
+            placer: PlacerState::default(),
+        }));
+        let (stop_reading, stopped) = mpsc::channel();
+        let (feed, every, loads) = (
+            config.feed.clone(),
+            Duration::from_millis(config.refresh_ms),
+            state.clone(),
+        );
+        std::thread::Builder::new()
+            .name("placement feed".into())
+            .spawn(move || read_feed_until_stopped(&feed, every, &loads, &stopped))
+            .map_err(PlacementConfigError::Reader)?;
         Ok(PlacementService {
             placer: Placer::parse(&config.placer).map_err(PlacementConfigError::Placer)?,
             config,
-            state: Mutex::new(State {
-                loads: Loads::default(),
-                loaded_at: None,
-                placer: PlacerState::default(),
-            }),
+            state,
+            _stop_reading: stop_reading,
         })
     }
 
@@ -356,48 +394,53 @@ impl PlacementService {
             return Vec::new();
         }
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let refresh = Duration::from_millis(self.config.refresh_ms);
-        if state.loaded_at.is_none_or(|at| at.elapsed() >= refresh) {
-            let loaded = match self.config.feed.strip_prefix("simulated:") {
-                Some(spec) => simulated(spec),
-                None => read_feed(&self.config.feed),
-            };
-            match loaded {
-                Ok(loads) => state.loads = loads,
-                Err(e) => crate::limited_warn!(FEED_LOG, "placement: {e}; keeping the last loads"),
-            }
-            state.loaded_at = Some(Instant::now());
-        }
-        let available = state
-            .loads
+        let State { input, placer } = &mut *state;
+        let available = input
             .targets
             .len()
             .min(padll_wire::control::MAX_STRIPES as usize);
         if available == 0 {
             return Vec::new();
         }
-        let input = PlaceInput {
-            stripe_size: placement::DEFAULT_STRIPE_SIZE,
-            osses: state.loads.osses.clone(),
-            targets: state.loads.targets.clone(),
-            requests: vec![Request {
-                id: request.request,
-                app: 0,
-                stripes: request.stripes.clamp(1, available as u32),
-                bytes: 0.0,
-            }],
-            history: Vec::new(),
-        };
-        let decision = placement::place(&self.placer, &input, &mut state.placer);
+        input.requests = vec![Request {
+            id: request.request,
+            app: 0,
+            stripes: request.stripes.clamp(1, available as u32),
+            bytes: 0.0,
+        }];
+        let decision = placement::place(&self.placer, input, placer);
         let Some(chosen) = decision.ok().and_then(|d| d.placements.into_iter().next()) else {
             return Vec::new();
         };
         for id in &chosen.targets {
-            if let Some(target) = state.loads.targets.iter_mut().find(|t| t.id == *id) {
+            if let Some(target) = input.targets.iter_mut().find(|t| t.id == *id) {
                 target.used = (target.used + placement::DEFAULT_STRIPE_SIZE).min(target.capacity);
             }
         }
         chosen.targets
+    }
+}
+
+/// The feed reader: loads `feed` now and every `every` into `state` (a feed refused
+/// leaves the last loads in use), until `stopped` is disconnected.
+fn read_feed_until_stopped(
+    feed: &str,
+    every: Duration,
+    state: &Mutex<State>,
+    stopped: &mpsc::Receiver<()>,
+) {
+    loop {
+        match load(feed) {
+            Ok(loads) => {
+                let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
+                state.input.osses = loads.osses;
+                state.input.targets = loads.targets;
+            }
+            Err(e) => crate::limited_warn!(FEED_LOG, "placement: {e}; keeping the last loads"),
+        }
+        if stopped.recv_timeout(every) != Err(mpsc::RecvTimeoutError::Timeout) {
+            return;
+        }
     }
 }
 
@@ -496,14 +539,102 @@ mod tests {
         }
     }
 
-    fn service(placer: &str, feed: &str) -> PlacementService {
+    /// A service whose feed is re-read every `refresh_ms`.
+    fn refreshed(placer: &str, feed: &str, refresh_ms: u64) -> PlacementService {
         PlacementService::new(PlacementConfig {
             mount: "/lustre".into(),
             placer: placer.into(),
             feed: feed.into(),
-            refresh_ms: 60_000,
+            refresh_ms,
         })
         .unwrap()
+    }
+
+    /// A service whose feed has been read once (and is not again during a test).
+    fn service(placer: &str, feed: &str) -> PlacementService {
+        let service = refreshed(placer, feed, 600_000);
+        targets_within(&service, Duration::from_secs(10), |targets| targets > 0);
+        service
+    }
+
+    /// Waits until the service's target count satisfies `wanted`.
+    fn targets_within(
+        service: &PlacementService,
+        timeout: Duration,
+        wanted: impl Fn(usize) -> bool,
+    ) {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let targets = service.state.lock().unwrap().input.targets.len();
+            if wanted(targets) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{targets} targets after {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// A feed of `targets` targets on one server, padded with comments to `bytes`.
+    fn feed_of(targets: u32, bytes: usize) -> String {
+        let mut text = String::from("oss=0\n");
+        for t in 0..targets {
+            text.push_str(&format!(
+                "obdfilter.l-OST{t:04x}.kbytestotal=1000000\nobdfilter.l-OST{t:04x}.kbytesavail=1000000\n"
+            ));
+        }
+        let line = "# padding to make the feed larger than a configuration file\n";
+        while text.len() < bytes {
+            text.push_str(line);
+        }
+        text
+    }
+
+    #[test]
+    fn feeds_up_to_4_mib_are_read_larger_ones_and_fifos_refused_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("feed");
+        std::fs::write(&path, feed_of(3, 3 << 20)).unwrap();
+        let path = path.to_str().unwrap();
+        assert_eq!(read_feed(path).unwrap().targets.len(), 3, "a 3 MiB feed");
+        std::fs::write(path, feed_of(3, MAX_FEED_BYTES as usize + 1)).unwrap();
+        let error = read_feed(path).unwrap_err().to_string();
+        assert!(
+            error.contains(path) && error.contains("exceeds the limit of 4194304"),
+            "{error}"
+        );
+        std::fs::remove_file(path).unwrap();
+        let made = std::ffi::CString::new(path).unwrap();
+        // SAFETY: mkfifo reads the NUL-terminated path, which lives across the call.
+        assert_eq!(unsafe { libc::mkfifo(made.as_ptr(), 0o600) }, 0);
+        // No writer: a blocking open would wait for ever.
+        let error = read_feed(path).unwrap_err().to_string();
+        assert!(
+            error.contains(path) && error.contains("not a regular file"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_refused_feed_keeps_the_last_loads_and_a_good_one_replaces_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("feed");
+        std::fs::write(&path, feed_of(3, 0)).unwrap();
+        let mapper = refreshed("round-robin", path.to_str().unwrap(), 100);
+        targets_within(&mapper, Duration::from_secs(10), |n| n == 3);
+        // A FIFO is refused at once: requests are answered from the last loads meanwhile,
+        // and the reader goes on (it takes the next good feed).
+        std::fs::remove_file(&path).unwrap();
+        let made = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo reads the NUL-terminated path, which lives across the call.
+        assert_eq!(unsafe { libc::mkfifo(made.as_ptr(), 0o600) }, 0);
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(mapper.answer(&request(1)).len(), 1);
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, feed_of(5, 0)).unwrap();
+        targets_within(&mapper, Duration::from_secs(10), |n| n == 5);
     }
 
     #[test]
@@ -531,7 +662,8 @@ mod tests {
 
     #[test]
     fn a_missing_feed_gives_no_advice() {
-        let mapper = service("mcmf", "/nonexistent/feed");
+        let mapper = refreshed("mcmf", "/nonexistent/feed", 100);
+        std::thread::sleep(Duration::from_millis(300));
         assert!(mapper.answer(&request(1)).is_empty());
     }
 

@@ -26,5 +26,6 @@ mod services;
 mod slurm;
 mod standby;
 mod trust;
+mod trust_global;
 mod trust_local;
 mod util;

@@ -1,14 +1,29 @@
 //! The gRPC endpoint: one `Attach` stream per local controller, its node's identity
 //! checked against its TLS client certificate.
+//!
+//! The TLS handshake lets a client without a certificate through, so that a standby
+//! can ask `Standing`; that is all such a client can do. Every connection is
+//! provisional ([`crate::bounds::Incoming`]) until a node attaches on it with its
+//! certificate: closed after [`crate::bounds::UNAUTHENTICATED_LIFETIME`], and closed to
+//! make room when too many are open (in all, or from one address), so connections
+//! without a certificate never hold descriptors an attaching node or the admin socket
+//! needs. Plaintext (`--insecure-plaintext`) tells no one apart: only the total cap and
+//! the lifetime hold there.
 
 use super::Controller;
+use crate::bounds::Admission;
 use crate::outbox;
 use crate::proto::{self, local_message, GlobalMessage, LocalMessage};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
+use tonic::transport::server::TlsConnectInfo;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::debug;
+
+/// Concurrent HTTP/2 streams on one connection: a node needs one (`Attach`), a standby
+/// one (`Standing`).
+const MAX_STREAMS_PER_CONNECTION: u32 = 16;
 
 /// Warnings caused by what gRPC peers sent: at most 20 lines per 5 s.
 pub(super) static GRPC_LOG: crate::bounds::LogLimit =
@@ -35,7 +50,12 @@ impl proto::global_server::Global for Service {
         // The node names the client's certificate speaks for (verified against the
         // site CA in the handshake).
         let certified = if self.authenticate {
-            let Some(certs) = request.peer_certs().filter(|c| !c.is_empty()) else {
+            let certs = request
+                .extensions()
+                .get::<TlsConnectInfo<Admission>>()
+                .and_then(|info| info.peer_certs())
+                .filter(|c| !c.is_empty());
+            let Some(certs) = certs else {
                 return Err(Status::unauthenticated(
                     "a node certificate is required (mutual TLS)",
                 ));
@@ -46,6 +66,14 @@ impl proto::global_server::Global for Service {
         } else {
             None
         };
+        // A node's connection stays open for good.
+        let kept = request
+            .extensions()
+            .get::<Admission>()
+            .is_none_or(Admission::keep);
+        if !kept {
+            return Err(Status::unavailable("the connection was closed"));
+        }
         let mut inbound = request.into_inner();
         let first = tokio::time::timeout(Duration::from_secs(10), inbound.message())
             .await
@@ -92,7 +120,8 @@ impl proto::global_server::Global for Service {
     }
 
     /// Public facts (who leads, in which term, whether etcd answers): asked by a leader
-    /// whose lease lapsed, with or without a client certificate.
+    /// whose lease lapsed, with or without a client certificate (the only request a
+    /// client without one can make).
     async fn standing(
         &self,
         _: Request<proto::StandingRequest>,
@@ -133,15 +162,21 @@ fn register_name(first: Option<LocalMessage>) -> Result<String, Status> {
 
 /// Serves the gRPC endpoint on an already-bound listener (so callers can bind port 0):
 /// with mutual TLS when `tls` is given (a node's identity is then its certificate's),
-/// plaintext otherwise.
+/// plaintext otherwise. Its connections are capped by the descriptor limit
+/// ([`crate::bounds::ListenerCaps`]).
 pub async fn serve(
     controller: Arc<Controller>,
     listener: tokio::net::TcpListener,
     tls: Option<tonic::transport::ServerTlsConfig>,
 ) -> Result<(), ServeError> {
-    let incoming = crate::bounds::Incoming::new(listener);
+    let mut caps = crate::bounds::ListenerCaps::of_this_process().grpc;
     let authenticate = tls.is_some();
-    let mut builder = tonic::transport::Server::builder();
+    if !authenticate {
+        caps = caps.without_authentication();
+    }
+    let incoming = crate::bounds::Incoming::new(listener, "gRPC listener", caps);
+    let mut builder =
+        tonic::transport::Server::builder().max_concurrent_streams(MAX_STREAMS_PER_CONNECTION);
     if let Some(tls) = tls {
         builder = builder.tls_config(tls).map_err(ServeError::Tls)?;
     }
