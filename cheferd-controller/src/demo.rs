@@ -181,8 +181,10 @@ fn remove_job_files(jobs: usize) {
     // SAFETY: geteuid cannot fail and touches no memory.
     let uid = unsafe { libc::geteuid() };
     for id in (1..=jobs).map(job_id) {
-        let _ = std::fs::remove_file(padll_wire::node_files::last_rules(uid, &id));
-        let _ = std::fs::remove_file(padll_wire::node_files::segment(uid, &id));
+        for files in padll_wire::node_files::both_places(uid, &id) {
+            let _ = std::fs::remove_file(files.last_rules);
+            let _ = std::fs::remove_file(files.segment);
+        }
     }
 }
 

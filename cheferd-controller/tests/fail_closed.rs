@@ -23,13 +23,9 @@ impl Job {
     /// Its files in its user's directory and flat in `/dev/shm` (which are used
     /// depends on whether a root component made the directory).
     fn files(&self) -> [PathBuf; 4] {
-        use padll_wire::node_files::{flat_job_files, private_job_files};
         // SAFETY: geteuid takes no arguments, touches no memory of ours and cannot fail.
         let uid = unsafe { libc::geteuid() };
-        let (flat, private) = (
-            flat_job_files(uid, &self.0),
-            private_job_files(uid, &self.0),
-        );
+        let [flat, private] = padll_wire::node_files::both_places(uid, &self.0);
         [
             flat.last_rules,
             flat.segment,

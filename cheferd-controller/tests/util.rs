@@ -51,19 +51,17 @@ pub fn cheferd() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_cheferd"))
 }
 
-/// The stage, found beside `cheferd` or built once with cargo (`cargo test -p
-/// cheferd-controller` does not build it: it is not a dependency).
+/// The stage beside `cheferd`, brought up to date once per test binary with cargo (a
+/// no-op when it is): `cargo test` does not rebuild `target/<profile>/libpadll.so` (the
+/// cdylib is not what a test links), so one left by an earlier build would be tested.
 pub fn stage_library() -> PathBuf {
     static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
     LIBRARY
         .get_or_init(|| {
             let exe = cheferd();
             let dir = exe.parent().expect("cheferd has a directory");
-            if let Some(library) = padll_wire::locate_stage_library(dir) {
-                return library;
-            }
             let mut build = Command::new(env!("CARGO"));
-            build.args(["build", "-p", "padll-stage"]);
+            build.args(["build", "-q", "-p", "padll-stage"]);
             if dir.file_name().is_some_and(|n| n == "release") {
                 build.arg("--release");
             }
@@ -739,12 +737,15 @@ impl Cluster {
     /// uid and half-written ones included, so no later test starts a job of the same id
     /// under them.
     fn remove_job_files(&self) {
-        use padll_wire::node_files::{flat_job_files, private_job_files, NODE_DIRECTORY};
+        use padll_wire::node_files::{both_places, NODE_DIRECTORY};
         // SAFETY: geteuid takes no arguments, touches no memory of ours and cannot fail.
         let uid = unsafe { libc::geteuid() };
-        for job in &self.started_jobs {
-            let _ = std::fs::remove_file(flat_job_files(uid, job).segment);
-            let _ = std::fs::remove_file(private_job_files(uid, job).segment);
+        for files in self
+            .started_jobs
+            .iter()
+            .flat_map(|job| both_places(uid, job))
+        {
+            let _ = std::fs::remove_file(files.segment);
         }
         let scratch = self.scratch.display().to_string();
         let user_directories = std::fs::read_dir(NODE_DIRECTORY)

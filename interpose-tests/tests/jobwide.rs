@@ -48,11 +48,7 @@ impl std::ops::Deref for Job {
 
 impl Drop for Job {
     fn drop(&mut self) {
-        use padll_wire::node_files::{flat_job_files, private_job_files};
-        for files in [
-            flat_job_files(uid(), &self.0),
-            private_job_files(uid(), &self.0),
-        ] {
+        for files in padll_wire::node_files::both_places(uid(), &self.0) {
             let _ = std::fs::remove_file(files.segment);
         }
     }

@@ -443,10 +443,11 @@ fn the_stage_demo_compares_each_limit_with_what_it_covers() {
     assert_eq!(limit, 2000.0, "{text}");
     assert!(covered <= 2100.0 && covered > 0.0, "{text}");
     assert!((all - 3.0 * covered).abs() <= 3.0, "{text}");
-    // A metadata limit covers them all.
+    // A metadata limit covers them all. (The floor only says the loop ran: a loaded
+    // machine may give a one-second run a fraction of a core.)
     let [covered, limit, all] = row("metadata=1000/s");
     assert_eq!(limit, 1000.0, "{text}");
-    assert!(covered <= 1050.0 && covered > 500.0, "{text}");
+    assert!(covered <= 1050.0 && covered > 100.0, "{text}");
     assert_eq!(covered, all, "{text}");
 }
 

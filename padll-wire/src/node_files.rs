@@ -65,6 +65,13 @@ pub fn private_rules_name(job: &str) -> String {
     job_file("rules", job)
 }
 
+/// Both places the job's files may be (flat, and in the uid's directory): a stage
+/// that started before the directory was made, or of an earlier release, kept them
+/// flat. For whoever removes a job's files.
+pub fn both_places(uid: u32, job: &str) -> [JobFiles; 2] {
+    [flat_job_files(uid, job), private_job_files(uid, job)]
+}
+
 /// The job's files flat in `/dev/shm`: `padll-<uid>-<job>` and `padll-rules-<uid>-<job>`.
 pub fn flat_job_files(uid: u32, job: &str) -> JobFiles {
     JobFiles {
