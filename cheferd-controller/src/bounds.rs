@@ -361,6 +361,21 @@ macro_rules! limited_warn {
     };
 }
 
+/// Logs an info line about peers' activity through `limit`, as [`limited_warn!`] does
+/// a warning.
+#[macro_export]
+macro_rules! limited_info {
+    ($limit:expr, $($arg:tt)+) => {
+        if let Some(suppressed) = $limit.allow() {
+            if suppressed > 0 {
+                tracing::info!(suppressed, $($arg)+);
+            } else {
+                tracing::info!($($arg)+);
+            }
+        }
+    };
+}
+
 /// A byte budget shared by connections (partial lines being read): each connection
 /// reserves what it buffers and gives it back when the line is complete or it leaves.
 #[derive(Debug)]

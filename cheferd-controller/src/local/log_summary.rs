@@ -49,7 +49,7 @@ pub struct Activity {
     suppressed: AtomicBool,
 }
 
-/// One event of an [`Activity`], for `limited_warn!`/`limited_info!`.
+/// One event of an [`Activity`], for `crate::limited_warn!`/`crate::limited_info!`.
 pub struct Counted<'a> {
     activity: &'a Activity,
     event: Event,
@@ -101,20 +101,6 @@ impl Activity {
         ))
     }
 }
-
-/// Logs an info line through a limit (as `crate::limited_warn!` does a warning).
-macro_rules! limited_info {
-    ($limit:expr, $($arg:tt)+) => {
-        if let Some(suppressed) = $limit.allow() {
-            if suppressed > 0 {
-                tracing::info!(suppressed, $($arg)+);
-            } else {
-                tracing::info!($($arg)+);
-            }
-        }
-    };
-}
-pub(super) use limited_info;
 
 /// Reports above the rules over the current period, per job.
 pub struct OverReports {

@@ -2,11 +2,12 @@
 //! stage's messages until it leaves (see `padll_wire::control`).
 
 use super::admission::Admission;
-use super::log_summary::{limited_info, Event};
+use super::log_summary::Event;
 use super::outbox::{Closed, Outbox, WRITE_STALL};
 use super::placement::{Rate, PLACE_RATE_PER_STAGE};
 use super::{Local, ACTIVITY, OVER_REPORTS, PEER_LOG};
 use crate::bounds::{self, AcceptBackoff, Budget};
+use crate::limited_info;
 use crate::limited_warn;
 use crate::lines::{self, Line};
 use crate::proto::{self, local_message};
