@@ -22,13 +22,7 @@ const OFFERED: u64 = 800;
 /// a loaded machine slows it, an attack that succeeds cuts it to a few percent.
 const STARVED: f64 = 0.25;
 
-const CONFIG: &str = r#"
-interval_ms = 500
-[[resource]]
-name = "{scratch}:metadata"
-max_rate = "2000"
-policy = "psfa"
-"#;
+const CONFIG: &str = TRUST_CONFIG;
 
 fn hello(job: &str, mount: &Path) -> String {
     hello_sized(job, 1, mount)
@@ -73,27 +67,13 @@ fn assert_rate_limited(log: &str, needle: &str, elapsed: Duration) {
     );
 }
 
-/// Runs this test binary's `zz_attacker_helper` (named by its module path in the one test
-/// binary) as uid 65534 with `vars`.
+/// Runs this binary's attacker helper as uid 65534 with `vars`.
 fn as_nobody(vars: &[(&str, &str)]) -> std::process::Child {
-    let exe = std::env::current_exe().unwrap();
-    Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(exe)
-        .args([
-            "trust::zz_attacker_helper",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-        ])
-        .envs(vars.iter().copied())
-        .spawn()
-        .expect("setpriv runs")
-}
-
-/// Makes the cluster's directory reachable by other uids (the socket is 0666 anyway).
-fn open_to_others(cluster: &Cluster) {
-    std::fs::set_permissions(cluster.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    run_as_nobody(
+        "trust::zz_attacker_helper",
+        vars,
+        std::process::Stdio::inherit(),
+    )
 }
 
 /// Not a test: the attacker side of the attacks run as another uid.
@@ -184,7 +164,7 @@ fn zz_attacker_helper() {
 fn attack03_fake_stage_cannot_starve_the_real_one() {
     let _turn = alone();
     let mut cluster = Cluster::new(CONFIG);
-    open_to_others(&cluster);
+    cluster.open_to_others();
     cluster.start_global();
     cluster.start_local("n1");
     let victim = job_id("victim");
@@ -285,7 +265,7 @@ max_rate = "2000"
 policy = "themis:size"
 "#,
     );
-    open_to_others(&cluster);
+    cluster.open_to_others();
     cluster.start_global();
     cluster.start_local("n1");
     let victim = job_id("victim");
@@ -758,7 +738,7 @@ fn attack07_non_finite_usage_is_refused() {
 fn attack11_slow_partial_lines_leave_no_memory_behind() {
     let _turn = alone();
     let mut cluster = Cluster::new(CONFIG);
-    open_to_others(&cluster);
+    cluster.open_to_others();
     cluster.start_global();
     cluster.start_local("n1");
     let pid = cluster.local_pid("n1");

@@ -24,13 +24,7 @@ use std::time::{Duration, Instant};
 /// The global controller's descriptor limit in these tests.
 const NOFILE: u64 = 1024;
 
-const CONFIG: &str = r#"
-interval_ms = 500
-[[resource]]
-name = "{scratch}:metadata"
-max_rate = "2000"
-policy = "psfa"
-"#;
+const CONFIG: &str = TRUST_CONFIG;
 
 /// The caps the global controller runs with under [`NOFILE`].
 fn caps() -> ListenerCaps {
@@ -525,21 +519,13 @@ fn zz_nobody_helper() {
     std::thread::sleep(Duration::from_secs(600));
 }
 
-/// Runs [`zz_nobody_helper`] as uid 65534 with `vars`.
+/// Runs this binary's attacker helper as uid 65534 with `vars`.
 fn as_nobody(vars: &[(&str, &str)]) -> std::process::Child {
-    Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "trust_global::zz_nobody_helper",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-        ])
-        .envs(vars.iter().copied())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("setpriv runs")
+    run_as_nobody(
+        "trust_global::zz_nobody_helper",
+        vars,
+        std::process::Stdio::null(),
+    )
 }
 
 /// A stage connection that said hello as a process of `job` on `mount`, and the reply.

@@ -7,19 +7,11 @@ use crate::util::*;
 use padll_wire::config::Identity;
 use padll_wire::control::{self, ControlMessage, StageMessage, PROTOCOL_VERSION};
 use std::io::{BufReader, ErrorKind, Write};
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-const CONFIG: &str = r#"
-interval_ms = 500
-[[resource]]
-name = "{scratch}:metadata"
-max_rate = "2000"
-policy = "psfa"
-"#;
+const CONFIG: &str = TRUST_CONFIG;
 
 /// How long an attack runs.
 const ATTACK: Duration = Duration::from_secs(8);
@@ -88,26 +80,13 @@ impl GoodStage {
     }
 }
 
-/// Runs this test binary's `zz_local_attacker_helper` as uid 65534 with `vars`.
+/// Runs this binary's attacker helper as uid 65534 with `vars`.
 fn as_nobody(vars: &[(&str, &str)]) -> std::process::Child {
-    Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "trust_local::zz_local_attacker_helper",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-        ])
-        .envs(vars.iter().copied())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("setpriv runs")
-}
-
-/// Makes the cluster's directory reachable by other uids (the socket is 0666 anyway).
-fn open_to_others(cluster: &Cluster) {
-    std::fs::set_permissions(cluster.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    run_as_nobody(
+        "trust_local::zz_local_attacker_helper",
+        vars,
+        std::process::Stdio::piped(),
+    )
 }
 
 /// The number the attacker printed after `word`.
@@ -184,7 +163,7 @@ fn zz_local_attacker_helper() {
 fn place_flood_without_reading_is_closed_and_bounded() {
     let _turn = alone();
     let mut cluster = Cluster::new(CONFIG);
-    open_to_others(&cluster);
+    cluster.open_to_others();
     cluster.start_global();
     cluster.start_local("n1");
     let pid = cluster.local_pid("n1");
@@ -307,7 +286,7 @@ fn a_users_directory_is_made_before_its_stage_is_welcomed() {
     use std::os::unix::fs::MetadataExt;
     let _turn = alone();
     let mut cluster = Cluster::new(CONFIG);
-    open_to_others(&cluster);
+    cluster.open_to_others();
     cluster.start_global();
     cluster.start_local("n1");
     // Something in the way of uid 65534's directory: a symlink to a directory of root's.

@@ -787,3 +787,33 @@ pub fn read_line_with_timeout(
         Err(e) => panic!("no line within {timeout:?}: {e}"),
     }
 }
+
+/// The configuration of the attack tests (`trust*.rs`): one metadata resource.
+pub const TRUST_CONFIG: &str = r#"
+interval_ms = 500
+[[resource]]
+name = "{scratch}:metadata"
+max_rate = "2000"
+policy = "psfa"
+"#;
+
+/// Runs the ignored test `helper` of this test binary (its module path, e.g.
+/// `trust::zz_attacker_helper`) as uid 65534 with `vars`: an attacker of another uid.
+pub fn run_as_nobody(helper: &str, vars: &[(&str, &str)], stdout: Stdio) -> Child {
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(std::env::current_exe().unwrap())
+        .args([helper, "--exact", "--ignored", "--nocapture"])
+        .envs(vars.iter().copied())
+        .stdout(stdout)
+        .spawn()
+        .expect("setpriv runs")
+}
+
+impl Cluster {
+    /// Makes the cluster's directory reachable by other uids (the stage socket is 0666).
+    pub fn open_to_others(&self) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(self.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
