@@ -4,6 +4,7 @@
 //! the value.
 
 use crate::util::{library, scratch};
+use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -15,8 +16,14 @@ fn mkfifo(path: &Path) {
 }
 
 /// Runs `padll --version` (which ends through `exit` and keeps stderr open, so
-/// statistics are written and the stage can complain; coreutils close stderr) under the stage with `env`; returns (stdout, stderr, peak
-/// RSS in KiB), failing if it takes longer than 20 s.
+/// statistics are written and the stage can complain; coreutils close stderr) under the
+/// stage with `env`; returns (stdout, stderr, its peak RSS in KiB), failing if it takes
+/// longer than 20 s. The RSS is this child's own (`wait4`), not the largest of every
+/// child the test process reaped (`cargo build` among them).
+#[expect(
+    clippy::zombie_processes,
+    reason = "reaped by wait4, which clippy does not see"
+)]
 fn run(env: &[(&str, &str)]) -> (String, String, u64) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_padll"))
         .arg("--version")
@@ -28,10 +35,25 @@ fn run(env: &[(&str, &str)]) -> (String, String, u64) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let read_all = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            text
+        })
+    };
+    let stdout = read_all(Box::new(child.stdout.take().unwrap()));
+    let stderr = read_all(Box::new(child.stderr.take().unwrap()));
+    let pid = child.id() as libc::pid_t;
     let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            break;
+    let (status, usage) = loop {
+        let mut status = 0;
+        // SAFETY: an all-zero rusage is valid plain data; `status` and `usage` are valid
+        // out-pointers for wait4 of our own child.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        let reaped = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        if reaped == pid {
+            break (status, usage);
         }
         if Instant::now() > deadline {
             let _ = child.kill();
@@ -39,19 +61,15 @@ fn run(env: &[(&str, &str)]) -> (String, String, u64) {
             panic!("the program hung under {env:?}");
         }
         std::thread::sleep(Duration::from_millis(10));
-    }
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{env:?}: {:?}", out.status);
-    // SAFETY: plain getrusage of reaped children.
-    let rss = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
-        usage.ru_maxrss as u64
     };
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "{env:?}: wait status {status:#x}"
+    );
     (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-        rss,
+        stdout.join().unwrap(),
+        stderr.join().unwrap(),
+        usage.ru_maxrss as u64,
     )
 }
 
