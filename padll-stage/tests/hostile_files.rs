@@ -48,9 +48,9 @@ fn run(env: &[(&str, &str)]) -> (String, String, u64) {
     let deadline = Instant::now() + Duration::from_secs(20);
     let (status, usage) = loop {
         let mut status = 0;
-        // SAFETY: an all-zero rusage is valid plain data; `status` and `usage` are valid
-        // out-pointers for wait4 of our own child.
+        // SAFETY: an all-zero rusage is valid plain data.
         let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `status` and `usage` are valid out-pointers; `pid` is our own child.
         let reaped = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
         if reaped == pid {
             break (status, usage);
