@@ -25,6 +25,7 @@ mod schedule_and_metrics;
 mod services;
 mod slurm;
 mod standby;
+mod tidy;
 mod trust;
 mod trust_global;
 mod trust_local;
