@@ -40,7 +40,7 @@ pub struct DemoOptions {
 pub const SECONDS: RangeInclusive<usize> = 1..=3600;
 /// Of `--stagger`, seconds.
 pub const STAGGER: RangeInclusive<usize> = 0..=600;
-/// Of `--jobs`: one per demand of [`DEMANDS`].
+/// Of `--jobs`: one per demand the demo defines (`DEMANDS`).
 pub const JOBS: RangeInclusive<usize> = 1..=4;
 /// Of `--max-rate`, ops/s: the smallest still gives every job a demand, the largest is
 /// beyond what one machine's metadata operations reach.

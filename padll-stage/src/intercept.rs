@@ -433,9 +433,9 @@ pub unsafe fn intercept_rest<R: Returned>(
     }
 }
 
-/// Where `target` lies, when that is cheap to find (see [`dispatch`]), as
-/// [`Resolved::encode`]s it (0 = unrelated); `None` otherwise. Descriptor places are
-/// passed on as the fd table stores them, never decoded here.
+/// Where `target` lies, when that is cheap to find (see [`dispatch`]), encoded as in a
+/// [`Resolved`] word (0 = unrelated); `None` otherwise. Descriptor places are passed on
+/// as the fd table stores them, never decoded here.
 ///
 /// # Safety
 /// `target`'s pointers are null or the application's (NUL-terminated paths, open

@@ -55,6 +55,8 @@ pub enum Command {
 pub struct PlaceArgs {
     /// Placer: mcmf (= mcmf:3,3: Markov order 3, 3 predicted requests per application),
     /// mcmf:ORDER[,PREDICT], mcmf:0 (no prediction), round-robin, random[:SEED].
+    // The text is the flag's help: its brackets are the usage's optional parts.
+    #[allow(rustdoc::broken_intra_doc_links)]
     #[arg(long, default_value = "mcmf")]
     pub placer: String,
 }

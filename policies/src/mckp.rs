@@ -55,7 +55,7 @@ pub fn solve(capacity: usize, classes: &[Vec<(usize, f64)>]) -> Option<Vec<usize
     // Best total over all weights (smallest weight wins ties).
     let mut at = None;
     for (c, &v) in best.iter().enumerate() {
-        if v != NONE && at.map_or(true, |a: usize| v > best[a]) {
+        if v != NONE && at.is_none_or(|a: usize| v > best[a]) {
             at = Some(c);
         }
     }

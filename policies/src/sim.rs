@@ -178,7 +178,7 @@ pub fn simulate(scenario: &Scenario, policy: &mut dyn Policy) -> SimResult {
             break;
         }
         // Control loop at interval boundaries (on the previous interval's observations).
-        if step > 0 && step % steps_per_interval == 0 {
+        if step > 0 && step.is_multiple_of(steps_per_interval) {
             snaps.clear();
             idx.clear();
             for (k, (j, s)) in scenario.jobs.iter().zip(&st).enumerate() {

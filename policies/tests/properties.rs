@@ -412,7 +412,7 @@ proptest! {
         loop {
             let w: usize = pick.iter().zip(&classes).map(|(&o, c)| c[o].0).sum();
             let v: f64 = pick.iter().zip(&classes).map(|(&o, c)| c[o].1).sum();
-            if w <= cap && best.map_or(true, |b| v > b) {
+            if w <= cap && best.is_none_or(|b| v > b) {
                 best = Some(v);
             }
             let mut k = 0;

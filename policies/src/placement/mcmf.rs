@@ -117,7 +117,7 @@ impl Network {
     #[inline]
     fn residual(&self, r: u32) -> (i64, i64, usize) {
         let a = &self.arcs[(r / 2) as usize];
-        if r % 2 == 0 {
+        if r.is_multiple_of(2) {
             (a.cap - a.flow, a.cost + a.flow * a.step, a.to as usize)
         } else {
             let c = if a.flow > 0 {
