@@ -125,9 +125,16 @@ pub enum RateOfError {
 /// the bad value.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// Not TOML, or not this file's shape (the line and its text, then what is wrong).
-    #[error("{0}")]
-    Toml(String),
+    /// Not TOML, or not this file's shape: `message` names the line and its text, then
+    /// what is wrong.
+    #[error("{message}")]
+    Toml {
+        /// The line, its text and what is wrong, for the user.
+        message: String,
+        /// The parser's error.
+        #[source]
+        source: toml::de::Error,
+    },
     /// A number out of its range.
     #[error("{key} = {value}: {range}")]
     OutOfRange {
@@ -388,7 +395,10 @@ impl GlobalConfig {
         policy_exists: &dyn Fn(&str) -> Result<(), policies::SpecError>,
     ) -> Result<GlobalConfig, ConfigError> {
         let raw: RawConfig =
-            toml::from_str(text).map_err(|e| ConfigError::Toml(toml_error(text, &e)))?;
+            toml::from_str(text).map_err(|source| ConfigError::Toml {
+                message: toml_error(text, &source),
+                source,
+            })?;
         let out_of_range =
             |key: &str, value: &dyn std::fmt::Display, range| ConfigError::OutOfRange {
                 key: key.to_string(),

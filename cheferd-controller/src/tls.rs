@@ -264,9 +264,9 @@ pub enum EndpointError {
         "--global '{0}': https:// needs --tls-cert, --tls-key and --tls-ca (plaintext: an http:// URL)"
     )]
     NeedsTls(String),
-    /// The TLS configuration does not apply (its error chain).
-    #[error("TLS configuration: {0}")]
-    Tls(String),
+    /// The TLS configuration does not apply.
+    #[error("TLS configuration: {}", error_chain(.0))]
+    Tls(#[source] tonic::transport::Error),
 }
 
 /// An endpoint for `url`: with `tls` (which must then be `https://`), or plaintext
@@ -282,7 +282,7 @@ pub fn endpoint(url: &str, tls: Option<ClientTlsConfig>) -> Result<Endpoint, End
     match tls {
         Some(tls) if https => endpoint
             .tls_config(tls)
-            .map_err(|e| EndpointError::Tls(error_chain(&e))),
+            .map_err(EndpointError::Tls),
         Some(_) => Err(EndpointError::NeedsHttps(url.to_string())),
         None if https => Err(EndpointError::NeedsTls(url.to_string())),
         None => Ok(endpoint),
