@@ -131,9 +131,9 @@ pub enum ConfigError {
     Toml {
         /// The line, its text and what is wrong, for the user.
         message: String,
-        /// The parser's error.
+        /// The parser's error (boxed: it is large, and every `Result` carries the room).
         #[source]
-        source: toml::de::Error,
+        source: Box<toml::de::Error>,
     },
     /// A number out of its range.
     #[error("{key} = {value}: {range}")]
@@ -397,7 +397,7 @@ impl GlobalConfig {
         let raw: RawConfig =
             toml::from_str(text).map_err(|source| ConfigError::Toml {
                 message: toml_error(text, &source),
-                source,
+                source: Box::new(source),
             })?;
         let out_of_range =
             |key: &str, value: &dyn std::fmt::Display, range| ConfigError::OutOfRange {
