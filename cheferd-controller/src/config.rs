@@ -394,11 +394,10 @@ impl GlobalConfig {
         text: &str,
         policy_exists: &dyn Fn(&str) -> Result<(), policies::SpecError>,
     ) -> Result<GlobalConfig, ConfigError> {
-        let raw: RawConfig =
-            toml::from_str(text).map_err(|source| ConfigError::Toml {
-                message: toml_error(text, &source),
-                source: Box::new(source),
-            })?;
+        let raw: RawConfig = toml::from_str(text).map_err(|source| ConfigError::Toml {
+            message: toml_error(text, &source),
+            source: Box::new(source),
+        })?;
         let out_of_range =
             |key: &str, value: &dyn std::fmt::Display, range| ConfigError::OutOfRange {
                 key: key.to_string(),

@@ -941,12 +941,9 @@ async fn run_local(args: LocalArgs) -> Result<(), Failure> {
         Some(tls) => Some(tls.node_names().map_err(usage)?.remove(0)),
         None => None,
     };
-    let node = node.or(certified).unwrap_or_else(|| {
-        let mut buf = [0u8; 256];
-        // SAFETY: `buf` is a live local of `buf.len()` bytes, the length passed.
-        unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-        String::from_utf8_lossy(&buf[..buf.iter().position(|b| *b == 0).unwrap_or(0)]).into_owned()
-    });
+    let node = node
+        .or(certified)
+        .unwrap_or_else(padll_wire::config::hostname);
     let mut stop = bounds::StopSignals::install().map_err(failed)?;
     let run = local::run(LocalOptions {
         node,

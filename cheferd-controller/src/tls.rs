@@ -280,9 +280,7 @@ pub fn endpoint(url: &str, tls: Option<ClientTlsConfig>) -> Result<Endpoint, End
         })?
         .connect_timeout(Duration::from_secs(10));
     match tls {
-        Some(tls) if https => endpoint
-            .tls_config(tls)
-            .map_err(EndpointError::Tls),
+        Some(tls) if https => endpoint.tls_config(tls).map_err(EndpointError::Tls),
         Some(_) => Err(EndpointError::NeedsHttps(url.to_string())),
         None if https => Err(EndpointError::NeedsTls(url.to_string())),
         None => Ok(endpoint),

@@ -988,7 +988,9 @@ fn wait_ms(text: &str) -> Result<u64, LoadErrorKind> {
         .ok_or_else(|| LoadErrorKind::PlacementWaitMs(text.to_string()))
 }
 
-fn hostname() -> String {
+/// This machine's host name (empty if it cannot be read; a name that fills the buffer
+/// without a NUL is taken whole).
+pub fn hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: `buf` is a live local of `buf.len()` bytes, the length passed.
     if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
