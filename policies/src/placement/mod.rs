@@ -525,6 +525,89 @@ pub fn predictions(input: &PlaceInput, order: usize, predict: usize) -> Vec<Requ
     out
 }
 
+/// The costs of eq. (1) for one set of requests (§III-C1), in [`COST_SCALE`] units:
+/// what the network of [`solve_network`] charges on its arcs and what
+/// [`assignment_cost`] adds up for a given assignment — one model, so the brute-force
+/// check tests the solver, not a second copy of the costs.
+struct CostModel<'a> {
+    input: &'a PlaceInput,
+    weights: &'a Weights,
+    /// Each server's load (`cpu`, `memory` weighted), %.
+    oss_load: HashMap<u32, f64>,
+    mean_cap: f64,
+    /// The largest stripe of the requests: a target's room is counted in it.
+    unit_max: f64,
+    /// The mean stripe: what each stripe placed adds to a target's used bytes.
+    unit_mean: f64,
+    total_stripes: i64,
+}
+
+impl<'a> CostModel<'a> {
+    fn new(input: &'a PlaceInput, reqs: &[Request], weights: &'a Weights) -> CostModel<'a> {
+        let mean_cap = if input.targets.is_empty() {
+            1.0
+        } else {
+            (input.targets.iter().map(|t| t.capacity).sum::<f64>() / input.targets.len() as f64)
+                .max(1.0)
+        };
+        let unit_max = reqs
+            .iter()
+            .map(|r| stripe_bytes(r, input.stripe_size))
+            .fold(input.stripe_size, f64::max);
+        let total_stripes: i64 = reqs.iter().map(|r| r.stripes as i64).sum();
+        let unit_mean = reqs
+            .iter()
+            .map(|r| stripe_bytes(r, input.stripe_size) * r.stripes as f64)
+            .sum::<f64>()
+            / total_stripes.max(1) as f64;
+        CostModel {
+            input,
+            weights,
+            oss_load: input
+                .osses
+                .iter()
+                .map(|o| (o.id, weights.cpu * o.cpu + weights.memory * o.memory))
+                .collect(),
+            mean_cap,
+            unit_max,
+            unit_mean,
+            total_stripes,
+        }
+    }
+
+    /// Stripes of the largest size that fit on `t`.
+    fn room(&self, t: &Target) -> i64 {
+        room(t, self.unit_max)
+    }
+
+    /// A stripe of a request on `t`: the load of `t`'s server (R_i → OST_jk).
+    fn placing_on(&self, t: &Target) -> i64 {
+        let load = self.oss_load.get(&t.oss).copied().unwrap_or(0.0) / 100.0;
+        pct(self.weights.oss * load)
+    }
+
+    /// `t`'s first stripe and each further one (OST_jk → OSS_j: its load after them).
+    fn target(&self, t: &Target) -> (i64, i64) {
+        let w = self.weights;
+        let first = w.ost * (t.used + self.unit_mean) / self.mean_cap + w.io * t.load / 100.0;
+        (pct(first), pct(w.ost * self.unit_mean / self.mean_cap))
+    }
+
+    /// Each stripe of the round on one server (OSS_j → sink).
+    fn server_step(&self) -> i64 {
+        pct(self.weights.oss * self.weights.oss_stripe / 100.0)
+    }
+
+    fn target_of(&self, id: u32) -> Option<&'a Target> {
+        self.input.targets.iter().find(|t| t.id == id)
+    }
+}
+
+/// `x` (a fraction of load) in [`COST_SCALE`] units.
+fn pct(x: f64) -> i64 {
+    (x * COST_SCALE).round() as i64
+}
+
 /// Solve the Fig. 10 network for `reqs` (the first `current` are the real ones).
 /// Returns the stripes' targets per request and the cost, or `None` if not every stripe
 /// can be carried.
@@ -533,33 +616,13 @@ pub fn solve_network(
     reqs: &[Request],
     weights: &Weights,
 ) -> Option<(Vec<Vec<u32>>, i64)> {
-    let oss_load: HashMap<u32, f64> = input
-        .osses
-        .iter()
-        .map(|o| (o.id, weights.cpu * o.cpu + weights.memory * o.memory))
-        .collect();
-    let mean_cap = if input.targets.is_empty() {
-        1.0
-    } else {
-        (input.targets.iter().map(|t| t.capacity).sum::<f64>() / input.targets.len() as f64)
-            .max(1.0)
-    };
-    let unit_max = reqs
-        .iter()
-        .map(|r| stripe_bytes(r, input.stripe_size))
-        .fold(input.stripe_size, f64::max);
-    let total_stripes: i64 = reqs.iter().map(|r| r.stripes as i64).sum();
-    let unit_mean = reqs
-        .iter()
-        .map(|r| stripe_bytes(r, input.stripe_size) * r.stripes as f64)
-        .sum::<f64>()
-        / total_stripes.max(1) as f64;
+    let model = CostModel::new(input, reqs, weights);
     // Targets that can take at least one stripe.
     let eligible: Vec<(usize, i64)> = input
         .targets
         .iter()
         .enumerate()
-        .map(|(k, t)| (k, room(t, unit_max)))
+        .map(|(k, t)| (k, model.room(t)))
         .filter(|&(_, c)| c > 0)
         .collect();
     // Servers of the eligible targets, in id order.
@@ -577,27 +640,25 @@ pub fn solve_network(
     for (i, r) in reqs.iter().enumerate() {
         net.add_arc(src, r0 + i, r.stripes as i64, 0, 0);
     }
-    let pct = |x: f64| (x * COST_SCALE).round() as i64;
     // R_i → OST_jk: capacity 1, cost = load of OSS_j (§III-C1).
     let mut arc_of = Vec::with_capacity(reqs.len() * eligible.len());
     for (i, _) in reqs.iter().enumerate() {
         for (e, &(k, _)) in eligible.iter().enumerate() {
-            let t = &input.targets[k];
-            let load = oss_load.get(&t.oss).copied().unwrap_or(0.0) / 100.0;
-            arc_of.push(net.add_arc(r0 + i, t0 + e, 1, pct(weights.oss * load), 0));
+            let cost = model.placing_on(&input.targets[k]);
+            arc_of.push(net.add_arc(r0 + i, t0 + e, 1, cost, 0));
         }
     }
     // OST_jk → OSS_j: capacity = stripes that fit, cost = the OST's load after them.
     for (e, &(k, cap)) in eligible.iter().enumerate() {
         let t = &input.targets[k];
-        let first = weights.ost * (t.used + unit_mean) / mean_cap + weights.io * t.load / 100.0;
-        let step = weights.ost * unit_mean / mean_cap;
+        let (first, step) = model.target(t);
         let j = servers.binary_search(&t.oss).expect("server listed");
-        net.add_arc(t0 + e, s0 + j, cap, pct(first), pct(step));
+        net.add_arc(t0 + e, s0 + j, cap, first, step);
     }
     // OSS_j → S2: uncapacitated; each stripe of the round adds `oss_stripe` % of load.
+    let total_stripes = model.total_stripes;
     for j in 0..servers.len() {
-        let step = pct(weights.oss * weights.oss_stripe / 100.0);
+        let step = model.server_step();
         net.add_arc(s0 + j, sink, total_stripes, step, step);
     }
     let res = net.solve(src, sink, total_stripes);
@@ -625,30 +686,7 @@ pub fn assignment_cost(
     weights: &Weights,
     targets: &[Vec<u32>],
 ) -> Option<i64> {
-    let mean_cap = if input.targets.is_empty() {
-        1.0
-    } else {
-        (input.targets.iter().map(|t| t.capacity).sum::<f64>() / input.targets.len() as f64)
-            .max(1.0)
-    };
-    let unit_max = reqs
-        .iter()
-        .map(|r| stripe_bytes(r, input.stripe_size))
-        .fold(input.stripe_size, f64::max);
-    let total_stripes: i64 = reqs.iter().map(|r| r.stripes as i64).sum();
-    let unit_mean = reqs
-        .iter()
-        .map(|r| stripe_bytes(r, input.stripe_size) * r.stripes as f64)
-        .sum::<f64>()
-        / total_stripes.max(1) as f64;
-    let pct = |x: f64| (x * COST_SCALE).round() as i64;
-    let oss_load = |id: u32| {
-        input
-            .osses
-            .iter()
-            .find(|o| o.id == id)
-            .map_or(0.0, |o| weights.cpu * o.cpu + weights.memory * o.memory)
-    };
+    let model = CostModel::new(input, reqs, weights);
     let mut per_target: BTreeMap<u32, i64> = BTreeMap::new();
     let mut per_server: BTreeMap<u32, i64> = BTreeMap::new();
     let mut cost = 0i64;
@@ -661,23 +699,21 @@ pub fn assignment_cost(
             if !seen.insert(*id) {
                 return None;
             }
-            let t = input.targets.iter().find(|t| t.id == *id)?;
-            cost += pct(weights.oss * oss_load(t.oss) / 100.0);
+            let t = model.target_of(*id)?;
+            cost += model.placing_on(t);
             *per_target.entry(*id).or_default() += 1;
             *per_server.entry(t.oss).or_default() += 1;
         }
     }
     for (id, f) in per_target {
-        let t = input.targets.iter().find(|t| t.id == id)?;
-        if f > room(t, unit_max) {
+        let t = model.target_of(id)?;
+        if f > model.room(t) {
             return None;
         }
-        let first =
-            pct(weights.ost * (t.used + unit_mean) / mean_cap + weights.io * t.load / 100.0);
-        let step = pct(weights.ost * unit_mean / mean_cap);
+        let (first, step) = model.target(t);
         cost += first * f + step * f * (f - 1) / 2;
     }
-    let step = pct(weights.oss * weights.oss_stripe / 100.0);
+    let step = model.server_step();
     for (_, f) in per_server {
         cost += step * f + step * f * (f - 1) / 2;
     }
