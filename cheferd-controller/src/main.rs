@@ -226,7 +226,7 @@ struct BenchArgs {
     #[arg(allow_negative_numbers = true, value_parser = whole(1..=100_000usize))]
     cycles: usize,
     /// The control interval, ms.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = cheferd_controller::bench::DEFAULT_INTERVAL.as_millis() as u64)]
     #[arg(allow_negative_numbers = true, value_parser = whole(1..=60_000u64))]
     interval_ms: u64,
     /// Policy to run.

@@ -145,11 +145,6 @@ impl Adaptbf {
         &self.state
     }
 
-    /// Replace the state (e.g. one read back from JSON).
-    pub fn set_state(&mut self, state: AdaptbfState) {
-        self.state = state;
-    }
-
     /// Load the previous state into `self.work` and write off departed jobs' records.
     fn load_work(&mut self, jobs: &[JobSnapshot]) {
         self.work.clear();

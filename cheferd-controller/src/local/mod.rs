@@ -158,11 +158,6 @@ impl Local {
     fn lock_upstream(&self) -> MutexGuard<'_, Option<mpsc::UnboundedSender<LocalMessage>>> {
         self.upstream.lock().expect(POISONED)
     }
-
-    /// Number of stages connected now.
-    pub fn stage_count(&self) -> usize {
-        self.lock_stages().len()
-    }
 }
 
 /// Runs a local controller until its future is dropped (which removes its socket), or

@@ -545,9 +545,6 @@ pub const FIG_PLACERS: [&str; 3] = ["mcmf", "round-robin", "random"];
 /// Requests of the Table II trace.
 pub const TABLE2_REQUESTS: usize = 3000;
 
-/// Target counts of Fig. 17.
-pub const FIG17_OSTS: [usize; 5] = [160, 480, 800, 1024, 3600];
-
 /// Everything `policies place-sim` reports.
 #[derive(Debug, Clone, Default)]
 pub struct Figures {
