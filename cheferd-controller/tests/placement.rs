@@ -34,14 +34,15 @@ obdfilter.lustre-OST0005.kbytestotal=1000000
 obdfilter.lustre-OST0005.kbytesavail=300000
 ";
 
-/// A stage's side of the socket, registered as a process of `job` on `mount`.
-struct Stage {
+/// A stage's side of the socket, registered as a process of `job` on `mount` (it reads
+/// what the controller sends; also the well-behaved stage of `trust_local.rs`).
+pub(crate) struct Stage {
     stream: UnixStream,
     reader: BufReader<UnixStream>,
 }
 
 impl Stage {
-    fn register(socket: &Path, job: &str, mount: &Path) -> Stage {
+    pub(crate) fn register(socket: &Path, job: &str, mount: &Path) -> Stage {
         let mut stream = UnixStream::connect(socket).expect("connect to the stage socket");
         let hello = StageMessage::Hello {
             version: PROTOCOL_VERSION,
@@ -75,7 +76,7 @@ impl Stage {
     }
 
     /// Asks where a new file with `stripes` stripes on `mount` goes; the targets.
-    fn place(&mut self, id: u64, mount: &Path, stripes: u32) -> Vec<u32> {
+    pub(crate) fn place(&mut self, id: u64, mount: &Path, stripes: u32) -> Vec<u32> {
         let ask = StageMessage::Place {
             id,
             mount: mount.display().to_string(),

@@ -3,10 +3,11 @@
 //! against real processes. Attacks that must come from another uid run this test binary
 //! again as uid 65534 (`setpriv`), in the helper `zz_local_attacker_helper`.
 
+use crate::placement::Stage;
 use crate::util::*;
 use padll_wire::config::Identity;
-use padll_wire::control::{self, ControlMessage, StageMessage, PROTOCOL_VERSION};
-use std::io::{BufReader, ErrorKind, Write};
+use padll_wire::control::{self, StageMessage, PROTOCOL_VERSION};
+use std::io::{ErrorKind, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -37,47 +38,6 @@ fn place(id: u64, mount: &Path) -> Vec<u8> {
         stripes: 1,
     })
     .into_bytes()
-}
-
-/// A stage that reads what the controller sends it.
-struct GoodStage {
-    stream: UnixStream,
-    reader: BufReader<UnixStream>,
-}
-
-impl GoodStage {
-    fn register(socket: &Path, job: &str, mount: &Path) -> GoodStage {
-        let mut stream = UnixStream::connect(socket).expect("connect to the stage socket");
-        stream.write_all(&hello(job, mount)).unwrap();
-        let mut stage = GoodStage {
-            reader: BufReader::new(stream.try_clone().unwrap()),
-            stream,
-        };
-        let welcome = stage.next();
-        assert!(
-            matches!(welcome, ControlMessage::Welcome { .. }),
-            "{welcome:?}"
-        );
-        stage
-    }
-
-    fn next(&mut self) -> ControlMessage {
-        let line = read_line_with_timeout(&mut self.reader, Duration::from_secs(20))
-            .expect("the controller closed a stage that reads");
-        control::decode(line.trim_end()).unwrap()
-    }
-
-    /// Asks for a placement and waits for its answer (rules may come first).
-    fn placed(&mut self, id: u64, mount: &Path) {
-        self.stream.write_all(&place(id, mount)).unwrap();
-        loop {
-            match self.next() {
-                ControlMessage::Placed { id: answered, .. } if answered == id => return,
-                ControlMessage::SetRules { .. } | ControlMessage::Placed { .. } => {}
-                other => panic!("unexpected {other:?}"),
-            }
-        }
-    }
 }
 
 /// Runs this binary's attacker helper as uid 65534 with `vars`.
@@ -144,7 +104,7 @@ fn zz_local_attacker_helper() {
             println!("CLOSED {closed}");
         }
         "hello" => {
-            let stage = GoodStage::register(&socket, "own-job", &mount);
+            let stage = Stage::register(&socket, "own-job", &mount);
             drop(stage);
         }
         other => panic!("unknown attack {other}"),
@@ -168,8 +128,8 @@ fn place_flood_without_reading_is_closed_and_bounded() {
     cluster.start_local("n1");
     let pid = cluster.local_pid("n1");
     let socket = cluster.local_socket("n1");
-    let mut good = GoodStage::register(&socket, &job_id("good"), &cluster.scratch);
-    good.placed(0, &cluster.scratch);
+    let mut good = Stage::register(&socket, &job_id("good"), &cluster.scratch);
+    good.place(0, &cluster.scratch, 1);
     let (before, _) = rss_kib(pid);
     let attacker = as_nobody(&[
         ("LOCAL_ATTACK", "place-flood"),
@@ -180,7 +140,7 @@ fn place_flood_without_reading_is_closed_and_bounded() {
     let started = Instant::now();
     let mut id = 1;
     while started.elapsed() < ATTACK {
-        good.placed(id, &cluster.scratch);
+        good.place(id, &cluster.scratch, 1);
         id += 1;
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -199,7 +159,7 @@ fn place_flood_without_reading_is_closed_and_bounded() {
         peak < before + 48 * 1024,
         "peak {peak} KiB (before {before})"
     );
-    good.placed(id, &cluster.scratch);
+    good.place(id, &cluster.scratch, 1);
     let log = cluster.local_log("n1");
     assert!(log.contains("does not read its socket"), "no close logged");
     assert!(cluster.controllers_alive());
@@ -233,7 +193,7 @@ fn hello_close_loop_does_not_flood_the_log() {
     let socket = cluster.local_socket("n1");
     const STAGES: u64 = 3000;
     for _ in 0..STAGES {
-        GoodStage::register(&socket, &job_id("churn"), &cluster.scratch);
+        Stage::register(&socket, &job_id("churn"), &cluster.scratch);
     }
     eprintln!(
         "{STAGES} stages registered and left in {:?}",
