@@ -1,18 +1,21 @@
-//! Time-scheduled static rules (Cheferd's `<id> <time> job <name> <op|class> <limit>`
-//! files, here `[[rule]]` in the TOML) take effect at their time and are lifted at theirs,
-//! and the Prometheus endpoint shows usage, assigned rate and demand per job, cycle
+//! A time-scheduled static rule (Cheferd's `<id> <time> job <name> <op|class> <limit>`
+//! files, here `[[rule]]` in the TOML) reaches real stages, which then run at it, and
+//! the Prometheus endpoint shows usage, assigned rate and demand per job, cycle
 //! latency, nodes and stages, with the types and names Prometheus' conventions ask for
 //! — on real processes on loopback.
+//!
+//! The times themselves (both jobs at their demand until the rule's time, held from
+//! it, lifted at the lifting rule's, one cycle per interval) are tested on a paused
+//! clock in the global controller's unit tests (`src/global/tests.rs`): here, however
+//! slow the start, only what a loaded machine cannot change is asserted.
 
 use crate::util::{assigned, job_id, wait_for, Cluster, START_TIMEOUT};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-/// Seconds after the controller's start: late enough for a loaded machine to start
-/// the jobs and see them at their demand first.
+/// Seconds after the controller's start.
 const LIMITED_FROM: u32 = 15;
-const LIFTED_AT: u32 = 25;
 const STATIC_LIMIT: f64 = 150.0;
 
 /// The configuration for jobs `a` and `b`.
@@ -34,11 +37,6 @@ at = {LIMITED_FROM}
 job = "{a}"
 resource = "{{scratch}}:metadata"
 limit = "{STATIC_LIMIT}"
-[[rule]]
-at = {LIFTED_AT}
-job = "{a}"
-resource = "{{scratch}}:metadata"
-limit = "none"
 "#
     )
 }
@@ -84,7 +82,7 @@ fn family_type<'a>(metrics: &'a str, name: &str) -> Option<&'a str> {
 }
 
 #[test]
-fn scheduled_rules_apply_at_their_time_and_metrics_show_the_jobs() {
+fn a_scheduled_rule_reaches_the_stages_and_metrics_show_the_jobs() {
     let _turn = crate::util::alone();
     let (a, b) = (job_id("job-a"), job_id("job-b"));
     let mut cluster = Cluster::new(&config(&a, &b));
@@ -94,27 +92,16 @@ fn scheduled_rules_apply_at_their_time_and_metrics_show_the_jobs() {
     cluster.start_job(&b, &["n1"], 1500);
     cluster.wait_for_stages(START_TIMEOUT, &[("n1", 2)]);
 
-    // Before the rule (by the controller's clock, which the rule's time is on): PSFA
-    // gives both busy jobs their demand.
-    let at_demand = |rate: f64| (rate - 1000.0).abs() < 50.0;
-    let seen = wait_for(
-        Duration::from_secs(LIMITED_FROM.into()),
-        "job-a at its demand",
-        || uptime_when(&cluster, &a, at_demand),
-    );
-    assert!(
-        seen < LIMITED_FROM.into(),
-        "the machine was too slow to observe the time before the rule (at {seen:.1} s)"
-    );
-
-    // The rule: job-a is held at its static limit, job-b gets what job-a cannot use.
+    // The rule, not before its time by the controller's clock: job-a is held at its
+    // static limit, job-b gets what job-a cannot use.
     let held = |rate: f64| (rate - STATIC_LIMIT).abs() < 1.0;
     let seen = wait_for(
-        Duration::from_secs(30),
+        START_TIMEOUT + Duration::from_secs(LIMITED_FROM.into()),
         "job-a held at the scheduled limit",
         || uptime_when(&cluster, &a, held),
     );
     assert!(seen >= LIMITED_FROM.into(), "held at {seen:.1} s");
+    let cycles_seen = cluster.snapshot().cycle;
     std::thread::sleep(Duration::from_secs(3));
     let now = std::time::Instant::now();
     let achieved = cluster.job_rate(&a, now - Duration::from_secs(2), now);
@@ -192,16 +179,11 @@ fn scheduled_rules_apply_at_their_time_and_metrics_show_the_jobs() {
         Some(2.0),
         "{metrics}"
     );
+    // Every cycle run is counted, and its latency observed.
     let cycles = sample(&metrics, "cheferd_cycles_total", "").unwrap();
     let observed = sample(&metrics, "cheferd_cycle_latency_seconds_count", "").unwrap();
     assert!(
-        cycles >= 8.0 && (cycles - observed).abs() <= 1.0,
-        "{cycles} cycles run, {observed} latencies observed"
+        cycles >= cycles_seen as f64 && (cycles - observed).abs() <= 1.0,
+        "{cycles} cycles run (at least {cycles_seen}), {observed} latencies observed"
     );
-
-    // The rule is lifted at its time.
-    let seen = wait_for(Duration::from_secs(30), "job-a back at its demand", || {
-        uptime_when(&cluster, &a, at_demand)
-    });
-    assert!(seen >= LIFTED_AT.into(), "back at {seen:.1} s");
 }

@@ -35,6 +35,9 @@
 //! and the collect wait), `cache` (the planner's views and the rates last sent, kept
 //! between cycles), `enforce` (the diff, acks and re-sends), `admin` (administrative
 //! changes) and `snapshot` (what the admin CLI and metrics see).
+//!
+//! Time is tokio's clock ([`tokio::time::Instant`]): the system's in production, paused
+//! and advanced by the tests of report slots, orphan grace and scheduled rules.
 
 mod admin;
 mod cache;
@@ -61,8 +64,9 @@ use crate::plan::{self, Share};
 use crate::policy::PolicyRunner;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 use tracing::debug;
 
 struct State {
@@ -166,7 +170,7 @@ impl Controller {
     pub async fn run_loop(self: Arc<Self>) {
         loop {
             let interval = Duration::from_millis(self.lock().config.interval_ms);
-            let next = tokio::time::Instant::now() + interval;
+            let next = Instant::now() + interval;
             self.cycle().await;
             tokio::time::sleep_until(next).await;
         }
@@ -188,13 +192,13 @@ impl Controller {
             schedule::start_collect(&mut state, cycle);
             (cycle, interval)
         };
-        let deadline = tokio::time::Instant::now() + (interval / 2).min(Duration::from_millis(500));
+        let deadline = Instant::now() + (interval / 2).min(Duration::from_millis(500));
         self.wait_for_replies(deadline).await;
 
         let collected = Instant::now();
         let mut state = self.lock();
         state.collecting = None;
-        schedule::reschedule_off_slot(&mut state, cycle, started, interval);
+        schedule::reschedule_off_slot(&mut state, cycle, started, collected);
         let elapsed = self.started.elapsed().as_secs_f64();
         let State {
             config,

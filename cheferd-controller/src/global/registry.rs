@@ -14,7 +14,8 @@ use crate::proto::{self, global_message, local_message, GlobalMessage, LocalMess
 use padll_wire::ops::Class;
 use prost::Message;
 use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 use tonic::Status;
 use tracing::{debug, info, warn};
 

@@ -6,8 +6,9 @@ use super::registry::Node;
 use super::{Controller, State};
 use crate::proto::{self, global_message, GlobalMessage};
 use prost::Message;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 use tracing::debug;
 
 /// The latest a usage report is scheduled to arrive before the tick it is for.
@@ -106,7 +107,7 @@ pub(super) fn answered(state: &mut State, replies: &Notify) {
 
 impl Controller {
     /// Waits until every awaited report arrived, or the deadline.
-    pub(super) async fn wait_for_replies(&self, deadline: tokio::time::Instant) {
+    pub(super) async fn wait_for_replies(&self, deadline: Instant) {
         loop {
             let notified = self.replies.notified();
             tokio::pin!(notified);
@@ -121,29 +122,28 @@ impl Controller {
     }
 }
 
-/// Re-schedules the nodes whose report for `cycle` missed its slot: it came after the
-/// tick (the cycle waited for it), not at all, or more than half an interval early
-/// (its usage would be stale). Clocks of different machines drift, and a node's
+/// Whether `node`'s report for the cycle of `tick` came in its slot: by the tick, and at
+/// most half an interval before it (older usage would be stale).
+fn in_slot(node: &Node, cycle: u64, tick: Instant, interval: Duration) -> bool {
+    node.reported >= cycle
+        && node
+            .reported_at
+            .is_some_and(|at| at <= tick && tick - at <= interval / 2)
+}
+
+/// Re-schedules, from `now`, the nodes whose report for `cycle` (ticking at `tick`)
+/// missed its slot: it came after the tick (the cycle waited for it), not at all, or
+/// more than half an interval early. Clocks of different machines drift, and a node's
 /// first slot may be a guess.
-pub(super) fn reschedule_off_slot(
-    state: &mut State,
-    cycle: u64,
-    tick: Instant,
-    interval: Duration,
-) {
-    let now = Instant::now();
+pub(super) fn reschedule_off_slot(state: &mut State, cycle: u64, tick: Instant, now: Instant) {
     let interval_ms = state.config.interval_ms;
     let ticks = Ticks::of(state);
     for (name, node) in state.nodes.iter_mut() {
         if node.detached || node.due > cycle {
             continue;
         }
-        let in_slot = node.reported >= cycle
-            && node
-                .reported_at
-                .is_some_and(|at| at <= tick && tick - at <= interval / 2);
         node.missed = node.reported < cycle;
-        if !in_slot {
+        if !in_slot(node, cycle, tick, ticks.interval) {
             debug!(node = %name, cycle, "usage report off its slot; re-scheduled");
             let (next, report_in) = ticks.next_slot(now, node.session);
             schedule(node, next, report_in, interval_ms);

@@ -1,5 +1,6 @@
-//! The registry, the enforce step and administrative changes driven directly: streams
-//! are outboxes read in the test, time is passed in (no processes, no network).
+//! The registry, report slots, the enforce step and administrative changes driven
+//! directly: streams are outboxes read in the test, time is tokio's clock, paused and
+//! advanced by the test (no processes, no network).
 
 use super::*;
 use crate::config::{RateOfError, ResourceConfig};
@@ -111,23 +112,63 @@ impl Wake for Noop {
     fn wake(self: Arc<Self>) {}
 }
 
-/// The `Enforce`s queued to a node since the last call: (cycle, [(stage, rate)]).
-fn enforced(inbox: &mut Inbox) -> Vec<(u64, Vec<(u64, u64)>)> {
+/// The messages queued to a node since the last call.
+fn queued(inbox: &mut Inbox) -> Vec<global_message::Body> {
     let waker = Waker::from(Arc::new(Noop));
     let mut context = Context::from_waker(&waker);
     let mut found = Vec::new();
     while let Poll::Ready(Some(message)) = Pin::new(&mut *inbox).poll_next(&mut context) {
-        if let Some(global_message::Body::Enforce(enforce)) = message.unwrap().body {
+        found.extend(message.unwrap().body);
+    }
+    found
+}
+
+/// The `Enforce`s queued to a node since the last call: (cycle, [(stage, rate)]).
+fn enforced(inbox: &mut Inbox) -> Vec<(u64, Vec<(u64, u64)>)> {
+    let enforces = queued(inbox).into_iter().filter_map(|body| match body {
+        global_message::Body::Enforce(enforce) => Some(enforce),
+        _ => None,
+    });
+    enforces
+        .map(|enforce| {
             let stages = enforce
                 .stages
                 .iter()
                 .map(|s| (s.stage_id, s.rules.first().map_or(0, |r| r.rate)))
                 .collect();
-            found.push((enforce.cycle, stages));
-        }
-    }
-    found
+            (enforce.cycle, stages)
+        })
+        .collect()
 }
+
+/// The `Schedule`s queued to a node since the last call: (first cycle to report for,
+/// ms until its report is due).
+fn schedules(inbox: &mut Inbox) -> Vec<(u64, u64)> {
+    queued(inbox)
+        .into_iter()
+        .filter_map(|body| match body {
+            global_message::Body::Schedule(s) => Some((s.cycle, s.report_in_ms)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The `Schedule` of a node's report for `cycle`, due `report_in` from now.
+fn slot(cycle: u64, report_in: Duration) -> (u64, u64) {
+    (cycle, report_in.as_millis() as u64)
+}
+
+/// How long before a tick the node of `session` reports.
+fn lead(interval: Duration, session: u64) -> Duration {
+    schedule::report_lead(interval) + schedule::report_spread(interval, session)
+}
+
+/// Moves the paused clock on to `at`.
+async fn advance_to(at: Instant) {
+    tokio::time::advance(at - Instant::now()).await;
+}
+
+const MS: Duration = Duration::from_millis(1);
 
 fn assigned(controller: &Controller, job: &str) -> f64 {
     let snapshot = controller.snapshot();
@@ -148,8 +189,8 @@ fn node(controller: &Controller, name: &str) -> NodeSnapshot {
         .unwrap_or_else(|| panic!("no node {name}"))
 }
 
-#[tokio::test]
-async fn orphans_keep_their_share_until_the_grace_ends() {
+#[tokio::test(start_paused = true)]
+async fn orphans_keep_their_share_until_exactly_the_grace_ends() {
     let controller = controller();
     let (a, _inbox_a) = attach(&controller, "a");
     let (b, _inbox_b) = attach(&controller, "b");
@@ -158,26 +199,217 @@ async fn orphans_keep_their_share_until_the_grace_ends() {
     controller.cycle().await;
     assert_eq!(assigned(&controller, "B"), 500.0);
 
-    report(&controller, "b", b, 2, &[(1, 10.0)]);
     controller.detach_node("a", a);
+    let detached_at = Instant::now();
     let detached = node(&controller, "a");
     assert_eq!(
         (detached.attached, detached.stages, detached.orphans),
         (false, 0, 1)
     );
+    // A tick before the grace ends, A's stage still runs on its last rules: B cannot
+    // have its share.
+    advance_to(detached_at + ORPHAN_GRACE - MS).await;
+    report(&controller, "b", b, 2, &[(1, 10.0)]);
     controller.cycle().await;
-    // A's stage still runs on its last rules: B cannot have its share.
     assert_eq!(assigned(&controller, "B"), 500.0);
+    assert_eq!(node(&controller, "a").orphans, 1);
 
-    {
-        let mut state = controller.lock();
-        let State { nodes, cache, .. } = &mut *state;
-        registry::release_expired_orphans(nodes, cache, Instant::now() + ORPHAN_GRACE);
-    }
+    // At the grace, the orphan is presumed gone with its node.
+    advance_to(detached_at + ORPHAN_GRACE).await;
     report(&controller, "b", b, 3, &[(1, 10.0)]);
     controller.cycle().await;
     assert_eq!(assigned(&controller, "B"), 1000.0);
     assert!(controller.snapshot().nodes.iter().all(|n| n.node != "a"));
+}
+
+/// Report slots: a node is told when to report; a report by its tick and at most half
+/// an interval before it keeps the slot, any other is re-scheduled from when the cycle
+/// saw it.
+#[tokio::test(start_paused = true)]
+async fn a_report_by_its_tick_keeps_its_slot_and_one_a_tick_late_is_re_scheduled() {
+    let controller = controller();
+    let interval = controller.interval();
+    let (a, mut inbox) = attach(&controller, "a");
+    // No cycle has run: the report for the second, an interval less its lead from now.
+    let lead = lead(interval, a);
+    assert_eq!(schedules(&mut inbox), vec![slot(2, interval - lead)]);
+    let first = Instant::now();
+    controller.cycle().await;
+
+    // Cycle 2's report comes at its tick: in its slot.
+    advance_to(first + interval).await;
+    report(&controller, "a", a, 2, &[]);
+    controller.cycle().await;
+    assert_eq!(schedules(&mut inbox), vec![]);
+
+    // Cycle 3's comes a tick after its tick, while the cycle waits for it: late.
+    let tick = first + 2 * interval;
+    advance_to(tick).await;
+    let late = tokio::spawn({
+        let controller = controller.clone();
+        async move {
+            tokio::time::sleep(MS).await;
+            report(&controller, "a", a, 3, &[]);
+        }
+    });
+    controller.cycle().await;
+    late.await.unwrap();
+    assert_eq!(Instant::now(), tick + MS, "the cycle waited for it");
+    assert_eq!(
+        schedules(&mut inbox),
+        vec![slot(4, interval - lead - MS)],
+        "the next tick's slot, from when it came"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_report_more_than_half_an_interval_before_its_tick_is_re_scheduled() {
+    let controller = controller();
+    let interval = controller.interval();
+    let (a, mut inbox) = attach(&controller, "a");
+    schedules(&mut inbox);
+    let first = Instant::now();
+    controller.cycle().await;
+
+    // Cycle 2's report comes half an interval before its tick: in its slot.
+    advance_to(first + interval / 2).await;
+    report(&controller, "a", a, 2, &[]);
+    advance_to(first + interval).await;
+    controller.cycle().await;
+    assert_eq!(schedules(&mut inbox), vec![]);
+
+    // Cycle 3's comes a tick earlier: its usage would be stale.
+    advance_to(first + interval + interval / 2 - MS).await;
+    report(&controller, "a", a, 3, &[]);
+    advance_to(first + 2 * interval).await;
+    controller.cycle().await;
+    assert_eq!(
+        schedules(&mut inbox),
+        vec![slot(4, interval - lead(interval, a))]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_missing_report_is_waited_for_once_within_the_deadline_then_re_scheduled() {
+    let controller = controller();
+    let interval = controller.interval();
+    let (a, mut inbox) = attach(&controller, "a");
+    schedules(&mut inbox);
+    let first = Instant::now();
+    controller.cycle().await;
+
+    // No report for cycle 2: it waits half an interval (500 ms at most) for it.
+    let tick = first + interval;
+    advance_to(tick).await;
+    controller.cycle().await;
+    let waited = interval / 2;
+    assert_eq!(Instant::now(), tick + waited);
+    let lead = lead(interval, a);
+    assert_eq!(
+        schedules(&mut inbox),
+        vec![slot(3, interval - waited - lead)]
+    );
+
+    // A node that missed its report does not stall the next cycle.
+    let tick = tick + interval;
+    advance_to(tick).await;
+    controller.cycle().await;
+    assert_eq!(Instant::now(), tick, "the cycle did not wait");
+    assert_eq!(schedules(&mut inbox), vec![slot(4, interval - lead)]);
+
+    // Reporting again, it is waited for again.
+    advance_to(tick + interval).await;
+    report(&controller, "a", a, 4, &[]);
+    controller.cycle().await;
+    assert_eq!(schedules(&mut inbox), vec![]);
+    advance_to(tick + 2 * interval).await;
+    controller.cycle().await;
+    assert_eq!(Instant::now(), tick + 2 * interval + waited);
+}
+
+/// Both jobs of `SCHEDULED` busy: the shares of jobs A and B in a cycle ticking `at`
+/// after `started`, their usage reported for it.
+async fn busy_cycle_at(
+    controller: &Controller,
+    session: u64,
+    started: Instant,
+    at: Duration,
+) -> (f64, f64) {
+    advance_to(started + at).await;
+    let cycle = controller.snapshot().cycle + 1;
+    report(
+        controller,
+        "n1",
+        session,
+        cycle,
+        &[(1, 1500.0), (2, 1500.0)],
+    );
+    controller.cycle().await;
+    (assigned(controller, "A"), assigned(controller, "B"))
+}
+
+/// Job A limited at 15 s, lifted at 25 s (`[[rule]]`s, Cheferd's time-scheduled rules).
+const SCHEDULED: &str = r#"interval_ms = 1000
+[[resource]]
+name = "/scratch:metadata"
+max_rate = "2000"
+policy = "psfa"
+[[job]]
+id = "A"
+demand = { "/scratch:metadata" = "1000" }
+[[job]]
+id = "B"
+demand = { "/scratch:metadata" = "1000" }
+[[rule]]
+at = 15
+job = "A"
+resource = "/scratch:metadata"
+limit = "150"
+[[rule]]
+at = 25
+job = "A"
+resource = "/scratch:metadata"
+limit = "none"
+"#;
+
+#[tokio::test(start_paused = true)]
+async fn scheduled_rules_apply_at_their_time_and_are_lifted_at_theirs() {
+    let config = GlobalConfig::parse(SCHEDULED, &crate::policy::check).unwrap();
+    let controller = Controller::new(config).unwrap();
+    let started = Instant::now();
+    let (n1, _inbox) = attach(&controller, "n1");
+    join(&controller, "n1", n1, 1, 101, "A");
+    join(&controller, "n1", n1, 2, 102, "B");
+    let at = |seconds: u64| Duration::from_secs(seconds);
+    let cycle_at = |when| busy_cycle_at(&controller, n1, started, when);
+
+    // Before the rule, PSFA gives both busy jobs their demand.
+    assert_eq!(cycle_at(at(15) - MS).await, (1000.0, 1000.0));
+    // From its time, A is held at its limit and B gets what A cannot use.
+    assert_eq!(cycle_at(at(15)).await, (150.0, 1850.0));
+    assert_eq!(controller.snapshot().uptime_s, 15.0);
+    assert_eq!(cycle_at(at(25) - MS).await, (150.0, 1850.0));
+    // Lifted at its time.
+    assert_eq!(cycle_at(at(25)).await, (1000.0, 1000.0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_control_loop_runs_a_cycle_per_interval_and_the_metrics_count_each() {
+    let controller = controller();
+    let interval = controller.interval();
+    let looping = tokio::spawn(controller.clone().run_loop());
+    // Cycles tick at 0, 1, …, 10 intervals.
+    tokio::time::sleep(interval * 10 + interval / 2).await;
+    looping.abort();
+    let (snapshot, latency) = controller.metrics();
+    assert_eq!(snapshot.cycle, 11);
+    let text = crate::metrics::render(&snapshot, &latency);
+    for line in [
+        "cheferd_cycles_total 11",
+        "cheferd_cycle_latency_seconds_count 11",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+    }
 }
 
 #[tokio::test]

@@ -3,7 +3,8 @@
 //! `etcd-client` crate).
 
 use super::StandbyError;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tracing::{info, warn};
 
@@ -158,42 +159,18 @@ impl Etcd {
         ttl: Duration,
         answered: impl Fn(Option<Instant>),
     ) -> StandbyError {
-        let mut unreachable = false;
-        loop {
-            let sent = Instant::now();
+        let renew = || async {
             let request = pb::etcdserverpb::LeaseKeepAliveRequest { id: lease };
-            let answer = self
-                .call(|channel| async move {
-                    let mut replies = LeaseClient::new(channel)
-                        .lease_keep_alive(tokio_stream::once(request))
-                        .await?
-                        .into_inner();
-                    replies.message().await
-                })
-                .await;
-            match answer {
-                Ok(Some(reply)) if reply.ttl > 0 => {
-                    if unreachable {
-                        info!("etcd answers again");
-                        unreachable = false;
-                    }
-                    answered(Some(sent + Duration::from_secs(reply.ttl as u64)));
-                }
-                Ok(Some(_)) => return StandbyError::LeaseExpired(lease),
-                failed => {
-                    answered(None);
-                    if !unreachable {
-                        let why = match failed {
-                            Err(status) => status.message().to_string(),
-                            _ => "no answer".to_string(),
-                        };
-                        warn!("cannot renew the lease: etcd unreachable ({why}); if it is down, no other global controller can be elected meanwhile");
-                        unreachable = true;
-                    }
-                }
-            }
-            tokio::time::sleep_until((sent + ttl / 3).into()).await;
-        }
+            self.call(|channel| async move {
+                let mut replies = LeaseClient::new(channel)
+                    .lease_keep_alive(tokio_stream::once(request))
+                    .await?
+                    .into_inner();
+                replies.message().await
+            })
+            .await
+        };
+        keep_lease_alive(lease, ttl, renew, answered).await
     }
 
     /// Campaigns in `election` with `lease`, proclaiming `value`, until elected (a
@@ -332,6 +309,49 @@ impl Etcd {
     }
 }
 
+/// etcd's answer to one keep-alive: the lease's remaining TTL, or no answer.
+type KeepAliveAnswer = Result<Option<pb::etcdserverpb::LeaseKeepAliveResponse>, Status>;
+
+/// [`Etcd::keep_alive`]'s loop, `renew` sending one keep-alive. The lease is valid for
+/// the TTL etcd answers from when the keep-alive was *sent* (a slow answer only
+/// shortens it), and the next is sent a third of `ttl` after the last was.
+async fn keep_lease_alive<F>(
+    lease: i64,
+    ttl: Duration,
+    renew: impl Fn() -> F,
+    answered: impl Fn(Option<Instant>),
+) -> StandbyError
+where
+    F: Future<Output = KeepAliveAnswer>,
+{
+    let mut unreachable = false;
+    loop {
+        let sent = Instant::now();
+        match renew().await {
+            Ok(Some(reply)) if reply.ttl > 0 => {
+                if unreachable {
+                    info!("etcd answers again");
+                    unreachable = false;
+                }
+                answered(Some(sent + Duration::from_secs(reply.ttl as u64)));
+            }
+            Ok(Some(_)) => return StandbyError::LeaseExpired(lease),
+            failed => {
+                answered(None);
+                if !unreachable {
+                    let why = match failed {
+                        Err(status) => status.message().to_string(),
+                        _ => "no answer".to_string(),
+                    };
+                    warn!("cannot renew the lease: etcd unreachable ({why}); if it is down, no other global controller can be elected meanwhile");
+                    unreachable = true;
+                }
+            }
+        }
+        tokio::time::sleep_until(sent + ttl / 3).await;
+    }
+}
+
 /// A put of `key` = `value`, for [`Etcd::txn_guarded`].
 pub fn put(key: &str, value: Vec<u8>) -> pb::etcdserverpb::RequestOp {
     use pb::etcdserverpb::{request_op::Request, PutRequest, RequestOp};
@@ -372,8 +392,83 @@ fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    use super::{prefix_end, Etcd};
+    use super::super::{Leader, Leadership, Role};
+    use super::{keep_lease_alive, pb, prefix_end, Etcd, KeepAliveAnswer, StandbyError};
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+    use std::time::Duration;
+    use tokio::time::Instant;
     use tonic::transport::ClientTlsConfig;
+    use tonic::Status;
+
+    /// etcd's answer to a keep-alive: the TTL left to the lease, in seconds (0: gone).
+    fn alive(ttl: i64) -> KeepAliveAnswer {
+        Ok(Some(pb::etcdserverpb::LeaseKeepAliveResponse {
+            ttl,
+            ..Default::default()
+        }))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_lease_is_valid_a_ttl_after_each_keep_alive_sent_until_etcd_says_it_is_gone() {
+        let ttl = Duration::from_secs(9);
+        let ms = Duration::from_millis(1);
+        let start = Instant::now();
+        let at = |seconds| start + Duration::from_secs(seconds);
+        // Each keep-alive's answer, and how long it takes.
+        let script = Mutex::new(VecDeque::from([
+            (Duration::from_secs(1), alive(9)),
+            (Duration::ZERO, alive(9)),
+            (Duration::ZERO, Err(Status::unavailable("etcd is down"))),
+            (Duration::ZERO, Err(Status::unavailable("etcd is down"))),
+            (Duration::ZERO, alive(0)),
+        ]));
+        let sent = Mutex::new(Vec::new());
+        let renew = || {
+            sent.lock().unwrap().push(Instant::now());
+            let (delay, answer) = script.lock().unwrap().pop_front().expect("a keep-alive");
+            async move {
+                tokio::time::sleep(delay).await;
+                answer
+            }
+        };
+        let leadership = Leadership::default();
+        leadership.set(Role::Leader(Leader {
+            url: "https://g1:50051".into(),
+            term: 42,
+            generation: None,
+        }));
+        let renewals = Mutex::new(Vec::new());
+        let answered = |until| {
+            renewals.lock().unwrap().push(until);
+            leadership.keep_alive_answered(until);
+        };
+        // The second keep-alive (at 3 s) made it valid until 12 s; etcd answers no
+        // other until it says the lease is gone.
+        let lapses = async {
+            tokio::time::sleep_until(at(12) - ms).await;
+            assert_eq!(leadership.status().lease_valid, Some(true));
+            tokio::time::sleep_until(at(12)).await;
+            let status = leadership.status();
+            assert_eq!(
+                (
+                    status.lease_valid,
+                    status.controlling,
+                    status.etcd_reachable
+                ),
+                (Some(false), false, Some(false))
+            );
+        };
+        let (gone, ()) = tokio::join!(keep_lease_alive(7, ttl, renew, answered), lapses);
+        assert!(matches!(gone, StandbyError::LeaseExpired(7)), "{gone}");
+        // A keep-alive every third of the TTL, whatever the answers; the slow first
+        // answer counts from when it was sent (valid until 9 s, not 10 s).
+        assert_eq!(*sent.lock().unwrap(), [at(0), at(3), at(6), at(9), at(12)]);
+        assert_eq!(
+            *renewals.lock().unwrap(),
+            [Some(at(9)), Some(at(12)), None, None]
+        );
+    }
 
     #[tokio::test]
     async fn the_urls_scheme_must_match_whether_tls_is_given() {

@@ -25,6 +25,9 @@
 //!   be the one cut off and sends no rules (stages keep their last ones, fail-static)
 //!   until etcd answers again; if etcd says the lease is gone or a standby knows a newer
 //!   term, it exits for its service manager to restart it as a follower.
+//!
+//! Leases, confirmations and the standbys' answers are timed by tokio's clock
+//! ([`tokio::time::Instant`]): the system's in production, paused in the tests.
 
 pub mod etcd;
 pub mod follow;
@@ -36,9 +39,10 @@ use crate::global::{Change, ChangeError, ChangeRefused, Controller};
 use serde::{Deserialize, Serialize};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 use term::{Generation, LeaderTerm};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tonic::transport::ClientTlsConfig;
 use tonic::Status;
 use tracing::{info, warn};
@@ -248,6 +252,15 @@ impl Leadership {
     /// The lease is valid until `until` (etcd answered a keep-alive).
     fn renewed(&self, until: Instant) {
         *lock(&self.lease_until) = until;
+    }
+
+    /// etcd answered a keep-alive, the lease then valid until `until` (`None`: it did
+    /// not answer, and the lease stays valid until the last answer said).
+    fn keep_alive_answered(&self, until: Option<Instant>) {
+        self.etcd_answered(until.is_some());
+        if let Some(until) = until {
+            self.renewed(until);
+        }
     }
 
     /// Records whether etcd answered a call.
@@ -470,12 +483,7 @@ pub async fn run(controller: Arc<Controller>, options: StandbyOptions) -> Result
         ttl_s = options.ttl.as_secs_f64(),
         "standing by: campaigning for leadership in etcd"
     );
-    let answered = |renewed: Option<Instant>| {
-        leadership.etcd_answered(renewed.is_some());
-        if let Some(until) = renewed {
-            leadership.renewed(until);
-        }
-    };
+    let answered = |until| leadership.keep_alive_answered(until);
     tokio::select! {
         lost = etcd.keep_alive(lease, options.ttl, answered) => Err(lost),
         ended = lead(&etcd, &controller, &options, lease) => ended,

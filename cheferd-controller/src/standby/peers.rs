@@ -17,8 +17,10 @@
 use super::term::LeaderTerm;
 use super::{etcd::Etcd, Leadership, StandbyError};
 use crate::proto::{global_client::GlobalClient, StandingReply, StandingRequest};
+use std::future::Future;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 use tonic::transport::ClientTlsConfig;
 use tracing::{info, warn};
 
@@ -87,6 +89,28 @@ pub fn decide(term: LeaderTerm, answers: &[(String, Option<StandingReply>)]) -> 
     Decision::EtcdDown
 }
 
+/// Whether a leader asks the standbys now: its lease has lapsed, or etcd does not
+/// answer it and the lease lapses within [`ASK_AHEAD`].
+fn must_ask(leadership: &Leadership) -> bool {
+    let ahead = if leadership.etcd_unreachable() {
+        ASK_AHEAD
+    } else {
+        Duration::ZERO
+    };
+    !leadership.lease_valid_for(ahead)
+}
+
+/// Until when a leader whose lease has lapsed may control after `decision`, made at
+/// `now`: half a TTL when etcd is confirmed down or no standby is known (asked again
+/// every [`ASK_EVERY`], it lasts while that holds); not at all otherwise (a standby
+/// may be elected soon).
+fn controls_until(decision: &Decision, now: Instant, ttl: Duration) -> Instant {
+    match decision {
+        Decision::EtcdDown | Decision::Alone => now + ttl / 2,
+        Decision::StepDown(_) | Decision::Freeze(_) => now,
+    }
+}
+
 /// The other global controllers, as a leader asks them.
 pub struct Standbys {
     tls: Option<ClientTlsConfig>,
@@ -122,12 +146,7 @@ impl Standbys {
         let mut said = None::<(bool, Instant)>;
         loop {
             tokio::time::sleep(ASK_EVERY).await;
-            let ahead = if leadership.etcd_unreachable() {
-                ASK_AHEAD
-            } else {
-                Duration::ZERO
-            };
-            if leadership.lease_valid_for(ahead) {
+            if !must_ask(leadership) {
                 if last_learnt.is_none_or(|t| t.elapsed() >= LEARN_EVERY) {
                     self.learn(etcd, election).await;
                     last_learnt = Some(Instant::now());
@@ -139,13 +158,13 @@ impl Standbys {
                 continue;
             };
             let answers = self.ask_all().await;
-            let keeping = match decide(term, &answers) {
+            let decision = decide(term, &answers);
+            leadership.etcd_down_confirmed(controls_until(&decision, Instant::now(), ttl));
+            let keeping = match decision {
                 Decision::StepDown(why) => return why,
                 Decision::EtcdDown => "every standby confirms that it cannot reach etcd either",
                 Decision::Alone => "no standby is known",
                 Decision::Freeze(why) => {
-                    // Withdrawn at once: a standby may be elected soon.
-                    leadership.etcd_down_confirmed(Instant::now());
                     // Said once the lease has lapsed (asked ahead, it still controls).
                     if !leadership.lease_valid() && said.is_none_or(|(down, _)| down) {
                         warn!("not controlling: {why}");
@@ -154,7 +173,6 @@ impl Standbys {
                     continue;
                 }
             };
-            leadership.etcd_down_confirmed(Instant::now() + ttl / 2);
             if said.is_none_or(|(down, at)| !down || at.elapsed() >= SAY_AGAIN_EVERY) {
                 let since = leadership.status().etcd_unreachable_since;
                 warn!(
@@ -192,38 +210,48 @@ impl Standbys {
     /// Every standby's answer, asked at once, in the order of their URLs.
     async fn ask_all(&self) -> Vec<(String, Option<StandingReply>)> {
         let urls = super::lock(&self.urls).clone();
-        let mut asking = tokio::task::JoinSet::new();
-        for (index, url) in urls.iter().enumerate() {
-            let (url, tls) = (url.clone(), self.tls.clone());
-            asking.spawn(async move { (index, ask(&url, tls).await) });
-        }
-        let mut answers: Vec<_> = urls.into_iter().map(|url| (url, None)).collect();
-        while let Some(Ok((index, answer))) = asking.join_next().await {
-            answers[index].1 = answer;
-        }
-        answers
+        answers(urls, |url| ask(url, self.tls.clone())).await
     }
 }
 
-/// The answer of the standby at `url`, or `None` if it gives none within
-/// [`ANSWER_TIMEOUT`] (or its URL or certificate is refused).
-async fn ask(url: &str, tls: Option<ClientTlsConfig>) -> Option<StandingReply> {
-    let endpoint = crate::tls::endpoint(url, tls)
+/// The answer to `ask` of each of `urls`, asked at once, in the order of `urls`; `None`
+/// if one gives none within [`ANSWER_TIMEOUT`].
+async fn answers<F>(
+    urls: Vec<String>,
+    ask: impl Fn(String) -> F,
+) -> Vec<(String, Option<StandingReply>)>
+where
+    F: Future<Output = Option<StandingReply>> + Send + 'static,
+{
+    let mut asking = tokio::task::JoinSet::new();
+    for (index, url) in urls.iter().enumerate() {
+        let asked = ask(url.clone());
+        asking.spawn(async move {
+            let answer = tokio::time::timeout(ANSWER_TIMEOUT, asked).await;
+            (index, answer.ok().flatten())
+        });
+    }
+    let mut answers: Vec<_> = urls.into_iter().map(|url| (url, None)).collect();
+    while let Some(Ok((index, answer))) = asking.join_next().await {
+        answers[index].1 = answer;
+    }
+    answers
+}
+
+/// The answer of the standby at `url`, or `None` if its URL or certificate is refused,
+/// or it cannot be reached within [`ANSWER_TIMEOUT`].
+async fn ask(url: String, tls: Option<ClientTlsConfig>) -> Option<StandingReply> {
+    let endpoint = crate::tls::endpoint(&url, tls)
         .ok()?
         .connect_timeout(ANSWER_TIMEOUT);
-    let asked = async {
-        let mut client = GlobalClient::connect(endpoint).await.ok()?;
-        let reply = client.standing(StandingRequest {}).await.ok()?;
-        Some(reply.into_inner())
-    };
-    tokio::time::timeout(ANSWER_TIMEOUT, asked)
-        .await
-        .ok()
-        .flatten()
+    let mut client = GlobalClient::connect(endpoint).await.ok()?;
+    let reply = client.standing(StandingRequest {}).await.ok()?;
+    Some(reply.into_inner())
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::{Leader, Role};
     use super::*;
 
     fn reply(leader: &str, term: u64, etcd_reachable: bool) -> Option<StandingReply> {
@@ -251,6 +279,101 @@ mod tests {
             created_ms,
             nonce: 5,
         }
+    }
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// The leader of term 40.
+    fn leading() -> Leadership {
+        let leadership = Leadership::default();
+        leadership.set(Role::Leader(Leader {
+            url: "https://a".into(),
+            term: 40,
+            generation: Some(generation(1_000)),
+        }));
+        leadership
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_standbys_are_asked_once_the_lease_lapses_or_ahead_of_it_while_etcd_is_silent() {
+        let leadership = leading();
+        let ttl = Duration::from_secs(10);
+        leadership.renewed(Instant::now() + ttl);
+        tokio::time::advance(ttl - MS).await;
+        assert!(!must_ask(&leadership));
+        tokio::time::advance(MS).await;
+        assert!(must_ask(&leadership));
+
+        // etcd stops answering: asked ASK_AHEAD before the lease lapses.
+        leadership.renewed(Instant::now() + ttl);
+        leadership.etcd_answered(false);
+        tokio::time::advance(ttl - ASK_AHEAD - MS).await;
+        assert!(!must_ask(&leadership));
+        tokio::time::advance(MS).await;
+        assert!(must_ask(&leadership));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_confirmation_that_etcd_is_down_holds_half_a_ttl_and_a_freeze_withdraws_it() {
+        let leadership = leading();
+        leadership.renewed(Instant::now());
+        assert!(!leadership.status().controlling, "the lease has lapsed");
+        let ttl = Duration::from_secs(10);
+        let confirm = |answers: &[(String, Option<StandingReply>)]| {
+            let decision = decide(leader_term(40), answers);
+            leadership.etcd_down_confirmed(controls_until(&decision, Instant::now(), ttl));
+        };
+        let down = [standby("https://b", reply("https://a", 40, false))];
+        for answers in [&down[..], &[]] {
+            confirm(answers);
+            tokio::time::advance(ttl / 2 - MS).await;
+            assert!(leadership.status().controlling, "{answers:?}");
+            tokio::time::advance(MS).await;
+            assert!(!leadership.status().controlling, "{answers:?}");
+        }
+        confirm(&down);
+        assert!(leadership.status().controlling);
+        confirm(&[standby("https://b", reply("https://a", 40, true))]);
+        assert!(!leadership.status().controlling, "withdrawn at once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn standbys_are_asked_at_once_and_one_answering_after_the_timeout_is_silent() {
+        let urls = ["https://b", "https://c", "https://d"].map(String::from);
+        let takes = |url: &str| match url {
+            "https://b" => Some(ANSWER_TIMEOUT - MS),
+            "https://c" => Some(ANSWER_TIMEOUT + MS),
+            _ => None,
+        };
+        let asked_at = Instant::now();
+        let answers = answers(urls.to_vec(), |url| {
+            let takes = takes(&url);
+            async move {
+                match takes {
+                    Some(delay) => tokio::time::sleep(delay).await,
+                    None => std::future::pending().await,
+                }
+                reply("https://a", 40, false)
+            }
+        })
+        .await;
+        assert_eq!(Instant::now() - asked_at, ANSWER_TIMEOUT);
+        let answered: Vec<(&str, bool)> = answers
+            .iter()
+            .map(|(url, reply)| (url.as_str(), reply.is_some()))
+            .collect();
+        assert_eq!(
+            answered,
+            [
+                ("https://b", true),
+                ("https://c", false),
+                ("https://d", false)
+            ]
+        );
+        let Decision::Freeze(why) = decide(leader_term(40), &answers) else {
+            panic!("{:?}", decide(leader_term(40), &answers));
+        };
+        assert!(why.contains("https://c"), "{why}");
     }
 
     #[test]
