@@ -8,6 +8,11 @@ use std::time::Duration;
 use tonic::transport::{ClientTlsConfig, Endpoint};
 use tonic::Status;
 
+/// The longest a local controller waits between attempts to reach a global one (the
+/// backoff doubles from 100 ms): a new leader waits as long before its first cycle
+/// ([`super`]), so that every live node has re-attached by then.
+pub const MAX_RECONNECT_BACKOFF: Duration = Duration::from_secs(5);
+
 /// The global controllers a local controller may attach to, the one it tries now, and
 /// the newest leader term it has seen.
 pub struct Globals {

@@ -544,13 +544,13 @@ async fn follow_leader(etcd: &etcd::Etcd, election: &str, leadership: &Leadershi
 /// A leader's control loop: a cycle per interval while it may control; otherwise
 /// cycles pause and the stages keep their last rules.
 ///
-/// A new leader first listens for [`MAX_RECONNECT_BACKOFF`](crate::local::MAX_RECONNECT_BACKOFF)
+/// A new leader first listens for [`MAX_RECONNECT_BACKOFF`](follow::MAX_RECONNECT_BACKOFF)
 /// and one interval: the local controllers come back one by one as their retries reach
 /// it, and a cycle planned over the first few would hand them the whole `Max_R` while
 /// the others still run under the last leader's rules. Meanwhile every stage keeps those
 /// rules (fail-static), which kept the aggregate within `Max_R`.
 async fn control(controller: &Arc<Controller>) -> Infallible {
-    let grace = crate::local::MAX_RECONNECT_BACKOFF + controller.interval();
+    let grace = follow::MAX_RECONNECT_BACKOFF + controller.interval();
     info!(
         ?grace,
         "listening before the first cycle while local controllers re-attach"
