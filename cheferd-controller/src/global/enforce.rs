@@ -56,7 +56,7 @@ pub(super) fn enforce(
             body: Some(global_message::Body::Enforce(proto::Enforce {
                 cycle,
                 stages: changed,
-                ..Default::default() // term and generation: stamped as sent (crate::standby::Leadership::stamp)
+                ..Default::default() // term and generation: stamped as sent (Leadership::stamp)
             })),
         };
         node.bytes_out += enforce.encoded_len() as u64;

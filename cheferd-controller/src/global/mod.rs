@@ -44,11 +44,13 @@ mod durable;
 mod enforce;
 mod jobs;
 mod latency;
+mod leadership;
 mod node;
 mod registry;
 mod schedule;
 mod service;
 mod snapshot;
+mod term;
 #[cfg(test)]
 mod tests;
 
@@ -56,9 +58,12 @@ pub use admin::{Change, ChangeError, ChangeRefused};
 pub use durable::{PolicyState, SavedJob};
 pub use enforce::PROVISIONAL_SHARE;
 pub use latency::{LatencyHistogram, LATENCY_BUCKETS};
+pub(crate) use leadership::{utc, Role};
+pub use leadership::{Leader, Leadership, LeadershipStatus, RoleName, LEADER_METADATA};
 pub use registry::ORPHAN_GRACE;
 pub use service::{serve, ServeError, Service};
 pub use snapshot::{NodeSnapshot, Phases, ResourceSnapshot, Snapshot, StageSnapshot};
+pub use term::{Generation, LeaderTerm};
 
 use crate::config::Resource;
 use crate::config::{ConfigError, GlobalConfig};
@@ -103,7 +108,7 @@ pub struct Controller {
     /// The placement service (`[placement]`), if configured.
     placement: Option<crate::placement_service::PlacementService>,
     /// Whether it leads (always, without a standby: `crate::standby`).
-    leadership: crate::standby::Leadership,
+    leadership: Leadership,
 }
 
 impl Controller {
@@ -149,7 +154,7 @@ impl Controller {
     }
 
     /// Whether it leads, and in which term (`crate::standby`).
-    pub fn leadership(&self) -> &crate::standby::Leadership {
+    pub fn leadership(&self) -> &Leadership {
         &self.leadership
     }
 

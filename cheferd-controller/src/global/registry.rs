@@ -57,7 +57,7 @@ impl Controller {
                         max_rate: r.max_rate.tokens() as u64,
                     })
                     .collect(),
-                ..Default::default() // term and generation: stamped as sent (crate::standby::Leadership::stamp)
+                ..Default::default() // term and generation: stamped as sent (Leadership::stamp)
             })),
         };
         let _ = outbox.send(Ok(registered));
@@ -193,7 +193,7 @@ impl Controller {
                         body: Some(global_message::Body::Enforce(proto::Enforce {
                             cycle: 0,
                             stages: vec![proto::StageRules { stage_id, rules }],
-                            ..Default::default() // term and generation: stamped as sent (crate::standby::Leadership::stamp)
+                            ..Default::default() // term and generation: stamped as sent (Leadership::stamp)
                         })),
                     };
                     if node.outbox.send(Ok(enforce)).is_ok() {

@@ -181,7 +181,7 @@ pub struct Snapshot {
     /// Who leads (with a standby, `crate::standby`) and whether this controller
     /// controls now.
     #[serde(default)]
-    pub leadership: crate::standby::LeadershipStatus,
+    pub leadership: super::leadership::LeadershipStatus,
 }
 
 /// One resource.
