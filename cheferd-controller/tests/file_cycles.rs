@@ -76,7 +76,12 @@ fn file_graph(read: impl Fn(&str) -> Option<String>) -> FileGraph {
             modules.insert(vec![name.clone()], file.clone());
         }
         for decl in &scan.mods {
-            let path = [module.as_slice(), &decl.scope, &[decl.name.clone()]].concat();
+            let path = [
+                module.as_slice(),
+                &decl.scope,
+                std::slice::from_ref(&decl.name),
+            ]
+            .concat();
             if decl.inline {
                 modules.insert(path, file.clone());
                 continue;
@@ -302,10 +307,12 @@ fn scan(tokens: &[String]) -> FileScan {
                 i += 3;
                 continue;
             }
-            "macro_rules" if next(1) == Some("!") && next(2).is_some_and(is_ident) => {
-                if attributes_before(tokens, i).contains(&"macro_export".to_string()) {
-                    scan.exported_macros.push(tokens[i + 2].clone());
-                }
+            "macro_rules"
+                if next(1) == Some("!")
+                    && next(2).is_some_and(is_ident)
+                    && attributes_before(tokens, i).contains(&"macro_export".to_string()) =>
+            {
+                scan.exported_macros.push(tokens[i + 2].clone());
             }
             // `pub(in crate::x)` restricts who sees an item; it uses nothing.
             "in" if i >= 2 && tokens[i - 2] == "pub" => {
