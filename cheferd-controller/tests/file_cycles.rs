@@ -39,6 +39,10 @@ struct FileGraph {
 /// For each node, the nodes it references, each with why.
 type Graph = BTreeMap<String, BTreeMap<String, String>>;
 
+/// For each module, the names its `use` declarations bring in, with the paths (from the
+/// crate's root) they name.
+type Imports = BTreeMap<ModulePath, BTreeMap<String, ModulePath>>;
+
 /// A crate's modules: for each module path (and each `#[macro_export]` macro, which
 /// lives at the crate's root), the file that holds it.
 type Modules = BTreeMap<ModulePath, String>;
@@ -53,6 +57,8 @@ struct FileScan {
     exported_macros: Vec<String>,
     /// Paths of two or more segments as written, with a trailing `*` for globs.
     paths: Vec<(ModulePath, Vec<String>)>,
+    /// The names `use` declarations bring in (`as` names included), with their paths.
+    imports: Vec<(ModulePath, String, Vec<String>)>,
 }
 
 #[derive(Debug)]
@@ -104,6 +110,18 @@ fn file_graph(read: impl Fn(&str) -> Option<String>) -> FileGraph {
         }
         scans.insert(file, (module, scan));
     }
+    let mut imports = Imports::new();
+    for (module, scan) in scans.values() {
+        for (scope, name, path) in &scan.imports {
+            let here = [module.as_slice(), scope].concat();
+            if let Some(absolute) = absolute(&here, path, &modules) {
+                imports
+                    .entry(here)
+                    .or_default()
+                    .insert(name.clone(), absolute);
+            }
+        }
+    }
     let mut graph = FileGraph::default();
     for (file, (module, scan)) in &scans {
         graph.modules.insert(file.clone(), module.clone());
@@ -113,10 +131,7 @@ fn file_graph(read: impl Fn(&str) -> Option<String>) -> FileGraph {
             let Some(absolute) = absolute(&here, path, &modules) else {
                 continue;
             };
-            let target = (0..=absolute.len())
-                .rev()
-                .find_map(|n| modules.get(&absolute[..n]))
-                .expect("the crate's root is a module");
+            let target = defining_file(&absolute, &modules, &imports);
             if target != file {
                 let shown = ["crate"]
                     .into_iter()
@@ -128,6 +143,28 @@ fn file_graph(read: impl Fn(&str) -> Option<String>) -> FileGraph {
         }
     }
     graph
+}
+
+/// The file that holds what `path` (from the crate's root) names: that of the deepest
+/// module it names, or, where that module imports the next segment by `use` (a
+/// re-export, or a name its children reach through `super::`), that of the import.
+fn defining_file<'a>(path: &[String], modules: &'a Modules, imports: &Imports) -> &'a String {
+    let mut path = path.to_vec();
+    // Imports cannot loop in a crate that compiles; the bound keeps a broken one finite.
+    for _ in 0..32 {
+        let depth = (0..=path.len())
+            .rev()
+            .find(|n| modules.contains_key(&path[..*n]))
+            .expect("the crate's root is a module");
+        let imported = path
+            .get(depth)
+            .and_then(|name| imports.get(&path[..depth])?.get(name));
+        match imported {
+            Some(imported) => path = [imported.as_slice(), &path[depth + 1..]].concat(),
+            None => return &modules[&path[..depth]],
+        }
+    }
+    panic!("the imports of {path:?} loop")
 }
 
 /// The directory (segments below `src/`) where the children of `file`'s module live.
@@ -326,12 +363,14 @@ fn scan(tokens: &[String]) -> FileScan {
                 let mut paths = Vec::new();
                 let end = use_tree(tokens, i, Vec::new(), &mut paths);
                 let here: ModulePath = scope_path(&scope);
-                scan.paths.extend(
-                    paths
-                        .into_iter()
-                        .filter(|p| p.len() > 1)
-                        .map(|p| (here.clone(), p)),
-                );
+                let in_use = i > 0 && tokens[i - 1] == "use";
+                for (path, alias) in paths.into_iter().filter(|(p, _)| p.len() > 1) {
+                    let name = alias.or_else(|| path.last().cloned()).unwrap_or_default();
+                    if in_use && is_ident(&name) && name != "_" {
+                        scan.imports.push((here.clone(), name, path.clone()));
+                    }
+                    scan.paths.push((here.clone(), path));
+                }
                 i = end;
                 continue;
             }
@@ -346,13 +385,13 @@ fn is_ident(token: &str) -> bool {
     token.starts_with(|c: char| c.is_alphabetic() || c == '_' || c == '$')
 }
 
-/// Reads the path (with `::{…}` groups and `::*`) starting at `i`, each full path
-/// appended to `out` after `prefix`; returns where it ends.
+/// Reads the path (with `::{…}` groups, `::*` and `as` names) starting at `i`, each full
+/// path appended to `out` after `prefix` with its `as` name; returns where it ends.
 fn use_tree(
     tokens: &[String],
     mut i: usize,
     prefix: Vec<String>,
-    out: &mut Vec<Vec<String>>,
+    out: &mut Vec<(Vec<String>, Option<String>)>,
 ) -> usize {
     let mut path = prefix;
     loop {
@@ -367,9 +406,6 @@ fn use_tree(
                 i += 1;
                 while tokens.get(i).is_some_and(|t| t != "}") {
                     i = use_tree(tokens, i, path.clone(), out);
-                    while tokens.get(i).is_some_and(|t| t != "," && t != "}") {
-                        i += 1; // `as name`
-                    }
                     if tokens.get(i).is_some_and(|t| t == ",") {
                         i += 1;
                     }
@@ -384,7 +420,15 @@ fn use_tree(
             break;
         }
     }
-    out.push(path);
+    // `as name` where a use tree ends (not a cast to a type path: `x as crate::T`).
+    let alias = match tokens.get(i..i + 3) {
+        Some([r#as, name, end]) if r#as == "as" && matches!(end.as_str(), "," | "}" | ";") => {
+            i += 2;
+            Some(name.clone())
+        }
+        _ => None,
+    };
+    out.push((path, alias));
     i
 }
 
@@ -617,6 +661,29 @@ fn a_directory_is_one_sibling_and_its_files_siblings_of_each_other_but_not_of_th
             "app.rs → net/ (app.rs: crate::net::Conn) → app.rs (net/conn.rs: crate::app::run)",
             "net/conn.rs → net/wire.rs (net/conn.rs: crate::net::wire::Frame) → net/conn.rs \
              (net/wire.rs: crate::net::conn::Conn)"
+        ]
+    );
+}
+
+#[test]
+fn a_cycle_through_re_exports_and_as_names_is_found_at_the_files_that_define_the_items() {
+    let files = graph_of(&[
+        ("lib.rs", "pub mod net;"),
+        (
+            "net/mod.rs",
+            "mod conn;\nmod wire;\npub use wire::Frame;\nuse conn::{Conn as Link};",
+        ),
+        ("net/conn.rs", "use super::Frame;\npub struct Conn;"),
+        (
+            "net/wire.rs",
+            "pub struct Frame(super::Link, u32);\nconst N: u32 = 1 as u32;",
+        ),
+    ]);
+    assert_eq!(
+        cycles(&sibling_graph(&files)),
+        [
+            "net/conn.rs → net/wire.rs (net/conn.rs: crate::net::Frame) → net/conn.rs \
+          (net/wire.rs: crate::net::Link)"
         ]
     );
 }
