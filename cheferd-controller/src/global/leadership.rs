@@ -101,8 +101,8 @@ pub struct Leadership {
     /// keep-alive etcd answered (sent, not answered: a slow answer only shortens it).
     lease_until: Mutex<Instant>,
     /// Until when every standby has confirmed that etcd is down for it too, or no
-    /// standby is known ([`peers`]): a leader whose lease lapsed keeps controlling
-    /// meanwhile.
+    /// standby is known ([`crate::standby::peers`]): a leader whose lease lapsed keeps
+    /// controlling meanwhile.
     etcd_down_until: Mutex<Instant>,
     /// Since when etcd has not answered this process (`None`: its last call did).
     etcd_unreachable_since: Mutex<Option<SystemTime>>,
