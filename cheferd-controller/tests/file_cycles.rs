@@ -7,11 +7,13 @@
 //! … }` belong to their file). Its edges are path references to another file of the
 //! crate: `crate::`, `super::`, `self::`, `$crate::` and paths starting with a child
 //! module's name, in `use` declarations (groups `use crate::{a, b::{c}}` included) and
-//! inline (`crate::x::y(…)`). A path leads to the file of the deepest module it names, so
-//! `super::sibling::Item` is an edge to `sibling.rs` and `super::Item` one to the
-//! parent's file. A `mod x;` declaration is not an edge. Comments, string literals and
-//! `pub(in …)` are not references. Unit tests are left out: `#[cfg(test)] mod …` (inline
-//! or a file) and files named `tests.rs`.
+//! inline (`crate::x::y(…)`). A path leads to the file that holds what it names: that of
+//! the deepest module it names, through the `use` imports and re-exports (`as` names
+//! included) of that module, so `super::sibling::Item` is an edge to `sibling.rs`, and
+//! `super::Item` one to the parent's file, or to the file the parent imports `Item` from:
+//! a re-export hides no cycle. A `mod x;` declaration is not an edge. Comments, string
+//! literals and `pub(in …)` are not references. Unit tests are left out: `#[cfg(test)]
+//! mod …` (inline or a file) and files named `tests.rs`.
 //!
 //! Cycles are looked for among siblings: the files and directories of one directory (the
 //! crate's `src/` first), a directory standing for every file below it. An edge between
@@ -104,7 +106,7 @@ fn file_graph(read: impl Fn(&str) -> Option<String>) -> FileGraph {
                 .into_iter()
                 .find(|c| read(c).is_some())
                 .unwrap_or_else(|| panic!("{file} declares `mod {};` with no file", decl.name));
-            if !child.ends_with("tests.rs") {
+            if child.rsplit('/').next() != Some("tests.rs") {
                 queue.push_back((child, path));
             }
         }
