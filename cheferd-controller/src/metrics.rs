@@ -7,7 +7,7 @@
 
 use crate::bounds::{Incoming, Limited, ListenerCaps};
 use crate::config::Resource;
-use crate::global::{Controller, Snapshot};
+use crate::global::{Controller, LatencyHistogram, Snapshot, LATENCY_BUCKETS};
 use crate::plan::JobShare;
 use http_body_util::Full;
 use hyper::body::Bytes;
@@ -69,41 +69,6 @@ fn respond<B>(controller: &Controller, request: &Request<B>) -> Response<Full<By
         hyper::header::HeaderValue::from_static("text/plain; version=0.0.4"),
     );
     response
-}
-
-/// Upper bounds (seconds) of the cycle latency histogram's buckets: from a cycle with
-/// nothing to wait for (≈ 100 µs) past the collect deadline (≤ 500 ms); slower cycles
-/// fall in `+Inf`.
-pub const LATENCY_BUCKETS: [f64; 13] = [
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-];
-
-/// The cycle latencies of every cycle since start, as a Prometheus histogram.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct LatencyHistogram {
-    /// Observations per bucket of [`LATENCY_BUCKETS`] (not cumulative), and above the
-    /// last bound in the extra last slot.
-    counts: [u64; LATENCY_BUCKETS.len() + 1],
-    /// Sum of all observations, seconds.
-    sum: f64,
-}
-
-impl LatencyHistogram {
-    /// Records one cycle's latency.
-    pub fn observe(&mut self, latency: Duration) {
-        let seconds = latency.as_secs_f64();
-        let bucket = LATENCY_BUCKETS
-            .iter()
-            .position(|bound| seconds <= *bound)
-            .unwrap_or(LATENCY_BUCKETS.len());
-        self.counts[bucket] += 1;
-        self.sum += seconds;
-    }
-
-    /// Cycles observed.
-    pub fn count(&self) -> u64 {
-        self.counts.iter().sum()
-    }
 }
 
 /// Writes metric families in the text exposition format.
@@ -196,7 +161,7 @@ pub fn render(s: &Snapshot, latency: &LatencyHistogram) -> String {
         "Control cycle latency: from the tick until the last Enforce is queued (collect + compute + enforce).",
     );
     let mut cumulative = 0;
-    for (bound, count) in LATENCY_BUCKETS.iter().zip(latency.counts) {
+    for (bound, count) in LATENCY_BUCKETS.iter().zip(latency.counts()) {
         cumulative += count;
         out.sample(
             "cheferd_cycle_latency_seconds_bucket",
@@ -210,7 +175,7 @@ pub fn render(s: &Snapshot, latency: &LatencyHistogram) -> String {
         &[("le", "+Inf")],
         count,
     );
-    out.sample("cheferd_cycle_latency_seconds_sum", &[], latency.sum);
+    out.sample("cheferd_cycle_latency_seconds_sum", &[], latency.sum());
     out.sample("cheferd_cycle_latency_seconds_count", &[], count);
     out.gauge(
         "cheferd_last_cycle_latency_seconds",

@@ -398,7 +398,7 @@ impl PlacementService {
         let available = input
             .targets
             .len()
-            .min(padll_wire::control::MAX_STRIPES as usize);
+            .min(padll_wire::config::MAX_STRIPES as usize);
         if available == 0 {
             return Vec::new();
         }

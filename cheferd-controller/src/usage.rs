@@ -15,6 +15,13 @@ use padll_wire::report::OpStats;
 use std::collections::HashMap;
 use std::time::Instant;
 
+/// Before the control plane gave a stage a rule for a resource, it cannot have used
+/// more than this per second of it (ops/s; [`PRE_RULE_BYTES`] for data): what it
+/// reports above is clamped.
+pub const PRE_RULE_OPS: u64 = 1_000_000;
+/// The same for data resources, bytes/s (16 GiB/s).
+pub const PRE_RULE_BYTES: u64 = 16 << 30;
+
 /// Cumulative counters of one stage at one instant.
 #[derive(Clone, Debug, Default)]
 struct Sample {
@@ -27,7 +34,7 @@ struct Sample {
 /// Reports cannot lie past physics: the tokens reports add for a resource are clamped
 /// to what the rule the stage was given could have admitted (a bucket: rate × elapsed +
 /// burst over any span of reports, with the higher rate while a rule changed), and
-/// before any rule to [`crate::local::PRE_RULE_OPS`] / [`crate::local::PRE_RULE_BYTES`]
+/// before any rule to [`PRE_RULE_OPS`] / [`PRE_RULE_BYTES`]
 /// per second.
 /// Channels whose unit does not fit their class (bytes for metadata, requests for
 /// data) are ignored.
@@ -231,9 +238,9 @@ impl UsageTracker {
 /// Tokens per second a stage may use of a resource it has no rule for.
 fn pre_rule_cap(resource: &Resource) -> u64 {
     if resource.counts_bytes() {
-        crate::local::PRE_RULE_BYTES
+        PRE_RULE_BYTES
     } else {
-        crate::local::PRE_RULE_OPS
+        PRE_RULE_OPS
     }
 }
 

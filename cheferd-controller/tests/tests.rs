@@ -15,6 +15,7 @@ mod ctl_timeout;
 mod demo;
 mod end_to_end;
 mod fail_closed;
+mod file_cycles;
 mod fuzz_corpus;
 mod install;
 mod node_default;

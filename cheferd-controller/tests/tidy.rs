@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-const CRATES: [&str; 4] = [
+pub(crate) const CRATES: [&str; 4] = [
     "padll-stage",
     "padll-wire",
     "cheferd-controller",
@@ -16,7 +16,7 @@ const FILE_ENDINGS: [&str; 8] = [
     ".rs", ".md", ".toml", ".c", ".sh", ".proto", ".service", ".conf",
 ];
 
-fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("the workspace")

@@ -1,10 +1,8 @@
 //! Channels as the stage, its CLI and the controllers describe them: which requests a
 //! channel serves ([`Scope`], optionally one mountpoint), its rate and what a token is.
 
-use crate::config::Rate;
 use crate::ops::{Class, Op};
 use serde::{Deserialize, Serialize};
-use std::fmt;
 
 /// Largest rate a channel can hold, tokens per second (2⁴⁸ ≈ 256 TiB/s in bytes).
 pub const MAX_RATE: u64 = 1 << 48;
@@ -111,26 +109,6 @@ pub struct ChannelSpec {
     pub unit: Unit,
     /// Bucket depth in tokens.
     pub burst: u64,
-}
-
-impl ChannelSpec {
-    /// Its rate, with what its tokens count.
-    pub fn typed_rate(&self) -> Rate {
-        match self.unit {
-            Unit::Requests => Rate::Ops(self.rate),
-            Unit::Bytes => Rate::Bytes(self.rate),
-        }
-    }
-}
-
-/// As a rule is written: `/scratch:write=20MiB/s` (see [`Rate`]'s display).
-impl fmt::Display for ChannelSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some(mount) = &self.mount {
-            write!(f, "{mount}:")?;
-        }
-        write!(f, "{}={}", self.scope.name(), self.typed_rate())
-    }
 }
 
 /// Whom a configured limit binds.

@@ -96,6 +96,26 @@ impl std::fmt::Display for Rate {
     }
 }
 
+impl ChannelSpec {
+    /// Its rate, with what its tokens count.
+    pub fn typed_rate(&self) -> Rate {
+        match self.unit {
+            Unit::Requests => Rate::Ops(self.rate),
+            Unit::Bytes => Rate::Bytes(self.rate),
+        }
+    }
+}
+
+/// As a rule is written: `/scratch:write=20MiB/s` (see [`Rate`]'s display).
+impl std::fmt::Display for ChannelSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(mount) = &self.mount {
+            write!(f, "{mount}:")?;
+        }
+        write!(f, "{}={}", self.scope.name(), self.typed_rate())
+    }
+}
+
 /// The units of a byte rate, as written and shown: decimal (`KB` = 1000 B) and binary
 /// (`KiB` = 1024 B).
 const BYTE_UNITS: [(&str, u64); 9] = [
@@ -463,13 +483,16 @@ pub struct Config {
     pub placement_wait_ms: u64,
 }
 
+/// Most stripes (storage targets) one file can have (Lustre's `LOV_MAX_STRIPE_COUNT`).
+pub const MAX_STRIPES: u32 = 2000;
+
 /// A mountpoint whose new files get their storage targets (Lustre OSTs) from the
 /// control plane's placement service (issue 10; Paul et al., paper 004).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Placement {
     /// The mountpoint (one of [`Config::mounts`]).
     pub mount: String,
-    /// Targets per new file (stripe count, 1 … [`crate::control::MAX_STRIPES`]).
+    /// Targets per new file (stripe count, 1 … [`MAX_STRIPES`]).
     pub stripes: u32,
 }
 
@@ -670,8 +693,8 @@ pub enum LoadErrorKind {
         /// The managed mountpoints, `:`-separated.
         mounts: String,
     },
-    /// A placement's stripe count outside 1..=[`MAX_STRIPES`](crate::control::MAX_STRIPES).
-    #[error("bad stripe count '{count}' in '{item}' (1 to {max})", max = crate::control::MAX_STRIPES)]
+    /// A placement's stripe count outside 1..=[`MAX_STRIPES`].
+    #[error("bad stripe count '{count}' in '{item}' (1 to {max})", max = MAX_STRIPES)]
     Stripes {
         /// The count as given.
         count: String,
@@ -955,7 +978,7 @@ fn placements_of(text: &str, mounts: &[String]) -> Result<Vec<Placement>, LoadEr
                         .trim()
                         .parse::<u32>()
                         .ok()
-                        .filter(|n| (1..=crate::control::MAX_STRIPES).contains(n))
+                        .filter(|n| (1..=MAX_STRIPES).contains(n))
                         .ok_or_else(|| LoadErrorKind::Stripes {
                             count: count.to_string(),
                             item: item.to_string(),

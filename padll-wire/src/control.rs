@@ -18,14 +18,12 @@
 
 use crate::channel::{ChannelInfo, ChannelSpec, MAX_CHANNELS, MAX_RATE};
 use crate::config::Identity;
+pub use crate::config::MAX_STRIPES;
 use crate::report::OpStats;
 use serde::{Deserialize, Serialize};
 
 /// Version of this protocol; a controller rejects stages of another version.
 pub const PROTOCOL_VERSION: u32 = 1;
-
-/// Most stripes (storage targets) one file can have (Lustre's `LOV_MAX_STRIPE_COUNT`).
-pub const MAX_STRIPES: u32 = 2000;
 
 /// Longest line either side accepts, in bytes (a stage with the maximum 255 channels
 /// reports well under this).

@@ -6,22 +6,12 @@
 //! [`PlanCache::invalidate`] — called whenever a stage or node comes or goes — has
 //! them rebuilt at the next cycle, carrying over what each stage was sent.
 
-use super::registry::Node;
+use super::node::{Node, Slot};
 use crate::config::GlobalConfig;
 use crate::plan::{self, Plan, StageView};
 use crate::proto;
 use std::collections::BTreeMap;
 use std::ops::Range;
-
-/// Where the rates a stage was last sent are kept: in exactly one place at a time.
-#[derive(Debug)]
-pub(super) enum Slot {
-    /// Not in the cache (the stage joined since it was built), with the rates it was
-    /// sent outside a cycle (its provisional rule), if any.
-    New(Option<Vec<u64>>),
-    /// Its index in the cache (as last built, current or not).
-    Cached(usize),
-}
 
 /// The planner's stage views and the rates last sent, kept between cycles.
 #[derive(Default)]
@@ -140,10 +130,29 @@ impl PlanCache {
                 self.was_sent[i] = true;
                 changed.push(proto::StageRules {
                     stage_id: self.ids[i],
-                    rules: super::enforce::rules(config, rates),
+                    rules: rules(config, rates),
                 });
             }
         }
         changed
     }
+}
+
+/// A stage's rules from its rates (one per configured resource, 0 = none). A rule names
+/// its resource by index into the table the node was sent in `Registered`: copying
+/// mount and class strings into every rule was most of the cost of an `Enforce`.
+pub(super) fn rules(config: &GlobalConfig, rates: &[u64]) -> Vec<proto::Rule> {
+    config
+        .resources
+        .iter()
+        .zip(rates)
+        .enumerate()
+        .filter(|(_, (_, &rate))| rate > 0)
+        .map(|(index, (r, &rate))| proto::Rule {
+            resource: index as u32,
+            rate,
+            bytes: r.resource.counts_bytes(),
+            burst: ((rate as u128 * config.burst_ms as u128) / 1000).max(1) as u64,
+        })
+        .collect()
 }

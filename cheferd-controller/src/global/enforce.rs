@@ -3,7 +3,7 @@
 //! provisional rules of a stage that joins between cycles.
 
 use super::cache::PlanCache;
-use super::registry::Node;
+use super::node::Node;
 use super::State;
 use crate::config::GlobalConfig;
 use crate::plan;
@@ -56,7 +56,7 @@ pub(super) fn enforce(
             body: Some(global_message::Body::Enforce(proto::Enforce {
                 cycle,
                 stages: changed,
-                ..Default::default() // term and generation: stamped as sent (crate::standby::Leadership::stamp)
+                ..Default::default() // term and generation: stamped as sent (Leadership::stamp)
             })),
         };
         node.bytes_out += enforce.encoded_len() as u64;
@@ -90,25 +90,6 @@ pub(super) fn acked(state: &mut State) {
     if let Some(last) = state.history.back_mut().filter(|p| p.cycle == cycle) {
         last.acked = since_tick;
     }
-}
-
-/// A stage's rules from its rates (one per configured resource, 0 = none). A rule names
-/// its resource by index into the table the node was sent in `Registered`: copying
-/// mount and class strings into every rule was most of the cost of an `Enforce`.
-pub(super) fn rules(config: &GlobalConfig, rates: &[u64]) -> Vec<proto::Rule> {
-    config
-        .resources
-        .iter()
-        .zip(rates)
-        .enumerate()
-        .filter(|(_, (_, &rate))| rate > 0)
-        .map(|(index, (r, &rate))| proto::Rule {
-            resource: index as u32,
-            rate,
-            bytes: r.resource.counts_bytes(),
-            burst: ((rate as u128 * config.burst_ms as u128) / 1000).max(1) as u64,
-        })
-        .collect()
 }
 
 /// Rates (per configured resource, 0 = none) for a stage that just joined: its job's

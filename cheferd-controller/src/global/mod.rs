@@ -30,11 +30,13 @@
 //! they keep their rules, so they get no provisional ones) or for [`ORPHAN_GRACE`]
 //! (then they are presumed gone with their node).
 //!
-//! One concept per module: `service` (the gRPC endpoint), `registry` (nodes, stages,
-//! orphans), `jobs` (job-id interning and the terms in force), `schedule` (report slots
-//! and the collect wait), `cache` (the planner's views and the rates last sent, kept
-//! between cycles), `enforce` (the diff, acks and re-sends), `admin` (administrative
-//! changes) and `snapshot` (what the admin CLI and metrics see).
+//! One concept per module: `service` (the gRPC endpoint), `node` (the records of a node
+//! and its stages), `registry` (what each message of a stream does to them: nodes,
+//! stages, orphans), `jobs` (job-id interning and the terms in force), `schedule`
+//! (report slots and the collect wait), `cache` (the planner's views and the rates last
+//! sent, kept between cycles), `enforce` (the diff, acks and re-sends), `admin`
+//! (administrative changes), `snapshot` (what the admin CLI and metrics see) and
+//! `latency` (every cycle's latency, for the metrics).
 //!
 //! Time is tokio's clock ([`tokio::time::Instant`]): the system's in production, paused
 //! and advanced by the tests of report slots, orphan grace and scheduled rules.
@@ -44,19 +46,27 @@ mod cache;
 mod durable;
 mod enforce;
 mod jobs;
+mod latency;
+mod leadership;
+mod node;
 mod registry;
 mod schedule;
 mod service;
 mod snapshot;
+mod term;
 #[cfg(test)]
 mod tests;
 
 pub use admin::{Change, ChangeError, ChangeRefused};
 pub use durable::{PolicyState, SavedJob};
 pub use enforce::PROVISIONAL_SHARE;
+pub use latency::{LatencyHistogram, LATENCY_BUCKETS};
+pub(crate) use leadership::{utc, Role};
+pub use leadership::{Leader, Leadership, LeadershipStatus, RoleName, LEADER_METADATA};
 pub use registry::ORPHAN_GRACE;
 pub use service::{serve, ServeError, Service};
 pub use snapshot::{NodeSnapshot, Phases, ResourceSnapshot, Snapshot, StageSnapshot};
+pub use term::{Generation, LeaderTerm};
 
 use crate::config::Resource;
 use crate::config::{ConfigError, GlobalConfig};
@@ -72,7 +82,7 @@ use tracing::debug;
 struct State {
     config: GlobalConfig,
     policies: HashMap<Resource, PolicyRunner>,
-    nodes: BTreeMap<String, registry::Node>,
+    nodes: BTreeMap<String, node::Node>,
     jobs: jobs::JobIds,
     next_session: u64,
     cycle: u64,
@@ -82,7 +92,7 @@ struct State {
     /// The last cycles, oldest first.
     history: VecDeque<Phases>,
     /// Every cycle's latency since start, for the metrics endpoint.
-    latency: crate::metrics::LatencyHistogram,
+    latency: LatencyHistogram,
     /// The last cycle's tick, and the next one expected.
     tick: Option<Instant>,
     next_tick: Option<Instant>,
@@ -102,7 +112,7 @@ pub struct Controller {
     /// The placement service (`[placement]`), if configured.
     placement: Option<crate::placement_service::PlacementService>,
     /// Whether it leads (always, without a standby: `crate::standby`).
-    leadership: crate::standby::Leadership,
+    leadership: Leadership,
 }
 
 impl Controller {
@@ -148,7 +158,7 @@ impl Controller {
     }
 
     /// Whether it leads, and in which term (`crate::standby`).
-    pub fn leadership(&self) -> &crate::standby::Leadership {
+    pub fn leadership(&self) -> &Leadership {
         &self.leadership
     }
 

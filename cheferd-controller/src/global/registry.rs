@@ -3,11 +3,11 @@
 //! with their share until they re-register or [`ORPHAN_GRACE`] passes); what each
 //! message of a node's stream does to it.
 
-use super::cache::{PlanCache, Slot};
+use super::cache::{self, PlanCache};
+use super::node::{Node, Outbox, Slot, StageRecord};
 use super::service::GRPC_LOG;
 use super::{enforce, schedule, Controller, State};
 use crate::config::Resource;
-use crate::outbox;
 use crate::plan::StageUsage;
 use crate::policy::JobKey;
 use crate::proto::{self, global_message, local_message, GlobalMessage, LocalMessage};
@@ -23,51 +23,6 @@ use tracing::{debug, info, warn};
 /// restarted local controller re-attaches at once and its stages reconnect within their
 /// 5 s backoff; a stage missing for longer is presumed gone with its node.
 pub const ORPHAN_GRACE: Duration = Duration::from_secs(30);
-
-/// The queue to one node's stream.
-pub(super) type Outbox = outbox::Sender<Result<GlobalMessage, Status>>;
-
-/// One local controller.
-pub(super) struct Node {
-    pub(super) session: u64,
-    pub(super) outbox: Outbox,
-    pub(super) stages: BTreeMap<u64, StageRecord>,
-    /// Its stream ended.
-    pub(super) detached: bool,
-    /// The first cycle whose usage report is due under its current schedule (later
-    /// cycles' reports follow one per interval).
-    pub(super) due: u64,
-    /// The cycle its latest report was for, and when that arrived.
-    pub(super) reported: u64,
-    pub(super) reported_at: Option<Instant>,
-    /// The cycle of the latest `Enforce` it has not acknowledged.
-    pub(super) unacked: Option<u64>,
-    /// Stages of an ended stream of this node, by pid, that have not re-registered: they
-    /// run on their last rules, so they keep their share (no rules can reach them).
-    pub(super) orphans: BTreeMap<u32, StageRecord>,
-    /// When the stream that left the orphans ended.
-    pub(super) orphaned_at: Option<Instant>,
-    /// The running collect waits for its report.
-    pub(super) pending: bool,
-    pub(super) bytes_in: u64,
-    pub(super) bytes_out: u64,
-    /// Its stages per job (for `max_jobs_per_node`).
-    pub(super) jobs: HashMap<JobKey, usize>,
-    /// Its report for the last cycle it was due was missing, and none came since.
-    pub(super) missed: bool,
-}
-
-/// A registered stage.
-pub(super) struct StageRecord {
-    pub(super) stage: proto::Stage,
-    /// Its job id, interned.
-    pub(super) job: JobKey,
-    /// Its last reported usage per resource (updated in place: reports of a stage
-    /// name the same resources cycle after cycle).
-    pub(super) usage: Vec<(Resource, StageUsage)>,
-    /// Where the rates it was last sent are.
-    pub(super) slot: Slot,
-}
 
 impl Controller {
     /// Registers the node `name` whose stream queues to `outbox` (replacing its previous
@@ -103,7 +58,7 @@ impl Controller {
                         max_rate: r.max_rate.tokens() as u64,
                     })
                     .collect(),
-                ..Default::default() // term and generation: stamped as sent (crate::standby::Leadership::stamp)
+                ..Default::default() // term and generation: stamped as sent (Leadership::stamp)
             })),
         };
         let _ = outbox.send(Ok(registered));
@@ -201,7 +156,7 @@ impl Controller {
             }
         }
         let config = &state.config;
-        let provisional = provisional.map(|rates| (enforce::rules(config, &rates), rates));
+        let provisional = provisional.map(|rates| (cache::rules(config, &rates), rates));
         let resources: Vec<Resource> = match &message.body {
             Some(local_message::Body::Usage(_)) => config
                 .resources
@@ -239,7 +194,7 @@ impl Controller {
                         body: Some(global_message::Body::Enforce(proto::Enforce {
                             cycle: 0,
                             stages: vec![proto::StageRules { stage_id, rules }],
-                            ..Default::default() // term and generation: stamped as sent (crate::standby::Leadership::stamp)
+                            ..Default::default() // term and generation: stamped as sent (Leadership::stamp)
                         })),
                     };
                     if node.outbox.send(Ok(enforce)).is_ok() {

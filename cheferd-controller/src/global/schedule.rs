@@ -2,7 +2,7 @@
 //! tick (told in a `Schedule`); a cycle waits, bounded, only for reports due and
 //! missing, and re-schedules nodes whose reports miss their slot.
 
-use super::registry::Node;
+use super::node::Node;
 use super::{Controller, State};
 use crate::proto::{self, global_message, GlobalMessage};
 use prost::Message;

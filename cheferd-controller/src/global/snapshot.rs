@@ -116,7 +116,7 @@ impl Controller {
     }
 
     /// What the metrics endpoint shows: the snapshot and every cycle's latency.
-    pub fn metrics(&self) -> (Snapshot, crate::metrics::LatencyHistogram) {
+    pub fn metrics(&self) -> (Snapshot, super::latency::LatencyHistogram) {
         let latency = self.lock().latency.clone();
         (self.snapshot(), latency)
     }
@@ -181,7 +181,7 @@ pub struct Snapshot {
     /// Who leads (with a standby, `crate::standby`) and whether this controller
     /// controls now.
     #[serde(default)]
-    pub leadership: crate::standby::LeadershipStatus,
+    pub leadership: super::leadership::LeadershipStatus,
 }
 
 /// One resource.

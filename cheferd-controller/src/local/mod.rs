@@ -100,18 +100,6 @@ impl Default for LocalLimits {
     }
 }
 
-/// Before the control plane gave a stage a rule for a resource, it cannot have used
-/// more than this per second of it (ops/s; [`PRE_RULE_BYTES`] for data): what it
-/// reports above is clamped.
-pub const PRE_RULE_OPS: u64 = 1_000_000;
-/// The same for data resources, bytes/s (16 GiB/s).
-pub const PRE_RULE_BYTES: u64 = 16 << 30;
-
-/// The longest a local controller waits between attempts to reach a global one (the
-/// backoff doubles from 100 ms): a new leader waits as long before its first cycle
-/// (`crate::standby`), so that every live node has re-attached by then.
-pub const MAX_RECONNECT_BACKOFF: Duration = Duration::from_secs(5);
-
 /// Lines a peer can cause (malformed lines, clamped reports, refused connections,
 /// stages registered and left): at most 20 per 5 s, whatever the peers do.
 static PEER_LOG: LogLimit = LogLimit::new(20, Duration::from_secs(5));

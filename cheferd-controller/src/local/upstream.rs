@@ -4,12 +4,12 @@
 //! re-establishing it with backoff when it breaks.
 
 use super::report::{report_usage, ReportClock};
-use super::{rules, Local, MAX_RECONNECT_BACKOFF};
+use super::{rules, Local};
 use crate::config::Resource;
 use crate::proto::{
     self, global_client::GlobalClient, global_message, local_message, GlobalMessage, LocalMessage,
 };
-use crate::standby::follow::{Globals, Verdict};
+use crate::standby::follow::{Globals, Verdict, MAX_RECONNECT_BACKOFF};
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;

@@ -215,7 +215,7 @@ impl Etcd {
 
     /// The leader of `election`: the value it proclaimed and its term, the revision
     /// that created its key (`None`: no leader).
-    pub async fn leader(&self, election: &str) -> Result<Option<super::Leader>, Status> {
+    pub async fn leader(&self, election: &str) -> Result<Option<crate::global::Leader>, Status> {
         let request = pb::v3electionpb::LeaderRequest {
             name: election.as_bytes().to_vec(),
         };
@@ -226,7 +226,7 @@ impl Etcd {
             })
             .await;
         match reply {
-            Ok(reply) => Ok(reply.into_inner().kv.map(|kv| super::Leader {
+            Ok(reply) => Ok(reply.into_inner().kv.map(|kv| crate::global::Leader {
                 url: String::from_utf8_lossy(&kv.value).into_owned(),
                 term: kv.create_revision as u64,
                 generation: None,

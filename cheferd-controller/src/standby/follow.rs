@@ -1,12 +1,17 @@
 //! A local controller's side of a standby: `cheferd local --global A,B,C` follows the
 //! leader among them, and refuses rules of an older term than the newest it has seen
-//! (terms ordered as [`super::term`] says, across a replaced etcd too).
+//! (terms ordered as [`LeaderTerm`] says, across a replaced etcd too).
 
-use super::term::LeaderTerm;
+use crate::global::{LeaderTerm, LEADER_METADATA};
 use crate::proto::{global_message::Body, GlobalMessage};
 use std::time::Duration;
 use tonic::transport::{ClientTlsConfig, Endpoint};
 use tonic::Status;
+
+/// The longest a local controller waits between attempts to reach a global one (the
+/// backoff doubles from 100 ms): a new leader waits as long before its first cycle
+/// ([`super`]), so that every live node has re-attached by then.
+pub const MAX_RECONNECT_BACKOFF: Duration = Duration::from_secs(5);
 
 /// The global controllers a local controller may attach to, the one it tries now, and
 /// the newest leader term it has seen.
@@ -87,7 +92,7 @@ impl Globals {
     pub fn refused(&mut self, status: &Status) -> bool {
         let named = status
             .metadata()
-            .get(super::LEADER_METADATA)
+            .get(LEADER_METADATA)
             .and_then(|v| v.to_str().ok());
         match named.and_then(|leader| self.globals.iter().position(|(url, _)| url == leader)) {
             Some(leader) if leader != self.current => {
@@ -193,14 +198,13 @@ mod tests {
         let mut status = Status::unavailable("standby");
         status
             .metadata_mut()
-            .insert(super::super::LEADER_METADATA, "http://c:3".parse().unwrap());
+            .insert(LEADER_METADATA, "http://c:3".parse().unwrap());
         assert!(!g.refused(&status));
         assert_eq!(g.url(), "http://c:3");
         let mut stranger = Status::unavailable("standby");
-        stranger.metadata_mut().insert(
-            super::super::LEADER_METADATA,
-            "http://evil:9".parse().unwrap(),
-        );
+        stranger
+            .metadata_mut()
+            .insert(LEADER_METADATA, "http://evil:9".parse().unwrap());
         assert!(g.refused(&stranger), "the list wrapped around");
         assert_eq!(g.url(), "http://a:1");
         assert!(!g.move_on());

@@ -14,8 +14,8 @@
 //! leader from then on, and each node follows one leader at a time; once etcd answers
 //! this leader again, it finds its lease gone and exits.
 
-use super::term::LeaderTerm;
-use super::{etcd::Etcd, Leadership, StandbyError};
+use super::{etcd::Etcd, StandbyError};
+use crate::global::{LeaderTerm, Leadership};
 use crate::proto::{global_client::GlobalClient, StandingReply, StandingRequest};
 use std::future::Future;
 use std::sync::Mutex;
@@ -177,7 +177,7 @@ impl Standbys {
                 let since = leadership.status().etcd_unreachable_since;
                 warn!(
                     "etcd unreachable since {}: keeping control in term {} ({keeping}); administrative changes are not persisted until etcd answers again",
-                    since.map_or("now".into(), super::utc),
+                    since.map_or("now".into(), crate::global::utc),
                     term.term
                 );
                 said = Some((true, Instant::now()));
@@ -274,8 +274,8 @@ mod tests {
         }
     }
 
-    fn generation(created_ms: u64) -> super::super::term::Generation {
-        super::super::term::Generation {
+    fn generation(created_ms: u64) -> crate::global::Generation {
+        crate::global::Generation {
             created_ms,
             nonce: 5,
         }

@@ -8,7 +8,7 @@
 //!   `PREFIX/policy-state`, every [`POLICY_STATE_EVERY`] when it changed: a new leader
 //!   starts from records at most that old;
 //! - the [`Generation`] of this etcd data, in `PREFIX/generation`, written by the first
-//!   leader that finds none there (new, wiped or rebuilt data; [`super::term`]).
+//!   leader that finds none there (new, wiped or rebuilt data; [`Generation`]).
 //!
 //! The next leader replays the changes in order before its first cycle: changes are
 //! assignments (a policy, a capacity, a job's priority, demand or limit), so replaying
@@ -20,9 +20,8 @@
 //! PREFIX/changes` after editing the configuration file to match resets them.
 
 use super::etcd::{self, pb::v3electionpb::LeaderKey, Etcd};
-use super::term::Generation;
 use super::StandbyError;
-use crate::global::{Change, Controller, PolicyState};
+use crate::global::{Change, Controller, Generation, PolicyState};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

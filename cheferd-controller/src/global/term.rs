@@ -6,7 +6,7 @@
 //! revisions from 1 again, and its first leader's term is smaller than the terms the
 //! local controllers have seen. Each leader therefore also sends the [`Generation`] of
 //! the data it was elected in: made, with its creation time, by the first leader
-//! elected in data that has none (`PREFIX/generation`, [`super::persist`]). Leaders are
+//! elected in data that has none (`PREFIX/generation`, [`crate::standby::persist`]). Leaders are
 //! ordered by generation, then by term:
 //!
 //! - a leader of a **newer generation** (created later) is followed whatever its term:
