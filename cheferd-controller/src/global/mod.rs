@@ -42,6 +42,7 @@ mod durable;
 mod enforce;
 mod jobs;
 mod registry;
+mod run;
 mod schedule;
 mod service;
 mod snapshot;
@@ -52,6 +53,10 @@ pub use admin::{Change, ChangeError, ChangeRefused};
 pub use durable::{PolicyState, SavedJob};
 pub use enforce::PROVISIONAL_SHARE;
 pub use registry::ORPHAN_GRACE;
+pub use run::{
+    read_config, run, server_tls, start, Cycles, GlobalError, GlobalOptions, OptionsError, Running,
+    StandbyFlags, TlsFlags,
+};
 pub use service::{serve, ServeError, Service};
 pub use snapshot::{NodeSnapshot, Phases, ResourceSnapshot, Snapshot, StageSnapshot};
 
