@@ -1,7 +1,7 @@
 //! Man pages and shell completions from a binary's clap definition, written by its
 //! hidden `generate` subcommand (`padll generate man DIR`, `cheferd generate
 //! completions DIR`) so they always match the binary; `scripts/install.sh` runs them.
-//! Included by `padll` and `cheferd` with `#[path = "…/scripts/cli-docs.rs"] mod cli_docs;`.
+//! Included by `padll`, `cheferd` and `cheferd-lab` with `#[path = "…/scripts/cli-docs.rs"] mod cli_docs;`.
 //!
 //! A page is clap's (name, synopsis, description, options, subcommands) plus what clap
 //! cannot know, given by the binary as [`Extras`]: the exit status, files and examples.

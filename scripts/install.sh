@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs PADLL-rs under a prefix: the binaries (padll, cheferd), the stage
+# Installs PADLL-rs under a prefix: the binaries (padll, cheferd, cheferd-lab), the stage
 # (PREFIX/lib/padll/libpadll.so, where padll finds it), man pages and shell
 # completions generated from the binaries, sample configurations, the systemd units,
 # their settings files, the cheferd user's sysusers.d entry and the tmpfiles.d line that
@@ -71,7 +71,7 @@ if [ -z "$from" ]; then
   from="${CARGO_TARGET_DIR:-$root/target}/release"
 fi
 library="$(ls -t "$from/libpadll.so" "$from/deps/libpadll.so" 2>/dev/null | head -n 1 || true)"
-for file in "$from/padll" "$from/cheferd" "$library"; do
+for file in "$from/padll" "$from/cheferd" "$from/cheferd-lab" "$library"; do
   [ -f "$file" ] || die "${file:-$from/libpadll.so} is missing: build it first (cargo build --release)"
 done
 
@@ -96,11 +96,12 @@ put_config() { # put_config SOURCE DIR
 
 put 755 "$from/padll" "$bin"
 put 755 "$from/cheferd" "$bin"
+put 755 "$from/cheferd-lab" "$bin"
 put 644 "$library" "$prefix/lib/padll"
 
 generated="$(mktemp -d)"
 trap 'rm -rf "$generated"' EXIT
-for program in padll cheferd; do
+for program in padll cheferd cheferd-lab; do
   "$from/$program" generate man "$generated/man"
   "$from/$program" generate completions "$generated/completions"
   put 644 "$generated/completions/$program.bash" "$share/bash-completion/completions" "$program"

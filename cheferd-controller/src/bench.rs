@@ -1,10 +1,10 @@
-//! `cheferd bench`: control-cycle latency with many local controllers on loopback — from
+//! `cheferd-lab bench`: control-cycle latency with many local controllers on loopback — from
 //! the tick until the last `Enforce` is queued on its stream (collect + compute +
 //! enforce), and until every `Enforce` was acknowledged — and the global controller's own CPU
 //! time per control interval.
 //!
 //! The global controller runs in this process, ticking every control interval (200 ms
-//! unless told otherwise) as its control loop does; the simulated local controllers run in a child process (`cheferd
+//! unless told otherwise) as its control loop does; the simulated local controllers run in a child process (`cheferd-lab
 //! bench-locals`), as they would on other machines, so this process's CPU time is the
 //! global controller's alone (the two still share the cores). Each simulated local
 //! controller is a real gRPC client on its own stream; it announces `stages` stages of
@@ -19,6 +19,7 @@
 use crate::config::Resource;
 use crate::config::{GlobalConfig, ResourceConfig};
 use crate::global::{self, Change, Controller};
+use crate::global_process::{self, Cycles, GlobalOptions};
 use crate::local::ReportClock;
 use crate::proto::{
     self, global_client::GlobalClient, global_message, local_message, LocalMessage,
@@ -92,18 +93,21 @@ pub async fn run(
         ..GlobalConfig::default()
     };
     config.limits.max_nodes = config.limits.max_nodes.max(locals);
-    let controller = Controller::new(config)?;
-    let listen = |error| BenchError::Io {
-        what: "listen",
-        error,
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(listen)?;
-    let url = format!("http://{}", listener.local_addr().map_err(listen)?);
     // Plaintext on loopback: the numbers are the control cycle's, not TLS's (the
     // handshake is once per stream; record encryption adds per-byte cost on both ends).
-    let server = tokio::spawn(global::serve(controller.clone(), listener, None));
+    // The cycles are run here, as the control loop would, to time each.
+    let mut global = global_process::start(GlobalOptions {
+        config,
+        config_file: None,
+        listen: "127.0.0.1:0".into(),
+        admin_socket: None,
+        metrics: None,
+        tls: None,
+        cycles: Cycles::Caller,
+    })
+    .await?;
+    let controller = global.controller().clone();
+    let url = format!("http://{}", global.grpc_address());
     let child = LocalsProcess(
         Command::new(std::env::current_exe().map_err(|error| BenchError::Io {
             what: "locate this executable",
@@ -120,6 +124,24 @@ pub async fn run(
         })?,
     );
 
+    // The global controller's failure (its gRPC server's) ends the benchmark.
+    let rows = tokio::select! {
+        rows = measure(&controller, &resource, locals, stages, cycles, interval) => rows?,
+        error = global.ended() => return Err(BenchError::Global(error)),
+    };
+    drop(child);
+    Ok(rows)
+}
+
+/// Both modes' rows, once the simulated local controllers attached to `controller`.
+async fn measure(
+    controller: &Controller,
+    resource: &Resource,
+    locals: usize,
+    stages: usize,
+    cycles: usize,
+    interval: Duration,
+) -> Result<Vec<BenchRow>, BenchError> {
     // Wait until every local controller and stage is registered.
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
@@ -161,7 +183,7 @@ pub async fn run(
             run_cycle(&mut tick).await?;
         }
         tokio::time::sleep_until(tick).await;
-        let bytes_before = protocol_bytes(&controller);
+        let bytes_before = protocol_bytes(controller);
         let cpu_before = cpu_time();
         for _ in 0..cycles {
             run_cycle(&mut tick).await?;
@@ -169,7 +191,7 @@ pub async fn run(
         // Whole intervals: the last cycle's acks and the next reports are received.
         tokio::time::sleep_until(tick).await;
         let cpu = cpu_time() - cpu_before;
-        let bytes = protocol_bytes(&controller) - bytes_before;
+        let bytes = protocol_bytes(controller) - bytes_before;
         let phases = controller.phases(cycles);
         let median = |f: &dyn Fn(&global::Phases) -> f64| {
             let mut values: Vec<f64> = phases.iter().map(f).collect();
@@ -198,8 +220,6 @@ pub async fn run(
             bytes_per_local: bytes as f64 / (cycles * locals) as f64,
         });
     }
-    drop(child);
-    server.abort();
     Ok(rows)
 }
 
@@ -239,6 +259,9 @@ pub enum BenchError {
         /// How many were started.
         locals: usize,
     },
+    /// The global controller did not start, or stopped.
+    #[error(transparent)]
+    Global(#[from] crate::global_process::GlobalError),
     /// A `set-max-rate` change was refused.
     #[error(transparent)]
     Change(#[from] crate::global::ChangeRefused),
@@ -295,7 +318,7 @@ fn resident_mib() -> f64 {
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
-/// `cheferd bench-locals`: `locals` simulated local controllers attached to `url`, until
+/// `cheferd-lab bench-locals`: `locals` simulated local controllers attached to `url`, until
 /// killed.
 pub async fn run_locals(url: String, locals: usize, stages: usize) -> Result<(), BenchError> {
     raise_descriptor_limit(locals + 256)?;

@@ -1,7 +1,7 @@
-//! `cheferd demo`: the whole system on one machine, with no configuration file.
+//! `cheferd-lab demo`: the whole system on one machine, with no configuration file.
 //!
 //! It starts a global and a local controller in this process, then runs jobs — the
-//! replayer (`cheferd replay`) under the stage (`libpadll.so`), each replaying its
+//! replayer (`cheferd-lab replay`) under the stage (`libpadll.so`), each replaying its
 //! share of a bursty metadata trace against a scratch directory — joining one after
 //! another. Every second it prints each job's usage and assigned rate; at the end it
 //! writes the per-job rates over time (CSV, PNG, SVG) and a summary: the aggregate
@@ -9,10 +9,11 @@
 //! ran, the operations it did and how long it took.
 
 use crate::config::Resource;
-use crate::config::{ConfigError, GlobalConfig, JobConfig, ResourceConfig};
-use crate::global::{self, Controller};
-use crate::local::{self, LocalOptions};
-use crate::tls::{CertsError, TlsFileError};
+use crate::config::{GlobalConfig, JobConfig, ResourceConfig};
+use crate::global_process::{self, Cycles, GlobalError, GlobalOptions};
+use crate::local::{self, LocalError, LocalOptions};
+use crate::supervise::Supervisor;
+use crate::tls::CertsError;
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -107,9 +108,6 @@ pub enum DemoError {
         /// Why.
         error: std::io::Error,
     },
-    /// The gRPC port could not be opened.
-    #[error("cannot listen: {0}")]
-    Listen(std::io::Error),
     /// A job's process could not be started (its number).
     #[error("cannot start job {job}: {error}")]
     StartJob {
@@ -118,15 +116,18 @@ pub enum DemoError {
         /// Why.
         error: std::io::Error,
     },
-    /// The demo's own configuration was refused.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
     /// Its throwaway certificates could not be made.
     #[error(transparent)]
     Certs(#[from] CertsError),
-    /// Or not loaded.
+    /// Its global controller did not start, or stopped.
     #[error(transparent)]
-    Tls(#[from] TlsFileError),
+    Global(#[from] GlobalError),
+    /// Its local controller did not start, or stopped.
+    #[error(transparent)]
+    Local(#[from] LocalError),
+    /// One of its controllers ended (which and how).
+    #[error("{0}")]
+    Stopped(String),
     /// The plot could not be drawn.
     #[error(transparent)]
     Plot(#[from] policies::plot::PlotError),
@@ -143,9 +144,9 @@ fn io_error<'a>(
     }
 }
 
-/// Runs the demo. `cheferd` is this executable (the jobs run its `replay`), `library`
+/// Runs the demo. `lab` is this executable, `cheferd-lab` (the jobs run its `replay`), `library`
 /// the stage.
-pub async fn run(options: &DemoOptions, cheferd: &Path, library: &Path) -> Result<(), DemoError> {
+pub async fn run(options: &DemoOptions, lab: &Path, library: &Path) -> Result<(), DemoError> {
     if !JOBS.contains(&options.jobs) {
         return Err(DemoError::Jobs(options.jobs));
     }
@@ -157,7 +158,7 @@ pub async fn run(options: &DemoOptions, cheferd: &Path, library: &Path) -> Resul
     std::fs::create_dir_all(&scratch).map_err(io_error("create", &scratch))?;
     let out = options.out.as_ref().unwrap_or(&own);
     std::fs::create_dir_all(out).map_err(io_error("create --out", out))?;
-    let result = run_in(options, cheferd, library, &base, &scratch, out).await;
+    let result = run_in(options, lab, library, &base, &scratch, out).await;
     let _ = std::fs::remove_dir_all(&base);
     let _ = std::fs::remove_dir(&own);
     remove_job_files(options.jobs);
@@ -190,7 +191,7 @@ fn remove_job_files(jobs: usize) {
 
 async fn run_in(
     options: &DemoOptions,
-    cheferd: &Path,
+    lab: &Path,
     library: &Path,
     base: &Path,
     scratch: &Path,
@@ -229,33 +230,35 @@ async fn run_in(
         ..GlobalConfig::default()
     };
 
-    // The control plane, in this process.
-    let controller = Controller::new(config)?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(DemoError::Listen)?;
-    // Local ↔ global runs as in production, with mutual TLS: a throwaway site CA, a
-    // server certificate for loopback and the node's certificate, made here (in the
-    // temporary directory, removed at the end) so the demo needs no setup.
+    // The control plane, in this process. Local ↔ global runs as in production, with
+    // mutual TLS: a throwaway site CA, a server certificate for loopback and the node's
+    // certificate, made here (in the temporary directory, removed at the end) so the
+    // demo needs no setup.
     let tls_dir = base.join("tls");
     crate::tls::make_loopback_site(&tls_dir, &["demo-node"])?;
-    let server_tls = crate::tls::loopback_server(&tls_dir).load()?;
-    let url = format!(
-        "https://{}",
-        listener.local_addr().map_err(DemoError::Listen)?
-    );
+    let mut global = global_process::start(GlobalOptions {
+        config,
+        config_file: None,
+        listen: "127.0.0.1:0".into(),
+        admin_socket: None,
+        metrics: None,
+        tls: Some(crate::tls::loopback_server(&tls_dir)),
+        cycles: Cycles::Loop,
+    })
+    .await?;
+    let controller = global.controller().clone();
+    let url = format!("https://{}", global.grpc_address());
     println!(
         "local ↔ global: mutual TLS (throwaway CA and certificates in {}, removed at the end)",
         tls_dir.display()
     );
-    tokio::spawn(global::serve(
-        controller.clone(),
-        listener,
-        Some(server_tls),
-    ));
-    tokio::spawn(controller.clone().run_loop());
     let socket = base.join("local.sock");
-    tokio::spawn(local::run(LocalOptions {
+    // Both controllers run until the demo ends; the first to stop ends it.
+    let mut controllers = Supervisor::default();
+    controllers.spawn("the global controller", async move {
+        Err(DemoError::Global(global.ended().await))
+    });
+    let local = local::run(LocalOptions {
         limits: local::LocalLimits::default(),
         default_limit: local::DefaultLimit::BuiltIn,
         node: "demo-node".into(),
@@ -263,7 +266,8 @@ async fn run_in(
         global: url,
         tls: Some(crate::tls::loopback_node(&tls_dir, "demo-node")),
         report_interval: Duration::from_millis(250),
-    }));
+    });
+    controllers.spawn("the local controller", async move { Ok(local.await?) });
 
     // A bursty trace (mean 1.3 × Max_R), a quarter of it per job.
     let seconds = options.seconds;
@@ -275,7 +279,7 @@ async fn run_in(
     let traces = policies::trace::split(&aggregate, &[0.25; 4][..options.jobs]);
     let trace_path = base.join("trace.csv");
     let mut file = std::fs::File::create(&trace_path).map_err(io_error("create", &trace_path))?;
-    policies::trace::write(&mut file, &traces, "cheferd demo")
+    policies::trace::write(&mut file, &traces, "cheferd-lab demo")
         .map_err(io_error("write", &trace_path))?;
 
     println!(
@@ -318,7 +322,7 @@ async fn run_in(
             std::fs::create_dir_all(&dir).map_err(io_error("create", &dir))?;
             let output = base.join(format!("job-{j}.out"));
             let stdout = std::fs::File::create(&output).map_err(io_error("create", &output))?;
-            let process = Command::new(cheferd)
+            let process = Command::new(lab)
                 .arg("replay")
                 .arg("--trace")
                 .arg(&trace_path)
@@ -338,7 +342,10 @@ async fn run_in(
                 exited: None,
             });
         }
-        tokio::time::sleep_until(next_tick.into()).await;
+        tokio::select! {
+            () = tokio::time::sleep_until(next_tick.into()) => {}
+            ended = controllers.first_end() => return Err(ended.into_error(DemoError::Stopped)),
+        }
         next_tick += Duration::from_secs(1);
         for job in &mut jobs {
             if job.exited.is_none() && matches!(job.process.try_wait(), Ok(Some(_))) {
@@ -434,7 +441,7 @@ fn summarize(
     let png = out.join("rates.png");
     let svg = out.join("rates.svg");
     let title = format!(
-        "cheferd demo — {} with Max_R {:.0} ops/s",
+        "cheferd-lab demo — {} with Max_R {:.0} ops/s",
         options.policy, options.max_rate
     );
     let labels: Vec<String> = names

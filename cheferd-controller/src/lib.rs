@@ -3,12 +3,14 @@
 //! ([`global`]) running the collect → compute → enforce → sleep loop over all of them.
 
 pub mod admin;
+#[cfg(feature = "lab")]
 pub mod bench;
 pub mod bounds;
 pub mod config;
-#[cfg(feature = "cli")]
+#[cfg(feature = "lab")]
 pub mod demo;
 pub mod global;
+pub mod global_process;
 pub mod identity;
 pub mod lines;
 pub mod local;
@@ -17,6 +19,7 @@ mod outbox;
 pub mod placement_service;
 pub mod plan;
 pub mod policy;
+#[cfg(feature = "lab")]
 pub mod replay;
 pub mod standby;
 pub mod supervise;

@@ -1,4 +1,4 @@
-//! `cheferd replay`: a multi-threaded metadata trace replayer (like the PADLL paper's
+//! `cheferd-lab replay`: a multi-threaded metadata trace replayer (like the PADLL paper's
 //! mdreplayer, §V). It replays one job of a `padll-trace v1` file (see the `policies`
 //! crate: per-second operation counts by type) against a directory, or a constant load,
 //! and prints the rate it achieved every second.

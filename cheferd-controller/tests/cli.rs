@@ -1,11 +1,11 @@
-//! `cheferd`'s command line as a user meets it: the sample configurations in `etc/`
+//! `cheferd`'s and `cheferd-lab`'s command lines as a user meets them: the sample configurations in `etc/`
 //! load; bad rates are refused naming the file, key and value; numeric flags out of
 //! range or negative are refused naming the flag; a key that does not match its
 //! certificate is named with it; a configuration without resources warns; `ctl`
 //! mistakes get one clear line (nothing to set, a negative priority, the wrong socket)
 //! and its views read well in a pipe.
 
-use crate::util::{cheferd, run_with_timeout, wait_for, Cluster};
+use crate::util::{cheferd, cheferd_lab, run_with_timeout, wait_for, Cluster};
 use cheferd_controller::config::GlobalConfig;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -21,7 +21,12 @@ fn etc(file: &str) -> PathBuf {
 
 /// `cheferd ARGS…`, to completion.
 fn run(args: &[&str]) -> Output {
-    let mut command = Command::new(cheferd());
+    run_program(&cheferd(), args)
+}
+
+/// `PROGRAM ARGS…` (`cheferd` or `cheferd-lab`), to completion.
+fn run_program(program: &Path, args: &[&str]) -> Output {
+    let mut command = Command::new(program);
     command.args(args);
     run_with_timeout(&mut command, Duration::from_secs(30))
 }
@@ -168,8 +173,9 @@ fn assert_usage_error(args: &[&str], output: &Output, expected: &str) {
 fn numeric_flags_out_of_range_or_negative_name_the_flag() {
     let _turn = crate::util::together();
     // A command, and one of its integer flags with a value out of its range.
-    for (command, flag, value) in [
-        (&["demo"][..], "--jobs", "0"),
+    type Row<'a> = (&'a [&'a str], &'a str, &'a str);
+    let lab: &[Row] = &[
+        (&["demo"], "--jobs", "0"),
         (&["demo"], "--jobs", "-1"),
         (&["demo"], "--jobs", "5"),
         (&["demo"], "--seconds", "0"),
@@ -177,18 +183,23 @@ fn numeric_flags_out_of_range_or_negative_name_the_flag() {
         (&["demo"], "--stagger", "-1"),
         (&["demo"], "--stagger", "100000"),
         (&["bench"], "--interval-ms", "-1"),
-        (&["local", "--insecure-plaintext"], "--report-ms", "-1"),
-        (&["local", "--insecure-plaintext"], "--max-connections", "0"),
         (&["replay", "--dir", "/"], "--rate", "-5"),
         (&["replay", "--rate", "5", "--dir", "/"], "--threads", "-2"),
+    ];
+    let daemon: &[Row] = &[
+        (&["local", "--insecure-plaintext"], "--report-ms", "-1"),
+        (&["local", "--insecure-plaintext"], "--max-connections", "0"),
         (&["certs", "ca", "--out", "/nonexistent"], "--days", "-3"),
-    ] {
-        let args = [command, &[flag, value]].concat();
-        let expected = format!("{flag} '{value}': must be a whole number from ");
-        assert_usage_error(&args, &run(&args), &expected);
+    ];
+    for (program, rows) in [(cheferd_lab(), lab), (cheferd(), daemon)] {
+        for &(command, flag, value) in rows {
+            let args = [command, &[flag, value]].concat();
+            let expected = format!("{flag} '{value}': must be a whole number from ");
+            assert_usage_error(&args, &run_program(&program, &args), &expected);
+        }
     }
-    for (args, expected) in [
-        (&["bench", "--locals", "10,0"][..], "--locals '0': must be"),
+    let lab: &[(&[&str], &str)] = &[
+        (&["bench", "--locals", "10,0"], "--locals '0': must be"),
         (
             &["demo", "--max-rate", "-5"],
             "--max-rate: bad rate '-5': must not be negative",
@@ -202,12 +213,15 @@ fn numeric_flags_out_of_range_or_negative_name_the_flag() {
             &["replay", "--rate", "5", "--speed", "-2", "--dir", "/"],
             "--speed -2 must be positive",
         ),
-        (
-            &["ctl", "set-max-rate", "/scratch:metadata", "-5"],
-            "bad rate '-5': must not be negative",
-        ),
-    ] {
-        assert_usage_error(args, &run(args), expected);
+    ];
+    let daemon: &[(&[&str], &str)] = &[(
+        &["ctl", "set-max-rate", "/scratch:metadata", "-5"],
+        "bad rate '-5': must not be negative",
+    )];
+    for (program, rows) in [(cheferd_lab(), lab), (cheferd(), daemon)] {
+        for (args, expected) in rows {
+            assert_usage_error(args, &run_program(&program, args), expected);
+        }
     }
 }
 

@@ -1,4 +1,4 @@
-//! The README's main command, shortened: `cheferd demo` runs its embedded controllers
+//! The README's main command, shortened: `cheferd-lab demo` runs its embedded controllers
 //! and jobs under the stage, prints the live table and the summary (per job: demand,
 //! assigned rate, operations, when it ran), writes the plot, and keeps the aggregate
 //! under `Max_R`. Its results go to `--out`, or by default to a directory under the
@@ -6,12 +6,12 @@
 
 use std::path::{Path, PathBuf};
 
-/// `cheferd demo` with two jobs at `Max_R` 3000 ops/s, in `cwd` with `TMPDIR=tmp`: its
+/// `cheferd-lab demo` with two jobs at `Max_R` 3000 ops/s, in `cwd` with `TMPDIR=tmp`: its
 /// standard output, once it succeeded.
 fn demo(out: Option<&Path>, cwd: &Path, tmp: &Path) -> String {
     // The demo looks for the stage beside itself (or in the profile's deps/).
     crate::util::stage_library();
-    let mut command = std::process::Command::new(crate::util::cheferd());
+    let mut command = std::process::Command::new(crate::util::cheferd_lab());
     command
         .args(["demo", "--seconds", "8", "--stagger", "2", "--jobs", "2"])
         .args(["--max-rate", "3000"])

@@ -1,5 +1,5 @@
 //! End-to-end tests of the control plane (issue #4): a `cheferd global`, two `cheferd
-//! local`s and jobs of two processes each — `cheferd replay` under `libpadll.so`, one
+//! local`s and jobs of two processes each — `cheferd-lab replay` under `libpadll.so`, one
 //! process per node, so every job spans both nodes (PADLL paper §III-B) — as separate
 //! processes on loopback. Rates are measured by the replayers themselves (operations per
 //! second they completed) and compared with what the global controller computed.

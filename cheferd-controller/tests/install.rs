@@ -129,7 +129,7 @@ fn installed_padll_runs_a_program_under_the_installed_stage() {
 fn installed_binaries_print_their_version_and_commit() {
     let _turn = crate::util::together();
     let installed = Installed::new();
-    for program in ["padll", "cheferd"] {
+    for program in ["padll", "cheferd", "cheferd-lab"] {
         let out = run(Command::new(installed.path(&format!("bin/{program}"))).arg("--version"));
         assert!(out.status.success());
         assert_eq!(
@@ -152,6 +152,9 @@ fn man_pages_and_completions_are_installed() {
         "cheferd-global",
         "cheferd-ctl",
         "cheferd-certs-node",
+        "cheferd-lab",
+        "cheferd-lab-demo",
+        "cheferd-lab-bench",
     ] {
         let path = installed.path(&format!("share/man/man1/{page}.1"));
         let text =
@@ -162,7 +165,7 @@ fn man_pages_and_completions_are_installed() {
             path.display()
         );
     }
-    for program in ["padll", "cheferd"] {
+    for program in ["padll", "cheferd", "cheferd-lab"] {
         for file in [
             format!("share/bash-completion/completions/{program}"),
             format!("share/zsh/site-functions/_{program}"),
@@ -171,7 +174,11 @@ fn man_pages_and_completions_are_installed() {
             let text = std::fs::read_to_string(installed.path(&file))
                 .unwrap_or_else(|e| panic!("{file}: {e}"));
             // Each completes the subcommands.
-            let subcommand = if program == "padll" { "stats" } else { "local" };
+            let subcommand = match program {
+                "padll" => "stats",
+                "cheferd" => "local",
+                _ => "demo",
+            };
             assert!(
                 text.contains(subcommand),
                 "{file} does not complete '{subcommand}'"

@@ -344,7 +344,7 @@ policy = "psfa"
     for _ in 0..20 {
         // 300 operations due within 0.1 s: unthrottled, a process is done in a few ms.
         let out = run_with_timeout(
-            Command::new(cheferd())
+            Command::new(cheferd_lab())
                 .args(["replay", "--rate", "300", "--seconds", "1", "--speed", "10"])
                 .args(["--threads", "2", "--dir"])
                 .arg(&dir)

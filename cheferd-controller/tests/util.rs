@@ -1,5 +1,5 @@
 //! A control plane on loopback for the end-to-end tests: one `cheferd global`, `cheferd
-//! local`s and jobs (`cheferd replay` under `libpadll.so`), each a real process, all in
+//! local`s and jobs (`cheferd-lab replay` under `libpadll.so`), each a real process, all in
 //! a temporary directory of their own. Every wait has a deadline, and dropping the
 //! cluster kills and reaps every process it started (also when a test fails, when it
 //! prints the tail of every log first).
@@ -49,6 +49,11 @@ pub fn job_id(name: &str) -> String {
 /// The `cheferd` binary under test.
 pub fn cheferd() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_cheferd"))
+}
+
+/// The `cheferd-lab` binary under test (the demo, the replayer).
+pub fn cheferd_lab() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_cheferd-lab"))
 }
 
 /// The stage beside `cheferd`, brought up to date once per test binary with cargo (a
@@ -493,7 +498,7 @@ impl Cluster {
         let dir = self.scratch.join(job);
         std::fs::create_dir_all(&dir).expect("job dir");
         let (_, file) = self.log(&format!("{job}-{node}"));
-        let mut child = Command::new(cheferd())
+        let mut child = Command::new(cheferd_lab())
             .args(["replay", "--rate", &rate.to_string()])
             .args(["--seconds", REPLAY_SECONDS, "--threads", "4", "--dir"])
             .arg(&dir)
@@ -506,7 +511,7 @@ impl Cluster {
             .stdout(Stdio::piped())
             .stderr(file)
             .spawn()
-            .expect("cheferd replay starts");
+            .expect("cheferd-lab replay starts");
         let windows = Arc::new(Mutex::new(Vec::new()));
         let stdout = child.stdout.take().expect("piped");
         let sink = windows.clone();

@@ -1,10 +1,9 @@
 //! What the `cheferd` binary's man pages say beyond its command line: exit status,
 //! files, examples, and the `global.toml(5)` page (`cheferd generate man DIR`).
-//! Part of the binary, not of the library.
 
 use crate::cli_docs::{ConfigPage, Extras, Page};
 
-/// The exit status of every command but `ctl` (main.rs, `Kind::exit_code`).
+/// The exit status of every command but `ctl` (`Kind::exit_code` of bin/common).
 const EXIT_STATUS: &[(&str, &str)] = &[
     ("0", "Success; a controller exits 0 when SIGTERM or SIGINT stops it."),
     ("1", "A failure at run time (e.g. a controller deposed by a newer leader, a file that cannot be written)."),
@@ -52,7 +51,6 @@ const PAGES: &[Page] = &[
         exit_status: None,
         files: &[],
         examples: &[
-            ("The whole system on one machine, with a plot of the rates:", "cheferd demo"),
             ("The live view of a running cluster, on the head node:", "cheferd ctl top"),
         ],
     },
@@ -97,24 +95,6 @@ const PAGES: &[Page] = &[
         examples: &[(
             "A site CA, the head node's certificate and two nodes' certificates:",
             "cheferd certs ca --out ca\ncheferd certs server head head.cluster --ca ca --out head\ncheferd certs node cn-001 cn-002 --ca ca --out nodes",
-        )],
-    },
-    Page {
-        name: "cheferd-demo",
-        exit_status: None,
-        files: &[],
-        examples: &[
-            ("The demo with its defaults (four jobs, PSFA):", "cheferd demo"),
-            ("Two jobs under AdapTBF for a minute, results in ./out:", "cheferd demo --policy adaptbf --jobs 2 --seconds 60 --out out"),
-        ],
-    },
-    Page {
-        name: "cheferd-replay",
-        exit_status: None,
-        files: &[],
-        examples: &[(
-            "A constant load of 2000 metadata operations per second for 10 s, under the stage:",
-            "padll run --mount /scratch --limit metadata=500/s -- cheferd replay --rate 2000 --seconds 10 --dir /scratch/t",
         )],
     },
 ];

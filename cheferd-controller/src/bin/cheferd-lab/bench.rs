@@ -1,0 +1,77 @@
+//! `cheferd-lab bench`: the control cycle's latency and cost with simulated local
+//! controllers on loopback (`cheferd_controller::bench`).
+
+use crate::common::{failed, runtime, usage, Failure};
+use cheferd_controller::policy;
+use clap::Args;
+use policies::cli::whole;
+
+/// `cheferd-lab bench`.
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Numbers of local controllers to simulate.
+    #[arg(long, value_delimiter = ',', default_value = "1,10,100,1000")]
+    #[arg(allow_negative_numbers = true, value_parser = whole(1..=100_000usize))]
+    locals: Vec<usize>,
+    /// Stages (jobs) per local controller.
+    #[arg(long, default_value_t = 4)]
+    #[arg(allow_negative_numbers = true, value_parser = whole(1..=1000usize))]
+    stages: usize,
+    /// Measured cycles per row.
+    #[arg(long, default_value_t = 50)]
+    #[arg(allow_negative_numbers = true, value_parser = whole(1..=100_000usize))]
+    cycles: usize,
+    /// The control interval, ms.
+    #[arg(long, default_value_t = cheferd_controller::bench::DEFAULT_INTERVAL.as_millis() as u64)]
+    #[arg(allow_negative_numbers = true, value_parser = whole(1..=60_000u64))]
+    interval_ms: u64,
+    /// Policy to run.
+    #[arg(long, default_value = "psfa")]
+    policy: String,
+}
+
+/// `cheferd-lab bench-locals`.
+#[derive(Args)]
+pub struct BenchLocalsArgs {
+    /// The global controller.
+    #[arg(long)]
+    url: String,
+    /// Local controllers to simulate.
+    #[arg(long)]
+    locals: usize,
+    /// Stages (jobs) per local controller.
+    #[arg(long)]
+    stages: usize,
+}
+
+/// Each row runs in a runtime of its own, so nothing of one row lingers in the next.
+pub fn run(args: BenchArgs) -> Result<(), Failure> {
+    let BenchArgs {
+        locals,
+        stages,
+        cycles,
+        interval_ms,
+        policy: name,
+    } = args;
+    policy::check(&name).map_err(|e| usage(format!("--policy: {e}")))?;
+    let interval = std::time::Duration::from_millis(interval_ms);
+    let mut rows = Vec::new();
+    for n in locals {
+        rows.extend(
+            runtime()?
+                .block_on(cheferd_controller::bench::run(
+                    n, stages, cycles, interval, &name,
+                ))
+                .map_err(failed)?,
+        );
+    }
+    print!("{}", cheferd_controller::bench::table(&rows));
+    Ok(())
+}
+
+/// The simulated local controllers, until killed.
+pub async fn run_locals(args: BenchLocalsArgs) -> Result<(), Failure> {
+    cheferd_controller::bench::run_locals(args.url, args.locals, args.stages)
+        .await
+        .map_err(failed)
+}
