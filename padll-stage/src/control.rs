@@ -13,7 +13,7 @@
 //! reconnects with exponential backoff. After `fork` the child closes its copy of the
 //! parent's connection and starts its own thread.
 
-use crate::intercept::StageIo;
+use crate::guard::StageIo;
 use crate::{channels, last_rules, log, stats};
 use padll_wire::channel::{ChannelSpec, Unit};
 use padll_wire::config::{Identity, LogLevel};
