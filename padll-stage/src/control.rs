@@ -20,6 +20,7 @@ use padll_wire::config::{Identity, LogLevel};
 use padll_wire::control::{
     self, ControlMessage, StageMessage, MAX_MESSAGE_BYTES, PROTOCOL_VERSION,
 };
+use std::convert::Infallible;
 use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
@@ -331,8 +332,8 @@ fn run(target: &Target) {
     let mut warned = false;
     loop {
         match session(target) {
-            Ok(reason) => {
-                // Rejected: keep the rules in force, stop trying.
+            Ended::Rejected(reason) => {
+                // Keep the rules in force, stop trying.
                 if !no_first_rules(format!("it rejected this stage: {reason}")) {
                     log(
                         LogLevel::Error,
@@ -343,7 +344,7 @@ fn run(target: &Target) {
                 }
                 return;
             }
-            Err(Lost::Connected(reason)) => {
+            Ended::Lost(reason) => {
                 log(
                     LogLevel::Error,
                     &format!(
@@ -354,7 +355,7 @@ fn run(target: &Target) {
                 was_connected = true;
                 backoff = Duration::from_millis(100);
             }
-            Err(Lost::NeverConnected(reason)) => {
+            Ended::NeverConnected(reason) => {
                 let told = no_first_rules(format!("cannot reach it: {reason}; retrying"));
                 if !told && !warned && !was_connected {
                     log(
@@ -373,21 +374,45 @@ fn run(target: &Target) {
     }
 }
 
-enum Lost {
-    NeverConnected(String),
-    Connected(String),
+/// How a session with the controller ended (it ends in no other way).
+#[derive(Debug)]
+enum Ended {
+    /// The controller rejected this stage: its reason, shortened.
+    Rejected(String),
+    /// No session: the controller could not be reached, trusted or registered with.
+    NeverConnected(Unreachable),
+    /// The connection broke after registration.
+    Lost(std::io::Error),
 }
 
-/// One connection: handshake, then serve until it breaks. `Ok(why)` = rejected.
-fn session(target: &Target) -> Result<String, Lost> {
-    let stream =
-        UnixStream::connect(&target.socket).map_err(|e| Lost::NeverConnected(e.to_string()))?;
-    trust(&stream, target.controller_uid).map_err(|e| Lost::NeverConnected(e.to_string()))?;
+/// Why no session with the controller began.
+#[derive(Debug, thiserror::Error)]
+enum Unreachable {
+    /// Connecting or the handshake's I/O failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The process at the socket may not give rules.
+    #[error(transparent)]
+    Untrusted(#[from] TrustError),
+    /// It answered `hello` with something else than `welcome` or `reject`.
+    #[error("unexpected handshake reply {0:?}")]
+    Handshake(Option<ControlMessage>),
+}
+
+/// One connection: handshake, then serve until it ends.
+fn session(target: &Target) -> Ended {
+    let stream = match UnixStream::connect(&target.socket) {
+        Ok(stream) => stream,
+        Err(e) => return Ended::NeverConnected(e.into()),
+    };
+    if let Err(e) = trust(&stream, target.controller_uid) {
+        return Ended::NeverConnected(e.into());
+    }
     CONNECTION_FD.store(stream.as_raw_fd(), Ordering::Release);
-    let result = serve(target, stream);
+    let Err(ended) = serve(target, stream);
     CONNECTION_FD.store(-1, Ordering::Release);
     *lock(&WRITER) = None;
-    result
+    ended
 }
 
 /// Rules are taken only from a controller running as root, as the configured
@@ -425,8 +450,9 @@ fn trust(stream: &UnixStream, controller_uid: Option<u32>) -> Result<(), TrustEr
     })
 }
 
-fn serve(target: &Target, stream: UnixStream) -> Result<String, Lost> {
-    let never = |e: std::io::Error| Lost::NeverConnected(e.to_string());
+/// Registers and serves the connection until it ends (never `Ok`).
+fn serve(target: &Target, stream: UnixStream) -> Result<Infallible, Ended> {
+    let never = |e: std::io::Error| Ended::NeverConnected(e.into());
     let mut writer = stream.try_clone().map_err(never)?;
     let mut reader = LineReader::new(stream.try_clone().map_err(never)?);
     let mut identity = target.identity.clone();
@@ -451,21 +477,16 @@ fn serve(target: &Target, stream: UnixStream) -> Result<String, Lost> {
     stream
         .set_write_timeout(Some(HANDSHAKE_TIMEOUT))
         .map_err(never)?;
-    let interval = match reader
-        .next_message()
-        .map_err(|e| Lost::NeverConnected(e.to_string()))?
-    {
+    let interval = match reader.next_message().map_err(never)? {
         Some(ControlMessage::Welcome {
             version: PROTOCOL_VERSION,
             report_interval_ms,
             ..
         }) => Duration::from_millis(report_interval_ms.clamp(10, 60_000)),
-        Some(ControlMessage::Reject { reason }) => return Ok(control::short(&reason)),
-        other => {
-            return Err(Lost::NeverConnected(format!(
-                "unexpected handshake reply {other:?}"
-            )))
+        Some(ControlMessage::Reject { reason }) => {
+            return Err(Ended::Rejected(control::short(&reason)))
         }
+        other => return Err(Ended::NeverConnected(Unreachable::Handshake(other))),
     };
     // Only now may application threads write (a `place` before `hello` would be refused).
     *lock(&WRITER) = Some(writer);
@@ -474,7 +495,7 @@ fn serve(target: &Target, stream: UnixStream) -> Result<String, Lost> {
         &format!("registered with the controller at {}", target.socket),
     );
 
-    let lost = |e: std::io::Error| Lost::Connected(e.to_string());
+    let lost = Ended::Lost;
     let mut seq = 0u64;
     let mut next_report = Instant::now();
     loop {
