@@ -87,9 +87,7 @@ static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
 });
 
 fn registry() -> MutexGuard<'static, Registry> {
-    REGISTRY
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    padll_wire::sync::lock(&REGISTRY)
 }
 
 thread_local! {
@@ -791,9 +789,7 @@ mod tests {
     /// Channel tables are process-wide: tests take turns.
     fn tables() -> MutexGuard<'static, ()> {
         static TABLES: Mutex<()> = Mutex::new(());
-        TABLES
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        padll_wire::sync::lock(&TABLES)
     }
 
     #[test]

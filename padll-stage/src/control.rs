@@ -20,6 +20,7 @@ use padll_wire::config::{Identity, LogLevel};
 use padll_wire::control::{
     self, ControlMessage, StageMessage, MAX_MESSAGE_BYTES, PROTOCOL_VERSION,
 };
+use padll_wire::sync::{lock, recover, try_lock};
 use std::convert::Infallible;
 use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::os::fd::AsRawFd;
@@ -130,10 +131,10 @@ pub fn start(target: Target) {
     let _ = TARGET.set(target);
     spawn(Duration::ZERO);
     let (state, signal) = &FIRST_RULES;
-    let guard = state.lock().unwrap_or_else(|p| p.into_inner());
-    let (mut guard, _) = signal
-        .wait_timeout_while(guard, FIRST_RULES_PATIENCE, |s| *s == FirstRules::Waiting)
-        .unwrap_or_else(|p| p.into_inner());
+    let guard = lock(state);
+    let (mut guard, _) = recover(
+        signal.wait_timeout_while(guard, FIRST_RULES_PATIENCE, |s| *s == FirstRules::Waiting),
+    );
     // A controller that is only slow (its global controller away) is worth a warning;
     // one that cannot be used, an error.
     let why = match &*guard {
@@ -159,7 +160,7 @@ fn no_first_rules(why: String) -> bool {
         return false;
     }
     let (state, signal) = &FIRST_RULES;
-    let mut guard = state.lock().unwrap_or_else(|p| p.into_inner());
+    let mut guard = lock(state);
     if *guard != FirstRules::Waiting {
         return *guard != FirstRules::Settled;
     }
@@ -174,7 +175,7 @@ fn apply_from_controller(target: &Target, rules: &[ChannelSpec]) -> Result<(), R
         apply(rules)
     } else {
         let (state, signal) = &FIRST_RULES;
-        let mut guard = state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = lock(state);
         let result = apply(rules);
         *guard = match &result {
             Ok(()) => FirstRules::Settled,
@@ -311,9 +312,7 @@ pub fn after_fork_in_child() {
     // A save the parent's control thread was making is not the child's.
     let _ = RULES_KEEPER.compare_exchange(SAVING, KEEPING, Ordering::AcqRel, Ordering::Acquire);
     // Not waited for: one held at `fork` by another thread stays held in this process.
-    let writer = WRITER
-        .try_lock()
-        .ok()
+    let writer = try_lock(&WRITER)
         .and_then(|mut w| w.take())
         .map(std::os::fd::IntoRawFd::into_raw_fd);
     let fd = CONNECTION_FD.swap(-1, Ordering::AcqRel);
@@ -567,10 +566,6 @@ static PENDING: (Mutex<Waiting>, Condvar) = (Mutex::new(Vec::new()), Condvar::ne
 /// Requests waiting at once, at most (each is an application thread creating a file).
 const MAX_PENDING: usize = 1024;
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// Writes one message on the connection (an error when there is none).
 fn send(message: &StageMessage) -> std::io::Result<()> {
     let line = control::encode(message);
@@ -607,12 +602,10 @@ pub(crate) fn ask_placement(mount: &str, stripes: u32, wait: Duration) -> Option
     let mut waiting = lock(pending);
     if asked {
         let left = deadline.saturating_duration_since(Instant::now());
-        waiting = answered
-            .wait_timeout_while(waiting, left, |w| {
-                w.iter().any(|(i, targets)| *i == id && targets.is_none())
-            })
-            .unwrap_or_else(|p| p.into_inner())
-            .0;
+        waiting = recover(answered.wait_timeout_while(waiting, left, |w| {
+            w.iter().any(|(i, targets)| *i == id && targets.is_none())
+        }))
+        .0;
     }
     let at = waiting.iter().position(|(i, _)| *i == id)?;
     waiting.swap_remove(at).1.filter(|t| !t.is_empty())
@@ -624,8 +617,8 @@ pub(crate) fn ask_placement(mount: &str, stripes: u32, wait: Duration) -> Option
 /// socket goes whole or not at all; a rare partial one is finished).
 fn send_within(line: &[u8], deadline: Instant) -> bool {
     loop {
-        match WRITER.try_lock() {
-            Ok(mut writer) => {
+        match try_lock(&WRITER) {
+            Some(mut writer) => {
                 let Some(stream) = writer.as_mut() else {
                     return false;
                 };
@@ -644,11 +637,8 @@ fn send_within(line: &[u8], deadline: Instant) -> bool {
                     _ => false,
                 };
             }
-            Err(std::sync::TryLockError::Poisoned(_)) => return false,
-            Err(std::sync::TryLockError::WouldBlock) if Instant::now() >= deadline => return false,
-            Err(std::sync::TryLockError::WouldBlock) => {
-                std::thread::sleep(Duration::from_micros(100))
-            }
+            None if Instant::now() >= deadline => return false,
+            None => std::thread::sleep(Duration::from_micros(100)),
         }
     }
 }
@@ -683,11 +673,10 @@ pub fn hold_for_fork() {
     // creations are not placed; the application never waits.
     let deadline = Instant::now() + Duration::from_millis(10);
     let writer = loop {
-        match WRITER.try_lock() {
-            Ok(guard) => break Some(guard),
-            Err(std::sync::TryLockError::Poisoned(p)) => break Some(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) if Instant::now() >= deadline => break None,
-            Err(std::sync::TryLockError::WouldBlock) => std::thread::yield_now(),
+        match try_lock(&WRITER) {
+            Some(guard) => break Some(guard),
+            None if Instant::now() >= deadline => break None,
+            None => std::thread::yield_now(),
         }
     };
     let held = (writer, lock(&PENDING.0));

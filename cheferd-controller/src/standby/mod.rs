@@ -33,9 +33,10 @@ pub mod persist;
 pub mod term;
 
 use crate::global::{Change, ChangeError, ChangeRefused, Controller};
+use padll_wire::sync::lock;
 use serde::{Deserialize, Serialize};
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use term::{Generation, LeaderTerm};
 use tokio::sync::mpsc;
@@ -233,11 +234,6 @@ impl Default for Leadership {
             changes: Mutex::new(None),
         }
     }
-}
-
-/// Locks `mutex`; nothing panics while these are held, so a poisoned one is whole.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Leadership {
