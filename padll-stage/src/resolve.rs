@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU16, Ordering};
 #[derive(Clone, Copy)]
 pub struct Resolved(pub(crate) u32);
 
+/// A target unrelated to every mountpoint.
 pub(crate) const UNRELATED: Resolved = Resolved(0);
 
 impl Resolved {
@@ -51,9 +52,10 @@ impl Resolved {
     }
 }
 
-/// Where `target` lies, when that is cheap to find (the hooks' fast path, `intercept::dispatch`), encoded as in a
-/// [`Resolved`] word (0 = unrelated); `None` otherwise. Descriptor places are passed on
-/// as the fd table stores them, never decoded here.
+/// Where `target` lies, when that is cheap to find (for the hooks' fast path,
+/// `intercept::dispatch`), encoded as in a [`Resolved`] word (0 = unrelated); `None`
+/// otherwise. Descriptor places are passed on as the fd table stores them, never
+/// decoded here.
 ///
 /// # Safety
 /// `target`'s pointers are null or the application's (NUL-terminated paths, open
