@@ -75,7 +75,7 @@ impl Holders {
     /// Counts a new connection of `uid` (`admin`: an administrator's) until the guard
     /// is dropped; `None` at a cap.
     fn take(self: &Arc<Self>, uid: u32, admin: bool) -> Option<Held> {
-        let mut counts = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut counts = padll_wire::sync::lock(&self.state);
         if counts.total >= self.cap {
             return None;
         }
@@ -105,7 +105,7 @@ struct Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        let mut counts = self.holders.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut counts = padll_wire::sync::lock(&self.holders.state);
         counts.total -= 1;
         if let Some(uid) = self.user {
             counts.users -= 1;

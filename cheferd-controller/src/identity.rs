@@ -204,7 +204,7 @@ impl SlurmCgroups {
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Lookup>> {
-        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+        padll_wire::sync::lock(&self.cache)
     }
 
     /// What `scontrol` says about job `id`: from the cache, from the lookup of it
@@ -231,7 +231,7 @@ impl SlurmCgroups {
                     // panicked), this one goes without.
                     let left =
                         (self.timeout + Duration::from_secs(1)).checked_sub(since.elapsed())?;
-                    cache = self.looked_up.wait_timeout(cache, left).ok()?.0;
+                    cache = padll_wire::sync::recover(self.looked_up.wait_timeout(cache, left)).0;
                 }
                 None => break,
             }

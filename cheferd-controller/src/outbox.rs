@@ -23,7 +23,7 @@ struct Queue<T> {
 type Shared<T> = Arc<Mutex<Queue<T>>>;
 
 fn lock<T>(shared: &Shared<T>) -> MutexGuard<'_, Queue<T>> {
-    shared.lock().unwrap_or_else(|p| p.into_inner())
+    padll_wire::sync::lock(shared)
 }
 
 /// Messages a queue holds at most: a peer that does not read its stream (a hostile

@@ -393,7 +393,7 @@ impl PlacementService {
         if request.mount != self.config.mount {
             return Vec::new();
         }
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = padll_wire::sync::lock(&self.state);
         let State { input, placer } = &mut *state;
         let available = input
             .targets
@@ -432,7 +432,7 @@ fn read_feed_until_stopped(
     loop {
         match load(feed) {
             Ok(loads) => {
-                let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
+                let mut state = padll_wire::sync::lock(state);
                 state.input.osses = loads.osses;
                 state.input.targets = loads.targets;
             }
@@ -457,7 +457,7 @@ impl Relay {
     /// The upstream id for stage `stage`'s request `id`; `None` when too many wait (on
     /// this node, or from this stage).
     pub fn ask(&self, stage: u64, id: u64) -> Option<u64> {
-        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let mut waiting = padll_wire::sync::lock(&self.waiting);
         let from_stage = waiting.values().filter(|(s, _)| *s == stage).count();
         if waiting.len() >= MAX_RELAYED || from_stage >= MAX_RELAYED_PER_STAGE {
             return None;
@@ -469,16 +469,13 @@ impl Relay {
 
     /// Who asked upstream request `request` (stage, its id), once.
     pub fn answered(&self, request: u64) -> Option<(u64, u64)> {
-        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let mut waiting = padll_wire::sync::lock(&self.waiting);
         waiting.remove(&request)
     }
 
     /// Forgets every request (the stream they went on ended).
     pub fn clear(&self) {
-        self.waiting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
+        padll_wire::sync::lock(&self.waiting).clear();
     }
 }
 
@@ -565,7 +562,7 @@ mod tests {
     ) {
         let deadline = std::time::Instant::now() + timeout;
         loop {
-            let targets = service.state.lock().unwrap().input.targets.len();
+            let targets = padll_wire::sync::lock(&service.state).input.targets.len();
             if wanted(targets) {
                 return;
             }

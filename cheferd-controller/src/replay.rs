@@ -171,7 +171,7 @@ pub fn run(options: &ReplayOptions, out: &mut dyn Write) -> Result<ReplayResult,
         let due = ((start.elapsed().as_secs_f64() * options.speed).floor() as usize + 1)
             .min(options.seconds.len());
         while released < due {
-            let mut backlog = shared.backlog.lock().unwrap_or_else(|p| p.into_inner());
+            let mut backlog = padll_wire::sync::lock(&shared.backlog);
             interleave(&options.seconds[released], &mut backlog);
             released += 1;
         }
@@ -179,11 +179,7 @@ pub fn run(options: &ReplayOptions, out: &mut dyn Write) -> Result<ReplayResult,
             shared.trace_done.store(true, Ordering::Release);
         }
         let finished = shared.trace_done.load(Ordering::Acquire)
-            && shared
-                .backlog
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .is_empty()
+            && padll_wire::sync::lock(&shared.backlog).is_empty()
             && workers.iter().all(|w| w.is_finished());
         let now = Instant::now();
         if now >= next_report || finished {
@@ -262,11 +258,7 @@ fn worker(shared: &Shared, dir: &Path) {
     let mut cursor = 0usize;
     let mut made_dirs = 0u64;
     loop {
-        let op = shared
-            .backlog
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop_front();
+        let op = padll_wire::sync::lock(&shared.backlog).pop_front();
         let Some(op) = op else {
             if shared.trace_done.load(Ordering::Acquire) {
                 break;

@@ -87,9 +87,7 @@ static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
 });
 
 fn registry() -> MutexGuard<'static, Registry> {
-    REGISTRY
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    padll_wire::sync::lock(&REGISTRY)
 }
 
 thread_local! {
@@ -513,7 +511,7 @@ fn pass_reserving(
     generation: u64,
     cost: u64,
 ) -> u64 {
-    crate::intercept::shielded(|| {
+    crate::guard::shielded(|| {
         let slot = &SLOTS[index];
         if !slot.in_use.load(Ordering::Acquire) {
             return 0;
@@ -705,8 +703,8 @@ pub fn settle(counters: stats::Counters, op: Op, admission: Admission, requested
 #[cold]
 #[inline(never)]
 fn settle_shielded(counters: stats::Counters, op: Op, packed: u32, requested: u64, moved: u64) {
-    let waited = crate::intercept::shielded(|| settle_bytes(counters, packed, requested, moved))
-        .unwrap_or(0);
+    let waited =
+        crate::guard::shielded(|| settle_bytes(counters, packed, requested, moved)).unwrap_or(0);
     if waited != 0 {
         counters.waited(op, waited);
     }
@@ -791,9 +789,7 @@ mod tests {
     /// Channel tables are process-wide: tests take turns.
     fn tables() -> MutexGuard<'static, ()> {
         static TABLES: Mutex<()> = Mutex::new(());
-        TABLES
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        padll_wire::sync::lock(&TABLES)
     }
 
     #[test]

@@ -13,13 +13,15 @@
 //! reconnects with exponential backoff. After `fork` the child closes its copy of the
 //! parent's connection and starts its own thread.
 
-use crate::intercept::StageIo;
+use crate::guard::StageIo;
 use crate::{channels, last_rules, log, stats};
 use padll_wire::channel::{ChannelSpec, Unit};
 use padll_wire::config::{Identity, LogLevel};
 use padll_wire::control::{
     self, ControlMessage, StageMessage, MAX_MESSAGE_BYTES, PROTOCOL_VERSION,
 };
+use padll_wire::sync::{lock, recover, try_lock};
+use std::convert::Infallible;
 use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
@@ -129,10 +131,10 @@ pub fn start(target: Target) {
     let _ = TARGET.set(target);
     spawn(Duration::ZERO);
     let (state, signal) = &FIRST_RULES;
-    let guard = state.lock().unwrap_or_else(|p| p.into_inner());
-    let (mut guard, _) = signal
-        .wait_timeout_while(guard, FIRST_RULES_PATIENCE, |s| *s == FirstRules::Waiting)
-        .unwrap_or_else(|p| p.into_inner());
+    let guard = lock(state);
+    let (mut guard, _) = recover(
+        signal.wait_timeout_while(guard, FIRST_RULES_PATIENCE, |s| *s == FirstRules::Waiting),
+    );
     // A controller that is only slow (its global controller away) is worth a warning;
     // one that cannot be used, an error.
     let why = match &*guard {
@@ -158,7 +160,7 @@ fn no_first_rules(why: String) -> bool {
         return false;
     }
     let (state, signal) = &FIRST_RULES;
-    let mut guard = state.lock().unwrap_or_else(|p| p.into_inner());
+    let mut guard = lock(state);
     if *guard != FirstRules::Waiting {
         return *guard != FirstRules::Settled;
     }
@@ -173,7 +175,7 @@ fn apply_from_controller(target: &Target, rules: &[ChannelSpec]) -> Result<(), R
         apply(rules)
     } else {
         let (state, signal) = &FIRST_RULES;
-        let mut guard = state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = lock(state);
         let result = apply(rules);
         *guard = match &result {
             Ok(()) => FirstRules::Settled,
@@ -310,9 +312,7 @@ pub fn after_fork_in_child() {
     // A save the parent's control thread was making is not the child's.
     let _ = RULES_KEEPER.compare_exchange(SAVING, KEEPING, Ordering::AcqRel, Ordering::Acquire);
     // Not waited for: one held at `fork` by another thread stays held in this process.
-    let writer = WRITER
-        .try_lock()
-        .ok()
+    let writer = try_lock(&WRITER)
         .and_then(|mut w| w.take())
         .map(std::os::fd::IntoRawFd::into_raw_fd);
     let fd = CONNECTION_FD.swap(-1, Ordering::AcqRel);
@@ -331,8 +331,8 @@ fn run(target: &Target) {
     let mut warned = false;
     loop {
         match session(target) {
-            Ok(reason) => {
-                // Rejected: keep the rules in force, stop trying.
+            Ended::Rejected(reason) => {
+                // Keep the rules in force, stop trying.
                 if !no_first_rules(format!("it rejected this stage: {reason}")) {
                     log(
                         LogLevel::Error,
@@ -343,7 +343,7 @@ fn run(target: &Target) {
                 }
                 return;
             }
-            Err(Lost::Connected(reason)) => {
+            Ended::Lost(reason) => {
                 log(
                     LogLevel::Error,
                     &format!(
@@ -354,7 +354,7 @@ fn run(target: &Target) {
                 was_connected = true;
                 backoff = Duration::from_millis(100);
             }
-            Err(Lost::NeverConnected(reason)) => {
+            Ended::NeverConnected(reason) => {
                 let told = no_first_rules(format!("cannot reach it: {reason}; retrying"));
                 if !told && !warned && !was_connected {
                     log(
@@ -373,21 +373,45 @@ fn run(target: &Target) {
     }
 }
 
-enum Lost {
-    NeverConnected(String),
-    Connected(String),
+/// How a session with the controller ended (it ends in no other way).
+#[derive(Debug)]
+enum Ended {
+    /// The controller rejected this stage: its reason, shortened.
+    Rejected(String),
+    /// No session: the controller could not be reached, trusted or registered with.
+    NeverConnected(Unreachable),
+    /// The connection broke after registration.
+    Lost(std::io::Error),
 }
 
-/// One connection: handshake, then serve until it breaks. `Ok(why)` = rejected.
-fn session(target: &Target) -> Result<String, Lost> {
-    let stream =
-        UnixStream::connect(&target.socket).map_err(|e| Lost::NeverConnected(e.to_string()))?;
-    trust(&stream, target.controller_uid).map_err(|e| Lost::NeverConnected(e.to_string()))?;
+/// Why no session with the controller began.
+#[derive(Debug, thiserror::Error)]
+enum Unreachable {
+    /// Connecting or the handshake's I/O failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The process at the socket may not give rules.
+    #[error(transparent)]
+    Untrusted(#[from] TrustError),
+    /// It answered `hello` with something else than `welcome` or `reject`.
+    #[error("unexpected handshake reply {0:?}")]
+    Handshake(Option<ControlMessage>),
+}
+
+/// One connection: handshake, then serve until it ends.
+fn session(target: &Target) -> Ended {
+    let stream = match UnixStream::connect(&target.socket) {
+        Ok(stream) => stream,
+        Err(e) => return Ended::NeverConnected(e.into()),
+    };
+    if let Err(e) = trust(&stream, target.controller_uid) {
+        return Ended::NeverConnected(e.into());
+    }
     CONNECTION_FD.store(stream.as_raw_fd(), Ordering::Release);
-    let result = serve(target, stream);
+    let Err(ended) = serve(target, stream);
     CONNECTION_FD.store(-1, Ordering::Release);
     *lock(&WRITER) = None;
-    result
+    ended
 }
 
 /// Rules are taken only from a controller running as root, as the configured
@@ -425,8 +449,9 @@ fn trust(stream: &UnixStream, controller_uid: Option<u32>) -> Result<(), TrustEr
     })
 }
 
-fn serve(target: &Target, stream: UnixStream) -> Result<String, Lost> {
-    let never = |e: std::io::Error| Lost::NeverConnected(e.to_string());
+/// Registers and serves the connection until it ends (never `Ok`).
+fn serve(target: &Target, stream: UnixStream) -> Result<Infallible, Ended> {
+    let never = |e: std::io::Error| Ended::NeverConnected(e.into());
     let mut writer = stream.try_clone().map_err(never)?;
     let mut reader = LineReader::new(stream.try_clone().map_err(never)?);
     let mut identity = target.identity.clone();
@@ -451,21 +476,16 @@ fn serve(target: &Target, stream: UnixStream) -> Result<String, Lost> {
     stream
         .set_write_timeout(Some(HANDSHAKE_TIMEOUT))
         .map_err(never)?;
-    let interval = match reader
-        .next_message()
-        .map_err(|e| Lost::NeverConnected(e.to_string()))?
-    {
+    let interval = match reader.next_message().map_err(never)? {
         Some(ControlMessage::Welcome {
             version: PROTOCOL_VERSION,
             report_interval_ms,
             ..
         }) => Duration::from_millis(report_interval_ms.clamp(10, 60_000)),
-        Some(ControlMessage::Reject { reason }) => return Ok(control::short(&reason)),
-        other => {
-            return Err(Lost::NeverConnected(format!(
-                "unexpected handshake reply {other:?}"
-            )))
+        Some(ControlMessage::Reject { reason }) => {
+            return Err(Ended::Rejected(control::short(&reason)))
         }
+        other => return Err(Ended::NeverConnected(Unreachable::Handshake(other))),
     };
     // Only now may application threads write (a `place` before `hello` would be refused).
     *lock(&WRITER) = Some(writer);
@@ -474,7 +494,7 @@ fn serve(target: &Target, stream: UnixStream) -> Result<String, Lost> {
         &format!("registered with the controller at {}", target.socket),
     );
 
-    let lost = |e: std::io::Error| Lost::Connected(e.to_string());
+    let lost = Ended::Lost;
     let mut seq = 0u64;
     let mut next_report = Instant::now();
     loop {
@@ -546,10 +566,6 @@ static PENDING: (Mutex<Waiting>, Condvar) = (Mutex::new(Vec::new()), Condvar::ne
 /// Requests waiting at once, at most (each is an application thread creating a file).
 const MAX_PENDING: usize = 1024;
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// Writes one message on the connection (an error when there is none).
 fn send(message: &StageMessage) -> std::io::Result<()> {
     let line = control::encode(message);
@@ -586,12 +602,10 @@ pub(crate) fn ask_placement(mount: &str, stripes: u32, wait: Duration) -> Option
     let mut waiting = lock(pending);
     if asked {
         let left = deadline.saturating_duration_since(Instant::now());
-        waiting = answered
-            .wait_timeout_while(waiting, left, |w| {
-                w.iter().any(|(i, targets)| *i == id && targets.is_none())
-            })
-            .unwrap_or_else(|p| p.into_inner())
-            .0;
+        waiting = recover(answered.wait_timeout_while(waiting, left, |w| {
+            w.iter().any(|(i, targets)| *i == id && targets.is_none())
+        }))
+        .0;
     }
     let at = waiting.iter().position(|(i, _)| *i == id)?;
     waiting.swap_remove(at).1.filter(|t| !t.is_empty())
@@ -603,8 +617,8 @@ pub(crate) fn ask_placement(mount: &str, stripes: u32, wait: Duration) -> Option
 /// socket goes whole or not at all; a rare partial one is finished).
 fn send_within(line: &[u8], deadline: Instant) -> bool {
     loop {
-        match WRITER.try_lock() {
-            Ok(mut writer) => {
+        match try_lock(&WRITER) {
+            Some(mut writer) => {
                 let Some(stream) = writer.as_mut() else {
                     return false;
                 };
@@ -623,11 +637,8 @@ fn send_within(line: &[u8], deadline: Instant) -> bool {
                     _ => false,
                 };
             }
-            Err(std::sync::TryLockError::Poisoned(_)) => return false,
-            Err(std::sync::TryLockError::WouldBlock) if Instant::now() >= deadline => return false,
-            Err(std::sync::TryLockError::WouldBlock) => {
-                std::thread::sleep(Duration::from_micros(100))
-            }
+            None if Instant::now() >= deadline => return false,
+            None => std::thread::sleep(Duration::from_micros(100)),
         }
     }
 }
@@ -662,11 +673,10 @@ pub fn hold_for_fork() {
     // creations are not placed; the application never waits.
     let deadline = Instant::now() + Duration::from_millis(10);
     let writer = loop {
-        match WRITER.try_lock() {
-            Ok(guard) => break Some(guard),
-            Err(std::sync::TryLockError::Poisoned(p)) => break Some(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) if Instant::now() >= deadline => break None,
-            Err(std::sync::TryLockError::WouldBlock) => std::thread::yield_now(),
+        match try_lock(&WRITER) {
+            Some(guard) => break Some(guard),
+            None if Instant::now() >= deadline => break None,
+            None => std::thread::yield_now(),
         }
     };
     let held = (writer, lock(&PENDING.0));

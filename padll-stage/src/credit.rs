@@ -6,7 +6,7 @@
 //!   beside the channel's counters (`stats`): the managed path's credit check and its
 //!   counting touch one cache line, and only the owning thread writes the row, so credit
 //!   is spent with plain stores. The overflow shard's rows are never leased into
-//!   ([`crate::stats::Counters::owned_credit`]). A signal handler that spends credit on
+//!   (`stats::Counters::owned_credit`). A signal handler that spends credit on
 //!   the thread it interrupted, between that thread's load and store, spends the same
 //!   tokens twice (at most its own requests' cost).
 //! - [`Terms`], one per channel, sits in the channel's slot (`channels`): how much a

@@ -14,11 +14,9 @@
 
 #![allow(non_snake_case)]
 
-use crate::intercept::account::*;
-use crate::intercept::{
-    admit_only, dispatch, intercept, intercept_resolved, intercept_rest, Account, Call, Effect,
-    Target,
-};
+use crate::call::account::*;
+use crate::call::{Account, Call, Effect, Target};
+use crate::intercept::{admit_only, dispatch, intercept, intercept_resolved, intercept_rest};
 use crate::real::{Real, Unavailable};
 use libc::{
     c_char, c_int, c_uint, c_void, dev_t, gid_t, iovec, mode_t, off64_t, off_t, size_t, ssize_t,

@@ -13,11 +13,14 @@
 //! invariants every hook keeps.
 
 pub mod bucket;
+mod call;
 pub mod channels;
 mod control;
 pub mod credit;
+mod effects;
 mod errno;
 pub mod fdtable;
+mod guard;
 mod hooks;
 pub mod intercept;
 mod last_rules;
@@ -25,6 +28,7 @@ pub mod paths;
 mod placement;
 mod real;
 pub mod report;
+mod resolve;
 mod shared;
 pub mod stats;
 pub mod tsc;
@@ -35,7 +39,7 @@ pub use padll_wire::config::{self, Config, Identity, LimitScope, LogLevel};
 pub use padll_wire::ops::{self, Class, Op};
 pub use stats::snapshot as stats_snapshot;
 
-use intercept::StageIo;
+use guard::StageIo;
 use paths::MountTable;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU8, Ordering};
 use std::sync::OnceLock;
@@ -219,7 +223,7 @@ fn start(config: &Config) -> Result<(), StartError> {
     if unsafe { libc::pthread_key_create(&mut key, Some(thread_ending)) } == 0 {
         let _ = CREDIT_KEY.set(key);
     }
-    intercept::refresh_current_dir();
+    resolve::refresh_current_dir();
     adopt_inherited_descriptors();
     // SAFETY: registering plain functions as fork handlers.
     unsafe {

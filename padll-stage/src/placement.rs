@@ -19,7 +19,8 @@
 //! systems see no change at all. Costs nothing for other calls: the creation hooks test
 //! one bit per mountpoint.
 
-use crate::intercept::{shielded, StageIo, Target};
+use crate::call::Target;
+use crate::guard::{shielded, StageIo};
 use crate::paths::Place;
 use libc::{c_int, mode_t};
 use padll_wire::config::Placement;

@@ -52,7 +52,7 @@ struct ChannelCounters {
 struct Shard {
     /// Thread pointer of the thread that counts here; 0 = free.
     owner: AtomicU64,
-    /// The owner is inside [`crate::intercept::StageIo`].
+    /// The owner is doing the stage's own I/O (`guard::StageIo`).
     stage_io: AtomicBool,
     ops: [OpCounters; Op::COUNT],
     channels: [ChannelCounters; SLOT_COUNT],

@@ -387,12 +387,18 @@ fn a_controller_run_by_another_user_is_not_obeyed() {
 }
 
 /// Forks a child that becomes uid 65534, listens on `path` and writes `payload` to
-/// every connection (for 20 s at most). Only raw system calls after the fork.
+/// every connection (for 20 s at most). Only raw system calls after the fork. The
+/// socket is bound under another name and renamed to `path` once it listens, so a stage
+/// started as soon as `path` exists is never refused.
 fn serve_as_nobody(path: &Path, payload: &[u8]) -> libc::pid_t {
+    let binding = path.with_extension("binding");
+    let [binding_name, name] = [&binding, path].map(|p| {
+        std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).expect("a path without NUL")
+    });
     // SAFETY: sockaddr_un is plain data.
     let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
     addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    let bytes = path.as_os_str().as_encoded_bytes();
+    let bytes = binding_name.as_bytes();
     assert!(bytes.len() < addr.sun_path.len());
     for (slot, byte) in addr.sun_path.iter_mut().zip(bytes) {
         *slot = *byte as libc::c_char;
@@ -414,6 +420,7 @@ fn serve_as_nobody(path: &Path, payload: &[u8]) -> libc::pid_t {
             let size = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
             if libc::bind(fd, (&addr as *const libc::sockaddr_un).cast(), size) != 0
                 || libc::listen(fd, 8) != 0
+                || libc::rename(binding_name.as_ptr(), name.as_ptr()) != 0
             {
                 libc::_exit(1);
             }

@@ -9,6 +9,7 @@ pub mod exit;
 pub mod node_files;
 pub mod ops;
 pub mod report;
+pub mod sync;
 
 use std::path::{Path, PathBuf};
 

@@ -208,7 +208,7 @@ pub fn write(
 }
 
 /// A trace [`read`] refused.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum TraceError {
     /// A bad line (1-based) and what is wrong with it.
     #[error("line {line}: {kind}")]
@@ -224,11 +224,11 @@ pub enum TraceError {
 }
 
 /// What is wrong with a line of a trace.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum TraceErrorKind {
-    /// It could not be read (the reason).
-    #[error("{0}")]
-    Io(String),
+    /// It could not be read.
+    #[error(transparent)]
+    Io(std::io::Error),
     /// The first line is no header.
     #[error("expected the header `second,job,{}`", OP_TYPES.join(","))]
     Header,
@@ -259,7 +259,7 @@ pub fn read(input: impl BufRead) -> Result<Vec<JobTrace>, TraceError> {
     let mut columns: Option<Vec<String>> = None;
     for (n, line) in input.lines().enumerate() {
         let at = |kind| TraceError::Line { line: n + 1, kind };
-        let line = line.map_err(|e| at(TraceErrorKind::Io(e.to_string())))?;
+        let line = line.map_err(|e| at(TraceErrorKind::Io(e)))?;
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;

@@ -141,32 +141,70 @@ fn trace_file_round_trip() {
 #[test]
 fn trace_reader_names_bad_fields() {
     use trace::{TraceError, TraceErrorKind};
-    let at = |line, kind| Err(TraceError::Line { line, kind });
-    let bad_field = trace::read(&b"second,job,open\n0,1,x\n"[..]);
-    let expected = TraceErrorKind::BadField {
-        column: "open".into(),
-        value: "x".into(),
-    };
-    assert_eq!(bad_field, at(2, expected));
-    let e = bad_field.unwrap_err().to_string();
+    let refused = |text: &[u8]| trace::read(text).expect_err("a bad trace was read");
+    let bad_field = refused(b"second,job,open\n0,1,x\n");
+    assert!(
+        matches!(&bad_field, TraceError::Line {
+            line: 2,
+            kind: TraceErrorKind::BadField { column, value },
+        } if column == "open" && value == "x"),
+        "{bad_field:?}"
+    );
+    let e = bad_field.to_string();
     assert!(
         e.contains("line 2") && e.contains("open") && e.contains("`x`"),
         "{e}"
     );
-    let header = trace::read(&b"sec,job\n"[..]);
-    assert_eq!(header, at(1, TraceErrorKind::Header));
-    assert!(header.unwrap_err().to_string().contains("header"));
-    let job_zero = trace::read(&b"second,job,open\n0,0,1\n"[..]);
-    assert_eq!(job_zero, at(2, TraceErrorKind::JobZero));
-    assert!(job_zero.unwrap_err().to_string().contains("job `0`"));
-    let fields = trace::read(&b"second,job,open\n0,1\n"[..]);
-    let expected = TraceErrorKind::FieldCount {
-        fields: 2,
-        header: 3,
-    };
-    assert_eq!(fields, at(2, expected));
-    assert!(fields.unwrap_err().to_string().contains("fields"));
-    assert_eq!(trace::read(&b"# nothing\n"[..]), Err(TraceError::Empty));
+    let header = refused(b"sec,job\n");
+    assert!(
+        matches!(
+            header,
+            TraceError::Line {
+                line: 1,
+                kind: TraceErrorKind::Header
+            }
+        ),
+        "{header:?}"
+    );
+    assert!(header.to_string().contains("header"));
+    let job_zero = refused(b"second,job,open\n0,0,1\n");
+    assert!(
+        matches!(
+            job_zero,
+            TraceError::Line {
+                line: 2,
+                kind: TraceErrorKind::JobZero
+            }
+        ),
+        "{job_zero:?}"
+    );
+    assert!(job_zero.to_string().contains("job `0`"));
+    let fields = refused(b"second,job,open\n0,1\n");
+    assert!(
+        matches!(
+            fields,
+            TraceError::Line {
+                line: 2,
+                kind: TraceErrorKind::FieldCount {
+                    fields: 2,
+                    header: 3
+                },
+            }
+        ),
+        "{fields:?}"
+    );
+    assert!(fields.to_string().contains("fields"));
+    let empty = refused(b"# nothing\n");
+    assert!(matches!(empty, TraceError::Empty), "{empty:?}");
+    // A line that cannot be read keeps the reader's error.
+    let unreadable = refused(b"second,job,open\n0,1,\xff\n");
+    assert!(
+        matches!(&unreadable, TraceError::Line {
+            line: 2,
+            kind: TraceErrorKind::Io(io),
+        } if io.kind() == std::io::ErrorKind::InvalidData),
+        "{unreadable:?}"
+    );
 }
 
 #[test]

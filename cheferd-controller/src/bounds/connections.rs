@@ -156,7 +156,7 @@ fn source_of(address: IpAddr) -> IpAddr {
 
 impl Connections {
     fn lock(&self) -> MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(|p| p.into_inner())
+        padll_wire::sync::lock(&self.table)
     }
 
     /// Counts a new provisional connection from `address`, closing the oldest of its
@@ -271,7 +271,7 @@ impl Table {
 impl Connection {
     fn evict(&self) {
         self.evicted.store(true, Ordering::Release);
-        let waker = self.waker.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let waker = padll_wire::sync::lock(&self.waker).take();
         if let Some(waker) = waker {
             waker.wake();
         }
@@ -317,7 +317,7 @@ impl Limited {
             return Ok(());
         }
         {
-            let mut waker = connection.waker.lock().unwrap_or_else(|p| p.into_inner());
+            let mut waker = padll_wire::sync::lock(&connection.waker);
             if !waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
                 *waker = Some(cx.waker().clone());
             }

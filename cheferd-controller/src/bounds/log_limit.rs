@@ -29,7 +29,7 @@ impl LogLimit {
     /// Whether a line may be logged now: `Some(n)` with the number suppressed since the
     /// last one logged, `None` to suppress this one.
     pub fn allow(&self) -> Option<u64> {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = padll_wire::sync::lock(&self.state);
         let now = Instant::now();
         if state
             .0

@@ -6,8 +6,9 @@
 
 use super::term::{Generation, LeaderTerm};
 use super::{Change, ChangeError, ChangeRefused};
+use padll_wire::sync::lock;
 use serde::{Deserialize, Serialize};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -121,11 +122,6 @@ impl Default for Leadership {
             changes: Mutex::new(None),
         }
     }
-}
-
-/// Locks `mutex`; nothing panics while these are held, so a poisoned one is whole.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Leadership {

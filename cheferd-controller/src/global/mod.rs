@@ -171,9 +171,7 @@ impl Controller {
     /// goes on with it: the next to lock it panics too, and once that is the control
     /// loop its supervisor ends the process (`crate::supervise`).
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .expect("the global controller's state was left inconsistent by a panic")
+        padll_wire::sync::lock_or_panic(&self.state, "the global controller's state")
     }
 
     /// The control loop: runs cycles forever at the configured interval.

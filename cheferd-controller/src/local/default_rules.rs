@@ -154,7 +154,7 @@ struct State {
 
 impl Defaults {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.0.lock().expect(super::POISONED)
+        padll_wire::sync::lock_or_panic(&self.0, super::STATE)
     }
 
     /// The global controller gave stage `stage_id` of `job` these rules (which replace

@@ -128,7 +128,7 @@ impl OverReports {
     /// `allowed` (and `allowed` were counted). Whether it looks like an attack (to be
     /// warned about at once).
     pub fn record(&self, job: &str, reported: u64, allowed: u64) -> bool {
-        let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut jobs = padll_wire::sync::lock(&self.jobs);
         let excess = jobs.entry(job.to_string()).or_default();
         excess.reports += 1;
         excess.tokens = excess
@@ -140,7 +140,7 @@ impl OverReports {
     /// The summary of the period that ends now, if there were such reports; the counts
     /// start again.
     pub fn summary(&self) -> Option<String> {
-        let jobs = std::mem::take(&mut *self.jobs.lock().unwrap_or_else(|p| p.into_inner()));
+        let jobs = std::mem::take(&mut *padll_wire::sync::lock(&self.jobs));
         if jobs.is_empty() {
             return None;
         }

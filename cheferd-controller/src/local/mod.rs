@@ -111,9 +111,10 @@ static ACTIVITY: log_summary::Activity = log_summary::Activity::new(&PEER_LOG);
 /// Stages' usage reports above their rules, summarised.
 static OVER_REPORTS: log_summary::OverReports = log_summary::OverReports::new();
 
-/// A task panicked while it held the local controller's state, leaving it half-changed:
-/// no one goes on with it (the panic reaches the supervisor, which ends the process).
-const POISONED: &str = "the local controller's state was left inconsistent by a panic";
+/// The local controller's state, which a panic can leave half-changed: after one, no one
+/// goes on with it (`padll_wire::sync::lock_or_panic`; the panic reaches the supervisor,
+/// which ends the process).
+const STATE: &str = "the local controller's state";
 
 /// The local controller's state, shared by its tasks.
 pub struct Local {
@@ -136,15 +137,15 @@ pub struct Local {
 
 impl Local {
     fn lock_stages(&self) -> MutexGuard<'_, HashMap<u64, stage::StageEntry>> {
-        self.stages.lock().expect(POISONED)
+        padll_wire::sync::lock_or_panic(&self.stages, STATE)
     }
 
     fn lock_peers(&self) -> MutexGuard<'_, admission::Peers> {
-        self.peers.lock().expect(POISONED)
+        padll_wire::sync::lock_or_panic(&self.peers, STATE)
     }
 
     fn lock_upstream(&self) -> MutexGuard<'_, Option<mpsc::UnboundedSender<LocalMessage>>> {
-        self.upstream.lock().expect(POISONED)
+        padll_wire::sync::lock_or_panic(&self.upstream, STATE)
     }
 }
 

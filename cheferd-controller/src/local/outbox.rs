@@ -85,7 +85,7 @@ impl Outbox {
     }
 
     fn lock(&self) -> MutexGuard<'_, Queue> {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+        padll_wire::sync::lock(&self.queue)
     }
 
     /// Queues `message`; a queue over a cap closes the outbox (the error says why).

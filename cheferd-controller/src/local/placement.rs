@@ -68,7 +68,7 @@ impl Placements {
     /// The upstream id for request `id` of stage `stage` of `uid`; `None` when too many
     /// wait (from this uid, this stage or this node).
     fn ask(&self, stage: u64, uid: u32, id: u64) -> Option<u64> {
-        let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let mut in_flight = padll_wire::sync::lock(&self.in_flight);
         let waiting = in_flight.per_uid.get(&uid).copied().unwrap_or(0);
         if waiting >= MAX_IN_FLIGHT_PER_UID {
             return None;
@@ -81,7 +81,7 @@ impl Placements {
 
     /// Who asked upstream request `request` (stage, its id), once.
     pub(super) fn answered(&self, request: u64) -> Option<(u64, u64)> {
-        let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let mut in_flight = padll_wire::sync::lock(&self.in_flight);
         if let Some(uid) = in_flight.uid_of.remove(&request) {
             if let Some(waiting) = in_flight.per_uid.get_mut(&uid) {
                 *waiting -= 1;
@@ -95,7 +95,7 @@ impl Placements {
 
     /// Forgets every request (the stream they went on ended).
     pub(super) fn clear(&self) {
-        let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let mut in_flight = padll_wire::sync::lock(&self.in_flight);
         *in_flight = InFlight::default();
         self.relay.clear();
     }

@@ -334,12 +334,7 @@ impl Registered {
     /// and of its uid).
     fn may_place(&mut self) -> bool {
         let now = Instant::now();
-        self.place_rate.take(now)
-            && self
-                .uid_place_rate
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take(now)
+        self.place_rate.take(now) && padll_wire::sync::lock(&self.uid_place_rate).take(now)
     }
 }
 

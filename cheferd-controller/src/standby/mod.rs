@@ -36,7 +36,7 @@ pub mod persist;
 
 use crate::global::{Controller, Leader, LeaderTerm, Leadership, Role};
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -103,11 +103,6 @@ pub enum StandbyError {
     /// The channel of applied changes closed (the controller is going away).
     #[error("the channel of changes closed")]
     ChangesClosed,
-}
-
-/// Locks `mutex`; nothing panics while these are held, so a poisoned one is whole.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// `cheferd global --etcd …`: where the election is and what to proclaim.

@@ -200,7 +200,7 @@ impl Standbys {
         urls.sort();
         urls.dedup();
         urls.truncate(MAX_CANDIDATES);
-        let mut known = super::lock(&self.urls);
+        let mut known = padll_wire::sync::lock(&self.urls);
         if *known != urls {
             info!(standbys = ?urls, "standbys to ask if etcd becomes unreachable");
             *known = urls;
@@ -209,7 +209,7 @@ impl Standbys {
 
     /// Every standby's answer, asked at once, in the order of their URLs.
     async fn ask_all(&self) -> Vec<(String, Option<StandingReply>)> {
-        let urls = super::lock(&self.urls).clone();
+        let urls = padll_wire::sync::lock(&self.urls).clone();
         answers(urls, |url| ask(url, self.tls.clone())).await
     }
 }

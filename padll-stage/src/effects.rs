@@ -1,0 +1,172 @@
+//! What calls do to the descriptor table and the current directory ([`Effect`]):
+//! descriptors about to be closed are forgotten before the call; after it, new
+//! descriptors are recorded (with their place, and their path when they can be the base
+//! of `*at` calls), duplicates take their original's place and `chdir` is followed.
+
+use crate::call::{dir_fd, fileno_unlocked, Effect, Returned, Target};
+use crate::errno;
+use crate::fdtable;
+use crate::guard::{guarded, shielded};
+use crate::paths::{PathBuffer, Place};
+use crate::resolve::{full_path, refresh_current_dir};
+use libc::{c_int, c_uint};
+use std::ffi::CStr;
+
+/// [`after`] on the managed path: a new descriptor of a managed file that keeps no
+/// path is one store in the fd table (no allocation, `errno` untouched); the rest is
+/// out of line and [`shielded`].
+#[inline(always)]
+pub(crate) fn after_managed<R: Returned>(effect: Effect, target: Target, place: Place, result: &R) {
+    match effect {
+        Effect::None
+        | Effect::Close(_)
+        | Effect::CloseRange(..)
+        | Effect::CloseStream(_)
+        | Effect::CloseDirStream(_) => {}
+        Effect::NewFd { flags } | Effect::Create { flags, .. }
+            if flags & (libc::O_DIRECTORY | libc::O_PATH) == 0
+                && matches!(place, Place::Managed(_)) =>
+        {
+            if let Some(fd) = result.descriptor() {
+                fdtable::record_place(fd, place);
+            }
+        }
+        Effect::NewStream if matches!(place, Place::Managed(_)) => {
+            if let Some(fd) = result.descriptor() {
+                fdtable::record_place(fd, place);
+            }
+        }
+        _ => after_cold(effect, target, place, result),
+    }
+}
+
+#[cold]
+#[inline(never)]
+pub(crate) fn after_cold<R: Returned>(effect: Effect, target: Target, place: Place, result: &R) {
+    shielded(|| after(effect, target, place, result));
+}
+
+/// Effects that must happen before the call: forget descriptors about to be closed
+/// (afterwards, another thread may already have reused the number).
+#[inline(always)]
+pub(crate) fn before(effect: Effect) {
+    // SAFETY: stream pointers are the application's, about to be closed by libc.
+    unsafe {
+        match effect {
+            Effect::Close(fd) => fdtable::forget(fd),
+            Effect::CloseRange(first, last, flags)
+                if flags as c_uint & libc::CLOSE_RANGE_CLOEXEC == 0 =>
+            {
+                fdtable::forget_range(first, last)
+            }
+            Effect::CloseStream(stream) | Effect::Reopen(stream) if !stream.is_null() => {
+                fdtable::forget(fileno_unlocked(stream))
+            }
+            Effect::CloseDirStream(dir) => fdtable::forget(dir_fd(dir)),
+            _ => {}
+        }
+    }
+}
+
+/// [`after`] for a call whose target is unrelated to every mountpoint: new descriptors
+/// only clear stale entries (no allocation, `errno` untouched).
+#[inline(always)]
+pub fn after_unrelated<R: Returned>(effect: Effect, result: &R) {
+    match effect {
+        Effect::NewFd { .. }
+        | Effect::Create { .. }
+        | Effect::NewStream
+        | Effect::NewDirStream
+        | Effect::Reopen(_) => {
+            if let Some(fd) = result.descriptor() {
+                fdtable::forget(fd);
+            }
+        }
+        Effect::None
+        | Effect::Close(_)
+        | Effect::CloseRange(..)
+        | Effect::CloseStream(_)
+        | Effect::CloseDirStream(_) => {}
+        Effect::Dup(_) | Effect::DupTo(..) | Effect::Fcntl(..) | Effect::Chdir => {
+            let saved = errno::get();
+            after(effect, Target::None, Place::Unrelated, result);
+            errno::set(saved);
+        }
+    }
+}
+
+/// Effects that need the call's result: record new descriptors, follow `chdir`.
+fn after<R: Returned>(effect: Effect, target: Target, place: Place, result: &R) {
+    match effect {
+        Effect::NewFd { flags } | Effect::Create { flags, .. } => {
+            if let Some(fd) = result.descriptor() {
+                let keeps_path = flags & (libc::O_DIRECTORY | libc::O_PATH) != 0;
+                record(fd, place, target, keeps_path);
+            }
+        }
+        Effect::NewStream | Effect::Reopen(_) => {
+            if let Some(fd) = result.descriptor() {
+                record(fd, place, target, false);
+            }
+        }
+        Effect::NewDirStream => {
+            if let Some(fd) = result.descriptor() {
+                record(fd, place, target, true);
+            }
+        }
+        Effect::Dup(old) => {
+            if let Some(new) = result.descriptor() {
+                fdtable::duplicate(old, new);
+            }
+        }
+        Effect::DupTo(old, new) => {
+            if result.descriptor() == Some(new) && old != new {
+                fdtable::duplicate(old, new);
+            }
+        }
+        Effect::Fcntl(fd, cmd) => {
+            if cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC {
+                if let Some(new) = result.descriptor() {
+                    fdtable::duplicate(fd, new);
+                }
+            }
+        }
+        Effect::Chdir => {
+            if result.descriptor() == Some(0) {
+                guarded(refresh_current_dir);
+            }
+        }
+        Effect::None
+        | Effect::Close(_)
+        | Effect::CloseRange(..)
+        | Effect::CloseStream(_)
+        | Effect::CloseDirStream(_) => {}
+    }
+}
+
+/// Records a new descriptor; directories (and anything above a mountpoint) keep their
+/// normalised path so they can be the base of `*at` calls.
+fn record(fd: c_int, place: Place, target: Target, is_directory: bool) {
+    if place == Place::Unrelated || !(is_directory || place == Place::Ancestor) {
+        fdtable::record(fd, place, None);
+        return;
+    }
+    let (dirfd, path) = match target {
+        Target::Path(p) => (libc::AT_FDCWD, p),
+        Target::At(d, p) => (d, p),
+        _ => {
+            fdtable::record(fd, place, None);
+            return;
+        }
+    };
+    let mut buf = PathBuffer::new();
+    let bytes = if path.is_null() {
+        &b""[..]
+    } else {
+        // SAFETY: the application's non-null, NUL-terminated path argument, still
+        // valid during the hook (which outlives `bytes`).
+        unsafe { CStr::from_ptr(path) }.to_bytes()
+    };
+    let known = !bytes.is_empty() && full_path(dirfd, bytes, &mut buf);
+    fdtable::record(fd, place, known.then(|| buf.as_bytes()));
+}
