@@ -6,6 +6,7 @@ pub mod channel;
 pub mod config;
 pub mod control;
 pub mod exit;
+pub mod flags;
 pub mod node_files;
 pub mod ops;
 pub mod report;

@@ -10,11 +10,11 @@
 use std::ffi::OsString;
 use std::fs;
 use std::io::{BufReader, Read, Write};
-use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
 use padll_wire::exit::{EX_FAILURE, EX_USAGE};
+use padll_wire::flags::whole;
 use serde::Deserialize;
 
 use crate::placement::{self, PlaceInput, Placer, PlacerState};
@@ -164,29 +164,6 @@ pub struct TraceArgs {
     /// Output file (default: stdout).
     #[arg(long)]
     pub out: Option<PathBuf>,
-}
-
-/// The value parser of integer flags: a whole number in `range`, its refusal naming the
-/// range (clap, or `cheferd`'s one-line refusal, adds the flag and the value). The flags that use it
-/// `allow_negative_numbers`, so that `-1` reaches it instead of reading as a flag.
-pub fn whole<T>(
-    range: RangeInclusive<T>,
-) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static
-where
-    T: std::str::FromStr + PartialOrd + std::fmt::Display + Clone + Send + Sync + 'static,
-{
-    move |text| {
-        text.parse()
-            .ok()
-            .filter(|n| range.contains(n))
-            .ok_or_else(|| {
-                format!(
-                    "must be a whole number from {} to {}",
-                    range.start(),
-                    range.end()
-                )
-            })
-    }
 }
 
 /// The policies `simulate --policy all` runs (the paper's setups plus AdapTBF and size-fair).

@@ -4,7 +4,7 @@
 use crate::common::{failed, runtime, usage, Failure};
 use cheferd_controller::policy;
 use clap::Args;
-use policies::cli::whole;
+use padll_wire::flags::whole;
 
 /// `cheferd-lab bench`.
 #[derive(Args)]

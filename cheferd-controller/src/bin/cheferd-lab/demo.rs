@@ -4,7 +4,7 @@ use crate::common::{failed, usage, Failure};
 use cheferd_controller::{demo, policy};
 use clap::Args;
 use padll_wire::config::{parse_rate, Rate};
-use policies::cli::whole;
+use padll_wire::flags::whole;
 use std::path::PathBuf;
 
 /// `cheferd-lab demo`.

@@ -3,7 +3,7 @@
 
 use crate::common::{failed, usage, Failure, MAX_COUNT};
 use clap::Args;
-use policies::cli::whole;
+use padll_wire::flags::whole;
 use std::path::PathBuf;
 
 /// Upper bound of seconds flags, far above any real use: about 11 days (`--rate` holds

@@ -2,7 +2,7 @@
 
 use crate::common::{usage, Failure};
 use clap::{Args, Subcommand};
-use policies::cli::whole;
+use padll_wire::flags::whole;
 use std::path::PathBuf;
 
 /// Upper bound of `--days`: a century.

@@ -6,7 +6,7 @@ use crate::ADMIN_SOCKET;
 use cheferd_controller::bounds;
 use cheferd_controller::global_process::{self, Cycles, GlobalError, GlobalOptions, OptionsError};
 use clap::Args;
-use policies::cli::whole;
+use padll_wire::flags::whole;
 use std::path::PathBuf;
 use std::time::Duration;
 

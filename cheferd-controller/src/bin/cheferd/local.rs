@@ -5,7 +5,7 @@ use crate::common::{failed, usage, Failure, MAX_COUNT};
 use cheferd_controller::bounds;
 use cheferd_controller::local::{self, LocalLimits, LocalOptions};
 use clap::Args;
-use policies::cli::whole;
+use padll_wire::flags::whole;
 use std::path::PathBuf;
 use std::time::Duration;
 

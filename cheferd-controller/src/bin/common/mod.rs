@@ -117,6 +117,7 @@ impl From<CtlErrorKind> for Kind {
     }
 }
 
+#[cfg(feature = "lab")]
 impl From<policies::cli::FailureKind> for Kind {
     fn from(kind: policies::cli::FailureKind) -> Kind {
         match kind {
