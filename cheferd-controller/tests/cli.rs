@@ -8,15 +8,13 @@
 use crate::util::{cheferd, run_with_timeout, wait_for, Cluster};
 use cheferd_controller::config::GlobalConfig;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 fn etc(file: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../etc")
-        .join(file)
+    crate::util::repository().join("etc").join(file)
 }
 
 /// `cheferd ARGS…`, to completion.
