@@ -1,9 +1,9 @@
-//! The fuzz targets (`padll-wire/fuzz/targets.rs`) without nightly or cargo-fuzz: every
+//! The fuzz targets (`fuzz/targets.rs`) without nightly or cargo-fuzz: every
 //! committed corpus file, then a short bounded pass of seeded mutations of them (the
 //! same mutations every run), through the same functions `cargo fuzz run` drives.
 //! `scripts/fuzz.sh` runs the real fuzzer.
 
-#[path = "../../padll-wire/fuzz/targets.rs"]
+#[path = "../../fuzz/targets.rs"]
 mod targets;
 
 use std::path::PathBuf;
@@ -14,7 +14,7 @@ const MUTATIONS: usize = 2_000;
 
 fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
     let dir = crate::util::repository()
-        .join("padll-wire/fuzz/corpus")
+        .join("fuzz/corpus")
         .join(target);
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
@@ -101,7 +101,7 @@ fn run(name: &str, body: fn(&[u8]), input: &[u8], what: &dyn Fn() -> String) {
 #[test]
 fn every_target_has_a_corpus_and_a_fuzz_target() {
     let _turn = crate::util::together();
-    let root = crate::util::repository().join("padll-wire/fuzz");
+    let root = crate::util::repository().join("fuzz");
     for (name, _) in targets::TARGETS {
         assert!(corpus(name).len() >= 3, "corpus/{name} needs a few seeds");
         let target = root.join("fuzz_targets").join(format!("{name}.rs"));
