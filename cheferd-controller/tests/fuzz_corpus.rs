@@ -13,9 +13,7 @@ use std::time::Duration;
 const MUTATIONS: usize = 2_000;
 
 fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
-    let dir = crate::util::repository()
-        .join("fuzz/corpus")
-        .join(target);
+    let dir = crate::util::repository().join("fuzz/corpus").join(target);
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.unwrap().path())

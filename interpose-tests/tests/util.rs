@@ -23,7 +23,11 @@ pub fn library() -> &'static Path {
     LIBRARY.get_or_init(|| {
         cargo::build(&["-p", "padll-stage"]);
         let library = cargo::profile_dir().join("libpadll.so");
-        assert!(library.is_file(), "no {} after building it", library.display());
+        assert!(
+            library.is_file(),
+            "no {} after building it",
+            library.display()
+        );
         library
     })
 }
