@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every fuzz target of padll-wire/fuzz (see its targets.rs) for MINUTES each
+# Runs every fuzz target of fuzz/ (see its targets.rs) for MINUTES each
 # (default 1) with libFuzzer, and prints per target the executions per second and the
 # coverage reached (libFuzzer's final `cov:` and `ft:`), plus any crash it found.
 #
@@ -7,15 +7,15 @@
 #
 # Needs a nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz`); without them
 # it says so and exits 0 — CI runs the corpora and a bounded pass through the same
-# target bodies with stable (`cargo test -p cheferd-controller --test tests fuzz_corpus::`).
+# target bodies with stable (`cargo test -p cheferd-tests fuzz_corpus::`).
 # New inputs libFuzzer finds go to a scratch corpus (the committed seeds stay as they
-# are; copy a useful one into padll-wire/fuzz/corpus/<target>/ by hand); crashes go to
-# padll-wire/fuzz/artifacts/<target>/.
+# are; copy a useful one into fuzz/corpus/<target>/ by hand); crashes go to
+# fuzz/artifacts/<target>/.
 set -u
 minutes=${1:-1}
 shift || true
 root=$(cd "$(dirname "$0")/.." && pwd)
-fuzz="$root/padll-wire/fuzz"
+fuzz="$root/fuzz"
 if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
     echo "fuzz.sh: no nightly toolchain (rustup toolchain install nightly); nothing run"
     exit 0
@@ -31,7 +31,7 @@ fi
 seconds=$(awk "BEGIN { s = int($minutes * 60); print (s < 1 ? 1 : s) }")
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/padll-fuzz.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
-cd "$root/padll-wire" || exit 2
+cd "$root" || exit 2
 cargo +nightly fuzz build -O >/dev/null 2>"$scratch/build.log" || {
     cat "$scratch/build.log"; exit 2; }
 failed=0

@@ -1,5 +1,8 @@
-//! What the tests of a crate need from the machine, probed by its build script
-//! (`#[path = "../scripts/test-tools.rs"] mod tools;` in `build.rs`).
+//! What the tests of a crate need from the machine, probed by the build script of the
+//! package the tests are (`#[path = "…/scripts/test-tools.rs"] mod tools;` in
+//! `build.rs`): `padll-stage/tests`, `cheferd-controller/tests`, `interpose-tests`.
+//! Never by a crate that ships: the probe reruns whenever the machine changes, and the
+//! crate with it.
 //!
 //! For every tool found, [`probe`] emits `cfg(has_<name>)` (`-` becomes `_`: `has_stress_ng`),
 //! and a test states what it needs in one line:
@@ -65,8 +68,8 @@ pub fn is_ci() -> bool {
 pub fn probe(needs: &[Need]) {
     let ci = is_ci();
     println!("cargo::rerun-if-env-changed=CI");
+    // This file is compiled into the build script: cargo reruns it when either changes.
     println!("cargo::rerun-if-changed=build.rs");
-    println!("cargo::rerun-if-changed=../scripts/test-tools.rs");
     let path: Vec<PathBuf> = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect())
         .unwrap_or_default();

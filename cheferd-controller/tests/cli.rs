@@ -14,9 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 fn etc(file: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../etc")
-        .join(file)
+    crate::util::repository().join("etc").join(file)
 }
 
 /// `cheferd ARGS…`, to completion.

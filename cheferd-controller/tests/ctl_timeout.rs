@@ -17,7 +17,7 @@ fn a_controller_that_never_answers_is_reported_unavailable() {
     let _listener = UnixListener::bind(&socket).unwrap();
 
     let started = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_cheferd"))
+    let out = Command::new(crate::util::cheferd())
         .args(["ctl", "--socket", socket.to_str().unwrap(), "nodes"])
         .output()
         .unwrap();

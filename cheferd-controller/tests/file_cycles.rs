@@ -23,7 +23,8 @@
 //! a child module is part of its parent (it sees the parent's private items), and a type
 //! a parent defines and its children extend with `impl` blocks is one concept.
 
-use super::tidy::{root, CRATES};
+use super::tidy::CRATES;
+use crate::util::repository;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// A module's path from its crate's root (`["global", "registry"]`).
@@ -600,7 +601,7 @@ fn shortest_cycle(graph: &Graph, start: &str) -> String {
 fn no_file_of_a_library_crate_imports_in_a_cycle() {
     let mut found = Vec::new();
     for krate in CRATES {
-        let src = root().join(krate).join("src");
+        let src = repository().join(krate).join("src");
         let files = file_graph(|file| std::fs::read_to_string(src.join(file)).ok());
         found.extend(
             cycles(&sibling_graph(&files))

@@ -1,21 +1,19 @@
-//! The fuzz targets (`padll-wire/fuzz/targets.rs`) without nightly or cargo-fuzz: every
+//! The fuzz targets (`fuzz/targets.rs`) without nightly or cargo-fuzz: every
 //! committed corpus file, then a short bounded pass of seeded mutations of them (the
 //! same mutations every run), through the same functions `cargo fuzz run` drives.
 //! `scripts/fuzz.sh` runs the real fuzzer.
 
-#[path = "../../padll-wire/fuzz/targets.rs"]
+#[path = "../../fuzz/targets.rs"]
 mod targets;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Mutated inputs per target in the bounded pass.
 const MUTATIONS: usize = 2_000;
 
 fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../padll-wire/fuzz/corpus")
-        .join(target);
+    let dir = crate::util::repository().join("fuzz/corpus").join(target);
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.unwrap().path())
@@ -101,7 +99,7 @@ fn run(name: &str, body: fn(&[u8]), input: &[u8], what: &dyn Fn() -> String) {
 #[test]
 fn every_target_has_a_corpus_and_a_fuzz_target() {
     let _turn = crate::util::together();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../padll-wire/fuzz");
+    let root = crate::util::repository().join("fuzz");
     for (name, _) in targets::TARGETS {
         assert!(corpus(name).len() >= 3, "corpus/{name} needs a few seeds");
         let target = root.join("fuzz_targets").join(format!("{name}.rs"));

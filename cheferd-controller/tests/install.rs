@@ -2,41 +2,21 @@
 //! the installed `padll` preloads the installed stage, `--version` names the commit,
 //! the man pages and completions are there, the units pass `systemd-analyze verify`.
 
-use crate::util::{cheferd, run_with_timeout};
-use std::path::{Path, PathBuf};
+use crate::util::{cheferd, repository, run_with_timeout, stage_library};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::Duration;
-
-/// The repository's root.
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the crate is in the workspace")
-        .to_path_buf()
-}
 
 /// Runs `command` (2 minutes at most).
 fn run(command: &mut Command) -> Output {
     run_with_timeout(command, Duration::from_secs(120))
 }
 
-/// The profile directory holding `cheferd`, with `padll` and `libpadll.so` built in it
-/// too (`cargo test -p cheferd-controller` builds neither).
+/// The profile directory, with `cheferd`, `padll` and `libpadll.so` built in it.
 fn profile_dir() -> PathBuf {
-    let dir = cheferd()
-        .parent()
-        .expect("cheferd's directory")
-        .to_path_buf();
-    let mut build = Command::new(env!("CARGO"));
-    build.args(["build", "-p", "padll-stage"]);
-    if dir.file_name().is_some_and(|n| n == "release") {
-        build.arg("--release");
-    }
-    assert!(
-        build.status().expect("cargo runs").success(),
-        "cargo build -p padll-stage failed"
-    );
-    dir
+    cheferd();
+    stage_library();
+    crate::util::profile_dir()
 }
 
 /// A prefix with everything installed into it.
@@ -53,7 +33,7 @@ impl Installed {
             .unwrap();
         let prefix = dir.path().join("usr");
         let out = run(Command::new("bash")
-            .arg(root().join("scripts/install.sh"))
+            .arg(repository().join("scripts/install.sh"))
             .arg("--prefix")
             .arg(&prefix)
             .arg("--from")
@@ -89,7 +69,7 @@ fn preloaded_by(padll_run: &mut Command) -> String {
 fn expected_version(program: &str) -> String {
     let commit = Command::new("git")
         .args(["rev-parse", "--short", "HEAD"])
-        .current_dir(root())
+        .current_dir(repository())
         .output()
         .ok()
         .filter(|o| o.status.success())
@@ -238,7 +218,7 @@ fn configuration_pages_name_every_key() {
     ] {
         let text = std::fs::read_to_string(installed.path(&format!("share/man/man5/{page}.5")))
             .unwrap_or_else(|e| panic!("{page}.5: {e}"));
-        let sample = std::fs::read_to_string(root().join(sample)).expect("sample");
+        let sample = std::fs::read_to_string(repository().join(sample)).expect("sample");
         let table: toml::Table = sample.parse().expect("the sample is TOML");
         let mut keys = Vec::new();
         collect_keys(&table, &mut keys);
@@ -391,7 +371,7 @@ fn install_sh_refuses_bad_arguments_naming_them() {
         (vec!["--bogus"], "unknown argument '--bogus'"),
     ] {
         let out = run(Command::new("bash")
-            .arg(root().join("scripts/install.sh"))
+            .arg(repository().join("scripts/install.sh"))
             .args(&args));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");

@@ -143,7 +143,7 @@ fn http_get(port: u16, path: &str) -> Result<String, String> {
 /// The dashboard's template variables (name, the PromQL of its `label_values(M, L)`
 /// query, and label L) and every panel target's expression.
 fn dashboard() -> (Vec<(String, String, String)>, Vec<String>) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../etc/grafana/padll.json");
+    let path = crate::util::repository().join("etc/grafana/padll.json");
     let text = std::fs::read_to_string(&path).expect("the dashboard");
     let json: serde_json::Value = serde_json::from_str(&text).expect("the dashboard is JSON");
     let variables = json["templating"]["list"]

@@ -31,7 +31,7 @@ const DEMAND_B: f64 = 200.0;
 
 /// The repository's `scripts/`.
 fn scripts() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts")
+    crate::util::repository().join("scripts")
 }
 
 /// A running test Slurm; dropping it cancels its jobs and stops its daemons (also when

@@ -1,5 +1,5 @@
-//! The integration tests of `cheferd-controller`, one binary (`cargo test -p
-//! cheferd-controller --test tests`; one module: `… --test tests end_to_end::`).
+//! The integration tests of `cheferd-controller`, one binary of their own package (`cargo
+//! test -p cheferd-tests`; one module: `… end_to_end::`).
 //!
 //! Every module's tests run in one process, concurrently. Those that start controllers
 //! and measure rates, or start Slurm or Prometheus, run [`util::alone`], the others

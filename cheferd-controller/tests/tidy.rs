@@ -1,8 +1,9 @@
 //! ARCHITECTURE.md stays true: every file it names exists, and every source file of the
 //! workspace's crates is on its map (a new module gets its line there).
 
+use crate::util::repository;
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 pub(crate) const CRATES: [&str; 4] = [
     "padll-stage",
@@ -15,13 +16,6 @@ pub(crate) const CRATES: [&str; 4] = [
 const FILE_ENDINGS: [&str; 8] = [
     ".rs", ".md", ".toml", ".c", ".sh", ".proto", ".service", ".conf",
 ];
-
-pub(crate) fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the workspace")
-        .to_path_buf()
-}
 
 /// Every file below `dir` (not `target/` nor hidden ones), relative to `root`.
 fn files_below(root: &Path, dir: &Path, out: &mut Vec<String>) {
@@ -41,7 +35,7 @@ fn files_below(root: &Path, dir: &Path, out: &mut Vec<String>) {
 
 /// What ARCHITECTURE.md writes between backticks.
 fn named() -> BTreeSet<String> {
-    let text = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
+    let text = std::fs::read_to_string(repository().join("ARCHITECTURE.md")).unwrap();
     text.split('`')
         .skip(1)
         .step_by(2)
@@ -52,7 +46,7 @@ fn named() -> BTreeSet<String> {
 
 #[test]
 fn every_file_the_architecture_names_exists() {
-    let root = root();
+    let root = repository();
     let mut files = Vec::new();
     files_below(&root, &root, &mut files);
     let missing: Vec<String> = named()
@@ -74,7 +68,7 @@ fn every_file_the_architecture_names_exists() {
 
 #[test]
 fn every_source_file_is_on_the_map() {
-    let root = root();
+    let root = repository();
     let named = named();
     let mut absent = Vec::new();
     for krate in CRATES {

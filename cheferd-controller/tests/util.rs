@@ -8,7 +8,7 @@ use crate::ports::{self, Ports};
 use cheferd_controller::global::Snapshot;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -46,33 +46,44 @@ pub fn job_id(name: &str) -> String {
     format!("{name}-{}", std::process::id())
 }
 
+#[path = "../../scripts/test-cargo.rs"]
+mod cargo;
+pub use cargo::profile_dir;
+
+/// The repository's root.
+pub fn repository() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("tests/ is in cheferd-controller/, in the repository")
+        .to_path_buf()
+}
+
+/// The binary `name` of `cheferd-controller` (`cheferd`, …), built once per test
+/// binary.
+pub fn bin(name: &str) -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| cargo::build(&["-p", "cheferd-controller", "--bins"]));
+    profile_dir().join(name)
+}
+
 /// The `cheferd` binary under test.
 pub fn cheferd() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_cheferd"))
+    bin("cheferd")
 }
 
 /// The `cheferd-lab` binary under test (the demo, the replayer).
 pub fn cheferd_lab() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_cheferd-lab"))
+    bin("cheferd-lab")
 }
 
-/// The stage beside `cheferd`, brought up to date once per test binary with cargo (a
-/// no-op when it is): `cargo test` does not rebuild `target/<profile>/libpadll.so` (the
-/// cdylib is not what a test links), so one left by an earlier build would be tested.
+/// The stage (and `padll`), built once per test binary.
 pub fn stage_library() -> PathBuf {
     static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
     LIBRARY
         .get_or_init(|| {
-            let exe = cheferd();
-            let dir = exe.parent().expect("cheferd has a directory");
-            let mut build = Command::new(env!("CARGO"));
-            build.args(["build", "-q", "-p", "padll-stage"]);
-            if dir.file_name().is_some_and(|n| n == "release") {
-                build.arg("--release");
-            }
-            let status = build.status().expect("cargo runs");
-            assert!(status.success(), "cargo build -p padll-stage failed");
-            padll_wire::locate_stage_library(dir).expect("libpadll.so after building it")
+            cargo::build(&["-p", "padll-stage"]);
+            padll_wire::locate_stage_library(&profile_dir()).expect("libpadll.so after building it")
         })
         .clone()
 }

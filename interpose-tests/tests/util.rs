@@ -14,32 +14,18 @@ pub use turns::{alone, together};
 #[path = "../../scripts/test-clocks.rs"]
 pub mod clocks;
 
-/// `<target>/<profile>`: the directory above the test executable's `deps`.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .to_path_buf()
-}
+#[path = "../../scripts/test-cargo.rs"]
+mod cargo;
 
-/// The stage library, built once if this test run did not build it already.
+/// The stage library, built once per test binary.
 pub fn library() -> &'static Path {
     static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
     LIBRARY.get_or_init(|| {
-        let dir = profile_dir();
-        let library = dir.join("libpadll.so");
-        let mut build = Command::new(env!("CARGO"));
-        build
-            .args(["build", "-q", "-p", "padll-stage"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
-        if dir.file_name().is_some_and(|n| n == "release") {
-            build.arg("--release");
-        }
-        let status = build.status().expect("cargo");
+        cargo::build(&["-p", "padll-stage"]);
+        let library = cargo::profile_dir().join("libpadll.so");
         assert!(
-            status.success() && library.is_file(),
-            "could not build {}",
+            library.is_file(),
+            "no {} after building it",
             library.display()
         );
         library

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 fn padll(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_padll"));
+    let mut command = Command::new(crate::util::padll());
     command.args(args);
     // The test's own environment must not leak a batch system's identity in.
     for var in [
@@ -293,9 +293,10 @@ fn identity_of_run(
 /// `padll run --mount DIR FLAGS -- padll mdloop DIR SECONDS` under `env`.
 fn run_mdloop(dir: &Path, flags: &[&str], seconds: &str, env: &[(&str, &str)]) -> Output {
     let dir = dir.to_str().unwrap();
+    let program = crate::util::padll();
     let mut args = vec!["run", "--mount", dir];
     args.extend_from_slice(flags);
-    args.extend_from_slice(&["--", env!("CARGO_BIN_EXE_padll"), "mdloop", dir, seconds]);
+    args.extend_from_slice(&["--", program.to_str().unwrap(), "mdloop", dir, seconds]);
     padll(&args, env)
 }
 
@@ -502,7 +503,7 @@ fn stats_says_what_a_file_is_not() {
 fn a_stage_that_cannot_write_its_statistics_says_so_at_exit() {
     let dir = scratch("stats-lost");
     let stats = dir.join("gone/%p.json");
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_padll"))
+    let child = std::process::Command::new(crate::util::padll())
         .args(["mdloop", dir.to_str().unwrap(), "0.1"])
         .env("LD_PRELOAD", crate::util::library())
         .env("PADLL_MOUNTS", &dir)

@@ -31,7 +31,7 @@ fn last_rules(dir: &Path) -> PathBuf {
 /// `padll mdloop DIR SECONDS` (stat + open + close in a loop) under the stage, limited
 /// to 500 metadata ops/s by its configuration until the controller says otherwise.
 fn spawn_loop(dir: &Path, socket: &Path, seconds: u32) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_padll"))
+    Command::new(crate::util::padll())
         .args(["mdloop", dir.to_str().unwrap(), &seconds.to_string()])
         .env("LD_PRELOAD", library())
         .env("PADLL_MOUNTS", dir)
@@ -257,7 +257,7 @@ fn stage_follows_the_controller_and_survives_its_loss() {
 #[test]
 fn unreachable_controller_is_reported_once_and_configured_rules_apply() {
     let dir = scratch("unreachable");
-    let output = Command::new(env!("CARGO_BIN_EXE_padll"))
+    let output = Command::new(crate::util::padll())
         .args(["mdloop", dir.to_str().unwrap(), "1"])
         .env("LD_PRELOAD", library())
         .env("PADLL_MOUNTS", &dir)

@@ -25,7 +25,7 @@ fn mkfifo(path: &Path) {
     reason = "reaped by wait4, which clippy does not see"
 )]
 fn run(env: &[(&str, &str)]) -> (String, String, u64) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_padll"))
+    let mut child = Command::new(crate::util::padll())
         .arg("--version")
         .env("LD_PRELOAD", library())
         .env_remove("PADLL_RULES")

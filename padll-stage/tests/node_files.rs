@@ -21,12 +21,13 @@ fn job_files(job: &str) -> (PathBuf, PathBuf) {
 fn run_job(dir: &Path, name: &str, flags: &[&str]) -> String {
     let socket = dir.join(format!("{name}.sock"));
     let applied = controller_stub(&socket, vec![metadata_rule(dir, 100_000, 100)]);
-    let padll = env!("CARGO_BIN_EXE_padll");
+    let padll = crate::util::padll();
     let script = format!(
         "{padll} mdloop {dir} 1 >/dev/null & {padll} mdloop {dir} 2 >/dev/null; wait",
+        padll = padll.display(),
         dir = dir.display()
     );
-    let mut command = Command::new(padll);
+    let mut command = Command::new(&padll);
     command.args(["run", "--mount", dir.to_str().unwrap()]);
     command.args(["--controller", socket.to_str().unwrap()]);
     command.args(flags).args(["--", "sh", "-c", &script]);

@@ -134,7 +134,7 @@ fn run_job(uid: u32, dir: &Path, job: &str, processes: usize, env: &[(&str, &str
     let started = Instant::now();
     let children: Vec<_> = (0..processes)
         .map(|_| {
-            Command::new(env!("CARGO_BIN_EXE_padll"))
+            Command::new(crate::util::padll())
                 .args(["mdloop", dir.to_str().unwrap(), "2"])
                 .env_clear()
                 .env("LD_PRELOAD", library())

@@ -1,5 +1,5 @@
-//! The integration tests of `padll-stage`, one binary (`cargo test -p padll-stage --test
-//! tests`; one module: `… --test tests control::`). Every module's tests run in one
+//! The integration tests of `padll-stage`, one binary of their own package (`cargo test
+//! -p padll-stage-tests`; one module: `… control::`). Every module's tests run in one
 //! process, concurrently: names of scratch directories are unique across modules.
 
 mod cli;

@@ -8,27 +8,27 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Receiver};
+use std::sync::OnceLock;
 
-/// `libpadll.so` beside the `padll` binary under test, brought up to date once per
-/// test binary with cargo (a no-op when it is): `cargo test` builds the library's rlib
-/// for the tests but not `target/<profile>/libpadll.so`, so one left by an earlier build
-/// would be tested.
+#[path = "../../scripts/test-cargo.rs"]
+mod cargo;
+
+/// The profile directory with `padll` and `libpadll.so` built in it, once per test
+/// binary.
+fn built() -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| cargo::build(&["-p", "padll-stage"]));
+    cargo::profile_dir()
+}
+
+/// The `padll` binary under test.
+pub fn padll() -> PathBuf {
+    built().join("padll")
+}
+
+/// The stage under test.
 pub fn library() -> PathBuf {
-    static LIBRARY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    LIBRARY
-        .get_or_init(|| {
-            let profile = PathBuf::from(env!("CARGO_BIN_EXE_padll"));
-            let dir = profile.parent().expect("padll has a directory");
-            let mut build = std::process::Command::new(env!("CARGO"));
-            build.args(["build", "-q", "-p", "padll-stage"]);
-            if dir.file_name().is_some_and(|n| n == "release") {
-                build.arg("--release");
-            }
-            let status = build.status().expect("cargo runs");
-            assert!(status.success(), "cargo build -p padll-stage failed");
-            padll_wire::locate_stage_library(dir).expect("libpadll.so after building it")
-        })
-        .clone()
+    padll_wire::locate_stage_library(&built()).expect("libpadll.so after building it")
 }
 
 /// An empty directory of its own for a test: `name` must be unique in this binary (all

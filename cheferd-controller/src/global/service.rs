@@ -204,7 +204,7 @@ pub enum ServeError {
 impl Controller {
     /// Feeds one stream's messages through what `Attach` does with them after the TLS
     /// check (the register check, attach, each message, detach), without a network:
-    /// for the fuzz targets (`padll-wire/fuzz`). Returns the stream's refusal, if any.
+    /// for the fuzz targets (`fuzz/`). Returns the stream's refusal, if any.
     #[doc(hidden)]
     pub fn feed_stream(
         &self,
