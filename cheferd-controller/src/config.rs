@@ -285,7 +285,7 @@ pub struct TlsSettings {
 }
 
 /// The global controller's caps against a misbehaving (or hostile) gRPC client; see
-/// ARCHITECTURE.md, Bounds.
+/// docs/security.md, Bounds.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GlobalLimits {
     /// Local controllers (node names) registered at once, detached ones with orphans

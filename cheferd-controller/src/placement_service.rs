@@ -1,4 +1,4 @@
-//! Placement of new files across storage targets (issue 10 part 2; Paul et al., paper
+//! Placement of new files across storage targets (Paul et al., paper
 //! 004 §III): the global controller's mapper. A stage creating a file on a mountpoint
 //! configured for placement asks its local controller (`place` on the stage socket),
 //! which relays the request upstream ([`Relay`], `PlaceRequest` on the gRPC stream);

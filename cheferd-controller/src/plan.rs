@@ -327,10 +327,9 @@ pub fn compute_with(
                 // Under PSFA and PSharing, jobs that did no I/O in the last interval are
                 // not active (PADLL Alg. 1 shares among "Active" jobs; AdapTBF §III-C1
                 // defines them: jobs that submitted requests). They share IDLE_SHARE of
-                // the capacity evenly, so
-                // that idle registrations cannot dilute the jobs doing I/O (issue 8,
-                // attack 4: 50 idle jobs cut a busy one to 20 of 1 000 ops/s under PSFA),
-                // and the policy shares the rest among the active jobs.
+                // the capacity evenly, so that idle registrations cannot dilute the jobs
+                // doing I/O (without it, 50 idle jobs cut a busy one to 20 of 1 000 ops/s
+                // under PSFA), and the policy shares the rest among the active jobs.
                 let pool = capacity * IDLE_SHARE;
                 let is_idle: Vec<bool> = inputs
                     .iter()
@@ -554,7 +553,7 @@ mod tests {
 
     #[test]
     fn idle_jobs_cannot_dilute_a_busy_one() {
-        // Issue 8, attack 4: 50 jobs that do no I/O and one with a demand of 700.
+        // 50 jobs that do no I/O and one with a demand of 700.
         for policy in ["psfa", "psharing", "adaptbf"] {
             let config = config(policy);
             let mut owned: Vec<Owned> = (0..50).map(|j| stage(1, j + 2, 0.0, 0)).collect();

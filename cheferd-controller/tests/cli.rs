@@ -158,6 +158,28 @@ fn ctl_usage_errors_are_one_clear_line() {
     );
 }
 
+#[test]
+fn the_daemon_names_cheferd_lab_for_the_tools_it_no_longer_carries() {
+    for tool in [
+        "demo", "bench", "replay", "simulate", "allocate", "trace", "place",
+    ] {
+        let args = [tool, "--help"];
+        let output = run(&args);
+        assert_usage_error(&args, &output, &format!("cheferd-lab {tool}"));
+        assert!(
+            run_program(&cheferd_lab(), &args).status.success(),
+            "{tool}"
+        );
+    }
+    let output = run(&["dmeo"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        !stderr(&output).contains("cheferd-lab"),
+        "{}",
+        stderr(&output)
+    );
+}
+
 /// Asserts a usage error: exit 2, one line, containing `expected`, no clap tip.
 fn assert_usage_error(args: &[&str], output: &Output, expected: &str) {
     let message = stderr(output);

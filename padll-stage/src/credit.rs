@@ -26,7 +26,7 @@
 //!
 //! **Batches.** A thread that must wait anyway reserves tokens for its next requests
 //! too and sleeps until the last of them conforms (one wake-up per batch, see
-//! [`Terms::take`] and ARCHITECTURE.md, "Throttled threads"); a batch's tokens are spent
+//! [`Terms::take`] and docs/stage-internals.md, "Throttled threads"); a batch's tokens are spent
 //! no earlier than GCRA would admit them, and within τ/4 of its thread's waking.
 //!
 //! Credit is tagged with the channel's generation, so a re-rate or removal voids it.

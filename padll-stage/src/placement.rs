@@ -1,4 +1,4 @@
-//! Placement of new files on storage targets (issue 10; Paul et al., paper 004 §III):
+//! Placement of new files on storage targets (Paul et al., paper 004 §III):
 //! for a mountpoint configured for placement (`PADLL_PLACEMENT`), a call that creates a
 //! file asks the control plane for its targets (Lustre OSTs) and gives them to the file
 //! system before the program can write, as the paper's client library does.

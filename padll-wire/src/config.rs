@@ -487,7 +487,7 @@ pub struct Config {
 pub const MAX_STRIPES: u32 = 2000;
 
 /// A mountpoint whose new files get their storage targets (Lustre OSTs) from the
-/// control plane's placement service (issue 10; Paul et al., paper 004).
+/// control plane's placement service (Paul et al., paper 004).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Placement {
     /// The mountpoint (one of [`Config::mounts`]).

@@ -53,7 +53,7 @@ pub enum StageMessage {
         /// Per-operation cumulative counters.
         ops: Vec<OpStats>,
     },
-    /// Where should a new file on `mount` go? (Placement, issue 10: answered with
+    /// Where should a new file on `mount` go? (Placement: answered with
     /// [`ControlMessage::Placed`].)
     Place {
         /// Echoed in the answer.

@@ -20,7 +20,7 @@
  * directory for the job's files in /dev/shm: /dev/shm/padll (root's, 0711) and in it
  * <uid> (the user's, 0700), so that no other user can occupy the names of the job's
  * shared buckets and last rules (padll-wire/src/node_files.rs does the same in Rust;
- * ARCHITECTURE.md, "The job's segment"). What occupied a name is cleared away: a file,
+ * docs/security.md, "The job's segment"). What occupied a name is cleared away: a file,
  * symlink or FIFO removed, another user's directory moved aside whole. When it cannot,
  * slurmd's log says why and the stage keeps the files flat in /dev/shm.
  *

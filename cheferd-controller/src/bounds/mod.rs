@@ -1,4 +1,4 @@
-//! What keeps the controllers bounded against hostile local users (issue 8): safe
+//! What keeps the controllers bounded against hostile local users: safe
 //! creation of the Unix sockets, accept loops that back off when descriptors run out,
 //! capped TCP listeners whose connections cannot exhaust the descriptors, rate-limited
 //! logging of peers' mistakes, and byte budgets for partial lines.

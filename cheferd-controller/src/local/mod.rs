@@ -70,7 +70,7 @@ pub struct LocalOptions {
     pub default_limit: DefaultLimit,
 }
 
-/// The local controller's caps (`cheferd local --max-…`); see ARCHITECTURE.md, Bounds.
+/// The local controller's caps (`cheferd local --max-…`); see docs/security.md, Bounds.
 #[derive(Clone, Debug)]
 pub struct LocalLimits {
     /// Connections on the stage socket (registered stages and connections that have not

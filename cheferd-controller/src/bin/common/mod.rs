@@ -41,8 +41,14 @@ pub fn main<C: Parser>(
     }
 }
 
+/// The commands that were `cheferd`'s before the operator's tools left the daemon.
+const LAB_COMMANDS: [&str; 7] = [
+    "demo", "bench", "replay", "simulate", "allocate", "trace", "place",
+];
+
 /// Clap's refusal of the command line. A refused value is one line naming the flag and
-/// the value (exit 2); the rest (unknown flags, help, version) clap prints as it does.
+/// the value (exit 2), as is a tool asked of `cheferd` (it names `cheferd-lab`); the rest
+/// (unknown flags, help, version) clap prints as it does.
 fn parse_failure(program: &str, error: clap::Error) -> ExitCode {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
     let (arg, value) = (
@@ -64,7 +70,26 @@ fn parse_failure(program: &str, error: clap::Error) -> ExitCode {
             );
             ExitCode::from(EX_USAGE)
         }
+        (ErrorKind::InvalidSubcommand, ..) if program == "cheferd" => {
+            match moved_to_lab(&error) {
+                Some(command) => {
+                    eprintln!("{program}: '{command}' is a command of cheferd-lab: cheferd-lab {command} …");
+                    ExitCode::from(EX_USAGE)
+                }
+                None => error.exit(),
+            }
+        }
         _ => error.exit(),
+    }
+}
+
+/// The command of an unknown-subcommand refusal, if it is one of `cheferd-lab`'s.
+fn moved_to_lab(error: &clap::Error) -> Option<&str> {
+    match error.get(clap::error::ContextKind::InvalidSubcommand) {
+        Some(clap::error::ContextValue::String(command)) => LAB_COMMANDS
+            .contains(&command.as_str())
+            .then_some(command.as_str()),
+        _ => None,
     }
 }
 
