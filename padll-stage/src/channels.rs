@@ -347,12 +347,6 @@ fn publish_routes(reg: &Registry) {
     }
 }
 
-/// True when some channel serves `op` on `mount`.
-#[inline]
-pub fn has_route(mount: u16, op: Op) -> bool {
-    route(mount, op) != 0
-}
-
 #[inline(always)]
 fn route(mount: u16, op: Op) -> u64 {
     match ROUTES[op as usize].get(mount as usize) {
@@ -785,6 +779,11 @@ mod tests {
     use crate::credit::Credit;
     use padll_wire::channel::Scope;
     use padll_wire::ops::Class;
+
+    /// True when some channel serves `op` on `mount`.
+    fn has_route(mount: u16, op: Op) -> bool {
+        route(mount, op) != 0
+    }
 
     /// Channel tables are process-wide: tests take turns.
     fn tables() -> MutexGuard<'static, ()> {

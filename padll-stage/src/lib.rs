@@ -12,26 +12,26 @@
 //! run time, and [`stats_snapshot`] reads the counters. See `ARCHITECTURE.md` for the
 //! invariants every hook keeps.
 
-pub mod bucket;
+mod bucket;
 mod call;
-pub mod channels;
+mod channels;
 mod control;
-pub mod credit;
+mod credit;
 mod effects;
 mod errno;
-pub mod fdtable;
+mod fdtable;
 mod guard;
 mod hooks;
-pub mod intercept;
+mod intercept;
 mod last_rules;
-pub mod paths;
+mod paths;
 mod placement;
 mod real;
-pub mod report;
+mod report;
 mod resolve;
 mod shared;
-pub mod stats;
-pub mod tsc;
+mod stats;
+mod tsc;
 
 pub use channels::{add as add_channel, list as channel_list, remove as remove_channel, set_limit};
 pub use padll_wire::channel::{ChannelId, ChannelInfo, ChannelSpec, Scope, Unit};

@@ -33,15 +33,6 @@ impl Place {
         }
     }
 
-    /// The mountpoint index, if managed.
-    #[inline]
-    pub const fn mount(self) -> Option<u16> {
-        match self {
-            Place::Managed(i) => Some(i),
-            _ => None,
-        }
-    }
-
     /// Inverse of [`Place::encode`].
     pub const fn decode(code: u16) -> Place {
         match code {

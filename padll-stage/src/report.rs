@@ -2,7 +2,7 @@
 
 use crate::{channels, stats};
 use padll_wire::config::Identity;
-pub use padll_wire::report::{expand_path, parse, table, total, Report};
+use padll_wire::report::{expand_path, table, Report};
 use std::io::Write as _;
 
 /// The current process' report.
