@@ -11,20 +11,20 @@ pub mod config;
 pub mod demo;
 pub mod global;
 pub mod global_process;
-pub mod identity;
-pub mod lines;
+mod identity;
+mod lines;
 pub mod local;
-pub mod metrics;
+mod metrics;
 mod outbox;
 pub mod placement_service;
-pub mod plan;
+mod plan;
 pub mod policy;
 #[cfg(feature = "lab")]
 pub mod replay;
 pub mod standby;
-pub mod supervise;
+mod supervise;
 pub mod tls;
-pub mod usage;
+mod usage;
 
 /// `cheferd --version` and the controllers' start lines: the crate's version and the
 /// commit it was built from.

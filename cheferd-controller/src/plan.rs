@@ -182,25 +182,9 @@ impl Plan {
 }
 
 /// Computes a plan. `terms` are the jobs' settings and static limits; `policies` holds
-/// each resource's policy and its state.
+/// each resource's policy and its state; `layout` is the stages' [`Layout`], kept between
+/// cycles (resolved again here if it does not fit them).
 pub fn compute(
-    config: &GlobalConfig,
-    terms: &JobTerms,
-    policies: &mut HashMap<Resource, PolicyRunner>,
-    stages: &[StageView],
-) -> Plan {
-    compute_with(
-        config,
-        terms,
-        policies,
-        stages,
-        &Layout::new(config, stages),
-    )
-}
-
-/// [`compute`] with the stages' [`Layout`] resolved beforehand (resolved again here if it
-/// does not fit them).
-pub fn compute_with(
     config: &GlobalConfig,
     terms: &JobTerms,
     policies: &mut HashMap<Resource, PolicyRunner>,
@@ -423,6 +407,22 @@ pub fn split_one(rate: f64, usage: f64, total: f64, stages: usize, floor: f64) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A plan with the stages' layout resolved afresh.
+    fn plan_of(
+        config: &GlobalConfig,
+        terms: &JobTerms,
+        policies: &mut HashMap<Resource, PolicyRunner>,
+        stages: &[StageView],
+    ) -> Plan {
+        compute(
+            config,
+            terms,
+            policies,
+            stages,
+            &Layout::new(config, stages),
+        )
+    }
     use crate::config::ResourceConfig;
 
     fn metadata() -> Resource {
@@ -494,7 +494,7 @@ mod tests {
             stage(2, A, 100.0, 0),
             stage(1, B, 0.0, 0),
         ];
-        let plan = compute(
+        let plan = plan_of(
             &config,
             &JobTerms::default(),
             &mut policies(&config),
@@ -517,7 +517,7 @@ mod tests {
             stage(1, A, 10.0, 0),
             stage(2, B, 10.0, 0),
         ];
-        let plan = compute(
+        let plan = plan_of(
             &config,
             &JobTerms::default(),
             &mut policies(&config),
@@ -545,7 +545,7 @@ mod tests {
             ..JobTerms::default()
         };
         let owned = vec![stage(1, A, 100.0, 100), stage(1, B, 900.0, 900)];
-        let plan = compute(&config, &terms, &mut policies(&config), &views(&owned));
+        let plan = plan_of(&config, &terms, &mut policies(&config), &views(&owned));
         let total: f64 = plan.shares.iter().map(|s| s.assigned).sum();
         assert!((total - 1000.0).abs() < 1.0, "{:?}", plan.shares);
         assert!(assigned(&plan, A) >= 99.0, "{}", assigned(&plan, A));
@@ -559,10 +559,10 @@ mod tests {
             let mut owned: Vec<Owned> = (0..50).map(|j| stage(1, j + 2, 0.0, 0)).collect();
             owned.push(stage(2, A, 700.0, 700));
             let mut runners = policies(&config);
-            let mut plan = compute(&config, &JobTerms::default(), &mut runners, &views(&owned));
+            let mut plan = plan_of(&config, &JobTerms::default(), &mut runners, &views(&owned));
             if policy == "adaptbf" {
                 // AdapTBF allocates from the last cycle's allocation: a second cycle.
-                plan = compute(&config, &JobTerms::default(), &mut runners, &views(&owned));
+                plan = plan_of(&config, &JobTerms::default(), &mut runners, &views(&owned));
             }
             let total: f64 = plan.shares.iter().map(|s| s.assigned).sum();
             assert!(total <= 1000.0 + 1e-6, "{policy}: {total}");
@@ -578,7 +578,7 @@ mod tests {
         // All idle: the capacity is shared as before.
         let config = config("psfa");
         let owned: Vec<Owned> = (0..4).map(|j| stage(1, j, 0.0, 0)).collect();
-        let plan = compute(
+        let plan = plan_of(
             &config,
             &JobTerms::default(),
             &mut policies(&config),
@@ -599,7 +599,7 @@ mod tests {
             limits: HashMap::from([((A, 0), 100.0)]),
             ..JobTerms::default()
         };
-        let plan = compute(&config, &terms, &mut policies(&config), &views(&owned));
+        let plan = plan_of(&config, &terms, &mut policies(&config), &views(&owned));
         assert_eq!((assigned(&plan, A), assigned(&plan, B)), (100.0, 900.0));
     }
 
@@ -608,7 +608,7 @@ mod tests {
         let config = config("uniform");
         let mut other = stage(1, 2, 0.0, 0);
         other.mounts = vec!["/home".into()];
-        let plan = compute(
+        let plan = plan_of(
             &config,
             &JobTerms::default(),
             &mut policies(&config),

@@ -218,7 +218,7 @@ impl Controller {
         } = &mut *state;
         let terms = jobs.terms(config, elapsed);
         let (views, layout) = cache.views(config, nodes);
-        let plan = plan::compute_with(config, &terms, policies, views, layout);
+        let plan = plan::compute(config, &terms, policies, views, layout);
         let sent = enforce::enforce(config, nodes, &plan, cache, cycle);
         state.shares = plan.shares;
         state.unacked = sent;
