@@ -92,7 +92,7 @@ fn short_processes(
     let stats = stats.path().join("stats.json");
     let replay = format!(
         "{} replay --rate {} --seconds 1 --speed 10 --threads 2 --dir {}",
-        cheferd().display(),
+        cheferd_lab().display(),
         ops,
         dir.display()
     );

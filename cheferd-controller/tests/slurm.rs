@@ -271,11 +271,11 @@ fn slurm_jobs_under_the_plugin_carry_slurms_identity_and_follow_the_policy() {
 
     // Job A (root, two nodes) replays; job B (another user, one node) replays too, and
     // a second process of B claims to be job A, with 64 nodes.
-    let cheferd = crate::util::cheferd();
+    let replayer = crate::util::cheferd_lab();
     let replay = |dir: &str| {
         format!(
             "{} replay --rate {OFFERED} --seconds 120 --threads 2 --dir {}/{dir}",
-            cheferd.display(),
+            replayer.display(),
             cluster.scratch.display()
         )
     };
@@ -336,7 +336,7 @@ fn slurm_jobs_under_the_plugin_carry_slurms_identity_and_follow_the_policy() {
             let stages = stages.as_array()?;
             let replayers = stages
                 .iter()
-                .all(|s| s["name"] == cheferd.to_str().unwrap());
+                .all(|s| s["name"] == replayer.to_str().unwrap());
             let count = |job: &str| stages.iter().filter(|s| s["job"] == job).count();
             (replayers && count(&a) == 1 && count(&b) == 2 && stages.len() == 3)
                 .then(|| stages.clone())
