@@ -25,8 +25,10 @@
 //!
 //! Target indices are the hexadecimal after `OST`; other lines (other parameters,
 //! `stats` blocks, comments) are ignored; a malformed known line is an error naming its
-//! line; a file that is not a regular one, or larger than [`MAX_FEED_BYTES`], is refused
-//! naming it (the last loads stay in use). `simulated:OSSES:TARGETS` instead makes a
+//! line; a file that is not a regular one, larger than [`MAX_FEED_BYTES`], or naming no
+//! target is refused naming it (the last loads stay in use). Replace the file by
+//! renaming a new one over it (`lctl get_param … > feed.new && mv feed.new feed`): a
+//! file rewritten in place can be read half-written, and is then what it says. `simulated:OSSES:TARGETS` instead makes a
 //! feed of `OSSES × TARGETS` 1 TiB targets, target `i` being `(i mod 10) × 5 %` full
 //! (for tests and demos). Between refreshes every placed stripe counts as one stripe
 //! size used on its target, so consecutive files do not all go to the target that
@@ -141,6 +143,9 @@ pub enum FeedError {
         /// What is wrong, naming the value.
         why: String,
     },
+    /// A feed that names no target (an empty file: one being rewritten in place, say).
+    #[error("names no target")]
+    NoTarget,
     /// A target whose numbers do not fit together.
     #[error("OST{target:04x}: {why}")]
     Target {
@@ -299,6 +304,9 @@ pub fn parse_feed(text: &str) -> Result<Loads, FeedError> {
             used: capacity - avail,
             load: 0.0,
         });
+    }
+    if loads.targets.is_empty() {
+        return Err(FeedError::NoTarget);
     }
     Ok(loads)
 }
@@ -521,6 +529,11 @@ mod tests {
             (
                 "obdfilter.l-OST0000.kbytestotal=1\nobdfilter.l-OST0000.kbytesavail=2",
                 "exceeds",
+            ),
+            ("", "names no target"),
+            (
+                "oss=0 cpu=10\n# a feed cut before its first target\n",
+                "names no target",
             ),
         ] {
             let error = parse_feed(text).unwrap_err();

@@ -435,6 +435,14 @@ impl Placer {
     }
 }
 
+/// Replaces the feed at `path` as its documentation says: a new file renamed over it
+/// (a reader never sees it half-written).
+fn replace_feed(path: &Path, text: &str) {
+    let new = path.with_extension("new");
+    std::fs::write(&new, text).unwrap();
+    std::fs::rename(&new, path).unwrap();
+}
+
 /// Replaces `path` with a FIFO no one writes to.
 fn make_fifo(path: &Path) {
     let _ = std::fs::remove_file(path);
@@ -452,7 +460,7 @@ fn attack_i_feeds_up_to_4_mib_are_used_and_refused_ones_do_not_block_requests() 
     let _turn = alone();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ost-load");
-    std::fs::write(&path, feed(2, 3 << 20)).unwrap();
+    replace_feed(&path, &feed(2, 3 << 20));
     let mut cluster = Cluster::new(&format!(
         "{CONFIG}[placement]\nmount = \"{{scratch}}\"\nplacer = \"mcmf\"\nfeed = \"{}\"\nrefresh_ms = 200\n",
         path.display()
@@ -473,7 +481,7 @@ fn attack_i_feeds_up_to_4_mib_are_used_and_refused_ones_do_not_block_requests() 
         log.lines()
             .any(|l| l.contains(&format!("feed '{shown}'")) && l.contains(why))
     };
-    std::fs::write(&path, feed(0, 4 << 20 | 1)).unwrap();
+    replace_feed(&path, &feed(0, 4 << 20 | 1));
     wait_for(
         Duration::from_secs(20),
         "the 4 MiB + 1 feed refused",
@@ -488,7 +496,7 @@ fn attack_i_feeds_up_to_4_mib_are_used_and_refused_ones_do_not_block_requests() 
     assert_eq!(place(), [2], "the last loads stay in use");
     eprintln!("answered in {:?} with a FIFO as the feed", asked.elapsed());
     std::fs::remove_file(&path).unwrap();
-    std::fs::write(&path, feed(1, 100)).unwrap();
+    replace_feed(&path, &feed(1, 100));
     wait_for(Duration::from_secs(20), "the next good feed taken", || {
         (place() == [1]).then_some(())
     });
