@@ -7,9 +7,10 @@
 //! of µs at 1 000 local controllers). The cycle queues them all first, then wakes
 //! their tasks.
 
+use padll_wire::sync::lock;
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use tokio_stream::Stream;
 
@@ -21,10 +22,6 @@ struct Queue<T> {
 }
 
 type Shared<T> = Arc<Mutex<Queue<T>>>;
-
-fn lock<T>(shared: &Shared<T>) -> MutexGuard<'_, Queue<T>> {
-    padll_wire::sync::lock(shared)
-}
 
 /// Messages a queue holds at most: a peer that does not read its stream (a hostile
 /// client) cannot make the controller buffer without bound. Rules are declarative, so
