@@ -460,6 +460,7 @@ fn garble_local_socket(cluster: &Cluster, node: &str) {
         seq: 1,
         channels: Vec::new(),
         ops: Vec::new(),
+        latency: Vec::new(),
     };
     stream
         .write_all(control::encode(&usage).as_bytes())

@@ -111,6 +111,7 @@ fn zz_attacker_helper() {
                         binds: LimitScope::Process,
                     }],
                     ops: Vec::new(),
+                    latency: Vec::new(),
                 };
                 if stream
                     .write_all(control::encode(&usage).as_bytes())
@@ -203,6 +204,7 @@ fn attack03_fake_stage_cannot_starve_the_real_one() {
                 binds: LimitScope::Process,
             }],
             ops: Vec::new(),
+            latency: Vec::new(),
         };
         fake.write_all(control::encode(&usage).as_bytes()).unwrap();
         std::thread::sleep(Duration::from_millis(250));

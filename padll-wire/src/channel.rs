@@ -60,7 +60,7 @@ impl Scope {
     }
 }
 
-mod class_name {
+pub(crate) mod class_name {
     use super::Class;
     use serde::{Deserialize, Deserializer, Serializer};
     pub fn serialize<S: Serializer>(c: &Class, s: S) -> Result<S::Ok, S::Error> {

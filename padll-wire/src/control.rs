@@ -19,6 +19,7 @@
 use crate::channel::{ChannelInfo, ChannelSpec, MAX_CHANNELS, MAX_RATE};
 use crate::config::Identity;
 pub use crate::config::MAX_STRIPES;
+use crate::latency::LatencyRow;
 use crate::report::OpStats;
 use serde::{Deserialize, Serialize};
 
@@ -52,6 +53,10 @@ pub enum StageMessage {
         channels: Vec<ChannelInfo>,
         /// Per-operation cumulative counters.
         ops: Vec<OpStats>,
+        /// Service times of managed calls per mountpoint and class, cumulative (absent
+        /// from stages that measure none).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        latency: Vec<LatencyRow>,
     },
     /// Where should a new file on `mount` go? (Placement: answered with
     /// [`ControlMessage::Placed`].)

@@ -7,6 +7,7 @@ pub mod config;
 pub mod control;
 pub mod exit;
 pub mod flags;
+pub mod latency;
 pub mod node_files;
 pub mod ops;
 pub mod report;
