@@ -22,7 +22,7 @@
 //! (`{"ok":…}` or `{"error":"…"}`).
 
 use crate::config::GlobalConfig;
-use crate::global::{Change, Controller, Snapshot};
+use crate::global::{Change, Controller, ServiceSummary, Snapshot};
 use crate::lines::{self, Line};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
@@ -428,12 +428,13 @@ pub fn jobs_table(snapshot: &Snapshot) -> String {
             .collect();
         let used: f64 = shares.iter().map(|s| s.usage).sum();
         out.push_str(&format!(
-            "\n{}  Max_R {}  policy {}  used {} ({} %)\n",
+            "\n{}  Max_R {}  policy {}  used {} ({} %){}\n",
             resource.resource,
             whole(resource.max_rate),
             resource.policy,
             whole(used),
-            whole(100.0 * used / resource.max_rate.max(1.0))
+            whole(100.0 * used / resource.max_rate.max(1.0)),
+            service_times(&resource.service)
         ));
         out.push_str(&format!(
             "  {:<20} {:>7} {:>6} {:>9} {:>12} {:>12} {:>12} {:>10}\n",
@@ -454,6 +455,18 @@ pub fn jobs_table(snapshot: &Snapshot) -> String {
         }
     }
     out
+}
+
+/// The file system's service times of a resource's calls, for its line of the jobs
+/// table (nothing without calls).
+fn service_times(service: &ServiceSummary) -> String {
+    match (service.p50_ms, service.p99_ms) {
+        (Some(p50), Some(p99)) => format!(
+            "  service p50 {p50:.3} ms p99 {p99:.3} ms ({} calls)",
+            service.calls
+        ),
+        _ => String::new(),
+    }
 }
 
 /// Renders the nodes table.

@@ -392,6 +392,7 @@ async fn attach_once(url: &str, node: &str, stages: usize) -> bool {
                             class: "metadata".into(),
                             rate: 1000.0 + stage_id as f64,
                             limit: 2000,
+                            latency: Vec::new(),
                         }],
                     })
                     .collect(),

@@ -7,11 +7,13 @@
 
 use crate::bounds::{Incoming, Limited, ListenerCaps};
 use crate::config::Resource;
-use crate::global::{Controller, LatencyHistogram, Snapshot, LATENCY_BUCKETS};
+use crate::global::ServiceSummary;
+use crate::global::{Controller, Metrics, LATENCY_BUCKETS};
 use crate::plan::JobShare;
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::{Method, Request, Response, StatusCode};
+use padll_wire::latency;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,8 +56,7 @@ async fn serve_connection(controller: Arc<Controller>, stream: Limited) {
 fn respond<B>(controller: &Controller, request: &Request<B>) -> Response<Full<Bytes>> {
     let path = request.uri().path();
     let (status, body) = if request.method() == Method::GET && (path == "/metrics" || path == "/") {
-        let (snapshot, latency) = controller.metrics();
-        (StatusCode::OK, render(&snapshot, &latency))
+        (StatusCode::OK, render(&controller.metrics()))
     } else {
         (
             StatusCode::NOT_FOUND,
@@ -148,8 +149,9 @@ fn unit(counts_bytes: bool) -> &'static str {
     }
 }
 
-/// The exposition text for a snapshot and the latency histogram.
-pub fn render(s: &Snapshot, latency: &LatencyHistogram) -> String {
+/// The exposition text of the controller's metrics.
+pub fn render(metrics: &Metrics) -> String {
+    let (s, latency) = (&metrics.snapshot, &metrics.cycle_latency);
     let mut out = Exposition(String::new());
     out.family("cheferd_cycles_total", "counter", "Control cycles run.");
     out.sample("cheferd_cycles_total", &[], s.cycle as f64);
@@ -294,6 +296,8 @@ pub fn render(s: &Snapshot, latency: &LatencyHistogram) -> String {
         }
     }
 
+    service_times(&mut out, metrics);
+
     let name = "cheferd_node_protocol_bytes_total";
     out.family(
         name,
@@ -315,9 +319,113 @@ pub fn render(s: &Snapshot, latency: &LatencyHistogram) -> String {
     out.0
 }
 
+/// Each resource's service times: a histogram since start (the stages' log-scale
+/// buckets; `_sum` is estimated from the buckets' midpoints, as the stages count no
+/// sum) and the last interval's median and 99th percentile.
+fn service_times(out: &mut Exposition, metrics: &Metrics) {
+    let name = "cheferd_resource_service_seconds";
+    out.family(
+        name,
+        "histogram",
+        "How long the file system took to serve the managed calls of a resource, all stages, since start.",
+    );
+    let bucket = format!("{name}_bucket");
+    for (r, histogram) in metrics
+        .snapshot
+        .resources
+        .iter()
+        .zip(&metrics.service_times)
+    {
+        let resource = ("resource", r.resource.as_str());
+        let mut cumulative = 0u64;
+        let mut sum = 0.0;
+        // Every bucket, always: a histogram's buckets must not change between scrapes.
+        for i in 0..latency::BUCKETS {
+            let count = histogram.counts().get(i).copied().unwrap_or(0);
+            cumulative += count;
+            let lower = latency::lower_bound_ns(i) as f64;
+            let upper = latency::upper_bound_ns(i).map_or(lower, |u| u as f64);
+            sum += count as f64 * (lower + upper) / 2.0 * 1e-9;
+            if let Some(upper) = latency::upper_bound_ns(i) {
+                let le = (upper as f64 * 1e-9).to_string();
+                out.sample(&bucket, &[resource, ("le", &le)], cumulative as f64);
+            }
+        }
+        out.sample(&bucket, &[resource, ("le", "+Inf")], cumulative as f64);
+        out.sample(&format!("{name}_sum"), &[resource], sum);
+        out.sample(&format!("{name}_count"), &[resource], cumulative as f64);
+    }
+    for (quantile, value) in [
+        ("p50", (|s| s.p50_ms) as fn(&ServiceSummary) -> Option<f64>),
+        ("p99", |s| s.p99_ms),
+    ] {
+        let rows: Vec<_> = metrics
+            .snapshot
+            .resources
+            .iter()
+            .filter_map(|r| {
+                Some((
+                    vec![("resource", r.resource.as_str())],
+                    value(&r.service)? / 1e3,
+                ))
+            })
+            .collect();
+        out.gauge(
+            &format!("cheferd_resource_service_{quantile}_seconds"),
+            "The file system's service time of a resource's calls over the last interval, all stages (absent without calls).",
+            &rows,
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::global::{LatencyHistogram, Snapshot};
+    use padll_wire::latency::Histogram;
+
+    #[test]
+    fn service_times_are_a_histogram_and_the_last_intervals_quantiles() {
+        let snapshot: Snapshot = serde_json::from_value(serde_json::json!({
+            "cycle": 5, "uptime_s": 5.0, "interval_ms": 1000, "nodes": [],
+            "resources": [
+                {"resource": "/s:metadata", "max_rate": 1000.0, "policy": "psfa",
+                 "service": {"calls": 3, "p50_ms": 0.25, "p99_ms": 4.0}},
+                {"resource": "/s:data", "max_rate": 1e9, "policy": "psfa"}],
+            "stages": [], "shares": [], "latency_ms_p50": 3.0, "latency_ms_p99": 2000.0,
+            "latency_ms_last": 2000.0
+        }))
+        .unwrap();
+        let mut metadata = Histogram::default();
+        for ns in [1_500, 300_000, 300_000] {
+            metadata.record(ns);
+        }
+        let text = render(&Metrics {
+            snapshot,
+            cycle_latency: LatencyHistogram::default(),
+            service_times: vec![metadata, Histogram::default()],
+        });
+        let name = "cheferd_resource_service_seconds";
+        let buckets = |resource: &str| {
+            text.lines()
+                .filter(|l| l.starts_with(&format!("{name}_bucket{{resource=\"{resource}\"")))
+                .count()
+        };
+        assert_eq!(buckets("/s:metadata"), latency::BUCKETS);
+        assert_eq!(buckets("/s:data"), latency::BUCKETS);
+        for line in [
+            "cheferd_resource_service_seconds_bucket{resource=\"/s:metadata\",le=\"0.000001024\"} 0",
+            "cheferd_resource_service_seconds_bucket{resource=\"/s:metadata\",le=\"0.000002048\"} 1",
+            "cheferd_resource_service_seconds_bucket{resource=\"/s:metadata\",le=\"+Inf\"} 3",
+            "cheferd_resource_service_seconds_count{resource=\"/s:metadata\"} 3",
+            "cheferd_resource_service_seconds_count{resource=\"/s:data\"} 0",
+            "cheferd_resource_service_p50_seconds{resource=\"/s:metadata\"} 0.00025",
+            "cheferd_resource_service_p99_seconds{resource=\"/s:metadata\"} 0.004",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+        }
+        assert!(!text.contains("cheferd_resource_service_p50_seconds{resource=\"/s:data\""));
+    }
 
     #[test]
     fn histogram_buckets_are_cumulative_and_counted() {
@@ -332,7 +440,11 @@ mod tests {
             "latency_ms_last": 2000.0
         }))
         .unwrap();
-        let text = render(&snapshot, &histogram);
+        let text = render(&Metrics {
+            snapshot,
+            cycle_latency: histogram,
+            service_times: Vec::new(),
+        });
         for line in [
             "cheferd_cycle_latency_seconds_bucket{le=\"0.0001\"} 1",
             "cheferd_cycle_latency_seconds_bucket{le=\"0.00025\"} 2",
@@ -367,11 +479,14 @@ mod tests {
             }))
             .unwrap()
         };
-        let histogram = LatencyHistogram::default();
-        let single = render(
-            &snapshot(serde_json::json!({"role": "single", "term": 0, "controlling": true})),
-            &histogram,
-        );
+        let metrics = |snapshot| Metrics {
+            snapshot,
+            cycle_latency: LatencyHistogram::default(),
+            service_times: Vec::new(),
+        };
+        let single = render(&metrics(snapshot(
+            serde_json::json!({"role": "single", "term": 0, "controlling": true}),
+        )));
         assert!(
             single
                 .lines()
@@ -385,14 +500,11 @@ mod tests {
         assert!(
             !single.contains("cheferd_etcd_reachable") && !single.contains("cheferd_lease_valid")
         );
-        let leader = render(
-            &snapshot(serde_json::json!({
-                "role": "leader", "term": 42, "leader": "https://g1:50051",
-                "etcd_reachable": false, "etcd_unreachable_since": 1, "lease_valid": false,
-                "controlling": true
-            })),
-            &histogram,
-        );
+        let leader = render(&metrics(snapshot(serde_json::json!({
+            "role": "leader", "term": 42, "leader": "https://g1:50051",
+            "etcd_reachable": false, "etcd_unreachable_since": 1, "lease_valid": false,
+            "controlling": true
+        }))));
         for line in [
             "cheferd_role{role=\"leader\",leader=\"https://g1:50051\"} 1",
             "cheferd_leader_term 42",

@@ -10,6 +10,7 @@
 
 use crate::config::Resource;
 use padll_wire::channel::{ChannelInfo, Scope, Unit};
+use padll_wire::latency::{Histogram, LatencyRow};
 use padll_wire::ops::{Class, Op};
 use padll_wire::report::OpStats;
 use std::collections::HashMap;
@@ -60,6 +61,14 @@ pub struct UsageTracker {
     collected: Sample,
     rates: HashMap<Resource, f64>,
     limits: HashMap<Resource, u64>,
+    /// Tokens the last report counted per resource, and the seconds it spans: what
+    /// bounds the service times it reports.
+    counted: HashMap<Resource, u64>,
+    counted_seconds: f64,
+    /// Cumulative service times as last reported, per resource.
+    latency_raw: HashMap<Resource, Histogram>,
+    /// Service times reported since the last [`UsageTracker::collect_latency`].
+    latency_pending: HashMap<Resource, Histogram>,
 }
 
 /// A rule given to the stage.
@@ -174,6 +183,8 @@ impl UsageTracker {
         let since = self.latest.at.or(self.since).unwrap_or(now);
         let seconds = now.saturating_duration_since(since).as_secs_f64();
         let mut clamped = Vec::new();
+        self.counted.clear();
+        self.counted_seconds = seconds;
         for (resource, reading) in readings {
             let previous = self.raw.insert(resource.clone(), reading).unwrap_or(0);
             // A counter that went backwards restarted from zero.
@@ -187,6 +198,7 @@ impl UsageTracker {
             if let Some(left) = self.available.get_mut(&resource) {
                 *left = (*left - delta as f64).min(depth);
             }
+            self.counted.insert(resource.clone(), delta);
             let total = self.latest.tokens.entry(resource).or_insert(0);
             *total = total.saturating_add(delta);
         }
@@ -227,6 +239,53 @@ impl UsageTracker {
             self.collected = self.latest.clone();
         }
         &self.rates
+    }
+
+    /// Records the service times of a report (after [`UsageTracker::record`] of the same
+    /// report): what each resource's calls took since the previous report, kept until
+    /// [`UsageTracker::collect_latency`]. Rows of a mountpoint the stage did not
+    /// register, repeated rows and rows with more buckets than the layout are ignored.
+    /// A report's new samples of a resource weigh at most what its calls could be: the
+    /// tokens the report counted (a little more, as calls admitted in one report may
+    /// complete in the next), for data (counted in bytes) [`PRE_RULE_OPS`] a second: a
+    /// stage cannot outvote the others' service times with samples of calls it never
+    /// made.
+    pub fn record_latency(&mut self, mountpoints: &[String], rows: &[LatencyRow]) {
+        let mut seen = Vec::new();
+        for row in rows {
+            let resource = Resource {
+                mount: row.mount.clone(),
+                class: row.class,
+            };
+            if !mountpoints.contains(&row.mount) || seen.contains(&resource) {
+                continue;
+            }
+            let Ok(now) = Histogram::from_counts(&row.counts) else {
+                continue;
+            };
+            let before = self.latency_raw.insert(resource.clone(), now.clone());
+            let mut delta = now.since(&before.unwrap_or_default());
+            let calls = if resource.counts_bytes() {
+                PRE_RULE_OPS as f64 * self.counted_seconds
+            } else {
+                let counted = self.counted.get(&resource).copied().unwrap_or(0) as f64;
+                counted * 1.125
+            };
+            delta.scale_to_at_most(calls as u64 + 64);
+            self.latency_pending
+                .entry(resource.clone())
+                .or_default()
+                .merge(&delta);
+            seen.push(resource);
+        }
+    }
+
+    /// The service times reported since the previous call, per resource (empty
+    /// histograms left out).
+    pub fn collect_latency(&mut self) -> HashMap<Resource, Histogram> {
+        let mut pending = std::mem::take(&mut self.latency_pending);
+        pending.retain(|_, histogram| histogram.total() > 0);
+        pending
     }
 
     /// The stage's current limit for each resource, if it has one.
@@ -340,5 +399,40 @@ mod tests {
         bytes.spec.unit = Unit::Bytes;
         tracker.record(at(16_500), &mounts, &[bytes], &[]);
         assert_eq!(tracker.collect()[&metadata], 0.0);
+    }
+
+    #[test]
+    fn service_times_are_differenced_and_weigh_no_more_than_the_calls() {
+        let mounts = vec!["/scratch".to_string()];
+        let metadata = Resource::parse("/scratch:metadata").unwrap();
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let row = |mount: &str, counts: Vec<u64>| LatencyRow {
+            mount: mount.into(),
+            class: Class::Metadata,
+            counts,
+        };
+        let mut tracker = UsageTracker::new(t0);
+        tracker.record(at(250), &mounts, &[], &ops(100));
+        tracker.record_latency(&mounts, &[row("/scratch", vec![0, 60, 40])]);
+        tracker.record(at(500), &mounts, &[], &ops(200));
+        // A second row for the same resource and a foreign mountpoint are ignored.
+        tracker.record_latency(
+            &mounts,
+            &[
+                row("/scratch", vec![0, 110, 90]),
+                row("/scratch", vec![0, 1_000_000]),
+                row("/home", vec![5]),
+            ],
+        );
+        let collected = tracker.collect_latency();
+        assert_eq!(collected.len(), 1);
+        assert_eq!(collected[&metadata].counts(), &[0, 110, 90]);
+        assert!(tracker.collect_latency().is_empty());
+        // 100 calls counted, a million samples claimed: they weigh ~100 calls.
+        tracker.record(at(750), &mounts, &[], &ops(300));
+        tracker.record_latency(&mounts, &[row("/scratch", vec![0, 1_000_110, 90])]);
+        let total = tracker.collect_latency()[&metadata].total();
+        assert!((100..=200).contains(&total), "{total}");
     }
 }

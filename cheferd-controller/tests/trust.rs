@@ -679,6 +679,7 @@ fn attack07_non_finite_usage_is_refused() {
                         class: "metadata".into(),
                         rate,
                         limit: 0,
+                        latency: Vec::new(),
                     }],
                 })
                 .collect();

@@ -103,6 +103,19 @@ impl Histogram {
         delta
     }
 
+    /// Scales every count down so that they sum to at most `total` (keeping the shape):
+    /// a report's samples weighed by what they can stand for.
+    pub fn scale_to_at_most(&mut self, total: u64) {
+        let sum = self.total();
+        if sum <= total {
+            return;
+        }
+        let factor = total as f64 / sum as f64;
+        for count in &mut self.counts {
+            *count = (*count as f64 * factor).floor() as u64;
+        }
+    }
+
     /// Calls counted.
     pub fn total(&self) -> u64 {
         self.counts
@@ -222,6 +235,9 @@ mod tests {
             Histogram::from_counts(&[1; BUCKETS + 1]),
             Err(TooManyBuckets(BUCKETS + 1))
         );
+        let mut scaled = now.clone();
+        scaled.scale_to_at_most(1);
+        assert!(scaled.total() <= 1);
         let mut full = Histogram::from_counts(&[u64::MAX; BUCKETS]).unwrap();
         full.merge(&now);
         assert_eq!(full.total(), u64::MAX);

@@ -35,8 +35,9 @@
 //! stages, orphans), `jobs` (job-id interning and the terms in force), `schedule`
 //! (report slots and the collect wait), `cache` (the planner's views and the rates last
 //! sent, kept between cycles), `enforce` (the diff, acks and re-sends), `admin`
-//! (administrative changes), `snapshot` (what the admin CLI and metrics see) and
-//! `latency` (every cycle's latency, for the metrics).
+//! (administrative changes), `snapshot` (what the admin CLI and metrics see),
+//! `latency` (every cycle's latency, for the metrics) and `service_times` (the file
+//! system's service times per resource, from the stages' reports).
 //!
 //! Time is tokio's clock ([`tokio::time::Instant`]): the system's in production, paused
 //! and advanced by the tests of report slots, orphan grace and scheduled rules.
@@ -52,6 +53,7 @@ mod node;
 mod registry;
 mod schedule;
 mod service;
+mod service_times;
 mod snapshot;
 mod term;
 #[cfg(test)]
@@ -65,7 +67,8 @@ pub(crate) use leadership::{utc, Role};
 pub use leadership::{Leader, Leadership, LeadershipStatus, RoleName, LEADER_METADATA};
 pub use registry::ORPHAN_GRACE;
 pub use service::{serve, ServeError, Service};
-pub use snapshot::{NodeSnapshot, Phases, ResourceSnapshot, Snapshot, StageSnapshot};
+pub use service_times::ServiceSummary;
+pub use snapshot::{Metrics, NodeSnapshot, Phases, ResourceSnapshot, Snapshot, StageSnapshot};
 pub use term::{Generation, LeaderTerm};
 
 use crate::config::Resource;
@@ -93,6 +96,8 @@ struct State {
     history: VecDeque<Phases>,
     /// Every cycle's latency since start, for the metrics endpoint.
     latency: LatencyHistogram,
+    /// The file system's service times per resource, from the stages' reports.
+    service: service_times::ServiceTimes,
     /// The last cycle's tick, and the next one expected.
     tick: Option<Instant>,
     next_tick: Option<Instant>,
@@ -132,6 +137,7 @@ impl Controller {
             .clone()
             .map(crate::placement_service::PlacementService::new)
             .transpose()?;
+        let resources = config.resources.len();
         Ok(Arc::new(Controller {
             placement,
             state: Mutex::new(State {
@@ -145,6 +151,7 @@ impl Controller {
                 cache: cache::PlanCache::default(),
                 history: VecDeque::new(),
                 latency: Default::default(),
+                service: service_times::ServiceTimes::new(resources),
                 tick: None,
                 next_tick: None,
                 collecting: None,
@@ -207,6 +214,7 @@ impl Controller {
         let mut state = self.lock();
         state.collecting = None;
         schedule::reschedule_off_slot(&mut state, cycle, started, collected);
+        state.service.close_interval();
         let elapsed = self.started.elapsed().as_secs_f64();
         let State {
             config,

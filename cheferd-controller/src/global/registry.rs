@@ -6,11 +6,13 @@
 use super::cache::{self, PlanCache};
 use super::node::{Node, Outbox, Slot, StageRecord};
 use super::service::GRPC_LOG;
+use super::service_times::ServiceTimes;
 use super::{enforce, schedule, Controller, State};
 use crate::config::Resource;
 use crate::plan::StageUsage;
 use crate::policy::JobKey;
 use crate::proto::{self, global_message, local_message, GlobalMessage, LocalMessage};
+use padll_wire::latency::BUCKETS;
 use padll_wire::ops::Class;
 use prost::Message;
 use std::collections::{BTreeMap, HashMap};
@@ -169,7 +171,12 @@ impl Controller {
         let last_cycle = state.cycle;
         let mut replied = false;
         let mut acked = false;
-        let State { nodes, cache, .. } = &mut *state;
+        let State {
+            nodes,
+            cache,
+            service,
+            ..
+        } = &mut *state;
         let Some(node) = nodes.get_mut(name).filter(|n| n.session == session) else {
             return;
         };
@@ -222,7 +229,8 @@ impl Controller {
             Some(local_message::Body::Usage(usage)) => {
                 for stage in &usage.stages {
                     if let Some(record) = node.stages.get_mut(&stage.stage_id) {
-                        if let Err(why) = record_usage(record, &stage.resources, &resources, cache)
+                        if let Err(why) =
+                            record_usage(record, &stage.resources, &resources, cache, service)
                         {
                             crate::limited_warn!(
                                 GRPC_LOG,
@@ -359,27 +367,40 @@ fn record_usage(
     reported: &[proto::ResourceUsage],
     configured: &[Resource],
     cache: &mut PlanCache,
-) -> Result<(), BadRate> {
+    service: &mut ServiceTimes,
+) -> Result<(), BadUsage> {
     // Rates are tokens per second: finite, not negative, within what a channel can do.
     if let Some(bad) = reported
         .iter()
         .find(|u| !(u.rate.is_finite() && u.rate >= 0.0 && u.rate <= MAX_REPORTED_RATE))
     {
-        return Err(BadRate {
+        return Err(BadUsage::Rate {
             rate: bad.rate,
             mount: bad.mount.clone(),
             class: bad.class.clone(),
         });
     }
+    if let Some(bad) = reported.iter().find(|u| u.latency.len() > BUCKETS) {
+        return Err(BadUsage::Latency {
+            buckets: bad.latency.len(),
+            mount: bad.mount.clone(),
+            class: bad.class.clone(),
+        });
+    }
     // Only configured resources are kept (a report cannot make the record grow).
-    let reported: Vec<&proto::ResourceUsage> = reported
-        .iter()
-        .filter(|u| {
-            configured
-                .iter()
-                .any(|r| r.mount == u.mount && r.class.name() == u.class)
-        })
-        .collect();
+    let position = |u: &proto::ResourceUsage| {
+        configured
+            .iter()
+            .position(|r| r.mount == u.mount && r.class.name() == u.class)
+    };
+    for u in reported {
+        if let Some(resource) = position(u) {
+            // Within the layout: checked above.
+            let _ = service.add(resource, &u.latency);
+        }
+    }
+    let reported: Vec<&proto::ResourceUsage> =
+        reported.iter().filter(|u| position(u).is_some()).collect();
     let reported = &reported[..];
     let usage = &mut record.usage;
     let same = usage.len() == reported.len()
@@ -418,18 +439,31 @@ fn record_usage(
     Ok(())
 }
 
-/// A usage report's rate that is no number of tokens per second (the resource as the
-/// node named it, shown shortened).
+/// A usage report refused (the resource as the node named it, shown shortened).
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "rate {rate} of {}:{} is not a number of tokens per second (0 to {MAX_REPORTED_RATE})",
-    padll_wire::control::short(mount),
-    padll_wire::control::short(class)
-)]
-struct BadRate {
-    rate: f64,
-    mount: String,
-    class: String,
+enum BadUsage {
+    /// A rate that is no number of tokens per second.
+    #[error(
+        "rate {rate} of {}:{} is not a number of tokens per second (0 to {MAX_REPORTED_RATE})",
+        padll_wire::control::short(mount),
+        padll_wire::control::short(class)
+    )]
+    Rate {
+        rate: f64,
+        mount: String,
+        class: String,
+    },
+    /// Service times in more buckets than the layout has.
+    #[error(
+        "service times of {}:{} in {buckets} buckets (the layout has {BUCKETS})",
+        padll_wire::control::short(mount),
+        padll_wire::control::short(class)
+    )]
+    Latency {
+        buckets: usize,
+        mount: String,
+        class: String,
+    },
 }
 
 /// The highest usage rate a report may carry (a channel's maximum rate).

@@ -1,6 +1,7 @@
 //! What the admin CLI and the metrics endpoint see: a consistent snapshot of the
 //! registry and the last cycle, and the phases of the last cycles.
 
+use super::service_times::ServiceSummary;
 use super::{Controller, State};
 use crate::config::GlobalConfig;
 use crate::plan::{JobShare, Share};
@@ -58,13 +59,19 @@ impl Controller {
                 .config
                 .resources
                 .iter()
-                .map(|r| ResourceSnapshot {
+                .enumerate()
+                .map(|(i, r)| ResourceSnapshot {
                     resource: r.resource.to_string(),
                     max_rate: r.max_rate.tokens(),
                     policy: state
                         .policies
                         .get(&r.resource)
                         .map_or_else(|| r.policy.clone(), |p| p.name()),
+                    service: state
+                        .service
+                        .last(i)
+                        .map(ServiceSummary::of)
+                        .unwrap_or_default(),
                 })
                 .collect(),
             nodes: state
@@ -115,10 +122,21 @@ impl Controller {
         }
     }
 
-    /// What the metrics endpoint shows: the snapshot and every cycle's latency.
-    pub fn metrics(&self) -> (Snapshot, super::latency::LatencyHistogram) {
-        let latency = self.lock().latency.clone();
-        (self.snapshot(), latency)
+    /// What the metrics endpoint shows: the snapshot, every cycle's latency and each
+    /// resource's service times since start (in the order of the snapshot's resources).
+    pub fn metrics(&self) -> Metrics {
+        let (cycle_latency, service_times) = {
+            let state = self.lock();
+            let service_times = (0..state.config.resources.len())
+                .map(|i| state.service.total(i).cloned().unwrap_or_default())
+                .collect();
+            (state.latency.clone(), service_times)
+        };
+        Metrics {
+            snapshot: self.snapshot(),
+            cycle_latency,
+            service_times,
+        }
     }
 
     /// The phases of the last `cycles` cycles (at most the last 1000), oldest first.
@@ -153,6 +171,16 @@ fn job_shares(state: &State) -> Vec<JobShare> {
         .into_iter()
         .map(|(s, job)| s.named(job, &state.config.resources[s.resource].resource))
         .collect()
+}
+
+/// What the metrics endpoint shows.
+pub struct Metrics {
+    /// The registry and the last cycle.
+    pub snapshot: Snapshot,
+    /// Every cycle's latency since start.
+    pub cycle_latency: super::latency::LatencyHistogram,
+    /// Each resource's service times since start, in the snapshot's order.
+    pub service_times: Vec<padll_wire::latency::Histogram>,
 }
 
 /// The registry and last cycle, as the admin CLI and metrics see them.
@@ -193,6 +221,10 @@ pub struct ResourceSnapshot {
     pub max_rate: f64,
     /// Policy.
     pub policy: String,
+    /// The file system's service times of its calls over the last interval, all
+    /// stages together.
+    #[serde(default)]
+    pub service: ServiceSummary,
 }
 
 /// One local controller.

@@ -73,15 +73,28 @@ fn join_as(
 
 /// Reports usage for `cycle`: ops/s of `/scratch:metadata` per stage.
 fn report(controller: &Controller, node: &str, session: u64, cycle: u64, rates: &[(u64, f64)]) {
+    let with_latency: Vec<_> = rates.iter().map(|&(s, r)| (s, r, Vec::new())).collect();
+    report_timed(controller, node, session, cycle, &with_latency);
+}
+
+/// [`report`] with each stage's service times (counts per bucket).
+fn report_timed(
+    controller: &Controller,
+    node: &str,
+    session: u64,
+    cycle: u64,
+    rates: &[(u64, f64, Vec<u64>)],
+) {
     let stages = rates
         .iter()
-        .map(|&(stage_id, rate)| proto::StageUsage {
-            stage_id,
+        .map(|(stage_id, rate, latency)| proto::StageUsage {
+            stage_id: *stage_id,
             resources: vec![proto::ResourceUsage {
                 mount: "/scratch".into(),
                 class: "metadata".into(),
-                rate,
+                rate: *rate,
                 limit: 0,
+                latency: latency.clone(),
             }],
         })
         .collect();
@@ -401,9 +414,9 @@ async fn the_control_loop_runs_a_cycle_per_interval_and_the_metrics_count_each()
     // Cycles tick at 0, 1, …, 10 intervals.
     tokio::time::sleep(interval * 10 + interval / 2).await;
     looping.abort();
-    let (snapshot, latency) = controller.metrics();
-    assert_eq!(snapshot.cycle, 11);
-    let text = crate::metrics::render(&snapshot, &latency);
+    let metrics = controller.metrics();
+    assert_eq!(metrics.snapshot.cycle, 11);
+    let text = crate::metrics::render(&metrics);
     for line in [
         "cheferd_cycles_total 11",
         "cheferd_cycle_latency_seconds_count 11",
@@ -640,4 +653,38 @@ async fn announced_stages_keep_their_rules_and_joining_ones_get_provisional_ones
     let sent = enforced(&mut inbox);
     assert_eq!(sent.len(), 1, "{sent:?}");
     assert_eq!(sent[0].1[0].0, 2, "{sent:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn service_times_of_every_node_merge_per_resource_and_interval() {
+    let controller = controller();
+    let (a, _inbox_a) = attach(&controller, "a");
+    let (b, _inbox_b) = attach(&controller, "b");
+    join(&controller, "a", a, 1, 100, "j1");
+    join(&controller, "b", b, 1, 200, "j2");
+    let slow = padll_wire::latency::bucket_of(2_000_000); // 2 ms
+    let fast = padll_wire::latency::bucket_of(100_000); // 100 µs
+    let counts = |bucket: usize, n: u64| {
+        let mut counts = vec![0; bucket + 1];
+        counts[bucket] = n;
+        counts
+    };
+    report_timed(&controller, "a", a, 1, &[(1, 10.0, counts(fast, 30))]);
+    report_timed(&controller, "b", b, 1, &[(1, 10.0, counts(slow, 70))]);
+    // A report of more buckets than the layout is refused whole.
+    report_timed(&controller, "b", b, 1, &[(1, 10.0, vec![1; 49])]);
+    controller.cycle().await;
+    let service = controller.snapshot().resources[0].service;
+    assert_eq!(service.calls, 100);
+    let (p50, p99) = (service.p50_ms.unwrap(), service.p99_ms.unwrap());
+    assert!((1.5..3.1).contains(&p50), "{p50}");
+    assert!((1.5..3.1).contains(&p99), "{p99}");
+    // The next interval starts empty: only what is reported for it counts.
+    report_timed(&controller, "a", a, 2, &[(1, 10.0, counts(fast, 5))]);
+    controller.cycle().await;
+    let service = controller.snapshot().resources[0].service;
+    assert_eq!(service.calls, 5);
+    assert!(service.p99_ms.unwrap() < 0.2, "{service:?}");
+    let metrics = controller.metrics();
+    assert_eq!(metrics.service_times[0].total(), 105);
 }

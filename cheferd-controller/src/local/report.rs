@@ -61,6 +61,7 @@ pub(super) fn report_usage(
             .values_mut()
             .map(|entry| {
                 let rates = entry.usage.collect().clone();
+                let mut latency = entry.usage.collect_latency();
                 proto::StageUsage {
                     stage_id: entry.info.stage_id,
                     resources: rates
@@ -70,6 +71,9 @@ pub(super) fn report_usage(
                             class: resource.class.name().to_string(),
                             rate: *rate,
                             limit: entry.usage.limit(resource).unwrap_or(0),
+                            latency: latency
+                                .remove(resource)
+                                .map_or_else(Vec::new, |h| h.counts().to_vec()),
                         })
                         .collect(),
                 }

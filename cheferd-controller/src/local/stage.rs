@@ -373,11 +373,17 @@ fn stage_line(
 fn stage_message(local: &Local, stage: &mut Registered, message: StageMessage) {
     let stage_id = stage.stage_id;
     match message {
-        StageMessage::Usage { channels, ops, .. } => {
+        StageMessage::Usage {
+            channels,
+            ops,
+            latency,
+            ..
+        } => {
             let mut stages = local.lock_stages();
             if let Some(entry) = stages.get_mut(&stage_id) {
                 let mounts = entry.info.mountpoints.clone();
                 let clamped = entry.usage.record(Instant::now(), &mounts, &channels, &ops);
+                entry.usage.record_latency(&mounts, &latency);
                 for (resource, reported, allowed) in clamped {
                     if OVER_REPORTS.record(&entry.info.job_id, reported, allowed) {
                         limited_warn!(
