@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# Protection of a real shared file system: a victim job doing metadata work beside a
+# storm of STORM processes doing the same as fast as they can, on a throwaway MooseFS
+# (scripts/moosefs.sh: one metadata server, one chunkserver, the FUSE client), in four
+# cases, ROUNDS rounds interleaved:
+#   alone   the victim alone;
+#   storm   beside the storm;
+#   static  the storm under `padll run --limit metadata=STATIC_LIMIT` (job-wide);
+#   auto    both jobs under the control plane, Max_R of MOUNT:metadata set by
+#           `max_rate = "auto"` to hold the calls' median service time at TARGET_P50_MS.
+# Both jobs always run under the stage (`padll run`, the victim unlimited), so every case
+# pays the same interception cost. The load is scripts/realfs/metadata-load.py (open
+# O_CREAT, close, stat, unlink, each call timed).
+#
+# Prints a Markdown table of every run (victim calls/s and p50/p99, the storm's calls/s,
+# the metadata server's own requests/s from `mfscli`) and writes into OUT: runs.jsonl,
+# the auto runs' Max_R and service times per second (auto-<round>.csv) and table.md.
+# Needs root, MooseFS (see scripts/moosefs.sh --help) and python3; builds the release
+# binaries first. Settings (environment): ROUNDS (3), CASE_SECONDS (20), STORM (4),
+# STATIC_LIMIT (300/s), TARGET_P50_MS (0.5), FLOOR (100), CEILING (20000),
+# OUT (/tmp/padll-realfs-<pid>).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${ROUNDS:-3}
+CASE_SECONDS=${CASE_SECONDS:-20}
+STORM=${STORM:-4}
+STATIC_LIMIT=${STATIC_LIMIT:-300/s}
+TARGET_P50_MS=${TARGET_P50_MS:-0.5}
+FLOOR=${FLOOR:-100}
+CEILING=${CEILING:-20000}
+export ROUNDS CASE_SECONDS STORM STATIC_LIMIT TARGET_P50_MS FLOOR CEILING
+BIN=$PWD/target/release
+LOAD=$PWD/scripts/realfs/metadata-load.py
+
+if [ "${1:-}" != --inside ]; then
+  for name in ROUNDS CASE_SECONDS STORM FLOOR CEILING; do
+    [[ ${!name} =~ ^[1-9][0-9]*$ ]] || { echo "bench-realfs.sh: $name must be a whole number ≥ 1, got '${!name}'" >&2; exit 2; }
+  done
+  [[ $TARGET_P50_MS =~ ^[0-9]*\.?[0-9]+$ ]] || { echo "bench-realfs.sh: TARGET_P50_MS must be a number of ms, got '$TARGET_P50_MS'" >&2; exit 2; }
+  command -v python3 >/dev/null || { echo "bench-realfs.sh: python3 not found" >&2; exit 1; }
+  export OUT=${OUT:-/tmp/padll-realfs-$$}
+  mkdir -p "$OUT"
+  cargo build --release -q -p padll-stage -p cheferd-controller --bins
+  cargo build --release -q -p padll-stage --lib
+  exec scripts/moosefs.sh run -- "$0" --inside
+fi
+
+# Inside scripts/moosefs.sh's mount namespace: MFS_MOUNT is the file system.
+MNT=$MFS_MOUNT
+ADMIN=$OUT/admin.sock
+LOCAL=$OUT/local.sock
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+master_total() { "$PWD/scripts/moosefs.sh" ops "$MFS_PID" | tr ' ' '\n' | sed -n 's/^total=//p'; }
+
+# The control plane for the auto case: one global, one local, plaintext on loopback.
+start_controllers() {
+  cat >"$OUT/global.toml" <<EOF
+interval_ms = 1000
+[[resource]]
+name = "$MNT:metadata"
+max_rate = "auto"
+target_p50_ms = $TARGET_P50_MS
+floor = $FLOOR
+ceiling = $CEILING
+policy = "psfa"
+EOF
+  "$BIN/cheferd" global --config "$OUT/global.toml" --listen 127.0.0.1:50551 \
+    --admin-socket "$ADMIN" --insecure-plaintext 2>"$OUT/global.log" &
+  pids+=($!)
+  "$BIN/cheferd" local --node bench --socket "$LOCAL" --global http://127.0.0.1:50551 \
+    --insecure-plaintext 2>"$OUT/local.log" &
+  pids+=($!)
+  for _ in $(seq 100); do
+    [ -S "$ADMIN" ] && [ -S "$LOCAL" ] && return
+    sleep 0.1
+  done
+  echo "bench-realfs.sh: the controllers did not start (see $OUT/*.log)" >&2
+  exit 1
+}
+
+# Runs one case: the victim and, unless alone, the storm; appends one JSON line.
+run_case() {
+  local case=$1 round=$2
+  local victim=(--mount "$MNT" --job victim) storm=(--mount "$MNT" --job storm)
+  case $case in
+    static) storm+=(--limit "metadata=$STATIC_LIMIT") ;;
+    auto)
+      victim+=(--controller "$LOCAL")
+      storm+=(--controller "$LOCAL")
+      ;;
+  esac
+  mkdir -p "$MNT/victim" "$MNT/storm"
+  local before started
+  before=$(master_total)
+  started=$(date +%s.%N)
+  local sampler=
+  if [ "$case" = auto ]; then
+    echo "t,max_rate,p50_ms,p99_ms,calls" >"$OUT/auto-$round.csv"
+    (
+      start=$(date +%s.%N)
+      while sleep 1; do
+        "$BIN/cheferd" ctl --socket "$ADMIN" --json jobs 2>/dev/null | python3 -c '
+import json, sys, time
+r = json.load(sys.stdin)["resources"][0]; s = r["service"]
+print(f"{time.time() - float(sys.argv[1]):.1f},{r[\"max_rate\"]:.0f},{s.get(\"p50_ms\") or \"\"},{s.get(\"p99_ms\") or \"\"},{s[\"calls\"]}")' "$start" >>"$OUT/auto-$round.csv" || true
+      done
+    ) &
+    sampler=$!
+  fi
+  local storm_out=$OUT/storm-$case-$round.jsonl
+  : >"$storm_out"
+  local storm_pid=
+  if [ "$case" != alone ]; then
+    "$BIN/padll" run "${storm[@]}" -- bash -c \
+      "for i in \$(seq $STORM); do python3 '$LOAD' '$MNT/storm' $CASE_SECONDS & done; wait" >"$storm_out" &
+    storm_pid=$!
+    # The storm runs first for a moment, as a storm would.
+    sleep 2
+  fi
+  local victim_line
+  victim_line=$("$BIN/padll" run "${victim[@]}" -- python3 "$LOAD" "$MNT/victim" $((CASE_SECONDS - 4)))
+  [ -n "$storm_pid" ] && wait "$storm_pid"
+  [ -n "$sampler" ] && { kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null || true; }
+  local after
+  after=$(master_total)
+  python3 - "$case" "$round" "$victim_line" "$storm_out" "$before" "$after" "$started" "$(date +%s.%N)" <<'EOF' >>"$OUT/runs.jsonl"
+import json, sys
+case, round_, victim, storm_out, before, after, started, ended = sys.argv[1:]
+seconds = float(ended) - float(started)
+storm = [json.loads(l) for l in open(storm_out) if l.strip()]
+print(json.dumps({
+    "case": case, "round": int(round_), "victim": json.loads(victim),
+    "storm_calls_per_s": round(sum(s["calls_per_s"] for s in storm), 1),
+    "master_requests_per_s": round((int(after) - int(before)) / seconds, 1),
+}))
+EOF
+}
+
+start_controllers
+: >"$OUT/runs.jsonl"
+for round in $(seq "$ROUNDS"); do
+  for case in alone storm static auto; do
+    echo "round $round: $case" >&2
+    run_case "$case" "$round"
+  done
+done
+
+python3 - "$OUT" "$STORM" "$STATIC_LIMIT" "$TARGET_P50_MS" <<'EOF' | tee "$OUT/table.md"
+import json, sys
+out, storm, static, target = sys.argv[1:]
+runs = [json.loads(l) for l in open(f"{out}/runs.jsonl")]
+alone = [r["victim"]["calls_per_s"] for r in runs if r["case"] == "alone"]
+base = sum(alone) / len(alone)
+names = {"alone": "victim alone", "storm": f"beside the storm ({storm} processes)",
+         "static": f"storm under --limit metadata={static}",
+         "auto": f"storm and victim under max_rate = \"auto\", target p50 {target} ms"}
+print("| case | round | victim calls/s (× alone) | victim p50 | victim p99 | storm calls/s | metadata server requests/s |")
+print("|---|---:|---:|---:|---:|---:|---:|")
+for r in runs:
+    v = r["victim"]
+    storm_rate = f"{r['storm_calls_per_s']:.0f}" if r["case"] != "alone" else "–"
+    print(f"| {names[r['case']]} | {r['round']} | {v['calls_per_s']:.0f} ({v['calls_per_s'] / base:.2f}) "
+          f"| {v['p50_us']:.0f} µs | {v['p99_us']:.0f} µs | {storm_rate} | {r['master_requests_per_s']:.0f} |")
+EOF
+echo "runs: $OUT/runs.jsonl; Max_R and service times per second under auto: $OUT/auto-*.csv" >&2
