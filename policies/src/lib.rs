@@ -26,6 +26,7 @@
 #![warn(missing_docs)]
 
 pub mod adaptbf;
+pub mod capacity;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod drf;

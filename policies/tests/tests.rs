@@ -2,6 +2,7 @@
 //! tests`; one module: `… --test tests sim::`). The modules that run the `policies`
 //! binary need the `cli` feature (on by default).
 
+mod capacity;
 #[cfg(feature = "cli")]
 mod cli;
 #[cfg(feature = "cli")]
