@@ -22,7 +22,7 @@
 //! (`{"ok":…}` or `{"error":"…"}`).
 
 use crate::config::GlobalConfig;
-use crate::global::{Change, Controller, ServiceSummary, Snapshot};
+use crate::global::{AutoSnapshot, Change, Controller, ServiceSummary, Snapshot};
 use crate::lines::{self, Line};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
@@ -428,9 +428,12 @@ pub fn jobs_table(snapshot: &Snapshot) -> String {
             .collect();
         let used: f64 = shares.iter().map(|s| s.usage).sum();
         out.push_str(&format!(
-            "\n{}  Max_R {}  policy {}  used {} ({} %){}\n",
+            "\n{}  Max_R {}{}  policy {}  used {} ({} %){}\n",
             resource.resource,
             whole(resource.max_rate),
+            resource
+                .auto
+                .map_or_else(String::new, |auto| auto_targets(&auto)),
             resource.policy,
             whole(used),
             whole(100.0 * used / resource.max_rate.max(1.0)),
@@ -467,6 +470,20 @@ fn service_times(service: &ServiceSummary) -> String {
         ),
         _ => String::new(),
     }
+}
+
+/// What steers an `auto` resource's `Max_R`, after it in the jobs table.
+fn auto_targets(auto: &AutoSnapshot) -> String {
+    let targets: Vec<String> = [("p50", auto.target_p50_ms), ("p99", auto.target_p99_ms)]
+        .into_iter()
+        .filter_map(|(q, ms)| Some(format!("{q} {:.3} ms", ms?)))
+        .collect();
+    format!(
+        " (auto: {}, {}–{})",
+        targets.join(" "),
+        whole(auto.floor),
+        whole(auto.ceiling)
+    )
 }
 
 /// Renders the nodes table.

@@ -89,6 +89,7 @@ pub async fn run(
             resource: resource.clone(),
             max_rate: resource.own_tokens(1_000_000),
             policy: policy.to_string(),
+            auto: None,
         }],
         ..GlobalConfig::default()
     };

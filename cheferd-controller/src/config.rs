@@ -180,6 +180,26 @@ pub enum ConfigError {
         /// Why (it keeps the name).
         error: Box<policies::SpecError>,
     },
+    /// A key that means something only with `max_rate = "auto"`.
+    #[error("{key}: only with max_rate = \"auto\"")]
+    OnlyAuto {
+        /// The key.
+        key: String,
+    },
+    /// A key `max_rate = "auto"` needs.
+    #[error("{key}: max_rate = \"auto\" needs it (the most Max_R may reach)")]
+    AutoNeeds {
+        /// The key.
+        key: String,
+    },
+    /// `max_rate = "auto"` settings that do not fit together.
+    #[error("{key}: {error}")]
+    Auto {
+        /// The resource's key.
+        key: String,
+        /// Why.
+        error: policies::capacity::SettingsError,
+    },
     /// A bad `[placement]` section.
     #[error(transparent)]
     Placement(#[from] crate::placement_service::PlacementConfigError),
@@ -209,10 +229,42 @@ impl std::fmt::Display for Resource {
 pub struct ResourceConfig {
     /// Mountpoint and class.
     pub resource: Resource,
-    /// Capacity `Max_R`.
+    /// Capacity `Max_R` (with [`ResourceConfig::auto`], the one in force: it starts at
+    /// the ceiling and follows the file system's service times).
     pub max_rate: ResourceRate,
     /// Policy name.
     pub policy: String,
+    /// `max_rate = "auto"`: its latency targets, floor and ceiling.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auto: Option<AutoCapacity>,
+}
+
+/// `max_rate = "auto"`: `Max_R` moves, each interval, toward the largest rate that keeps
+/// the resource's service times at their targets (`policies::capacity`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AutoCapacity {
+    /// The median service time to hold, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_p50_ms: Option<f64>,
+    /// The 99th percentile to hold, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_p99_ms: Option<f64>,
+    /// `Max_R` never goes below it.
+    pub floor: ResourceRate,
+    /// `Max_R` never goes above it; also where it starts.
+    pub ceiling: ResourceRate,
+}
+
+impl AutoCapacity {
+    /// The estimator's settings (seconds and tokens per second).
+    pub fn settings(&self) -> policies::capacity::Settings {
+        policies::capacity::Settings::new(
+            self.target_p50_ms.map(|ms| ms / 1e3),
+            self.target_p99_ms.map(|ms| ms / 1e3),
+            self.floor.tokens(),
+            self.ceiling.tokens(),
+        )
+    }
 }
 
 /// Per-job settings.
@@ -352,6 +404,10 @@ struct RawResource {
     name: String,
     max_rate: RateText,
     policy: String,
+    target_p50_ms: Option<f64>,
+    target_p99_ms: Option<f64>,
+    floor: Option<RateText>,
+    ceiling: Option<RateText>,
 }
 
 #[derive(Deserialize)]
@@ -385,6 +441,62 @@ pub fn rate_of(key: &str, text: &str, resource: &Resource) -> Result<ResourceRat
         text: text.to_string(),
         error,
     })
+}
+
+/// The `Max_R` of `resource[i]`: its `max_rate`, or with `max_rate = "auto"` its
+/// ceiling and the settings that move it. Each key only where it means something.
+fn capacity_of(
+    i: usize,
+    r: &RawResource,
+    resource: &Resource,
+) -> Result<(ResourceRate, Option<AutoCapacity>), ConfigError> {
+    let key = |name: &str| format!("resource[{i}].{name}");
+    if r.max_rate.0 != "auto" {
+        let only_auto = [
+            ("target_p50_ms", r.target_p50_ms.is_some()),
+            ("target_p99_ms", r.target_p99_ms.is_some()),
+            ("floor", r.floor.is_some()),
+            ("ceiling", r.ceiling.is_some()),
+        ];
+        if let Some((name, _)) = only_auto.iter().find(|(_, set)| *set) {
+            return Err(ConfigError::OnlyAuto { key: key(name) });
+        }
+        return Ok((rate_of(&key("max_rate"), &r.max_rate.0, resource)?, None));
+    }
+    let ceiling = r.ceiling.as_ref().ok_or_else(|| ConfigError::AutoNeeds {
+        key: key("ceiling"),
+    })?;
+    let ceiling = rate_of(&key("ceiling"), &ceiling.0, resource)?;
+    // Without a floor: 1 % of the ceiling, as a new job's first share.
+    let floor = match &r.floor {
+        Some(floor) => rate_of(&key("floor"), &floor.0, resource)?,
+        None => resource.own_tokens(ceiling.0.div_ceil(100)),
+    };
+    for (name, ms) in [
+        ("target_p50_ms", r.target_p50_ms),
+        ("target_p99_ms", r.target_p99_ms),
+    ] {
+        if let Some(ms) = ms.filter(|ms| !(ms.is_finite() && *ms > 0.0)) {
+            return Err(ConfigError::OutOfRange {
+                key: key(name),
+                value: ms.to_string(),
+                range: "must be a number of milliseconds above 0",
+            });
+        }
+    }
+    let auto = AutoCapacity {
+        target_p50_ms: r.target_p50_ms,
+        target_p99_ms: r.target_p99_ms,
+        floor,
+        ceiling,
+    };
+    auto.settings()
+        .validate()
+        .map_err(|error| ConfigError::Auto {
+            key: format!("resource[{i}]"),
+            error,
+        })?;
+    Ok((ceiling, Some(auto)))
 }
 
 impl GlobalConfig {
@@ -469,7 +581,7 @@ impl GlobalConfig {
                     name: r.name.clone(),
                 });
             }
-            let max_rate = rate_of(&format!("resource[{i}].max_rate"), &r.max_rate.0, &resource)?;
+            let (max_rate, auto) = capacity_of(i, r, &resource)?;
             policy_exists(&r.policy).map_err(|error| ConfigError::Policy {
                 key: format!("resource[{i}].policy"),
                 error: Box::new(error),
@@ -478,6 +590,7 @@ impl GlobalConfig {
                 resource,
                 max_rate,
                 policy: r.policy.clone(),
+                auto,
             });
         }
         let known = |key: String, name: &str, resources: &[ResourceConfig]| {
@@ -751,6 +864,82 @@ mod tests {
             ("interval_ms = -5", "line 1 `interval_ms = -5`"),
         ] {
             let err = parse(text).unwrap_err();
+            assert!(err.contains(needle), "{err:?} should contain {needle:?}");
+        }
+    }
+
+    #[test]
+    fn auto_capacity_has_targets_a_floor_and_a_ceiling() {
+        let metadata = Resource::parse("/s:metadata").unwrap();
+        let resource =
+            |keys: &str| format!("[[resource]]\nname = \"/s:metadata\"\npolicy = \"psfa\"\n{keys}");
+        let config = parse(&resource(
+            "max_rate = \"auto\"\ntarget_p50_ms = 0.5\nceiling = \"20k\"",
+        ))
+        .unwrap();
+        let r = &config.resources[0];
+        assert_eq!(
+            r.max_rate,
+            metadata.own_tokens(20_000),
+            "starts at the ceiling"
+        );
+        let auto = r.auto.as_ref().unwrap();
+        assert_eq!(auto.floor, metadata.own_tokens(200), "1 % of the ceiling");
+        assert_eq!((auto.target_p50_ms, auto.target_p99_ms), (Some(0.5), None));
+        let settings = auto.settings();
+        assert_eq!(settings.target_p50, Some(0.0005));
+        assert_eq!((settings.floor, settings.ceiling), (200.0, 20_000.0));
+        let both = parse(&resource(
+            "max_rate = \"auto\"\ntarget_p99_ms = 5\ntarget_p50_ms = 1\nfloor = 50\nceiling = 1000",
+        ))
+        .unwrap();
+        assert_eq!(
+            both.resources[0].auto.as_ref().unwrap().floor,
+            metadata.own_tokens(50)
+        );
+        assert_eq!(
+            parse(&resource("max_rate = 1000")).unwrap().resources[0].auto,
+            None
+        );
+        for (keys, needle) in [
+            (
+                "max_rate = \"auto\"\ntarget_p50_ms = 1",
+                "resource[0].ceiling: max_rate = \"auto\" needs it",
+            ),
+            (
+                "max_rate = \"auto\"\nceiling = 1000",
+                "resource[0]: max_rate = \"auto\" needs target_p50_ms or target_p99_ms",
+            ),
+            (
+                "max_rate = \"auto\"\ntarget_p50_ms = -1\nceiling = 1000",
+                "resource[0].target_p50_ms = -1: must be a number of milliseconds above 0",
+            ),
+            (
+                "max_rate = \"auto\"\ntarget_p99_ms = nan\nceiling = 1000",
+                "resource[0].target_p99_ms = NaN",
+            ),
+            (
+                "max_rate = \"auto\"\ntarget_p50_ms = 1\nfloor = 2000\nceiling = 1000",
+                "resource[0]: floor must be ≤ ceiling, got floor 2000 > ceiling 1000",
+            ),
+            (
+                "max_rate = \"auto\"\ntarget_p50_ms = 1\nceiling = \"1GiB/s\"",
+                "resource[0].ceiling: '1GiB/s' is a rate of bytes",
+            ),
+            (
+                "max_rate = \"auto\"\ntarget_p50_ms = 1\nfloor = \"slow\"\nceiling = 10",
+                "resource[0].floor",
+            ),
+            (
+                "max_rate = 1000\ntarget_p50_ms = 1",
+                "resource[0].target_p50_ms: only with max_rate = \"auto\"",
+            ),
+            (
+                "max_rate = 1000\nceiling = 5000",
+                "resource[0].ceiling: only with max_rate = \"auto\"",
+            ),
+        ] {
+            let err = parse(&resource(keys)).unwrap_err();
             assert!(err.contains(needle), "{err:?} should contain {needle:?}");
         }
     }

@@ -210,6 +210,7 @@ async fn run_in(
             resource: resource.clone(),
             max_rate: resource.own_tokens(options.max_rate as u64),
             policy: options.policy.clone(),
+            auto: None,
         }],
         jobs: job_ids
             .iter()

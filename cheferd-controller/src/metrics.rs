@@ -376,6 +376,27 @@ fn service_times(out: &mut Exposition, metrics: &Metrics) {
             &rows,
         );
     }
+    let targets: Vec<_> = metrics
+        .snapshot
+        .resources
+        .iter()
+        .filter_map(|r| Some((r.resource.as_str(), r.auto?)))
+        .flat_map(|(resource, auto)| {
+            [("0.5", auto.target_p50_ms), ("0.99", auto.target_p99_ms)]
+                .into_iter()
+                .filter_map(move |(quantile, ms)| {
+                    Some((
+                        vec![("resource", resource), ("quantile", quantile)],
+                        ms? / 1e3,
+                    ))
+                })
+        })
+        .collect();
+    out.gauge(
+        "cheferd_resource_service_target_seconds",
+        "The service time a resource's Max_R is steered to hold (max_rate = \"auto\"), by quantile.",
+        &targets,
+    );
 }
 
 #[cfg(test)]
@@ -390,7 +411,9 @@ mod tests {
             "cycle": 5, "uptime_s": 5.0, "interval_ms": 1000, "nodes": [],
             "resources": [
                 {"resource": "/s:metadata", "max_rate": 1000.0, "policy": "psfa",
-                 "service": {"calls": 3, "p50_ms": 0.25, "p99_ms": 4.0}},
+                 "service": {"calls": 3, "p50_ms": 0.25, "p99_ms": 4.0},
+                 "auto": {"target_p50_ms": 0.5, "target_p99_ms": null, "floor": 10.0,
+                          "ceiling": 5000.0}},
                 {"resource": "/s:data", "max_rate": 1e9, "policy": "psfa"}],
             "stages": [], "shares": [], "latency_ms_p50": 3.0, "latency_ms_p99": 2000.0,
             "latency_ms_last": 2000.0
@@ -421,6 +444,7 @@ mod tests {
             "cheferd_resource_service_seconds_count{resource=\"/s:data\"} 0",
             "cheferd_resource_service_p50_seconds{resource=\"/s:metadata\"} 0.00025",
             "cheferd_resource_service_p99_seconds{resource=\"/s:metadata\"} 0.004",
+            "cheferd_resource_service_target_seconds{resource=\"/s:metadata\",quantile=\"0.5\"} 0.0005",
         ] {
             assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
         }

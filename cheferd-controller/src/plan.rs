@@ -101,6 +101,14 @@ impl Layout {
         self.resources == config.resources.len() && self.stages == stages.len()
     }
 
+    /// What resource `ri` served over the last interval: every stage's usage of it.
+    pub fn served(&self, stages: &[StageView], ri: usize) -> f64 {
+        (0..self.stages.min(stages.len()))
+            .filter_map(|i| self.usage(stages, i, ri))
+            .map(|usage| usage.rate)
+            .sum()
+    }
+
     /// Stage `i`'s usage of resource `ri`, if it uses its mountpoint.
     fn usage(&self, stages: &[StageView], i: usize, ri: usize) -> Option<StageUsage> {
         match self.slots[i * self.resources + ri] {
@@ -466,6 +474,7 @@ mod tests {
                 resource: metadata(),
                 max_rate: metadata().own_tokens(1000),
                 policy: policy.into(),
+                auto: None,
             }],
             ..GlobalConfig::default()
         }

@@ -44,15 +44,32 @@ impl Controller {
             }
             Checked::MaxRate { resource, rate } => {
                 configured(&state, &resource)?;
-                for r in state
+                let i = state
                     .config
                     .resources
-                    .iter_mut()
-                    .filter(|r| r.resource == resource)
-                {
-                    r.max_rate = rate;
+                    .iter()
+                    .position(|r| r.resource == resource)
+                    .unwrap_or_default();
+                let State {
+                    config, steering, ..
+                } = &mut *state;
+                match rate {
+                    Some(rate) => {
+                        let was_auto = steering.steers(i);
+                        steering.stop(i);
+                        config.resources[i].max_rate = rate;
+                        Ok(if was_auto {
+                            format!("{resource}: Max_R {rate}, static from now on (set-max-rate {resource} auto: steered by its service times again)")
+                        } else {
+                            format!("{resource}: Max_R {rate}")
+                        })
+                    }
+                    None if steering.restart(config, i) => Ok(format!(
+                        "{resource}: Max_R auto, from its ceiling {}",
+                        config.resources[i].max_rate
+                    )),
+                    None => Err(ChangeError::NotAuto(resource)),
                 }
-                Ok(format!("{resource}: Max_R {rate}"))
             }
             Checked::Job {
                 job,
@@ -114,7 +131,8 @@ enum Checked {
     },
     MaxRate {
         resource: Resource,
-        rate: ResourceRate,
+        /// `None`: `auto`.
+        rate: Option<ResourceRate>,
     },
     Job {
         job: String,
@@ -168,6 +186,9 @@ pub enum ChangeError {
     /// A resource the controller does not share.
     #[error("'{0}' is not a configured resource")]
     NotConfigured(Resource),
+    /// `set-max-rate R auto` for a resource configured without `max_rate = "auto"`.
+    #[error("{0} has no latency target to steer by: configure it with max_rate = \"auto\" (and target_p50_ms or target_p99_ms, floor, ceiling)")]
+    NotAuto(Resource),
     /// A job neither configured nor running (a typo must not configure a job that
     /// will never run).
     #[error("unknown job '{0}': it is neither configured nor running (add it to the configuration file to set it before it starts)")]
@@ -193,7 +214,10 @@ impl Change {
             Change::MaxRate { resource, rate } => {
                 let resource = Resource::parse(resource)?;
                 Checked::MaxRate {
-                    rate: rate_of("rate", rate, &resource)?,
+                    rate: match rate.as_str() {
+                        "auto" => None,
+                        rate => Some(rate_of("rate", rate, &resource)?),
+                    },
                     resource,
                 }
             }

@@ -36,14 +36,16 @@
 //! (report slots and the collect wait), `cache` (the planner's views and the rates last
 //! sent, kept between cycles), `enforce` (the diff, acks and re-sends), `admin`
 //! (administrative changes), `snapshot` (what the admin CLI and metrics see),
-//! `latency` (every cycle's latency, for the metrics) and `service_times` (the file
-//! system's service times per resource, from the stages' reports).
+//! `latency` (every cycle's latency, for the metrics), `service_times` (the file
+//! system's service times per resource, from the stages' reports) and `capacity`
+//! (`max_rate = "auto"`: `Max_R` moved by those service times, before compute).
 //!
 //! Time is tokio's clock ([`tokio::time::Instant`]): the system's in production, paused
 //! and advanced by the tests of report slots, orphan grace and scheduled rules.
 
 mod admin;
 mod cache;
+mod capacity;
 mod durable;
 mod enforce;
 mod jobs;
@@ -68,7 +70,9 @@ pub use leadership::{Leader, Leadership, LeadershipStatus, RoleName, LEADER_META
 pub use registry::ORPHAN_GRACE;
 pub use service::{serve, ServeError, Service};
 pub use service_times::ServiceSummary;
-pub use snapshot::{Metrics, NodeSnapshot, Phases, ResourceSnapshot, Snapshot, StageSnapshot};
+pub use snapshot::{
+    AutoSnapshot, Metrics, NodeSnapshot, Phases, ResourceSnapshot, Snapshot, StageSnapshot,
+};
 pub use term::{Generation, LeaderTerm};
 
 use crate::config::Resource;
@@ -98,6 +102,8 @@ struct State {
     latency: LatencyHistogram,
     /// The file system's service times per resource, from the stages' reports.
     service: service_times::ServiceTimes,
+    /// The `Max_R` of resources with `max_rate = "auto"`, moved by those service times.
+    steering: capacity::Steering,
     /// The last cycle's tick, and the next one expected.
     tick: Option<Instant>,
     next_tick: Option<Instant>,
@@ -138,6 +144,10 @@ impl Controller {
             .map(crate::placement_service::PlacementService::new)
             .transpose()?;
         let resources = config.resources.len();
+        let steering = capacity::Steering::new(&config).map_err(|error| ConfigError::Auto {
+            key: "resource".into(),
+            error,
+        })?;
         Ok(Arc::new(Controller {
             placement,
             state: Mutex::new(State {
@@ -152,6 +162,7 @@ impl Controller {
                 history: VecDeque::new(),
                 latency: Default::default(),
                 service: service_times::ServiceTimes::new(resources),
+                steering,
                 tick: None,
                 next_tick: None,
                 collecting: None,
@@ -222,10 +233,13 @@ impl Controller {
             nodes,
             jobs,
             cache,
+            service,
+            steering,
             ..
         } = &mut *state;
-        let terms = jobs.terms(config, elapsed);
         let (views, layout) = cache.views(config, nodes);
+        steering.steer(config, service, |i| layout.served(views, i));
+        let terms = jobs.terms(config, elapsed);
         let plan = plan::compute(config, &terms, policies, views, layout);
         let sent = enforce::enforce(config, nodes, &plan, cache, cycle);
         state.shares = plan.shares;

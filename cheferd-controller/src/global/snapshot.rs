@@ -72,6 +72,16 @@ impl Controller {
                         .last(i)
                         .map(ServiceSummary::of)
                         .unwrap_or_default(),
+                    auto: r
+                        .auto
+                        .as_ref()
+                        .filter(|_| state.steering.steers(i))
+                        .map(|auto| AutoSnapshot {
+                            target_p50_ms: auto.target_p50_ms,
+                            target_p99_ms: auto.target_p99_ms,
+                            floor: auto.floor.tokens(),
+                            ceiling: auto.ceiling.tokens(),
+                        }),
                 })
                 .collect(),
             nodes: state
@@ -225,6 +235,22 @@ pub struct ResourceSnapshot {
     /// stages together.
     #[serde(default)]
     pub service: ServiceSummary,
+    /// While `max_rate = "auto"` steers its `Max_R`: the targets and bounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto: Option<AutoSnapshot>,
+}
+
+/// What steers a resource's `Max_R` under `max_rate = "auto"`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, serde::Deserialize)]
+pub struct AutoSnapshot {
+    /// The median service time held, ms.
+    pub target_p50_ms: Option<f64>,
+    /// The 99th percentile held, ms.
+    pub target_p99_ms: Option<f64>,
+    /// The lowest `Max_R`.
+    pub floor: f64,
+    /// The highest `Max_R`.
+    pub ceiling: f64,
 }
 
 /// One local controller.

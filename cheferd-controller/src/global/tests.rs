@@ -20,6 +20,7 @@ fn controller() -> Arc<Controller> {
             max_rate: resource.own_tokens(1000),
             resource,
             policy: "uniform".into(),
+            auto: None,
         }],
         ..GlobalConfig::default()
     })
@@ -687,4 +688,81 @@ async fn service_times_of_every_node_merge_per_resource_and_interval() {
     assert!(service.p99_ms.unwrap() < 0.2, "{service:?}");
     let metrics = controller.metrics();
     assert_eq!(metrics.service_times[0].total(), 105);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_auto_max_rate_follows_the_service_times_and_an_administrator_can_fix_it() {
+    let text = "[[resource]]\nname = \"/scratch:metadata\"\npolicy = \"uniform\"\n\
+                max_rate = \"auto\"\ntarget_p50_ms = 1\nfloor = 100\nceiling = 10000";
+    let config = GlobalConfig::parse(text, &crate::policy::check).unwrap();
+    let controller = Controller::new(config).unwrap();
+    let (a, _inbox) = attach(&controller, "a");
+    join(&controller, "a", a, 1, 100, "j1");
+    let max_rate = || controller.snapshot().resources[0].max_rate;
+    assert_eq!(max_rate(), 10_000.0, "starts at the ceiling");
+    let at = |ns: u64, n: u64| {
+        let bucket = padll_wire::latency::bucket_of(ns);
+        let mut counts = vec![0; bucket + 1];
+        counts[bucket] = n;
+        counts
+    };
+    // Calls take 5 ms against a 1 ms target while the stage uses all of Max_R: it falls,
+    // never below the floor.
+    let mut last = max_rate();
+    for cycle in 1..=12 {
+        report_timed(
+            &controller,
+            "a",
+            a,
+            cycle,
+            &[(1, last, at(5_000_000, 1000))],
+        );
+        controller.cycle().await;
+        let now = max_rate();
+        assert!(
+            now < last || now == 100.0,
+            "cycle {cycle}: {now} after {last}"
+        );
+        last = now;
+    }
+    assert!(last < 2_000.0, "{last}");
+    let snapshot = controller.snapshot();
+    let auto = snapshot.resources[0].auto.unwrap();
+    assert_eq!(
+        (auto.target_p50_ms, auto.floor, auto.ceiling),
+        (Some(1.0), 100.0, 10_000.0)
+    );
+    // Fast calls again, demand at Max_R: it climbs back.
+    for cycle in 13..=30 {
+        report_timed(&controller, "a", a, cycle, &[(1, last, at(200_000, 1000))]);
+        controller.cycle().await;
+        last = max_rate();
+    }
+    assert!(last > 5_000.0, "{last}");
+    // A static Max_R stops the steering; `auto` starts it again, from the ceiling.
+    let set = |rate: &str| {
+        controller.change(Change::MaxRate {
+            resource: "/scratch:metadata".into(),
+            rate: rate.into(),
+        })
+    };
+    assert!(set("3000").unwrap().contains("static from now on"));
+    report_timed(&controller, "a", a, 31, &[(1, 3000.0, at(5_000_000, 1000))]);
+    controller.cycle().await;
+    assert_eq!(max_rate(), 3000.0);
+    assert_eq!(controller.snapshot().resources[0].auto, None);
+    assert!(set("auto").unwrap().contains("from its ceiling 10000"));
+    assert_eq!(max_rate(), 10_000.0);
+    // A resource configured with a static Max_R has nothing to steer by.
+    let fixed = self::controller();
+    let refused = fixed
+        .change(Change::MaxRate {
+            resource: "/scratch:metadata".into(),
+            rate: "auto".into(),
+        })
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("no latency target"),
+        "{refused}"
+    );
 }

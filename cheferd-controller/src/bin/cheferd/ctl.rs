@@ -47,11 +47,12 @@ enum CtlCommand {
         /// Policy name.
         policy: String,
     },
-    /// Change a resource's capacity Max_R.
+    /// Change a resource's capacity Max_R (a rate: static from then on; `auto`: steered by
+    /// the file system's service times again, for a resource configured so).
     SetMaxRate {
         /// `MOUNT:CLASS`.
         resource: String,
-        /// Rate (`110000`, `110k`, `20GiB/s`).
+        /// Rate (`110000`, `110k`, `20GiB/s`) or `auto`.
         #[arg(allow_negative_numbers = true)]
         rate: String,
     },
