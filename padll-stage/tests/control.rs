@@ -2,7 +2,7 @@
 //! reports, rules applied at run time, malformed and oversized messages, refused rules,
 //! fail-static when the controller disappears, and reconnection.
 
-use crate::util::{library, scratch};
+use crate::util::{calls_are_timed, library, scratch};
 use padll_wire::channel::{ChannelSpec, Scope};
 use padll_wire::control::{
     self, ControlMessage, StageMessage, MAX_MESSAGE_BYTES, PROTOCOL_VERSION,
@@ -443,16 +443,6 @@ fn serve_as_nobody(path: &Path, payload: &[u8]) -> libc::pid_t {
         std::thread::sleep(Duration::from_millis(10));
     }
     pid
-}
-
-/// Whether the stage can time calls here: the kernel keeps time with the x86-64
-/// time-stamp counter (elsewhere it counts no service times).
-fn calls_are_timed() -> bool {
-    cfg!(target_arch = "x86_64")
-        && std::fs::read_to_string(
-            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
-        )
-        .is_ok_and(|source| source.trim() == "tsc")
 }
 
 #[test]
