@@ -96,21 +96,20 @@ pub fn ns_per_tick() -> f64 {
 }
 
 /// Whether tick differences can be converted into nanoseconds ([`ns_per_tick`]), after
-/// measuring the rate if it is not yet (out of line from the managed path: `errno` is
-/// kept and a panic means "not yet").
+/// measuring the rate if it is not yet (out of line from the managed path, which
+/// needs `errno` kept: the measurement's system calls may set it; it cannot panic).
 #[cold]
 #[inline(never)]
 pub fn timing_ready() -> bool {
     if !cfg!(all(target_arch = "x86_64", not(miri))) {
         return false;
     }
-    let known = || NS_PER_TICK.load(Ordering::Relaxed) != 0;
-    known()
-        || crate::guard::shielded(|| {
-            calibrate();
-            known()
-        })
-        .unwrap_or(false)
+    if NS_PER_TICK.load(Ordering::Relaxed) == 0 {
+        let saved = crate::errno::get();
+        calibrate();
+        crate::errno::set(saved);
+    }
+    NS_PER_TICK.load(Ordering::Relaxed) != 0
 }
 
 /// Measures the rate once ≥ [`CALIBRATION_NS`] have passed since the origin; 0 before
