@@ -356,7 +356,8 @@ fn route(mount: u16, op: Op) -> u64 {
 }
 
 /// What [`admit`] did, for [`settle`]: which byte-counting channels charged the
-/// request before the call. One word, so that it stays in a register across the call.
+/// request before the call, and when the admission ended. Two words, so that it stays
+/// in registers across the call.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Admission {
     /// The byte-counting channels passed (slot number + 1 per byte, as in the high half
@@ -364,6 +365,8 @@ pub struct Admission {
     /// the bytes requested (its burst capped the charge), so that even a call that
     /// moved exactly that many needs settling.
     byte_channels: u64,
+    /// [`tsc::ticks`] when the request was admitted: its service time starts there.
+    pub stamp: u64,
 }
 
 /// [`Admission::byte_channels`]: a byte channel's charge was capped.
@@ -371,7 +374,10 @@ const CAPPED: u64 = 1 << 32;
 
 impl Admission {
     /// Nothing admitted (no channel, or not managed).
-    pub const NONE: Admission = Admission { byte_channels: 0 };
+    pub const NONE: Admission = Admission {
+        byte_channels: 0,
+        stamp: 0,
+    };
 
     /// The byte channels passed, packed as in a route.
     #[inline(always)]
@@ -383,7 +389,8 @@ impl Admission {
 /// Passes a request of operation `op` through every channel that serves it, sleeping
 /// until each admits it (the time is counted as the operation's wait). `bytes` is the
 /// request's size for byte-counting channels; `counters` are the calling thread's. The
-/// clock is read once unless the request waits.
+/// clock is read once unless the request waits or a channel's credit does not pay,
+/// and also when no channel serves the request (its service time is measured too).
 ///
 /// Inlined into the hooks' managed path: channels whose cost the thread's leased
 /// credit pays are passed with loads and plain stores in the thread's shard (no call,
@@ -392,14 +399,16 @@ impl Admission {
 #[inline(always)]
 pub fn admit(counters: stats::Counters, mount: u16, op: Op, bytes: u64) -> Admission {
     let word = route(mount, op);
+    // The credit check's clock (one `rdtsc` against tick deadlines: `tsc`), and where
+    // the call's service time starts.
+    let stamp = tsc::ticks();
     let mut admission = Admission {
         byte_channels: word >> 32,
+        stamp,
     };
     if word == 0 {
         return admission;
     }
-    // The credit check's clock: one `rdtsc` against tick deadlines (`tsc`).
-    let stamp = tsc::ticks();
     let mut requests = word as u32;
     while requests != 0 {
         if !paid_from_credit(counters, slot_index(requests), 1, stamp) {
@@ -454,7 +463,8 @@ fn paid_from_credit(counters: stats::Counters, index: usize, cost: u64, stamp: u
 /// [`admit`] from the first channel the thread's credit did not pay (`requests` and
 /// `byte_channels`: the request and byte channels left, packed as in a route): each is
 /// passed from credit if it pays, else by [`pass_reserving`], which may wait (then the
-/// time is counted as `op`'s wait and the clock is read again).
+/// time is counted as `op`'s wait and the clock is read again); the admission's stamp
+/// is read when the last channel passed.
 #[cold]
 #[inline(never)]
 fn admit_rest(
@@ -487,6 +497,7 @@ fn admit_rest(
         pass(index, cost);
         byte_channels >>= 8;
     }
+    admission.stamp = tsc::ticks();
     admission
 }
 

@@ -552,7 +552,7 @@ fn send_usage(seq: u64) -> std::io::Result<()> {
         seq,
         channels: channels::list(),
         ops: stats::snapshot(),
-        latency: Vec::new(),
+        latency: stats::latency_rows(&crate::mountpoints()),
     };
     send(&usage)
 }

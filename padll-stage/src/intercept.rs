@@ -9,7 +9,8 @@
 //! 3. unmanaged → count it, call the real function, keep the fd table right
 //!    (`effects.rs`);
 //! 4. managed → wait in every channel that serves it, call the real function,
-//!    settle the byte count, count it, record new descriptors.
+//!    count its service time, settle the byte count, count it, record new
+//!    descriptors.
 //!
 //! Invariants: `errno` after the hook is what the real call left; no panic escapes
 //! (`guard.rs`); the stage's own I/O (inside [`StageIo`](crate::guard::StageIo)) is never
@@ -20,7 +21,7 @@ use crate::call::{Account, Call, Effect, Returned, Target};
 use crate::effects::{after_cold, after_managed, after_unrelated, before};
 use crate::guard::{guarded, in_stage_io};
 use crate::resolve::{quick_resolve, resolve, Resolved, UNRELATED};
-use crate::{channels, errno, fdtable, stats};
+use crate::{channels, errno, fdtable, stats, tsc};
 use padll_wire::ops::Op;
 
 /// The fast path of every hook, inlined into it and specialised for its target and
@@ -215,7 +216,8 @@ pub unsafe fn intercept_rest<R: Returned>(
 /// The common case — a thread that owns its counter shard, every channel paid from the
 /// thread's leased credit, no byte count to settle, no path to remember — runs only
 /// code that cannot panic and does not touch `errno` (bounded table lookups, plain
-/// loads and stores in the thread's shard, one `rdtsc`): it needs neither a panic
+/// loads and stores in the thread's shard, one `rdtsc` before and one after the real
+/// call, whose difference is counted as its service time): it needs neither a panic
 /// guard nor an `errno` save. Everything else (reserving in a bucket, waiting, settling a byte
 /// count, allocating a path, a thread's first call) is out of line and [`shielded`](crate::guard::shielded).
 #[allow(clippy::too_many_arguments)]
@@ -282,7 +284,21 @@ fn tracked_with<R: Returned>(
         }
         _ => real(),
     };
+    let served = tsc::ticks();
 
+    // The service time: from the last admission (a copy's source is admitted after its
+    // destination) to the call's return.
+    let admitted = match source {
+        Some(_) => source_admission.stamp,
+        None => main_admission.stamp,
+    };
+    let ticks = served.wrapping_sub(admitted);
+    if let Some(mount) = main {
+        counters.served(mount, main_op.class(), ticks);
+    }
+    if let Some(mount) = source {
+        counters.served(mount, source_op.class(), ticks);
+    }
     let outcome = account(&result);
     if main.is_some() {
         channels::settle(counters, main_op, main_admission, requested, outcome.bytes);

@@ -19,6 +19,7 @@ pub fn current(identity: &Identity) -> Report {
         identity,
         ops: stats::snapshot(),
         channels: channels::list(),
+        latency: stats::latency_rows(&crate::mountpoints()),
     }
 }
 

@@ -20,17 +20,35 @@
 //! managed path reads with the counters instead of through a thread-local, and its
 //! [credit](crate::credit) per channel, beside the channel's counters (one cache line
 //! for the managed path's check and count); `credit.rs` has its rules.
+//!
+//! Service times of managed calls are counted the same way, in the fixed histogram
+//! layout of [`padll_wire::latency`], per mountpoint and class of operation — for the
+//! first [`TIMED_MOUNTS`] registered mountpoints only (most stages have one or two): a
+//! shard holds 6 KiB of them, and a thread only touches the rows it counts in.
 
 use crate::credit::Credit;
+use crate::tsc;
 use padll_wire::channel::SLOT_COUNT;
-use padll_wire::ops::Op;
+use padll_wire::latency::{bucket_of_f64, LatencyRow, BUCKETS};
+use padll_wire::ops::{Class, Op};
 pub use padll_wire::report::OpStats;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// Number of owned shards.
 pub const SHARDS: usize = 256;
 /// Shards a thread tries to claim, from the one its thread pointer hashes to.
 const PROBES: usize = 4;
+/// Mountpoints (the first registered) whose managed calls' service times are counted.
+pub const TIMED_MOUNTS: usize = 4;
+const CLASSES: usize = Class::ALL.len();
+/// Service-time counts of one shard: per class, per bucket, per timed mountpoint (the
+/// mountpoint last: a count's address is then one scaled index from the bucket's).
+type Latency = [[[AtomicU64; TIMED_MOUNTS]; BUCKETS]; CLASSES];
+/// The same, summed over shards.
+type LatencySums = [[[u64; TIMED_MOUNTS]; BUCKETS]; CLASSES];
+/// The mountpoints whose service times are counted now: [`TIMED_MOUNTS`] once the
+/// time-stamp counter's rate is known, 0 before.
+static TIMED: AtomicUsize = AtomicUsize::new(0);
 
 #[repr(C)]
 struct OpCounters {
@@ -56,6 +74,8 @@ struct Shard {
     stage_io: AtomicBool,
     ops: [OpCounters; Op::COUNT],
     channels: [ChannelCounters; SLOT_COUNT],
+    /// Last: the rows a thread never counts in stay on pages never touched.
+    latency: Latency,
 }
 
 const fn empty_shard() -> Shard {
@@ -78,6 +98,8 @@ const fn empty_shard() -> Shard {
                 credit: Credit::new(),
             }
         }; SLOT_COUNT],
+        latency: [const { [const { [const { AtomicU64::new(0) }; TIMED_MOUNTS] }; BUCKETS] };
+            CLASSES],
     }
 }
 
@@ -121,6 +143,36 @@ impl Counters {
         }
         if bytes != 0 {
             self.add(&row.bytes, bytes);
+        }
+    }
+
+    /// Counts the service time of a managed call of `class` on mountpoint `mount`:
+    /// `ticks` of the time-stamp counter (`tsc`). Nothing is counted past the first
+    /// [`TIMED_MOUNTS`], nor while ticks cannot be converted into nanoseconds (the
+    /// managed path's one compare checks both; out of line, the first call after the
+    /// rate is measured opens the count).
+    #[inline(always)]
+    pub fn served(self, mount: u16, class: Class, ticks: u64) {
+        let mount = mount as usize;
+        if mount < TIMED.load(Ordering::Relaxed) {
+            // Signed: a counter that went back (never, where the kernel trusts it)
+            // counts as no time rather than as centuries.
+            let ns = ticks as i64 as f64 * tsc::ns_per_tick();
+            let bucket = &self.shard.latency[class as usize][bucket_of_f64(ns)];
+            self.add(&bucket[mount % TIMED_MOUNTS], 1);
+        } else {
+            self.served_untimed(mount, class, ticks);
+        }
+    }
+
+    /// [`Self::served`] on a mountpoint not timed now: past the first
+    /// [`TIMED_MOUNTS`], or before the counter's rate is known.
+    #[cold]
+    #[inline(never)]
+    fn served_untimed(self, mount: usize, class: Class, ticks: u64) {
+        if mount < TIMED_MOUNTS && tsc::timing_ready() {
+            TIMED.store(TIMED_MOUNTS, Ordering::Relaxed);
+            self.served(mount as u16, class, ticks);
         }
     }
 
@@ -371,7 +423,7 @@ fn thread_pointer() -> u64 {
 /// Requests admitted and tokens taken by channel `slot` since the process (or the
 /// forked child) started: cumulative, wrapping.
 pub fn channel_totals(slot: usize) -> (u64, u64) {
-    all_shards().fold((0u64, 0u64), |(admitted, tokens), shard| {
+    used_shards().fold((0u64, 0u64), |(admitted, tokens), shard| {
         let row = &shard.channels[slot];
         (
             admitted.wrapping_add(row.admitted.load(Ordering::Relaxed)),
@@ -389,8 +441,14 @@ pub fn every_thread() -> impl Iterator<Item = Counters> {
         .map(|shard| Counters { shard, owned: true })
 }
 
-fn all_shards() -> impl Iterator<Item = &'static Shard> {
-    OWNED.iter().chain(std::iter::once(&OVERFLOW))
+/// The shards that may hold counts: those claimed since the last reset (only their
+/// owners count in them) and the overflow shard. Reading only these, a report or a
+/// `fork` costs a few shards' worth of work, not all 256 (6 MiB of reads).
+fn used_shards() -> impl Iterator<Item = &'static Shard> {
+    OWNED
+        .iter()
+        .filter(|shard| shard.owner.load(Ordering::Relaxed) != 0)
+        .chain(std::iter::once(&OVERFLOW))
 }
 
 /// Zeroes every counter and credit and frees every shard: the child of a `fork` starts
@@ -400,31 +458,35 @@ fn all_shards() -> impl Iterator<Item = &'static Shard> {
 pub fn reset() {
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     cache::set(std::ptr::null());
-    let zero = |counter: &AtomicU64| {
-        if counter.load(Ordering::Relaxed) != 0 {
-            counter.store(0, Ordering::Relaxed);
+    for shard in used_shards() {
+        shard.clear();
+    }
+}
+
+impl Shard {
+    /// Zeroes the shard's counters and credit, writing only those that are not zero,
+    /// and frees it.
+    fn clear(&self) {
+        let zero = |counter: &AtomicU64| {
+            if counter.load(Ordering::Relaxed) != 0 {
+                counter.store(0, Ordering::Relaxed);
+            }
+        };
+        zero(&self.owner);
+        if self.stage_io.load(Ordering::Relaxed) {
+            self.stage_io.store(false, Ordering::Relaxed);
         }
-    };
-    // Only shards claimed since the last reset hold anything: a `fork` costs a few
-    // shards' worth of work, not all 256 (3 MiB of reads).
-    let used = all_shards().filter(|shard| {
-        std::ptr::eq(*shard, &OVERFLOW) || shard.owner.load(Ordering::Relaxed) != 0
-    });
-    for shard in used {
-        zero(&shard.owner);
-        if shard.stage_io.load(Ordering::Relaxed) {
-            shard.stage_io.store(false, Ordering::Relaxed);
-        }
-        for c in &shard.ops {
+        for c in &self.ops {
             for counter in [&c.passthrough, &c.managed, &c.errors, &c.bytes, &c.wait_ns] {
                 zero(counter);
             }
         }
-        for c in &shard.channels {
+        for c in &self.channels {
             zero(&c.admitted);
             zero(&c.tokens);
             c.credit.reset();
         }
+        self.latency.iter().flatten().flatten().for_each(zero);
     }
 }
 
@@ -437,7 +499,7 @@ pub fn snapshot() -> Vec<OpStats> {
                 op: op.name().to_string(),
                 ..OpStats::default()
             };
-            for shard in all_shards() {
+            for shard in used_shards() {
                 let c = &shard.ops[op as usize];
                 row.passthrough += c.passthrough.load(Ordering::Relaxed);
                 row.managed += c.managed.load(Ordering::Relaxed);
@@ -451,15 +513,132 @@ pub fn snapshot() -> Vec<OpStats> {
         .collect()
 }
 
+/// The service times counted since the process (or the forked child) started: one row
+/// per timed mountpoint (named as in `mounts`, the registered mountpoints in order) and
+/// class that counted any, its trailing empty buckets left out.
+pub fn latency_rows(mounts: &[String]) -> Vec<LatencyRow> {
+    let mut sums: LatencySums = [[[0; TIMED_MOUNTS]; BUCKETS]; CLASSES];
+    for shard in used_shards() {
+        add_latency(shard, &mut sums);
+    }
+    let mut rows = Vec::new();
+    for (mount_index, mount) in mounts.iter().enumerate().take(TIMED_MOUNTS) {
+        for (class, buckets) in Class::ALL.into_iter().zip(&sums) {
+            let counts: Vec<u64> = buckets.iter().map(|mounts| mounts[mount_index]).collect();
+            if let Some(last) = counts.iter().rposition(|&c| c != 0) {
+                rows.push(LatencyRow {
+                    mount: mount.clone(),
+                    class,
+                    counts: counts[..=last].to_vec(),
+                });
+            }
+        }
+    }
+    rows
+}
+
+/// Adds `shard`'s service-time counts to `sums` (wrapping, like every counter).
+fn add_latency(shard: &Shard, sums: &mut LatencySums) {
+    let counters = shard.latency.iter().flatten().flatten();
+    for (sum, counter) in sums.iter_mut().flatten().flatten().zip(counters) {
+        *sum = sum.wrapping_add(counter.load(Ordering::Relaxed));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use padll_wire::latency::bucket_of;
 
     fn managed_reads() -> u64 {
         snapshot()
             .iter()
             .find(|row| row.op == Op::Read.name())
             .map_or(0, |row| row.managed)
+    }
+
+    /// Whether the time-stamp counter's rate gets known (it is measured 10 ms after
+    /// the first try; never where ticks are not usable).
+    fn timing_gets_ready() -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while std::time::Instant::now() < deadline {
+            if tsc::timing_ready() {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        false
+    }
+
+    fn latency_of(shard: &Shard) -> LatencySums {
+        let mut sums = [[[0; TIMED_MOUNTS]; BUCKETS]; CLASSES];
+        add_latency(shard, &mut sums);
+        sums
+    }
+
+    #[test]
+    fn service_times_land_in_their_mountpoint_class_and_bucket() {
+        let ready = timing_gets_ready();
+        // A shard of the test's own, counted in as a thread's owned shard is.
+        let shard: &'static Shard = Box::leak(Box::new(empty_shard()));
+        let counters = Counters { shard, owned: true };
+        let ticks = |ns: f64| (ns / tsc::ns_per_tick()) as u64;
+        if !ready {
+            // Ticks are not usable here: nothing is timed.
+            counters.served(0, Class::Data, 1_000_000);
+            assert_eq!(latency_of(shard), [[[0; TIMED_MOUNTS]; BUCKETS]; CLASSES]);
+            return;
+        }
+        for _ in 0..3 {
+            counters.served(1, Class::Data, ticks(5e6));
+        }
+        counters.served(0, Class::Metadata, ticks(110e3));
+        counters.served(0, Class::Metadata, ticks(20e9));
+        // Past the timed mountpoints: not counted.
+        counters.served(TIMED_MOUNTS as u16, Class::Metadata, ticks(110e3));
+        let sums = latency_of(shard);
+        let data = Class::Data as usize;
+        let metadata = Class::Metadata as usize;
+        assert_eq!(sums[data][bucket_of(5_000_000)][1], 3);
+        assert_eq!(sums[metadata][bucket_of(110_000)][0], 1);
+        assert_eq!(
+            sums[metadata][BUCKETS - 1][0],
+            1,
+            "20 s: the open-ended bucket"
+        );
+        let total: u64 = sums.iter().flatten().flatten().sum();
+        assert_eq!(total, 5);
+
+        // The child of a fork starts from nothing.
+        shard.owner.store(1, Ordering::Relaxed);
+        shard.clear();
+        assert_eq!(latency_of(shard), [[[0; TIMED_MOUNTS]; BUCKETS]; CLASSES]);
+        assert_eq!(shard.owner.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn latency_rows_name_the_mountpoint_and_leave_out_empty_buckets() {
+        if !timing_gets_ready() {
+            return; // nothing is timed here (the test above checks that)
+        }
+        // Mountpoint 3, read by no other test: counted by this thread's own shard.
+        let mounts: Vec<String> = (0..TIMED_MOUNTS).map(|i| format!("/m{i}")).collect();
+        let rows_of_m3 = || {
+            latency_rows(&mounts)
+                .into_iter()
+                .filter(|row| row.mount == "/m3")
+                .collect::<Vec<_>>()
+        };
+        assert!(rows_of_m3().is_empty());
+        let ticks = (2_000.0 / tsc::ns_per_tick()) as u64;
+        local().served(3, Class::Xattr, ticks);
+        local().served(3, Class::Xattr, ticks);
+        let rows = rows_of_m3();
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(rows[0].class, Class::Xattr);
+        let mut expected = vec![0; bucket_of(2_000) + 1];
+        expected[bucket_of(2_000)] = 2;
+        assert_eq!(rows[0].counts, expected);
     }
 
     #[test]

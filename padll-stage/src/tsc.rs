@@ -1,4 +1,5 @@
-//! A cheaper clock for one question only: has a thread's leased credit expired?
+//! A cheaper clock for two questions: has a thread's leased credit expired, and how
+//! long did the file system take to serve a managed call?
 //!
 //! Credit (see `credit`) is spendable until `expires` (ns of `CLOCK_MONOTONIC`), and
 //! invariant 12 needs that checked against real time on every spend. `clock_gettime`
@@ -23,11 +24,20 @@
 //! usable (another clock source, not x86-64), credit has no tick deadline (0: always
 //! past), so the managed path's check fails and the out-of-line path spends the credit
 //! after checking `expires` against `CLOCK_MONOTONIC` itself.
+//!
+//! Service times are tick differences converted at the rate measured in the same
+//! calibration ([`ns_per_tick`]), not lowered (a deadline must come early; a service
+//! time should be right). Until it is measured, or where ticks are not usable, no
+//! service time is known and the managed path counts none (calls of a process' first
+//! 10 ms are not timed); it measures the rate itself ([`timing_ready`]) on the first
+//! managed call 10 ms after load, whether or not a channel serves the call.
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 /// Ticks per nanosecond, 32.32 fixed point, lowered by 1/64; 0 = not usable (yet).
 static TICKS_PER_NS: AtomicU64 = AtomicU64::new(0);
+/// Nanoseconds per tick as measured, the bits of an `f64`; 0 (0.0) = not usable (yet).
+static NS_PER_TICK: AtomicU64 = AtomicU64::new(0);
 /// Whether the kernel keeps time with the counter: unknown / yes / no.
 static SOURCE: AtomicU8 = AtomicU8::new(UNKNOWN);
 const UNKNOWN: u8 = 0;
@@ -78,6 +88,30 @@ pub fn deadline(now_ticks: u64, now_ns: u64, expires_ns: u64) -> u64 {
     now_ticks.saturating_add(ticks.min(u64::MAX as u128) as u64)
 }
 
+/// Nanoseconds per tick, to convert a difference of two [`ticks`] read by one thread:
+/// 0 until [`timing_ready`].
+#[inline(always)]
+pub fn ns_per_tick() -> f64 {
+    f64::from_bits(NS_PER_TICK.load(Ordering::Relaxed))
+}
+
+/// Whether tick differences can be converted into nanoseconds ([`ns_per_tick`]), after
+/// measuring the rate if it is not yet (out of line from the managed path, which
+/// needs `errno` kept: the measurement's system calls may set it; it cannot panic).
+#[cold]
+#[inline(never)]
+pub fn timing_ready() -> bool {
+    if !cfg!(all(target_arch = "x86_64", not(miri))) {
+        return false;
+    }
+    if NS_PER_TICK.load(Ordering::Relaxed) == 0 {
+        let saved = crate::errno::get();
+        calibrate();
+        crate::errno::set(saved);
+    }
+    NS_PER_TICK.load(Ordering::Relaxed) != 0
+}
+
 /// Measures the rate once ≥ [`CALIBRATION_NS`] have passed since the origin; 0 before
 /// that, or if ticks are not usable.
 #[cold]
@@ -106,6 +140,8 @@ fn calibrate() -> u64 {
     if elapsed < CALIBRATION_NS || ticks <= origin_ticks {
         return 0;
     }
+    let ns_per_tick = elapsed as f64 / (ticks - origin_ticks) as f64;
+    NS_PER_TICK.store(ns_per_tick.to_bits(), Ordering::Relaxed);
     let rate = ((ticks - origin_ticks) as u128) << 32;
     let rate = rate / elapsed as u128;
     let rate = (rate - rate / 64).min(u64::MAX as u128) as u64;

@@ -399,6 +399,22 @@ fn run_throttles_and_stats_prints_the_table() {
         value["channels"][0]["admitted"].as_u64().unwrap() > 0,
         "{value}"
     );
+    // The managed calls' service times: the metadata class on the mountpoint, with a
+    // median and 99th percentile in the table.
+    if crate::util::calls_are_timed() {
+        let latency = &value["latency"][0];
+        assert_eq!(latency["mount"], dir.display().to_string(), "{value}");
+        assert_eq!(latency["class"], "metadata", "{value}");
+        let line = text
+            .lines()
+            .find(|line| line.contains(" metadata "))
+            .unwrap_or_else(|| panic!("no service times in:\n{text}"));
+        assert!(
+            line.trim_start().starts_with(&dir.display().to_string()),
+            "{text}"
+        );
+        assert!(text.contains("p99"), "{text}");
+    }
     // A table-format file is named as such.
     let table_file = dir.join("job.txt");
     std::fs::write(&table_file, report::table(&reports(&stats))).unwrap();

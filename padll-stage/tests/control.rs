@@ -2,7 +2,7 @@
 //! reports, rules applied at run time, malformed and oversized messages, refused rules,
 //! fail-static when the controller disappears, and reconnection.
 
-use crate::util::{library, scratch};
+use crate::util::{calls_are_timed, library, scratch};
 use padll_wire::channel::{ChannelSpec, Scope};
 use padll_wire::control::{
     self, ControlMessage, StageMessage, MAX_MESSAGE_BYTES, PROTOCOL_VERSION,
@@ -280,17 +280,21 @@ fn unreachable_controller_is_reported_once_and_configured_rules_apply() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-#[test]
-#[cfg_attr(not(has_python3), ignore = "python3 not installed")]
-fn a_forked_child_registers_on_its_own_connection() {
-    // The interpreter itself, not a wrapper script (pyenv's shim forks and execs).
-    let python = Command::new("python3")
+/// The Python interpreter itself, not a wrapper script (pyenv's shim forks and execs).
+fn python() -> String {
+    Command::new("python3")
         .args(["-c", "import sys; print(sys.executable)"])
         .output()
         .ok()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .filter(|p| p.starts_with('/'))
-        .expect("python3 not installed");
+        .expect("python3 not installed")
+}
+
+#[test]
+#[cfg_attr(not(has_python3), ignore = "python3 not installed")]
+fn a_forked_child_registers_on_its_own_connection() {
+    let python = python();
     let dir = scratch("fork");
     let socket = dir.join("controller.sock");
     let listener = UnixListener::bind(&socket).unwrap();
@@ -439,4 +443,115 @@ fn serve_as_nobody(path: &Path, payload: &[u8]) -> libc::pid_t {
         std::thread::sleep(Duration::from_millis(10));
     }
     pid
+}
+
+#[test]
+#[cfg_attr(not(has_python3), ignore = "python3 not installed")]
+fn service_times_are_reported_without_a_channel() {
+    service_times_are_reported("times-unruled", None);
+}
+
+#[test]
+#[cfg_attr(not(has_python3), ignore = "python3 not installed")]
+fn service_times_are_reported_through_a_channel() {
+    service_times_are_reported("times-ruled", Some("all=1000000/s"));
+}
+
+/// A program makes `STATS` stats on the mountpoint, opens a FIFO there and reads from it
+/// while a thread of its own writes to it a second later: the usage reports count every
+/// managed call's service time once, in its mountpoint's row of its class, and the
+/// read as taking long.
+fn service_times_are_reported(name: &str, rules: Option<&str>) {
+    const STATS: usize = 300;
+    let dir = scratch(name);
+    let socket = dir.join("controller.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    let fifo = dir.join("fifo");
+    let fifo_name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo_name.as_ptr(), 0o600) }, 0);
+    // The stage measures the time-stamp counter's rate 10 ms after it loads and times
+    // no call before; the program ends when its standard input closes.
+    let script = format!(
+        "import os, sys, threading, time
+time.sleep(0.1)
+for _ in range({STATS}):
+    os.stat('{dir}')
+fd = os.open('{fifo}', os.O_RDWR)
+def write_later():
+    time.sleep(1)
+    os.write(fd, b'x')
+threading.Thread(target=write_later).start()
+os.read(fd, 1)
+sys.stdin.read()
+",
+        dir = dir.display(),
+        fifo = fifo.display()
+    );
+    let mut command = Command::new(python());
+    command
+        .args(["-c", &script])
+        .env("LD_PRELOAD", library())
+        .env("PADLL_MOUNTS", &dir)
+        .env("PADLL_CONTROLLER", &socket)
+        .stdin(Stdio::piped());
+    if let Some(rules) = rules {
+        command.env("PADLL_RULES", rules);
+    }
+    let mut child = command.spawn().unwrap();
+    let mut peer = Peer::accept(&listener);
+    assert!(matches!(peer.receive().1, StageMessage::Hello { .. }));
+    peer.send(&ControlMessage::Welcome {
+        version: PROTOCOL_VERSION,
+        stage_id: 1,
+        report_interval_ms: 100,
+    });
+
+    // The first report after the read returned (the program's thread wrote after it).
+    let written =
+        |ops: &[padll_wire::report::OpStats]| ops.iter().any(|o| o.op == "write" && o.managed == 1);
+    let (ops, latency) = loop {
+        if let (_, StageMessage::Usage { ops, latency, .. }) = peer.receive() {
+            let managed = |name: &str| ops.iter().find(|o| o.op == name).map_or(0, |o| o.managed);
+            if written(&ops) && managed("read") == 1 {
+                break (ops, latency);
+            }
+        }
+    };
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+    let _ = std::fs::remove_dir_all(&dir);
+
+    if !calls_are_timed() {
+        assert!(
+            latency.is_empty(),
+            "timed without a usable clock: {latency:?}"
+        );
+        return;
+    }
+    let mount = dir.display().to_string();
+    assert!(latency.iter().all(|row| row.mount == mount), "{latency:?}");
+    let total = |class: Class| -> u64 {
+        latency
+            .iter()
+            .filter(|row| row.class == class)
+            .flat_map(|row| row.counts.iter())
+            .sum()
+    };
+    // Every managed call is timed once: the stats and the open, the read and the write.
+    let managed: u64 = ops.iter().map(|o| o.managed).sum();
+    let timed: u64 = Class::ALL.into_iter().map(total).sum();
+    assert_eq!(timed, managed, "{latency:?}\n{ops:?}");
+    assert_eq!(total(Class::Metadata), STATS as u64 + 1, "{latency:?}");
+    assert_eq!(total(Class::Data), 2, "{latency:?}");
+    // The read waited about a second for the write: counted as at least 50 ms.
+    let data = latency.iter().find(|row| row.class == Class::Data).unwrap();
+    let slow: u64 = data
+        .counts
+        .iter()
+        .enumerate()
+        .filter(|(bucket, _)| padll_wire::latency::lower_bound_ns(*bucket) >= 50_000_000)
+        .map(|(_, count)| count)
+        .sum();
+    assert!(slow >= 1, "the blocked read: {:?}", data.counts);
 }

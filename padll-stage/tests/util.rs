@@ -40,6 +40,16 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// Whether the stage can time calls here: the kernel keeps time with the x86-64
+/// time-stamp counter (elsewhere it counts no service times).
+pub fn calls_are_timed() -> bool {
+    cfg!(target_arch = "x86_64")
+        && std::fs::read_to_string(
+            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+        )
+        .is_ok_and(|source| source.trim() == "tsc")
+}
+
 /// A rule of `rate` metadata operations per second on `mount`.
 pub fn metadata_rule(mount: &Path, rate: u64, burst: u64) -> ChannelSpec {
     ChannelSpec {

@@ -17,16 +17,28 @@ pub const BUCKETS: usize = 48;
 /// The first bucket's upper bound is `2^FIRST_OCTAVE` ns (1.024 µs).
 const FIRST_OCTAVE: u32 = 10;
 
-/// The bucket counting a service time of `ns` nanoseconds (a few instructions, no
-/// branch the compiler cannot turn into a conditional move).
+/// The bucket counting a service time of `ns` nanoseconds.
 #[inline(always)]
 pub fn bucket_of(ns: u64) -> usize {
-    let octave = 63 - (ns | 1).leading_zeros();
-    if octave < FIRST_OCTAVE {
-        return 0;
-    }
-    let upper_half = ((ns >> (octave - 1)) & 1) as usize;
-    (1 + 2 * (octave - FIRST_OCTAVE) as usize + upper_half).min(BUCKETS - 1)
+    // Exact: every bucket bound is a float, and only times far in the last bucket
+    // (above 2^53 ns) round.
+    bucket_of_f64(ns as f64)
+}
+
+/// [`bucket_of`] for a time in floating point, as the stage measures it (a tick count
+/// times nanoseconds per tick): a dozen instructions, no branch. A negative time or
+/// NaN counts in bucket 0.
+#[inline(always)]
+pub fn bucket_of_f64(ns: f64) -> usize {
+    // A time in bucket 0 reads as 768 ns: the upper half of the octave below the first
+    // bound (a compare the compiler makes one `maxsd`).
+    let floor = (3u64 << (FIRST_OCTAVE - 2)) as f64;
+    let ns = if ns > floor { ns } else { floor };
+    // A positive double's bits from the 51st up: its biased exponent twice, plus the
+    // mantissa's top bit (1 in an octave's upper half). 768 ns gives bucket 0.
+    let halves = (ns.to_bits() >> 51) as usize;
+    let floor_halves = 2 * (1023 + FIRST_OCTAVE as usize - 1) + 1;
+    halves.wrapping_sub(floor_halves).min(BUCKETS - 1)
 }
 
 /// The smallest service time (ns) counted in bucket `index`.
@@ -181,6 +193,12 @@ mod tests {
         assert_eq!(bucket_of(1536), 2);
         assert_eq!(bucket_of(2048), 3);
         assert_eq!(bucket_of(u64::MAX), BUCKETS - 1);
+        assert_eq!(bucket_of(767), 0);
+        assert_eq!(bucket_of(768), 0);
+        assert_eq!(bucket_of_f64(-5.0), 0);
+        assert_eq!(bucket_of_f64(f64::NAN), 0);
+        assert_eq!(bucket_of_f64(f64::INFINITY), BUCKETS - 1);
+        assert_eq!(bucket_of_f64(1535.9), 1);
         for i in 0..BUCKETS {
             let lower = lower_bound_ns(i);
             assert_eq!(bucket_of(lower), i, "lower bound of {i}");

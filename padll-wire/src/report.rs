@@ -3,6 +3,7 @@
 
 use crate::channel::{ChannelInfo, ChannelSpec, LimitScope};
 use crate::config::Identity;
+use crate::latency::{Histogram, LatencyRow, BUCKETS};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 
@@ -39,6 +40,10 @@ pub struct Report {
     pub ops: Vec<OpStats>,
     /// Per-channel configuration and counters.
     pub channels: Vec<ChannelInfo>,
+    /// Service times of managed calls per mountpoint and class (none in files written
+    /// before they were measured).
+    #[serde(default)]
+    pub latency: Vec<LatencyRow>,
 }
 
 /// Renders reports as a table: one block per process, or a single `total` block
@@ -54,6 +59,7 @@ pub fn table(reports: &[Report]) -> String {
         );
         write_ops(&mut out, &report.ops);
         write_channels(&mut out, &report.channels);
+        write_latency(&mut out, &report.latency);
         out.push('\n');
     }
     out
@@ -119,6 +125,78 @@ pub fn channel_totals(reports: &[Report]) -> Vec<ChannelTotal> {
         }
     }
     totals
+}
+
+/// Sums the service times of several reports: one row per mountpoint and class, in
+/// order of first appearance.
+pub fn latency_totals(reports: &[Report]) -> Vec<LatencyRow> {
+    let mut totals: Vec<(String, crate::ops::Class, Histogram)> = Vec::new();
+    for row in reports.iter().flat_map(|r| &r.latency) {
+        // `parse` refuses rows with more buckets than the layout.
+        let Ok(histogram) = Histogram::from_counts(&row.counts) else {
+            continue;
+        };
+        match totals
+            .iter_mut()
+            .find(|(mount, class, _)| *mount == row.mount && *class == row.class)
+        {
+            Some((_, _, sum)) => sum.merge(&histogram),
+            None => totals.push((row.mount.clone(), row.class, histogram)),
+        }
+    }
+    totals
+        .into_iter()
+        .map(|(mount, class, histogram)| LatencyRow {
+            mount,
+            class,
+            counts: histogram.counts().to_vec(),
+        })
+        .collect()
+}
+
+/// Writes the service-time table: calls timed, median and 99th percentile per
+/// mountpoint and class (nothing when no call was timed).
+pub fn write_latency(out: &mut String, rows: &[LatencyRow]) {
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "  {:<40} {:<9} {:>12} {:>10} {:>10}",
+        "service time (managed)", "class", "timed", "p50", "p99"
+    );
+    for row in rows {
+        let Ok(histogram) = Histogram::from_counts(&row.counts) else {
+            continue;
+        };
+        let quantile = |q| histogram.quantile(q).map_or("-".into(), seconds);
+        let _ = writeln!(
+            out,
+            "  {:<40} {:<9} {:>12} {:>10} {:>10}",
+            row.mount,
+            row.class.name(),
+            histogram.total(),
+            quantile(0.5),
+            quantile(0.99)
+        );
+    }
+}
+
+/// A duration for a table: three significant digits in s, ms or µs.
+fn seconds(value: f64) -> String {
+    let (scaled, unit) = match value {
+        v if v >= 1.0 => (v, "s"),
+        v if v >= 1e-3 => (v * 1e3, "ms"),
+        v => (v * 1e6, "µs"),
+    };
+    let decimals = if scaled >= 100.0 {
+        0
+    } else if scaled >= 10.0 {
+        1
+    } else {
+        2
+    };
+    format!("{scaled:.decimals$} {unit}")
 }
 
 /// Writes the job-total channel table (nothing when there are no channels).
@@ -208,8 +286,21 @@ pub fn parse(text: &str) -> Result<Vec<Report>, ReportError> {
         if content.starts_with(TABLE_HEADING) {
             return Err(ReportError::TableFormat { line });
         }
-        match serde_json::from_str(content) {
-            Ok(report) => reports.push(report),
+        match serde_json::from_str::<Report>(content) {
+            Ok(report) => {
+                if let Some(row) = report.latency.iter().find(|r| r.counts.len() > BUCKETS) {
+                    return Err(ReportError::Json {
+                        line,
+                        error: format!(
+                            "the service times of {} ({}) have {} buckets (the layout has {BUCKETS})",
+                            row.mount,
+                            row.class,
+                            row.counts.len()
+                        ),
+                    });
+                }
+                reports.push(report)
+            }
             Err(error) if reports.is_empty() => {
                 return Err(ReportError::NotReports {
                     line,
@@ -275,6 +366,7 @@ mod tests {
                 ..OpStats::default()
             }],
             channels: vec![],
+            latency: vec![],
         };
         let line = serde_json::to_string(&report).unwrap();
         let parsed = parse(&format!("{line}\n{line}\n")).unwrap();
@@ -330,6 +422,7 @@ mod tests {
             identity: Identity::default(),
             ops: vec![],
             channels,
+            latency: vec![],
         };
         let own = ChannelInfo {
             binds: LimitScope::Process,
@@ -363,5 +456,62 @@ mod tests {
             "{out}"
         );
         assert!(out.lines().nth(3).unwrap().contains(" process "), "{out}");
+    }
+
+    #[test]
+    fn service_times_are_summed_per_mountpoint_and_class() {
+        use crate::latency::bucket_of;
+        use crate::ops::Class;
+        let row = |mount: &str, class, ns: u64, calls: u64| {
+            let mut counts = vec![0; bucket_of(ns) + 1];
+            counts[bucket_of(ns)] = calls;
+            LatencyRow {
+                mount: mount.into(),
+                class,
+                counts,
+            }
+        };
+        let process = |latency| Report {
+            program: "p".into(),
+            identity: Identity::default(),
+            ops: vec![],
+            channels: vec![],
+            latency,
+        };
+        let reports = [
+            process(vec![
+                row("/scratch", Class::Metadata, 100_000, 90),
+                row("/scratch", Class::Data, 2_000_000, 5),
+            ]),
+            process(vec![row("/scratch", Class::Metadata, 50_000_000, 10)]),
+        ];
+        let totals = latency_totals(&reports);
+        assert_eq!(totals.len(), 2);
+        assert_eq!(totals[0].counts.iter().sum::<u64>(), 100);
+        let mut out = String::new();
+        write_latency(&mut out, &totals);
+        let metadata = out.lines().nth(1).unwrap();
+        // p50 in the 100 µs bucket, p99 in the 50 ms one.
+        assert!(
+            metadata.contains("/scratch")
+                && metadata.contains(" metadata ")
+                && metadata.contains(" 100 "),
+            "{out}"
+        );
+        assert!(
+            metadata.contains(" µs ") && metadata.ends_with(" ms"),
+            "{out}"
+        );
+        // Old files have no service times; a row with too many buckets is refused.
+        let mut old: serde_json::Value = serde_json::to_value(&reports[0]).unwrap();
+        old.as_object_mut().unwrap().remove("latency");
+        assert_eq!(parse(&old.to_string()).unwrap()[0].latency, vec![]);
+        let mut bad = reports[1].clone();
+        bad.latency[0].counts = vec![1; BUCKETS + 1];
+        let error = parse(&serde_json::to_string(&bad).unwrap()).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "line 1: the service times of /scratch (metadata) have 49 buckets (the layout has 48)"
+        );
     }
 }

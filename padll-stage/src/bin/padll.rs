@@ -60,7 +60,8 @@ enum Commands {
         #[arg(long)]
         per_process: bool,
         /// Print JSON instead of a table: the job's totals as one object
-        /// ({file, processes, ops, channels}), or with --per-process every report.
+        /// ({file, processes, ops, channels, latency}), or with --per-process every
+        /// report.
         #[arg(long)]
         json: bool,
     },
@@ -617,6 +618,7 @@ struct JobTotals<'a> {
     processes: usize,
     ops: &'a [report::OpStats],
     channels: &'a [report::ChannelTotal],
+    latency: &'a [padll_wire::latency::LatencyRow],
 }
 
 /// Largest statistics file `padll stats` reads (a report is a few KiB per process).
@@ -652,12 +654,14 @@ fn stats(file: &Path, per_process: bool, json: bool) -> Result<(), Failure> {
         (false, json) => {
             let ops = report::total(&reports);
             let channels = report::channel_totals(&reports);
+            let latency = report::latency_totals(&reports);
             if json {
                 let totals = JobTotals {
                     file: file.display().to_string(),
                     processes: reports.len(),
                     ops: &ops,
                     channels: &channels,
+                    latency: &latency,
                 };
                 emit(&encode(&totals)?);
             } else {
@@ -668,6 +672,7 @@ fn stats(file: &Path, per_process: bool, json: bool) -> Result<(), Failure> {
                 );
                 report::write_ops(&mut out, &ops);
                 report::write_channel_totals(&mut out, &channels);
+                report::write_latency(&mut out, &latency);
                 emit(&out);
             }
         }
