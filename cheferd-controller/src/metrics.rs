@@ -7,7 +7,7 @@
 
 use crate::bounds::{Incoming, Limited, ListenerCaps};
 use crate::config::Resource;
-use crate::global::ServiceSummary;
+use crate::global::{AutoSnapshot, ServiceSummary};
 use crate::global::{Controller, Metrics, LATENCY_BUCKETS};
 use crate::plan::JobShare;
 use http_body_util::Full;
@@ -376,27 +376,29 @@ fn service_times(out: &mut Exposition, metrics: &Metrics) {
             &rows,
         );
     }
-    let targets: Vec<_> = metrics
-        .snapshot
-        .resources
-        .iter()
-        .filter_map(|r| Some((r.resource.as_str(), r.auto?)))
-        .flat_map(|(resource, auto)| {
-            [("0.5", auto.target_p50_ms), ("0.99", auto.target_p99_ms)]
-                .into_iter()
-                .filter_map(move |(quantile, ms)| {
-                    Some((
-                        vec![("resource", resource), ("quantile", quantile)],
-                        ms? / 1e3,
-                    ))
-                })
-        })
-        .collect();
-    out.gauge(
-        "cheferd_resource_service_target_seconds",
-        "The service time a resource's Max_R is steered to hold (max_rate = \"auto\"), by quantile.",
-        &targets,
-    );
+    let auto = || {
+        metrics
+            .snapshot
+            .resources
+            .iter()
+            .filter_map(|r| Some((r, r.auto?)))
+    };
+    for (quantile, target) in [
+        (
+            "p50",
+            (|a| a.target_p50_ms) as fn(&AutoSnapshot) -> Option<f64>,
+        ),
+        ("p99", |a| a.target_p99_ms),
+    ] {
+        let rows: Vec<_> = auto()
+            .filter_map(|(r, a)| Some((vec![("resource", r.resource.as_str())], target(&a)? / 1e3)))
+            .collect();
+        out.gauge(
+            &format!("cheferd_resource_service_target_{quantile}_seconds"),
+            "The service time a resource's Max_R is steered to hold (max_rate = \"auto\").",
+            &rows,
+        );
+    }
 }
 
 #[cfg(test)]
@@ -444,7 +446,7 @@ mod tests {
             "cheferd_resource_service_seconds_count{resource=\"/s:data\"} 0",
             "cheferd_resource_service_p50_seconds{resource=\"/s:metadata\"} 0.00025",
             "cheferd_resource_service_p99_seconds{resource=\"/s:metadata\"} 0.004",
-            "cheferd_resource_service_target_seconds{resource=\"/s:metadata\",quantile=\"0.5\"} 0.0005",
+            "cheferd_resource_service_target_p50_seconds{resource=\"/s:metadata\"} 0.0005",
         ] {
             assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
         }

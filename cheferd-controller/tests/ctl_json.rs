@@ -34,6 +34,18 @@ fn every_ctl_view_prints_json() {
         (jobs["shares"][0]["job"] == job.as_str()).then_some(())
     });
 
+    // The stage's service times reach the global controller, merged per resource.
+    let service = crate::util::wait_for(START_TIMEOUT, "job-1's service times", || {
+        let jobs = json(&cluster, &["jobs", "--json"]);
+        let service = jobs["resources"][0]["service"].clone();
+        (service["calls"].as_u64()? > 0).then_some(service)
+    });
+    let p50 = service["p50_ms"].as_f64().expect("a median");
+    let p99 = service["p99_ms"].as_f64().expect("a 99th percentile");
+    assert!(p50 > 0.0 && p99 >= p50, "{service}");
+    let table = String::from_utf8_lossy(&cluster.ctl(&["jobs"]).stdout).into_owned();
+    assert!(table.contains("service p50 "), "{table}");
+
     let nodes = json(&cluster, &["nodes", "--json"]);
     assert_eq!(nodes[0]["node"], "n1", "{nodes}");
     assert_eq!(nodes[0]["attached"], true, "{nodes}");
