@@ -318,6 +318,7 @@ mod tests {
                 rate: 100,
                 unit: Unit::Requests,
                 burst: 1,
+                costs: Default::default(),
             },
             admitted: tokens,
             tokens,

@@ -99,6 +99,7 @@ fn zz_attacker_helper() {
                 rate: 2000,
                 unit: Unit::Requests,
                 burst: 20,
+                costs: Default::default(),
             };
             for seq in 1..=40u64 {
                 let usage = StageMessage::Usage {
@@ -189,6 +190,7 @@ fn attack03_fake_stage_cannot_starve_the_real_one() {
         rate: 2000,
         unit: Unit::Requests,
         burst: 20,
+        costs: Default::default(),
     };
     let started = Instant::now();
     let mut seq = 0;

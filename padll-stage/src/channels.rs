@@ -812,6 +812,7 @@ mod tests {
             rate,
             unit: Unit::Requests,
             burst: 1,
+            costs: Default::default(),
         };
         let meta = add(spec(
             Some("/scratch"),
@@ -883,6 +884,7 @@ mod tests {
             rate,
             unit: Unit::Requests,
             burst,
+            costs: Default::default(),
         })
         .unwrap()
     }
@@ -1062,6 +1064,7 @@ mod tests {
             rate: 1 << 30,
             unit: Unit::Bytes,
             burst: 10 << 20,
+            costs: Default::default(),
         })
         .unwrap();
         let index = id.0 as usize;

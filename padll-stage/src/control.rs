@@ -806,6 +806,7 @@ mod tests {
             rate: 1 << 20,
             unit,
             burst: 1 << 10,
+            costs: Default::default(),
         };
         for scope in [Scope::All, Scope::Class(Class::Data), Scope::Op(Op::Write)] {
             assert!(check(&[rule(scope, Unit::Bytes)]).is_ok(), "{scope:?}");

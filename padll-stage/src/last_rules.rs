@@ -235,6 +235,7 @@ mod tests {
             rate,
             unit: Unit::Requests,
             burst: 3,
+            costs: Default::default(),
         }
     }
 

@@ -58,6 +58,7 @@ pub fn metadata_rule(mount: &Path, rate: u64, burst: u64) -> ChannelSpec {
         rate,
         unit: Unit::Requests,
         burst,
+        costs: Default::default(),
     }
 }
 

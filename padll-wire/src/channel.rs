@@ -96,6 +96,89 @@ pub enum Unit {
     Bytes,
 }
 
+/// One token in thousandths: the unit of [`Costs`].
+pub const MILLI_TOKENS: u32 = 1000;
+/// The most one request may cost in a weighted channel: 1000 tokens.
+pub const MAX_COST: u32 = 1000 * MILLI_TOKENS;
+
+/// What each operation's request costs in a request channel, in thousandths of a token
+/// (the control plane's `weights` of a resource: what a call costs the file system's
+/// server); an operation not named costs one token. Sorted by operation, each once.
+/// On the wire: `{"open": 3000, "close": 0}`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Costs(Vec<(Op, u32)>);
+
+impl Costs {
+    /// The costs (thousandths of a token) of the operations named.
+    pub fn new(costs: impl IntoIterator<Item = (Op, u32)>) -> Result<Costs, CostError> {
+        let mut costs: Vec<(Op, u32)> = costs.into_iter().collect();
+        if let Some(&(op, cost)) = costs.iter().find(|(_, cost)| *cost > MAX_COST) {
+            return Err(CostError::TooHigh(op, cost));
+        }
+        costs.sort_by_key(|(op, _)| *op);
+        if let Some(pair) = costs.windows(2).find(|pair| pair[0].0 == pair[1].0) {
+            return Err(CostError::Twice(pair[0].0));
+        }
+        Ok(Costs(costs))
+    }
+
+    /// Every request costs one token (no operation named).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// What a request of `op` costs, thousandths of a token.
+    pub fn of(&self, op: Op) -> u32 {
+        self.0
+            .iter()
+            .find(|(named, _)| *named == op)
+            .map_or(MILLI_TOKENS, |(_, cost)| *cost)
+    }
+
+    /// The operations named and their costs, in operation order.
+    pub fn iter(&self) -> impl Iterator<Item = (Op, u32)> + '_ {
+        self.0.iter().copied()
+    }
+}
+
+/// Costs [`Costs::new`] refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CostError {
+    /// More than [`MAX_COST`] (the operation and its cost).
+    #[error("{0} costs {1} thousandths of a token, more than {MAX_COST}")]
+    TooHigh(Op, u32),
+    /// An operation named twice.
+    #[error("{0} is given two costs")]
+    Twice(Op),
+}
+
+impl Serialize for Costs {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (op, cost) in &self.0 {
+            map.serialize_entry(op.name(), cost)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Costs {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let named = std::collections::BTreeMap::<String, u32>::deserialize(deserializer)?;
+        let costs = named
+            .into_iter()
+            .map(|(name, cost)| {
+                Op::from_name(&name)
+                    .map(|op| (op, cost))
+                    .ok_or_else(|| D::Error::custom(format!("unknown operation '{name}'")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Costs::new(costs).map_err(D::Error::custom)
+    }
+}
+
 /// A channel's selector and limit, as configured.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ChannelSpec {
@@ -109,6 +192,10 @@ pub struct ChannelSpec {
     pub unit: Unit,
     /// Bucket depth in tokens.
     pub burst: u64,
+    /// What each operation's request costs, for a channel of requests given weights by
+    /// the control plane (empty: one token each; always empty for bytes).
+    #[serde(default, skip_serializing_if = "Costs::is_empty")]
+    pub costs: Costs,
 }
 
 /// Whom a configured limit binds.
@@ -177,4 +264,45 @@ pub struct ChannelInfo {
 
 fn per_process() -> LimitScope {
     LimitScope::Process
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn costs_are_thousandths_of_a_token_one_per_operation() {
+        let costs = Costs::new([(Op::Close, 0), (Op::Open, 3 * MILLI_TOKENS)]).unwrap();
+        let half = Costs::new([(Op::Getattr, MILLI_TOKENS / 10)]).unwrap();
+        assert_eq!(half.of(Op::Getattr), 100);
+        assert_eq!(costs.of(Op::Open), 3000);
+        assert_eq!(costs.of(Op::Close), 0);
+        assert_eq!(costs.of(Op::Getattr), MILLI_TOKENS, "not named: one token");
+        let text = serde_json::to_string(&costs).unwrap();
+        assert_eq!(text, r#"{"open":3000,"close":0}"#);
+        assert_eq!(serde_json::from_str::<Costs>(&text).unwrap(), costs);
+        assert_eq!(
+            Costs::new([(Op::Open, 1), (Op::Open, 2)]),
+            Err(CostError::Twice(Op::Open))
+        );
+        assert_eq!(
+            Costs::new([(Op::Open, MAX_COST + 1)]),
+            Err(CostError::TooHigh(Op::Open, MAX_COST + 1))
+        );
+        for bad in [r#"{"create":3}"#, r#"{"open":-1}"#, r#"{"open":1000001}"#] {
+            assert!(serde_json::from_str::<Costs>(bad).is_err(), "{bad}");
+        }
+        // A spec without costs reads and writes as before.
+        let spec: ChannelSpec = serde_json::from_str(
+            r#"{"mount":"/s","scope":{"class":"metadata"},"rate":5,"unit":"requests","burst":1}"#,
+        )
+        .unwrap();
+        assert!(spec.costs.is_empty());
+        assert!(!serde_json::to_string(&spec).unwrap().contains("costs"));
+        let weighted = ChannelSpec { costs, ..spec };
+        assert_eq!(
+            weighted.to_string(),
+            "/s:metadata=5/s weighing open=3, close=0"
+        );
+    }
 }

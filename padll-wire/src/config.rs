@@ -18,7 +18,7 @@
 //! | `PADLL_CONFIG` | a TOML file with the same settings (variables override it) |
 
 pub use crate::channel::LimitScope;
-use crate::channel::{ChannelSpec, Scope, Unit};
+use crate::channel::{ChannelSpec, Scope, Unit, MILLI_TOKENS};
 use serde::{Deserialize, Serialize};
 
 /// Default bucket depth, in milliseconds' worth of the rate.
@@ -112,7 +112,14 @@ impl std::fmt::Display for ChannelSpec {
         if let Some(mount) = &self.mount {
             write!(f, "{mount}:")?;
         }
-        write!(f, "{}={}", self.scope.name(), self.typed_rate())
+        write!(f, "{}={}", self.scope.name(), self.typed_rate())?;
+        // Weights cannot be written in a rule; shown as the control plane set them.
+        for (i, (op, cost)) in self.costs.iter().enumerate() {
+            let separator = if i == 0 { " weighing " } else { ", " };
+            let tokens = cost as f64 / MILLI_TOKENS as f64;
+            write!(f, "{separator}{op}={tokens}")?;
+        }
+        Ok(())
     }
 }
 
@@ -376,6 +383,7 @@ pub fn parse_rule(text: &str, burst_ms: u64) -> Result<ChannelSpec, RuleError> {
         rate: rate.per_second(),
         unit: rate.unit(),
         burst: burst_for(rate.per_second(), burst_ms),
+        costs: Default::default(),
     })
 }
 

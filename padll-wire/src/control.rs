@@ -253,6 +253,7 @@ mod tests {
                 rate: 500,
                 unit: Unit::Requests,
                 burst: 5,
+                costs: Default::default(),
             }],
         };
         let line = encode(&rules);
@@ -278,6 +279,7 @@ mod tests {
             rate: 300,
             unit: Unit::Requests,
             burst: 3,
+            costs: Default::default(),
         };
         let text = LastRules::encode(std::slice::from_ref(&rule));
         assert_eq!(

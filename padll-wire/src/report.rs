@@ -409,6 +409,7 @@ mod tests {
             rate,
             unit: Unit::Requests,
             burst: 1,
+            costs: Default::default(),
         };
         let channel = |rate, admitted| ChannelInfo {
             id: ChannelId(0),

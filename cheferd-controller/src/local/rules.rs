@@ -85,5 +85,6 @@ pub fn rule_to_spec(rule: &proto::Rule, resources: &[Option<Resource>]) -> Optio
             Unit::Requests
         },
         burst: rule.burst.max(1),
+        costs: Default::default(),
     })
 }
