@@ -90,6 +90,7 @@ pub async fn run(
             max_rate: resource.own_tokens(1_000_000),
             policy: policy.to_string(),
             auto: None,
+            weights: Default::default(),
         }],
         ..GlobalConfig::default()
     };

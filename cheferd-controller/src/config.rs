@@ -2,11 +2,11 @@
 //! bad value; nothing starts on a bad file. Every key, its type, default and an
 //! example: `etc/README.md`; a sample: `etc/global.toml`.
 
-use padll_wire::channel::Scope;
+use padll_wire::channel::{Costs, Scope, MAX_COST, MILLI_TOKENS};
 use padll_wire::config::{
     normalize_mount, parse_rate, parse_selector, toml_error, Rate, RateError, RateText,
 };
-use padll_wire::ops::Class;
+use padll_wire::ops::{Class, Op};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -180,6 +180,14 @@ pub enum ConfigError {
         /// Why (it keeps the name).
         error: Box<policies::SpecError>,
     },
+    /// A bad `weights` entry.
+    #[error("{key}: {why}")]
+    Weight {
+        /// The key (`resource[0].weights.open`).
+        key: String,
+        /// Why.
+        why: String,
+    },
     /// A key that means something only with `max_rate = "auto"`.
     #[error("{key}: only with max_rate = \"auto\"")]
     OnlyAuto {
@@ -237,6 +245,10 @@ pub struct ResourceConfig {
     /// `max_rate = "auto"`: its latency targets, floor and ceiling.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auto: Option<AutoCapacity>,
+    /// `weights`: what each operation's call costs, in thousandths of the resource's
+    /// tokens (operations not named: one token). Empty for data (bytes).
+    #[serde(skip_serializing_if = "Costs::is_empty")]
+    pub weights: Costs,
 }
 
 /// `max_rate = "auto"`: `Max_R` moves, each interval, toward the largest rate that keeps
@@ -408,6 +420,8 @@ struct RawResource {
     target_p99_ms: Option<f64>,
     floor: Option<RateText>,
     ceiling: Option<RateText>,
+    #[serde(default)]
+    weights: BTreeMap<String, f64>,
 }
 
 #[derive(Deserialize)]
@@ -499,6 +513,58 @@ fn capacity_of(
     Ok((ceiling, Some(auto)))
 }
 
+/// The `weights` of `resource[i]`: operations of its class, each from 0 to 1000 tokens
+/// a call, kept in thousandths.
+fn weights_of(
+    i: usize,
+    weights: &BTreeMap<String, f64>,
+    resource: &Resource,
+) -> Result<Costs, ConfigError> {
+    if resource.counts_bytes() && !weights.is_empty() {
+        return Err(ConfigError::Weight {
+            key: format!("resource[{i}].weights"),
+            why: format!("{resource} counts bytes; weights are for resources counting calls"),
+        });
+    }
+    let mut costs = Vec::new();
+    for (name, weight) in weights {
+        let key = format!("resource[{i}].weights.{name}");
+        let Some(op) = Op::from_name(name) else {
+            let names: Vec<&str> = Op::ALL
+                .iter()
+                .filter(|op| op.class() == resource.class)
+                .map(|op| op.name())
+                .collect();
+            let why = format!(
+                "no operation '{name}' (those of {resource}: {})",
+                names.join(", ")
+            );
+            return Err(ConfigError::Weight { key, why });
+        };
+        if op.class() != resource.class {
+            let why = format!(
+                "'{name}' is a {} operation, not one of {resource}",
+                op.class()
+            );
+            return Err(ConfigError::Weight { key, why });
+        }
+        let max = (MAX_COST / MILLI_TOKENS) as f64;
+        if !(weight.is_finite() && (0.0..=max).contains(weight)) {
+            return Err(ConfigError::OutOfRange {
+                key,
+                value: weight.to_string(),
+                range: "must be a number of tokens from 0 to 1000",
+            });
+        }
+        costs.push((op, (weight * MILLI_TOKENS as f64).round() as u32));
+    }
+    // Each operation is named once (a TOML table), within MAX_COST (checked above).
+    Costs::new(costs).map_err(|error| ConfigError::Weight {
+        key: format!("resource[{i}].weights"),
+        why: error.to_string(),
+    })
+}
+
 impl GlobalConfig {
     /// Parses and validates a TOML configuration; `policy_exists` says which policy
     /// names are known.
@@ -586,11 +652,13 @@ impl GlobalConfig {
                 key: format!("resource[{i}].policy"),
                 error: Box::new(error),
             })?;
+            let weights = weights_of(i, &r.weights, &resource)?;
             config.resources.push(ResourceConfig {
                 resource,
                 max_rate,
                 policy: r.policy.clone(),
                 auto,
+                weights,
             });
         }
         let known = |key: String, name: &str, resources: &[ResourceConfig]| {
@@ -940,6 +1008,53 @@ mod tests {
             ),
         ] {
             let err = parse(&resource(keys)).unwrap_err();
+            assert!(err.contains(needle), "{err:?} should contain {needle:?}");
+        }
+    }
+
+    #[test]
+    fn weights_are_operations_of_the_class_kept_in_thousandths() {
+        let resource = |class: &str, weights: &str| {
+            format!(
+                "[[resource]]\nname = \"/s:{class}\"\nmax_rate = 1000\npolicy = \"psfa\"\nweights = {{ {weights} }}"
+            )
+        };
+        let config = parse(&resource("metadata", "open = 3, close = 0, getattr = 0.1")).unwrap();
+        let weights = &config.resources[0].weights;
+        assert_eq!(
+            weights.iter().collect::<Vec<_>>(),
+            vec![(Op::Open, 3000), (Op::Close, 0), (Op::Getattr, 100)]
+        );
+        assert_eq!(weights.of(Op::Unlink), 1000, "not named: one token");
+        assert!(parse(&resource("metadata", "")).unwrap().resources[0]
+            .weights
+            .is_empty());
+        for (class, weights, needle) in [
+            (
+                "metadata",
+                "create = 3",
+                "resource[0].weights.create: no operation 'create' (those of /s:metadata: open, close, getattr",
+            ),
+            (
+                "metadata",
+                "read = 2",
+                "resource[0].weights.read: 'read' is a data operation, not one of /s:metadata",
+            ),
+            (
+                "data",
+                "read = 2",
+                "resource[0].weights: /s:data counts bytes; weights are for resources counting calls",
+            ),
+            (
+                "metadata",
+                "open = -1",
+                "resource[0].weights.open = -1: must be a number of tokens from 0 to 1000",
+            ),
+            ("metadata", "open = 1001", "resource[0].weights.open = 1001"),
+            ("metadata", "open = nan", "resource[0].weights.open = NaN"),
+            ("metadata", "open = \"3\"", "invalid type: string"),
+        ] {
+            let err = parse(&resource(class, weights)).unwrap_err();
             assert!(err.contains(needle), "{err:?} should contain {needle:?}");
         }
     }

@@ -211,6 +211,7 @@ async fn run_in(
             max_rate: resource.own_tokens(options.max_rate as u64),
             policy: options.policy.clone(),
             auto: None,
+            weights: Default::default(),
         }],
         jobs: job_ids
             .iter()

@@ -475,6 +475,7 @@ mod tests {
                 max_rate: metadata().own_tokens(1000),
                 policy: policy.into(),
                 auto: None,
+                weights: Default::default(),
             }],
             ..GlobalConfig::default()
         }

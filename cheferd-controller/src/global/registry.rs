@@ -58,6 +58,11 @@ impl Controller {
                         mount: r.resource.mount.clone(),
                         class: r.resource.class.name().to_string(),
                         max_rate: r.max_rate.tokens() as u64,
+                        costs: r
+                            .weights
+                            .iter()
+                            .map(|(op, cost)| (op.name().to_string(), cost))
+                            .collect(),
                     })
                     .collect(),
                 ..Default::default() // term and generation: stamped as sent (Leadership::stamp)

@@ -21,6 +21,7 @@ fn controller() -> Arc<Controller> {
             resource,
             policy: "uniform".into(),
             auto: None,
+            weights: Default::default(),
         }],
         ..GlobalConfig::default()
     })

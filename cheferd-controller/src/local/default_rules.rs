@@ -105,7 +105,7 @@ fn built_in(resources: &[proto::Resource]) -> Vec<ChannelSpec> {
         .enumerate()
         .filter(|(_, resource)| resource.max_rate > 0)
         .filter_map(|(index, resource)| {
-            let bytes = table.get(index)?.as_ref()?.counts_bytes();
+            let bytes = table.get(index)?.as_ref()?.resource.counts_bytes();
             let rate = (resource.max_rate as f64 * PROVISIONAL_SHARE).round() as u64;
             let rate = rate.clamp(1, MAX_RATE);
             let rule = proto::Rule {
@@ -362,6 +362,7 @@ mod tests {
             mount: mount.into(),
             class: class.into(),
             max_rate,
+            costs: Default::default(),
         }
     }
 

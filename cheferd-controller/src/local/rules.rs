@@ -5,23 +5,56 @@ use super::stage::StageEntry;
 use super::Local;
 use crate::config::Resource;
 use crate::proto;
-use padll_wire::channel::{ChannelSpec, Scope, Unit};
+use padll_wire::channel::{ChannelSpec, Costs, Scope, Unit};
 use padll_wire::control::ControlMessage;
-use padll_wire::ops::Class;
+use padll_wire::ops::{Class, Op};
+use std::collections::HashMap;
 use tracing::warn;
 
+/// A resource of the table, with what each operation's request costs in its channels.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TableResource {
+    /// Mountpoint and class.
+    pub resource: Resource,
+    /// Thousandths of a token per operation (empty: one token each).
+    pub costs: Costs,
+}
+
 /// The resource table of a stream's `Registered`, which the rules of every `Enforce`
-/// index; a resource this controller does not know (`None`) gets no channel.
-pub(super) fn resource_table(registered: Vec<proto::Resource>) -> Vec<Option<Resource>> {
+/// index; a resource this controller does not know (`None`) gets no channel. Costs
+/// that are no costs (an unknown operation, more than `MAX_COST`, on a resource of
+/// bytes) are dropped with a warning: its channels then count one token per request.
+pub(super) fn resource_table(registered: Vec<proto::Resource>) -> Vec<Option<TableResource>> {
     registered
         .into_iter()
         .map(|r| {
-            Some(Resource {
+            let resource = Resource {
                 class: Class::from_name(&r.class)?,
                 mount: r.mount,
-            })
+            };
+            let costs = costs_of(&resource, r.costs).unwrap_or_else(|why| {
+                warn!(%resource, "ignored the resource's weights: {why}");
+                Costs::default()
+            });
+            Some(TableResource { resource, costs })
         })
         .collect()
+}
+
+/// The costs the global controller gave `resource`, checked.
+fn costs_of(resource: &Resource, named: HashMap<String, u32>) -> Result<Costs, String> {
+    if resource.counts_bytes() && !named.is_empty() {
+        return Err("a resource of bytes has no weights".into());
+    }
+    let costs = named
+        .into_iter()
+        .map(|(name, cost)| {
+            Op::from_name(&name)
+                .map(|op| (op, cost))
+                .ok_or_else(|| format!("unknown operation '{}'", padll_wire::control::short(&name)))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Costs::new(costs).map_err(|e| e.to_string())
 }
 
 /// Hands each stage of an `Enforce` its rules, and records them to check its reports.
@@ -29,7 +62,7 @@ pub(super) fn enforce(
     local: &Local,
     cycle: u64,
     plans: Vec<proto::StageRules>,
-    resources: &[Option<Resource>],
+    resources: &[Option<TableResource>],
 ) {
     let mut stages = local.lock_stages();
     for plan in plans {
@@ -68,8 +101,11 @@ pub(super) fn give(entry: &mut StageEntry, seq: u64, rules: Vec<ChannelSpec>) {
 
 /// A rule from the global controller as a stage channel, its resource looked up in the
 /// table from `Registered` (the stage protocol names mount and class).
-pub fn rule_to_spec(rule: &proto::Rule, resources: &[Option<Resource>]) -> Option<ChannelSpec> {
-    let resource = resources.get(rule.resource as usize)?.as_ref()?;
+pub fn rule_to_spec(
+    rule: &proto::Rule,
+    resources: &[Option<TableResource>],
+) -> Option<ChannelSpec> {
+    let TableResource { resource, costs } = resources.get(rule.resource as usize)?.as_ref()?;
     // A bytes rate cannot configure an ops resource, nor the reverse.
     if rule.bytes != resource.counts_bytes() {
         warn!(%resource, bytes = rule.bytes, "ignored a rule whose unit does not fit its resource");
@@ -85,6 +121,45 @@ pub fn rule_to_spec(rule: &proto::Rule, resources: &[Option<Resource>]) -> Optio
             Unit::Requests
         },
         burst: rule.burst.max(1),
-        costs: Default::default(),
+        costs: costs.clone(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(class: &str, costs: &[(&str, u32)]) -> Vec<Option<TableResource>> {
+        resource_table(vec![proto::Resource {
+            mount: "/scratch".into(),
+            class: class.into(),
+            max_rate: 1000,
+            costs: costs.iter().map(|(op, c)| (op.to_string(), *c)).collect(),
+        }])
+    }
+
+    #[test]
+    fn weighted_resources_give_weighted_channels_and_bad_weights_none() {
+        let rule = |bytes| proto::Rule {
+            resource: 0,
+            rate: 300,
+            bytes,
+            burst: 3,
+        };
+        let weighted = table("metadata", &[("open", 3000), ("close", 0)]);
+        let spec = rule_to_spec(&rule(false), &weighted).unwrap();
+        assert_eq!(spec.costs.of(Op::Open), 3000);
+        assert_eq!(spec.costs.of(Op::Close), 0);
+        assert_eq!((spec.rate, spec.unit), (300, Unit::Requests));
+        // Costs that are no costs are dropped: the channel counts requests.
+        for bad in [
+            table("metadata", &[("create", 3000)]),
+            table("metadata", &[("open", padll_wire::channel::MAX_COST + 1)]),
+            table("data", &[("read", 2000)]),
+        ] {
+            let resource = bad[0].as_ref().unwrap();
+            assert!(resource.costs.is_empty(), "{resource:?}");
+        }
+        assert!(table("bogus", &[])[0].is_none());
+    }
 }

@@ -5,7 +5,6 @@
 
 use super::report::{report_usage, ReportClock};
 use super::{rules, Local};
-use crate::config::Resource;
 use crate::proto::{
     self, global_client::GlobalClient, global_message, local_message, GlobalMessage, LocalMessage,
 };
@@ -109,7 +108,7 @@ async fn attach(local: &Local, globals: &mut Globals, channel: Channel) -> (bool
 struct Session {
     clock: ReportClock,
     /// The resource table of this stream's `Registered`.
-    resources: Vec<Option<Resource>>,
+    resources: Vec<Option<rules::TableResource>>,
     /// The latest `Enforce` applied, acknowledged in the next report.
     applied: u64,
 }
