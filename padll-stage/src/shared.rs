@@ -388,10 +388,7 @@ impl Segment {
             match entry.key.load(Ordering::Acquire) {
                 k if k == key => return Ok(&entry.bucket),
                 0 => {
-                    entry.bucket.configure(Limit {
-                        rate: spec.rate,
-                        burst: spec.burst,
-                    });
+                    entry.bucket.configure(Limit::of(spec));
                     entry.key.store(key, Ordering::Release);
                     return Ok(&entry.bucket);
                 }
@@ -402,9 +399,12 @@ impl Segment {
     }
 }
 
-/// A limit's identity in the segment (never 0).
+/// A limit's identity in the segment (never 0). A weighted limit's costs are part of it:
+/// its bucket counts thousandths of a token, and requests are charged by them, so
+/// processes given other costs (or none) must not share it. Without costs, the key is
+/// what it was before weights existed.
 fn limit_key(spec: &ChannelSpec) -> u64 {
-    let text = format!(
+    let mut text = format!(
         "{}|{}|{:?}|{}|{}",
         spec.mount.as_deref().unwrap_or(""),
         spec.scope.name(),
@@ -412,6 +412,9 @@ fn limit_key(spec: &ChannelSpec) -> u64 {
         spec.rate,
         spec.burst
     );
+    for (op, cost) in spec.costs.iter() {
+        text.push_str(&format!("|{op}={cost}"));
+    }
     padll_wire::fnv1a(text.as_bytes()) | 1
 }
 
@@ -525,4 +528,39 @@ fn fstat(fd: i32) -> Result<libc::stat, SegmentErrorKind> {
 fn close(fd: i32) {
     // SAFETY: a descriptor we opened.
     unsafe { libc::close(fd) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use padll_wire::channel::{Costs, Scope, Unit};
+    use padll_wire::ops::{Class, Op};
+
+    #[test]
+    fn limits_of_other_costs_do_not_share_a_bucket() {
+        let plain = ChannelSpec {
+            mount: Some("/scratch".into()),
+            scope: Scope::Class(Class::Metadata),
+            rate: 300,
+            unit: Unit::Requests,
+            burst: 3,
+            costs: Default::default(),
+        };
+        let weighted = |open| ChannelSpec {
+            costs: Costs::new([(Op::Open, open), (Op::Close, 0)]).unwrap(),
+            ..plain.clone()
+        };
+        // Without costs the key is the one stages before weights computed.
+        assert_eq!(
+            limit_key(&plain),
+            padll_wire::fnv1a(b"/scratch|metadata|Requests|300|3") | 1
+        );
+        let keys = [
+            limit_key(&plain),
+            limit_key(&weighted(3000)),
+            limit_key(&weighted(2000)),
+        ];
+        assert!(keys[0] != keys[1] && keys[1] != keys[2] && keys[0] != keys[2]);
+        assert_eq!(limit_key(&weighted(3000)), keys[1]);
+    }
 }
