@@ -10,7 +10,7 @@
 //! the expected magic and layout version. Its blocks are reserved with `posix_fallocate`
 //! when it is made, so a full `/dev/shm` fails the attach instead of a later store through
 //! the mapping (`SIGBUS`). Each entry is a GCRA [`TokenBucket`] keyed by its limit
-//! (mountpoint, selector, unit, rate, burst): processes configured with the same limit
+//! (mountpoint, selector, unit, rate, burst, costs): processes configured with the same limit
 //! share a bucket, a process given a different limit gets a bucket of its own. A bucket's
 //! whole state is atomics in the segment, its clock origin included (`CLOCK_MONOTONIC`
 //! is one clock for every process of the node), and GCRA moves it with one CAS, so a
