@@ -536,20 +536,29 @@ mod tests {
     use padll_wire::channel::{Costs, Scope, Unit};
     use padll_wire::ops::{Class, Op};
 
-    #[test]
-    fn limits_of_other_costs_do_not_share_a_bucket() {
-        let plain = ChannelSpec {
+    /// A metadata limit of 300 tokens/s with a burst of 3.
+    fn plain() -> ChannelSpec {
+        ChannelSpec {
             mount: Some("/scratch".into()),
             scope: Scope::Class(Class::Metadata),
             rate: 300,
             unit: Unit::Requests,
             burst: 3,
             costs: Default::default(),
-        };
-        let weighted = |open| ChannelSpec {
+        }
+    }
+
+    /// [`plain`] with an open costing `open` thousandths of a token.
+    fn weighted(open: u32) -> ChannelSpec {
+        ChannelSpec {
             costs: Costs::new([(Op::Open, open), (Op::Close, 0)]).unwrap(),
-            ..plain.clone()
-        };
+            ..plain()
+        }
+    }
+
+    #[test]
+    fn limits_of_other_costs_do_not_share_a_bucket() {
+        let plain = plain();
         // Without costs the key is the one stages before weights computed.
         assert_eq!(
             limit_key(&plain),
@@ -562,5 +571,24 @@ mod tests {
         ];
         assert!(keys[0] != keys[1] && keys[1] != keys[2] && keys[0] != keys[2]);
         assert_eq!(limit_key(&weighted(3000)), keys[1]);
+    }
+
+    #[test]
+    fn a_weighted_limit_is_shared_in_thousandths() {
+        // SAFETY: geteuid takes no arguments and cannot fail.
+        let uid = unsafe { libc::geteuid() };
+        let job = format!("test-weighted-{}", std::process::id());
+        let buckets = attach(uid, &job, &[weighted(3000), plain()]).unwrap();
+        let now = crate::bucket::now_ns();
+        // 300 tokens/s with a burst of 3, in thousandths: two opens of 3 tokens at once
+        // (the burst, and GCRA's one more), the third 10 ms later.
+        for _ in 0..2 {
+            assert_eq!(buckets[0].reserve(3000, 0, 0, now).start_ns, now);
+        }
+        let third = buckets[0].reserve(3000, 0, 0, now).start_ns - now;
+        assert!(third.abs_diff(10_000_000) < 10_000, "{third} ns");
+        // The unweighted limit's bucket is another, counting tokens.
+        assert_eq!(buckets[1].reserve(3, 0, 0, now).start_ns, now);
+        assert!(leave(), "the only process of the job removes its segment");
     }
 }
