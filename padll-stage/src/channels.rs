@@ -9,6 +9,10 @@
 //! the next request on every thread sees the change. A request already waiting notices
 //! through the slot's generation and re-reserves at the new rate.
 //!
+//! A request channel the control plane weighs (its spec has costs) charges each request
+//! its operation's cost, counting thousandths of a token (`bucket::units_per_token`);
+//! an operation it charges nothing is not routed through it.
+//!
 //! A thread that takes from a bucket may reserve tokens for its next requests too (a
 //! lease, or a batch when it must wait): its *credit*, whose rules are in `credit.rs`.
 
