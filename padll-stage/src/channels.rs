@@ -9,6 +9,10 @@
 //! the next request on every thread sees the change. A request already waiting notices
 //! through the slot's generation and re-reserves at the new rate.
 //!
+//! A request channel the control plane weighs (its spec has costs) charges each request
+//! its operation's cost, counting thousandths of a token (`bucket::units_per_token`);
+//! an operation it charges nothing is not routed through it.
+//!
 //! A thread that takes from a bucket may reserve tokens for its next requests too (a
 //! lease, or a batch when it must wait): its *credit*, whose rules are in `credit.rs`.
 
@@ -39,6 +43,10 @@ struct Slot {
     changes: AtomicU32,
     in_use: AtomicBool,
     counts_bytes: AtomicBool,
+    /// What a request of each operation costs in this channel's bucket units: one token
+    /// in a request channel, the operation's thousandths of a token in a weighted one
+    /// (`bucket::units_per_token`); unused in a byte channel.
+    unit_costs: [AtomicU32; Op::COUNT],
     /// The most bytes charged before a call (the burst); a larger request pays the
     /// rest once it returns. Byte counts asked for can be huge (`cat` and `cp` call
     /// `copy_file_range` with `SSIZE_MAX`): charged whole, they would block the
@@ -59,6 +67,7 @@ static SLOTS: [Slot; SLOT_COUNT] = [const {
         changes: AtomicU32::new(0),
         in_use: AtomicBool::new(false),
         counts_bytes: AtomicBool::new(false),
+        unit_costs: [const { AtomicU32::new(1) }; Op::COUNT],
         byte_charge_cap: AtomicU64::new(u64::MAX),
         terms: Terms::new(),
         own_bucket: TokenBucket::new(),
@@ -123,8 +132,9 @@ pub enum ChannelError {
     /// No channel has this id.
     #[error("no channel {0}")]
     NoChannel(u8),
-    /// A rate of 0 or above [`bucket::MAX_RATE`].
-    #[error("rate {} of '{}' is outside 1..={}", .0.rate, .0, bucket::MAX_RATE)]
+    /// A rate of 0 or above [`bucket::max_rate`] (a weighted channel counts
+    /// thousandths of a token: its rate is at most a thousandth of an unweighted one's).
+    #[error("rate {} of '{}' is outside 1..={}", .0.rate, .0, bucket::max_rate(.0))]
     Rate(ChannelSpec),
     /// A burst of 0.
     #[error("burst of '{0}' must be at least 1")]
@@ -188,7 +198,8 @@ fn add_with(
     let slot = &SLOTS[free];
     slot.counts_bytes
         .store(spec.unit == Unit::Bytes, Ordering::Relaxed);
-    slot.configure(spec.rate, spec.burst, shared);
+    slot.set_unit_costs(&spec);
+    slot.configure(&spec, shared);
     let (admitted, tokens) = stats::channel_totals(free);
     slot.counted_before[0].store(admitted, Ordering::Relaxed);
     slot.counted_before[1].store(tokens, Ordering::Relaxed);
@@ -238,7 +249,7 @@ pub fn set_limit(id: ChannelId, rate: u64, burst: u64) -> Result<(), ChannelErro
     // Credit of the old rule is void before the bucket changes (it would be spent on
     // top of the new burst), and credit leased while it changes is void after.
     slot.generation.fetch_add(1, Ordering::AcqRel);
-    slot.rerate(rate, burst);
+    slot.rerate(spec);
     slot.changed();
     Ok(())
 }
@@ -261,11 +272,14 @@ pub fn list() -> Vec<ChannelInfo> {
             let spec = spec.clone()?;
             let (admitted, tokens) = stats::channel_totals(i);
             let before = &SLOTS[i].counted_before;
+            // Whole tokens: a weighted channel counts thousandths.
+            let tokens = tokens.wrapping_sub(before[1].load(Ordering::Relaxed))
+                / bucket::units_per_token(&spec);
             Some(ChannelInfo {
                 id: ChannelId(i as u8),
                 spec,
                 admitted: admitted.wrapping_sub(before[0].load(Ordering::Relaxed)),
-                tokens: tokens.wrapping_sub(before[1].load(Ordering::Relaxed)),
+                tokens,
                 binds: if SLOTS[i].shared.load(Ordering::Relaxed).is_null() {
                     LimitScope::Process
                 } else {
@@ -286,8 +300,9 @@ pub fn reset_counters() {
     }
 }
 
-fn validate(spec: &ChannelSpec) -> Result<(), ChannelError> {
-    if spec.rate == 0 || spec.rate > bucket::MAX_RATE {
+/// Whether `spec`'s rate and burst are in range.
+pub(crate) fn validate(spec: &ChannelSpec) -> Result<(), ChannelError> {
+    if spec.rate == 0 || spec.rate > bucket::max_rate(spec) {
         return Err(ChannelError::Rate(spec.clone()));
     }
     if spec.burst == 0 {
@@ -313,7 +328,10 @@ fn compute_routes(reg: &Registry) -> Result<Vec<[u64; Op::COUNT]>, ChannelError>
             for (slot, spec) in reg.specs.iter().enumerate() {
                 let Some(spec) = spec else { continue };
                 let mount_matches = spec.mount.as_ref().is_none_or(|m| m == mount_name);
-                if mount_matches && spec.scope.covers(*op) {
+                // An operation a weighted channel charges nothing passes it freely: it
+                // is not routed through it at all.
+                let free = bucket::units_per_token(spec) != 1 && spec.costs.of(*op) == 0;
+                if mount_matches && spec.scope.covers(*op) && !free {
                     if count == MAX_CHANNELS_PER_REQUEST {
                         return Err(ChannelError::TooManyPerRequest {
                             op: *op,
@@ -411,7 +429,8 @@ pub fn admit(counters: stats::Counters, mount: u16, op: Op, bytes: u64) -> Admis
     }
     let mut requests = word as u32;
     while requests != 0 {
-        if !paid_from_credit(counters, slot_index(requests), 1, stamp) {
+        let index = slot_index(requests);
+        if !paid_from_credit(counters, index, request_cost(index, op), stamp) {
             return admit_rest(
                 counters,
                 op,
@@ -440,6 +459,12 @@ pub fn admit(counters: stats::Counters, mount: u16, op: Op, bytes: u64) -> Admis
 #[inline(always)]
 fn slot_index(packed: u32) -> usize {
     (packed as u8).wrapping_sub(1) as usize
+}
+
+/// What a request of `op` costs in request channel `index`, in its bucket's units.
+#[inline(always)]
+fn request_cost(index: usize, op: Op) -> u64 {
+    SLOTS[index].unit_costs[op as usize].load(Ordering::Relaxed) as u64
 }
 
 /// What a request of `bytes` bytes costs in byte channel `index` before the call: the
@@ -481,14 +506,15 @@ fn admit_rest(
             return;
         }
         let generation = SLOTS[index].generation.load(Ordering::Acquire);
-        let wait = pass_reserving(counters, index, bytes, generation, cost);
+        let wait = pass_reserving(counters, index, op, bytes, generation, cost);
         if wait != 0 {
             counters.waited(op, wait);
             stamp = tsc::ticks();
         }
     };
     while requests != 0 {
-        pass(slot_index(requests), 1);
+        let index = slot_index(requests);
+        pass(index, request_cost(index, op));
         requests >>= 8;
     }
     while byte_channels != 0 {
@@ -512,6 +538,7 @@ fn admit_rest(
 fn pass_reserving(
     counters: stats::Counters,
     index: usize,
+    op: Op,
     bytes: u64,
     generation: u64,
     cost: u64,
@@ -531,6 +558,7 @@ fn pass_reserving(
         let waited = wait(
             counters,
             index,
+            op,
             bytes,
             generation,
             reservation.start_ns,
@@ -573,44 +601,70 @@ impl Slot {
         }
     }
 
-    /// Sets the rate and burst of a new channel, and the credit terms that follow from
-    /// them; requests then wait in `shared` (as it is) or in this process' own bucket
-    /// (full).
-    fn configure(&self, rate: u64, burst: u64, shared: Option<&'static TokenBucket>) {
-        self.set_terms(rate, burst);
+    /// Sets the cost of each operation's request in a new channel of `spec`, in its
+    /// bucket's units.
+    fn set_unit_costs(&self, spec: &ChannelSpec) {
+        let weighted = bucket::units_per_token(spec) != 1;
+        for op in Op::ALL {
+            let cost = if weighted { spec.costs.of(*op) } else { 1 };
+            self.unit_costs[*op as usize].store(cost, Ordering::Relaxed);
+        }
+    }
+
+    /// Sets the rate and burst of a new channel of `spec`, and the credit terms that
+    /// follow from them; requests then wait in `shared` (as it is) or in this process'
+    /// own bucket (full).
+    fn configure(&self, spec: &ChannelSpec, shared: Option<&'static TokenBucket>) {
+        let limit = self.set_terms(spec);
         match shared {
             Some(bucket) => self
                 .shared
                 .store(bucket as *const TokenBucket as *mut _, Ordering::Release),
             None => {
-                self.own_bucket.configure(Limit { rate, burst });
+                self.own_bucket.configure(limit);
                 self.shared.store(std::ptr::null_mut(), Ordering::Release);
             }
         }
     }
 
-    /// Changes the rate and burst of a channel in use: its requests then wait in this
-    /// process' own bucket, which keeps the tokens it holds up to the new burst.
-    fn rerate(&self, rate: u64, burst: u64) {
-        self.set_terms(rate, burst);
-        self.own_bucket.reconfigure(Limit { rate, burst });
+    /// Changes the rate and burst of a channel in use to `spec`'s: its requests then
+    /// wait in this process' own bucket, which keeps the tokens it holds up to the new
+    /// burst.
+    fn rerate(&self, spec: &ChannelSpec) {
+        let limit = self.set_terms(spec);
+        self.own_bucket.reconfigure(limit);
         self.shared.store(std::ptr::null_mut(), Ordering::Release);
     }
 
-    fn set_terms(&self, rate: u64, burst: u64) {
-        self.terms
-            .configure(rate, burst, self.counts_bytes.load(Ordering::Relaxed));
-        self.byte_charge_cap.store(burst, Ordering::Relaxed);
+    /// Sets the credit terms and byte charge cap of `spec`, and returns its bucket's
+    /// limit.
+    fn set_terms(&self, spec: &ChannelSpec) -> Limit {
+        let limit = Limit::of(spec);
+        self.terms.configure(
+            limit.rate,
+            limit.burst,
+            self.counts_bytes.load(Ordering::Relaxed),
+            bucket::units_per_token(spec),
+        );
+        self.byte_charge_cap.store(limit.burst, Ordering::Relaxed);
+        limit
     }
 
-    /// Tokens a request of `bytes` bytes is charged in this channel before the call.
+    /// What a request of `op` and `bytes` bytes is charged in this channel before the
+    /// call, in its bucket's units.
     #[inline]
-    fn cost(&self, bytes: u64) -> u64 {
+    fn cost(&self, op: Op, bytes: u64) -> u64 {
         if self.counts_bytes.load(Ordering::Relaxed) {
-            bytes.min(self.byte_charge_cap.load(Ordering::Relaxed))
+            self.byte_charge(bytes)
         } else {
-            1
+            self.unit_costs[op as usize].load(Ordering::Relaxed) as u64
         }
+    }
+
+    /// What a request of `bytes` bytes is charged in this byte channel before the call.
+    #[inline]
+    fn byte_charge(&self, bytes: u64) -> u64 {
+        bytes.min(self.byte_charge_cap.load(Ordering::Relaxed))
     }
 
     /// Takes `cost` tokens at `now` for the calling thread, from its credit or the
@@ -659,6 +713,7 @@ pub fn return_credit(counters: stats::Counters) {
 fn wait(
     counters: stats::Counters,
     index: usize,
+    op: Op,
     bytes: u64,
     mut generation: u64,
     mut start: u64,
@@ -677,12 +732,12 @@ fn wait(
             generation = current;
             start = slot
                 .bucket()
-                .reserve(slot.cost(bytes), 0, 0, bucket::now_ns())
+                .reserve(slot.cost(op, bytes), 0, 0, bucket::now_ns())
                 .start_ns;
         }
         let now = bucket::now_ns();
         if now >= start {
-            counters.admitted(index, slot.cost(bytes));
+            counters.admitted(index, slot.cost(op, bytes));
             return now.saturating_sub(entered);
         }
         slot.sleep_until(seen, start);
@@ -721,7 +776,7 @@ fn settle_bytes(counters: stats::Counters, mut packed: u32, requested: u64, move
         let index = (packed & 0xff) as usize - 1;
         let slot = &SLOTS[index];
         if slot.counts_bytes.load(Ordering::Relaxed) && slot.in_use.load(Ordering::Acquire) {
-            let charged = slot.cost(requested);
+            let charged = slot.byte_charge(requested);
             match moved.cmp(&charged) {
                 std::cmp::Ordering::Less => {
                     slot.bucket().refund(charged - moved, bucket::now_ns());
@@ -788,7 +843,7 @@ impl Slot {
 mod tests {
     use super::*;
     use crate::credit::Credit;
-    use padll_wire::channel::Scope;
+    use padll_wire::channel::{Costs, Scope};
     use padll_wire::ops::Class;
 
     /// True when some channel serves `op` on `mount`.
@@ -1051,6 +1106,158 @@ mod tests {
             admitted >= rate,
             "{admitted} admitted in one second at {rate}/s"
         );
+        clear();
+    }
+
+    /// A metadata channel on every mountpoint charging opens 3 tokens, closes none and
+    /// stats half a token.
+    fn weighted_metadata_channel(rate: u64, burst: u64) -> ChannelSpec {
+        ChannelSpec {
+            mount: None,
+            scope: Scope::Class(Class::Metadata),
+            rate,
+            unit: Unit::Requests,
+            burst,
+            costs: Costs::new([(Op::Open, 3000), (Op::Close, 0), (Op::Getattr, 500)]).unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_weighted_channel_charges_each_operation_its_cost() {
+        let _tables = tables();
+        set_mounts(&["/scratch".into()]).unwrap();
+        let weighted = add(weighted_metadata_channel(1_000_000, 10_000)).unwrap();
+        let plain = add(ChannelSpec {
+            costs: Default::default(),
+            ..weighted_metadata_channel(1_000_000, 10_000)
+        })
+        .unwrap();
+        let (weighted_slot, plain_slot) = (&SLOTS[weighted.0 as usize], &SLOTS[plain.0 as usize]);
+        // The weighted bucket counts thousandths, so do its costs and its credit terms.
+        for op in [Op::Open, Op::Getattr, Op::Mkdir] {
+            assert_eq!(plain_slot.cost(op, 0), 1, "{op}");
+        }
+        assert_eq!(weighted_slot.cost(Op::Open, 0), 3000);
+        assert_eq!(weighted_slot.cost(Op::Getattr, 0), 500);
+        assert_eq!(
+            weighted_slot.cost(Op::Mkdir, 0),
+            1000,
+            "not named: one token"
+        );
+        assert_eq!(plain_slot.terms.lease(), 256);
+        assert_eq!(weighted_slot.terms.lease(), 256 * 1000);
+        // A close costs nothing: only the unweighted channel is on its route.
+        assert_eq!(route(0, Op::Close) & 0xffff_ffff, plain.0 as u64 + 1);
+        assert_ne!(route(0, Op::Open) & 0xff00, 0, "open passes both");
+
+        let counters = stats::local();
+        let (opens, stats_made) = (10, 7);
+        for _ in 0..opens {
+            admit(counters, 0, Op::Open, 0);
+            admit(counters, 0, Op::Close, 0);
+        }
+        for _ in 0..stats_made {
+            admit(counters, 0, Op::Getattr, 0);
+        }
+        let info = |id| list().into_iter().find(|c| c.id == id).unwrap();
+        // Whole tokens, rounded down: 3 × 10 + 0.5 × 7 = 33.5.
+        assert_eq!((info(weighted).admitted, info(weighted).tokens), (17, 33));
+        assert_eq!((info(plain).admitted, info(plain).tokens), (27, 27));
+        clear();
+    }
+
+    #[test]
+    fn a_weighted_channel_admits_its_rate_over_each_request_cost() {
+        let _tables = tables();
+        set_mounts(&["/scratch".into()]).unwrap();
+        // 300 tokens/s of opens costing 3 tokens each: 100 opens/s.
+        let (rate, burst) = (300u64, 3u64);
+        let id = add(weighted_metadata_channel(rate, burst)).unwrap();
+        let index = id.0 as usize;
+        let slot = &SLOTS[index];
+        let generation = slot.generation.load(Ordering::Acquire);
+        let counters = stats::local();
+        let cost = slot.cost(Op::Open, 0);
+        // One simulated second of opens 1 µs apart, each starting when admitted.
+        let t0 = bucket::now_ns();
+        let end = t0 + 1_000_000_000;
+        let (mut now, mut admitted) = (t0, 0u64);
+        while now < end {
+            now = now.max(
+                slot.take(counters, index, generation, cost, now, 0)
+                    .start_ns,
+            );
+            admitted += 1;
+            now += 1_000;
+        }
+        // The burst (one open) at once, one more (GCRA's own), then 100 a second.
+        let bound = (rate + burst + burst / 4) * 1000 / cost + slot.max_batch(end) / cost + 1;
+        assert!(
+            admitted <= bound,
+            "{admitted} opens admitted, bound {bound}"
+        );
+        assert!(admitted >= 99, "{admitted} opens admitted in one second");
+        clear();
+    }
+
+    #[test]
+    fn a_weighted_rate_is_at_most_a_thousandth_of_the_largest() {
+        let _tables = tables();
+        set_mounts(&["/scratch".into()]).unwrap();
+        let largest = bucket::MAX_RATE / 1000;
+        let id = add(weighted_metadata_channel(largest, 1)).unwrap();
+        let err = set_limit(id, largest + 1, 1).unwrap_err();
+        let refused = weighted_metadata_channel(largest + 1, 1);
+        assert!(refused
+            .to_string()
+            .ends_with(" weighing open=3, close=0, getattr=0.5"));
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "rate {} of '{refused}' is outside 1..={largest}",
+                largest + 1
+            )
+        );
+        clear();
+        let unweighted = ChannelSpec {
+            costs: Default::default(),
+            ..weighted_metadata_channel(largest + 1, 1)
+        };
+        assert!(add(unweighted).is_ok());
+        clear();
+    }
+
+    #[test]
+    fn rules_given_other_costs_replace_their_channel() {
+        let _tables = tables();
+        set_mounts(&["/scratch".into()]).unwrap();
+        let counters = stats::local();
+        let tokens = || list()[0].tokens;
+        crate::control::apply(&[weighted_metadata_channel(1_000_000, 10_000)]).unwrap();
+        admit(counters, 0, Op::Open, 0);
+        assert_eq!(tokens(), 3);
+        // Same selector and costs, another rate: re-rated in place, counters carry on.
+        crate::control::apply(&[weighted_metadata_channel(500_000, 10_000)]).unwrap();
+        admit(counters, 0, Op::Open, 0);
+        assert_eq!((list().len(), tokens()), (1, 6));
+        // Other costs: a new channel, counting from zero in its own units.
+        let cheaper = ChannelSpec {
+            costs: Costs::new([(Op::Open, 2000)]).unwrap(),
+            ..weighted_metadata_channel(500_000, 10_000)
+        };
+        crate::control::apply(std::slice::from_ref(&cheaper)).unwrap();
+        admit(counters, 0, Op::Open, 0);
+        admit(counters, 0, Op::Close, 0);
+        assert_eq!(list()[0].spec, cheaper);
+        assert_eq!((list().len(), tokens()), (1, 3), "an open 2, a close 1");
+        // No costs: whole tokens again.
+        let unweighted = ChannelSpec {
+            costs: Default::default(),
+            ..cheaper
+        };
+        crate::control::apply(std::slice::from_ref(&unweighted)).unwrap();
+        admit(counters, 0, Op::Open, 0);
+        assert_eq!((list()[0].spec.costs.is_empty(), tokens()), (true, 1));
         clear();
     }
 

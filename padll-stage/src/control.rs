@@ -35,9 +35,6 @@ pub enum RulesError {
     /// A rule names a mountpoint this stage does not manage.
     #[error("'{0}' is not a mountpoint of this stage")]
     NotAMountpoint(String),
-    /// A rule's rate or burst is 0, or its rate above [`padll_wire::channel::MAX_RATE`].
-    #[error("rule '{0}' has a rate or burst out of range")]
-    OutOfRange(ChannelSpec),
     /// A rule counting bytes of operations that move none: it would never limit.
     #[error("rule '{0}' is a rate of bytes, but {scope} counts operations", scope = .0.scope.name())]
     BytesOnOperations(ChannelSpec),
@@ -689,13 +686,15 @@ pub fn release_after_fork() {
     let _ = HELD_FOR_FORK.try_with(|h| h.borrow_mut().take());
 }
 
-/// Makes the channel set exactly `rules`: matching channels (same mountpoint, scope and
-/// unit) are re-rated in place so their waiters and counters carry on; the rest are
-/// added or removed. All rules are validated first, so a bad set changes nothing.
+/// Makes the channel set exactly `rules`: matching channels (same mountpoint, scope,
+/// unit and costs) are re-rated in place so their waiters and counters carry on; the
+/// rest are added or removed. A channel given other costs is replaced: its bucket and
+/// counters are in other units (or charge other amounts) from then on. All rules are
+/// validated first, so a bad set changes nothing.
 pub fn apply(rules: &[ChannelSpec]) -> Result<(), RulesError> {
     check(rules)?;
     let same = |a: &ChannelSpec, b: &ChannelSpec| {
-        a.mount == b.mount && a.scope == b.scope && a.unit == b.unit
+        a.mount == b.mount && a.scope == b.scope && a.unit == b.unit && a.costs == b.costs
     };
     let current = channels::list();
     for channel in &current {
@@ -725,9 +724,7 @@ fn check(rules: &[ChannelSpec]) -> Result<(), RulesError> {
                 return Err(RulesError::NotAMountpoint(mount.clone()));
             }
         }
-        if rule.rate == 0 || rule.rate > padll_wire::channel::MAX_RATE || rule.burst == 0 {
-            return Err(RulesError::OutOfRange(rule.clone()));
-        }
+        channels::validate(rule)?;
         if rule.unit == Unit::Bytes && !rule.scope.moves_bytes() {
             return Err(RulesError::BytesOnOperations(rule.clone()));
         }

@@ -39,13 +39,14 @@ use crate::bucket::{Reservation, TokenBucket};
 use crate::tsc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Largest lease of a request channel: 256 requests per shared CAS is enough to make
-/// the CAS cheap next to the call.
+/// Largest lease of a request channel, in tokens (scaled to a weighted channel's
+/// thousandths): 256 requests per shared CAS is enough to make the CAS cheap next to
+/// the call.
 const MAX_LEASE_REQUESTS: u64 = 256;
 /// Largest lease of a byte channel: 256 reads of 4 KiB.
 const MAX_LEASE_BYTES: u64 = 1 << 20;
 /// Smaller leases (burst < 128 tokens: low rates, where accuracy matters most and the
-/// CAS is no bottleneck) are not taken.
+/// CAS is no bottleneck) are not taken; in tokens, scaled like [`MAX_LEASE_REQUESTS`].
 const MIN_LEASE: u64 = 8;
 /// How much of a channel's rate one sleep may admit for a thread (its batch, see `take`):
 /// a 128th of the time the bucket has been in use (the job's time on the node, for a
@@ -228,19 +229,21 @@ impl Terms {
     }
 
     /// Sets the lease size and lifetime, and the batch size, that follow from a
-    /// channel's `rate` and `burst` (tokens are bytes if `counts_bytes`).
-    pub fn configure(&self, rate: u64, burst: u64, counts_bytes: bool) {
+    /// channel's `rate` and `burst` in its bucket's units (bytes if `counts_bytes`,
+    /// else `units_per_token` per request token: a weighted channel's thousandths).
+    pub fn configure(&self, rate: u64, burst: u64, counts_bytes: bool, units_per_token: u64) {
         let cap = if counts_bytes {
             MAX_LEASE_BYTES
         } else {
-            MAX_LEASE_REQUESTS
+            MAX_LEASE_REQUESTS * units_per_token
         };
         let lease = (burst / 16).min(cap);
+        let min_lease = MIN_LEASE * units_per_token;
         let tau_ns = burst as u128 * 1_000_000_000 / rate.max(1) as u128;
         self.rate.store(rate, Ordering::Relaxed);
         self.batch_cap.store(cap, Ordering::Relaxed);
         self.lease
-            .store(if lease < MIN_LEASE { 0 } else { lease }, Ordering::Relaxed);
+            .store(if lease < min_lease { 0 } else { lease }, Ordering::Relaxed);
         self.ttl_ns
             .store((tau_ns / 4).min(u64::MAX as u128) as u64, Ordering::Relaxed);
     }

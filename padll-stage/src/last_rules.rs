@@ -201,8 +201,8 @@ pub fn load(uid: u32, job: &str) -> Result<Option<Vec<ChannelSpec>>, RulesFileEr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use padll_wire::channel::{Scope, Unit};
-    use padll_wire::ops::Class;
+    use padll_wire::channel::{Costs, Scope, Unit};
+    use padll_wire::ops::{Class, Op};
     use std::os::unix::fs::PermissionsExt;
 
     /// A job id of this test process alone, and its file removed at the end.
@@ -245,10 +245,15 @@ mod tests {
         assert_eq!(load(uid(), &job.0).unwrap(), None);
         save(uid(), &job.0, &[rule(300)]).unwrap();
         assert_eq!(load(uid(), &job.0).unwrap(), Some(vec![rule(300)]));
-        save(uid(), &job.0, &[rule(200), rule(100)]).unwrap();
+        // A weighted rule keeps its costs.
+        let weighted = ChannelSpec {
+            costs: Costs::new([(Op::Open, 3000), (Op::Close, 0), (Op::Getattr, 500)]).unwrap(),
+            ..rule(100)
+        };
+        save(uid(), &job.0, &[rule(200), weighted.clone()]).unwrap();
         assert_eq!(
             load(uid(), &job.0).unwrap(),
-            Some(vec![rule(200), rule(100)])
+            Some(vec![rule(200), weighted])
         );
         save(uid(), &job.0, &[]).unwrap();
         assert_eq!(load(uid(), &job.0).unwrap(), Some(vec![]));

@@ -10,7 +10,7 @@
 //! the expected magic and layout version. Its blocks are reserved with `posix_fallocate`
 //! when it is made, so a full `/dev/shm` fails the attach instead of a later store through
 //! the mapping (`SIGBUS`). Each entry is a GCRA [`TokenBucket`] keyed by its limit
-//! (mountpoint, selector, unit, rate, burst): processes configured with the same limit
+//! (mountpoint, selector, unit, rate, burst, costs): processes configured with the same limit
 //! share a bucket, a process given a different limit gets a bucket of its own. A bucket's
 //! whole state is atomics in the segment, its clock origin included (`CLOCK_MONOTONIC`
 //! is one clock for every process of the node), and GCRA moves it with one CAS, so a
@@ -388,10 +388,7 @@ impl Segment {
             match entry.key.load(Ordering::Acquire) {
                 k if k == key => return Ok(&entry.bucket),
                 0 => {
-                    entry.bucket.configure(Limit {
-                        rate: spec.rate,
-                        burst: spec.burst,
-                    });
+                    entry.bucket.configure(Limit::of(spec));
                     entry.key.store(key, Ordering::Release);
                     return Ok(&entry.bucket);
                 }
@@ -402,9 +399,12 @@ impl Segment {
     }
 }
 
-/// A limit's identity in the segment (never 0).
+/// A limit's identity in the segment (never 0). A weighted limit's costs are part of it:
+/// its bucket counts thousandths of a token, and requests are charged by them, so
+/// processes given other costs (or none) must not share it. Without costs, the key is
+/// what it was before weights existed.
 fn limit_key(spec: &ChannelSpec) -> u64 {
-    let text = format!(
+    let mut text = format!(
         "{}|{}|{:?}|{}|{}",
         spec.mount.as_deref().unwrap_or(""),
         spec.scope.name(),
@@ -412,6 +412,9 @@ fn limit_key(spec: &ChannelSpec) -> u64 {
         spec.rate,
         spec.burst
     );
+    for (op, cost) in spec.costs.iter() {
+        text.push_str(&format!("|{op}={cost}"));
+    }
     padll_wire::fnv1a(text.as_bytes()) | 1
 }
 
@@ -525,4 +528,67 @@ fn fstat(fd: i32) -> Result<libc::stat, SegmentErrorKind> {
 fn close(fd: i32) {
     // SAFETY: a descriptor we opened.
     unsafe { libc::close(fd) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use padll_wire::channel::{Costs, Scope, Unit};
+    use padll_wire::ops::{Class, Op};
+
+    /// A metadata limit of 300 tokens/s with a burst of 3.
+    fn plain() -> ChannelSpec {
+        ChannelSpec {
+            mount: Some("/scratch".into()),
+            scope: Scope::Class(Class::Metadata),
+            rate: 300,
+            unit: Unit::Requests,
+            burst: 3,
+            costs: Default::default(),
+        }
+    }
+
+    /// [`plain`] with an open costing `open` thousandths of a token.
+    fn weighted(open: u32) -> ChannelSpec {
+        ChannelSpec {
+            costs: Costs::new([(Op::Open, open), (Op::Close, 0)]).unwrap(),
+            ..plain()
+        }
+    }
+
+    #[test]
+    fn limits_of_other_costs_do_not_share_a_bucket() {
+        let plain = plain();
+        // Without costs the key is the one stages before weights computed.
+        assert_eq!(
+            limit_key(&plain),
+            padll_wire::fnv1a(b"/scratch|metadata|Requests|300|3") | 1
+        );
+        let keys = [
+            limit_key(&plain),
+            limit_key(&weighted(3000)),
+            limit_key(&weighted(2000)),
+        ];
+        assert!(keys[0] != keys[1] && keys[1] != keys[2] && keys[0] != keys[2]);
+        assert_eq!(limit_key(&weighted(3000)), keys[1]);
+    }
+
+    #[test]
+    fn a_weighted_limit_is_shared_in_thousandths() {
+        // SAFETY: geteuid takes no arguments and cannot fail.
+        let uid = unsafe { libc::geteuid() };
+        let job = format!("test-weighted-{}", std::process::id());
+        let buckets = attach(uid, &job, &[weighted(3000), plain()]).unwrap();
+        let now = crate::bucket::now_ns();
+        // 300 tokens/s with a burst of 3, in thousandths: two opens of 3 tokens at once
+        // (the burst, and GCRA's one more), the third 10 ms later.
+        for _ in 0..2 {
+            assert_eq!(buckets[0].reserve(3000, 0, 0, now).start_ns, now);
+        }
+        let third = buckets[0].reserve(3000, 0, 0, now).start_ns - now;
+        assert!(third.abs_diff(10_000_000) < 10_000, "{third} ns");
+        // The unweighted limit's bucket is another, counting tokens.
+        assert_eq!(buckets[1].reserve(3, 0, 0, now).start_ns, now);
+        assert!(leave(), "the only process of the job removes its segment");
+    }
 }

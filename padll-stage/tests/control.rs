@@ -3,11 +3,11 @@
 //! fail-static when the controller disappears, and reconnection.
 
 use crate::util::{calls_are_timed, library, scratch};
-use padll_wire::channel::{ChannelSpec, Scope};
+use padll_wire::channel::{ChannelSpec, Costs, Scope};
 use padll_wire::control::{
     self, ControlMessage, StageMessage, MAX_MESSAGE_BYTES, PROTOCOL_VERSION,
 };
-use padll_wire::ops::Class;
+use padll_wire::ops::{Class, Op};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -554,4 +554,116 @@ sys.stdin.read()
         .map(|(_, count)| count)
         .sum();
     assert!(slow >= 1, "the blocked read: {:?}", data.counts);
+}
+
+/// A program makes `OPENS` opens (each closed) and `STATS` stats on the mountpoint under
+/// one metadata channel the controller weighs (an open 3 tokens, a close none, a stat
+/// half a token): the usage reports count its calls' tokens so; then at 300 tokens/s its
+/// opens are held to about 100 a second, not the 300 of an unweighted channel.
+#[test]
+#[cfg_attr(not(has_python3), ignore = "python3 not installed")]
+fn a_weighted_channel_charges_each_call_its_cost() {
+    const OPENS: u64 = 200;
+    const STATS: u64 = 301;
+    const SECONDS: f64 = 2.0;
+    let dir = scratch("weighted");
+    let socket = dir.join("controller.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    // Each part starts when a line arrives on its standard input.
+    let script = format!(
+        "import os, sys, time
+d = sys.argv[1]
+sys.stdin.readline()
+for i in range({OPENS}):
+    os.close(os.open(f'{{d}}/f{{i}}', os.O_CREAT | os.O_WRONLY, 0o600))
+for _ in range({STATS}):
+    os.stat(d)
+print('done', flush=True)
+sys.stdin.readline()
+count, start = 0, time.monotonic()
+while time.monotonic() - start < {SECONDS}:
+    os.close(os.open(f'{{d}}/f0', os.O_WRONLY))
+    count += 1
+print(count, time.monotonic() - start, flush=True)
+sys.stdin.read()
+"
+    );
+    let mut child = Command::new(python())
+        .args(["-c", &script, dir.to_str().unwrap()])
+        .env("LD_PRELOAD", library())
+        .env("PADLL_MOUNTS", &dir)
+        .env("PADLL_CONTROLLER", &socket)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let mut output = BufReader::new(child.stdout.take().unwrap());
+    let mut next_part = |input: &mut std::process::ChildStdin| {
+        input.write_all(b"go\n").unwrap();
+        let mut line = String::new();
+        output.read_line(&mut line).unwrap();
+        line
+    };
+    let mut peer = Peer::accept(&listener);
+    assert!(matches!(peer.receive().1, StageMessage::Hello { .. }));
+    peer.send(&ControlMessage::Welcome {
+        version: PROTOCOL_VERSION,
+        stage_id: 1,
+        report_interval_ms: 100,
+    });
+    let costs = Costs::new([(Op::Open, 3000), (Op::Close, 0), (Op::Getattr, 500)]).unwrap();
+    let weighted = |rate, burst| ChannelSpec {
+        costs: costs.clone(),
+        ..crate::util::metadata_rule(&dir, rate, burst)
+    };
+
+    // Not limiting: the tokens counted are the calls' costs.
+    peer.send(&ControlMessage::SetRules {
+        seq: 1,
+        rules: vec![weighted(1_000_000, 10_000)],
+    });
+    assert_eq!(peer.applied(), (1, None));
+    assert_eq!(next_part(&mut input), "done\n");
+    peer.drain();
+    let channel = loop {
+        if let (_, StageMessage::Usage { channels, .. }) = peer.receive() {
+            break channels.into_iter().next().expect("the weighted channel");
+        }
+    };
+    assert_eq!(
+        channel.spec,
+        weighted(1_000_000, 10_000),
+        "reported with its costs"
+    );
+    assert_eq!(channel.admitted, OPENS + STATS, "closes pass freely");
+    assert_eq!(channel.tokens, (3000 * OPENS + 500 * STATS) / 1000);
+
+    // 300 tokens/s: about 100 opens a second (an unweighted channel admits 300).
+    peer.send(&ControlMessage::SetRules {
+        seq: 2,
+        rules: vec![weighted(300, 3)],
+    });
+    assert_eq!(peer.applied(), (2, None));
+    let line = next_part(&mut input);
+    let (count, elapsed) = line
+        .trim()
+        .split_once(' ')
+        .map(|(count, elapsed)| {
+            (
+                count.parse::<f64>().unwrap(),
+                elapsed.parse::<f64>().unwrap(),
+            )
+        })
+        .unwrap_or_else(|| panic!("the program printed {line:?}"));
+    let rate = count / elapsed;
+    // Above 150/s would be a weight not applied; a loaded machine slows the program,
+    // so the floor is far below the limit.
+    assert!(
+        (30.0..150.0).contains(&rate),
+        "{count} opens in {elapsed} s"
+    );
+    drop(input);
+    assert!(child.wait().unwrap().success());
+    let _ = std::fs::remove_dir_all(&dir);
 }
