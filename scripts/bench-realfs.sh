@@ -101,16 +101,7 @@ run_case() {
   started=$(date +%s.%N)
   local sampler=
   if [ "$case" = auto ]; then
-    echo "t,max_rate,p50_ms,p99_ms,calls" >"$OUT/auto-$round.csv"
-    (
-      start=$(date +%s.%N)
-      while sleep 1; do
-        "$BIN/cheferd" ctl --socket "$ADMIN" --json jobs 2>/dev/null | python3 -c '
-import json, sys, time
-r = json.load(sys.stdin)["resources"][0]; s = r["service"]
-print(f"{time.time() - float(sys.argv[1]):.1f},{r[\"max_rate\"]:.0f},{s.get(\"p50_ms\") or \"\"},{s.get(\"p99_ms\") or \"\"},{s[\"calls\"]}")' "$start" >>"$OUT/auto-$round.csv" || true
-      done
-    ) &
+    python3 "$PWD/scripts/realfs/sample-ctl.py" "$BIN/cheferd" "$ADMIN" "$OUT/auto-$round.csv" &
     sampler=$!
   fi
   local storm_out=$OUT/storm-$case-$round.jsonl

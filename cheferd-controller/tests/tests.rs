@@ -31,3 +31,4 @@ mod trust;
 mod trust_global;
 mod trust_local;
 mod util;
+mod weights;

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """A metadata load like mdtest -F: in DIR/<pid>/, create (open O_CREAT + close),
-stat and unlink one file after another for SECONDS, timing every call.
+stat and unlink one file after another for SECONDS, timing every call; as fast as it
+can, or RATE files a second (a job with work to do between its calls).
 
 Prints one JSON line: calls made, calls per second, and the median and 99th
 percentile of the calls' service times (open, close, stat and unlink each count as
 one call: what the stage counts and times). Used by scripts/bench-realfs.sh; runs
 under `padll run` or without it.
 
-usage: metadata-load.py DIR SECONDS
+usage: metadata-load.py DIR SECONDS [RATE]
 """
 import json
 import os
@@ -16,14 +17,10 @@ import time
 
 
 def main():
-    if len(sys.argv) != 3:
-        sys.exit("usage: metadata-load.py DIR SECONDS")
-    try:
-        seconds = float(sys.argv[2])
-    except ValueError:
-        sys.exit(f"metadata-load.py: SECONDS must be a number, got '{sys.argv[2]}'")
-    if not seconds > 0:
-        sys.exit(f"metadata-load.py: SECONDS must be positive, got '{sys.argv[2]}'")
+    if len(sys.argv) not in (3, 4):
+        sys.exit("usage: metadata-load.py DIR SECONDS [RATE]")
+    seconds = positive("SECONDS", sys.argv[2])
+    rate = positive("RATE", sys.argv[3]) if len(sys.argv) == 4 else None
     directory = os.path.join(sys.argv[1], str(os.getpid()))
     os.makedirs(directory, exist_ok=True)
     clock = time.perf_counter_ns
@@ -33,6 +30,10 @@ def main():
     i = 0
     now = start
     while now < end:
+        if rate is not None:
+            due = start + int(i * 1e9 / rate)
+            if due > now:
+                time.sleep((due - now) / 1e9)
         path = f"{directory}/f{i}"
         a = clock()
         fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
@@ -57,6 +58,16 @@ def main():
         "p50_us": round(quantile(0.5), 1),
         "p99_us": round(quantile(0.99), 1),
     }))
+
+
+def positive(name, text):
+    try:
+        value = float(text)
+    except ValueError:
+        sys.exit(f"metadata-load.py: {name} must be a number, got '{text}'")
+    if not value > 0:
+        sys.exit(f"metadata-load.py: {name} must be positive, got '{text}'")
+    return value
 
 
 if __name__ == "__main__":
