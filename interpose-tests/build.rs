@@ -15,6 +15,7 @@ fn main() {
         Program("sqlite3"),
         Program("rsync"),
         Program("fio"),
+        Program("git"),
         Program("stress-ng"),
         Program("dbench"),
         Program("cc"),
@@ -22,5 +23,6 @@ fn main() {
         Program("setpriv"),
         Root,
         File("libjemalloc", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"),
+        tools::MOOSEFS,
     ]);
 }

@@ -29,22 +29,43 @@ pub enum Need {
     File(&'static str, &'static str),
     /// Running as root (`has_root`).
     Root,
+    /// A character device this user can open for reading and writing:
+    /// `Device("fuse", "/dev/fuse")`.
+    Device(&'static str, &'static str),
+    /// Several needs under one name, met when all of them are: `All("moosefs", &[…])`.
+    All(&'static str, &'static [Need]),
 }
 
 impl Need {
     fn name(&self) -> &'static str {
         match self {
-            Need::Program(name) | Need::File(name, _) => name,
+            Need::Program(name)
+            | Need::File(name, _)
+            | Need::Device(name, _)
+            | Need::All(name, _) => name,
             Need::Root => "root",
         }
     }
 
-    /// What is missing when this need is not met: `fio`, `libjemalloc (no FILE)`; `None`
-    /// for root, which is not installed.
-    fn absent(&self) -> Option<String> {
+    /// What is missing when this need is not met: `fio`, `libjemalloc (no FILE)`,
+    /// `moosefs (no mfsmaster, /dev/fuse)`; `None` for root, which is not installed.
+    fn absent(&self, path: &[PathBuf]) -> Option<String> {
         match self {
             Need::Program(name) => Some(name.to_string()),
             Need::File(name, file) => Some(format!("{name} (no {file})")),
+            Need::Device(name, device) => Some(format!("{name} (cannot open {device} read-write)")),
+            Need::All(name, parts) => {
+                let missing: Vec<&str> = parts
+                    .iter()
+                    .filter(|part| !part.found(path))
+                    .map(|part| match part {
+                        Need::Program(name) => *name,
+                        Need::File(_, file) | Need::Device(_, file) => *file,
+                        Need::Root | Need::All(..) => part.name(),
+                    })
+                    .collect();
+                Some(format!("{name} (no {})", missing.join(", ")))
+            }
             Need::Root => None,
         }
     }
@@ -53,10 +74,61 @@ impl Need {
         match self {
             Need::Program(name) => path.iter().any(|dir| is_executable(&dir.join(name))),
             Need::File(_, file) => Path::new(file).is_file(),
+            Need::Device(_, device) => {
+                use std::os::unix::fs::FileTypeExt;
+                let opened = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(device);
+                opened.is_ok_and(|file| {
+                    file.metadata()
+                        .is_ok_and(|meta| meta.file_type().is_char_device())
+                })
+            }
             Need::Root => effective_uid() == Some(0),
+            Need::All(_, parts) => parts.iter().all(|part| part.found(path)),
+        }
+    }
+
+    /// Whether finding it searches `PATH`.
+    fn searches_path(&self) -> bool {
+        match self {
+            Need::Program(_) => true,
+            Need::All(_, parts) => parts.iter().any(Need::searches_path),
+            Need::File(..) | Need::Device(..) | Need::Root => false,
+        }
+    }
+
+    /// The files it looks for outside `PATH`.
+    fn files(&self) -> Vec<&'static str> {
+        match self {
+            Need::File(_, file) | Need::Device(_, file) => vec![*file],
+            Need::All(_, parts) => parts.iter().flat_map(Need::files).collect(),
+            Need::Program(_) | Need::Root => Vec::new(),
         }
     }
 }
+
+/// A throwaway MooseFS (`scripts/moosefs.sh`, `scripts/test-moosefs.rs`): its daemons,
+/// mount and admin tool, the util-linux and iproute2 tools that give it namespaces of its
+/// own, root, and a `/dev/fuse` to mount with.
+pub const MOOSEFS: Need = Need::All(
+    "moosefs",
+    &[
+        Need::Program("mfsmaster"),
+        Need::Program("mfschunkserver"),
+        Need::Program("mfsmount"),
+        Need::Program("mfscli"),
+        Need::Program("mfssettrashtime"),
+        Need::Program("mfssetgoal"),
+        Need::Program("unshare"),
+        Need::Program("nsenter"),
+        Need::Program("setpriv"),
+        Need::Program("ip"),
+        Need::Root,
+        Need::Device("fuse", "/dev/fuse"),
+    ],
+);
 
 /// True when the build runs under CI (`CI=true` or `CI=1`, as CI services set it).
 pub fn is_ci() -> bool {
@@ -83,13 +155,13 @@ pub fn probe(needs: &[Need]) {
             }
         }
     };
-    if needs.iter().any(|n| matches!(n, Need::Program(_))) {
+    if needs.iter().any(Need::searches_path) {
         println!("cargo::rerun-if-env-changed=PATH");
         path.iter().for_each(|dir| watch(dir));
     }
     let (mut absent, mut not_root) = (Vec::new(), false);
     for need in needs {
-        if let Need::File(_, file) = need {
+        for file in need.files() {
             if let Some(dir) = Path::new(file).parent() {
                 watch(dir);
             }
@@ -101,7 +173,7 @@ pub fn probe(needs: &[Need]) {
             println!("cargo::rustc-cfg={cfg}");
         }
         if !found {
-            match need.absent() {
+            match need.absent(&path) {
                 Some(what) => absent.push(what),
                 None => not_root = true,
             }

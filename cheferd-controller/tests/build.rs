@@ -3,7 +3,8 @@
 //! Prometheus; Slurm, munge, `slurm/spank.h` and `cc`: `slurm.rs`; `systemd-analyze`:
 //! the units; `has_bash`: the fail-closed tests run a job's processes from a shell;
 //! `has_etcd`: `standby.rs` starts a real etcd; `has_groff`: the man pages are
-//! formatted), see `scripts/test-tools.rs`.
+//! formatted; `has_moosefs`: `end_to_end.rs` runs its jobs on a real MooseFS), see
+//! `scripts/test-tools.rs`.
 
 #[path = "../../scripts/test-tools.rs"]
 mod tools;
@@ -26,5 +27,6 @@ fn main() {
         Program("bash"),
         Program("etcd"),
         Program("groff"),
+        tools::MOOSEFS,
     ]);
 }

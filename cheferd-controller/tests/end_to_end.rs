@@ -61,10 +61,10 @@ fn job_ids() -> Vec<String> {
     JOBS.iter().map(|(name, _)| job_id(name)).collect()
 }
 
-/// A global controller, two nodes and the four jobs, each with a process per node,
-/// past their warm-up (every stage registered and the first cycles run on real usage).
-fn cluster_with_jobs() -> Cluster {
-    let mut cluster = Cluster::new(&config(MAX_RATE));
+/// The global controller of `cluster`, two nodes and the four jobs, each with a process
+/// per node, past their warm-up (every stage registered and the first cycles run on
+/// real usage).
+fn cluster_with_jobs(mut cluster: Cluster) -> Cluster {
     cluster.start_global();
     for node in NODES {
         cluster.start_local(node);
@@ -128,8 +128,36 @@ fn assert_policy_enforced(
 #[test]
 fn psfa_caps_the_aggregate_and_rebalances_when_jobs_leave_and_join() {
     let _turn = crate::util::alone();
-    let mut cluster = cluster_with_jobs();
+    psfa_caps_and_rebalances(Cluster::new(&config(MAX_RATE)));
+}
 
+/// The same on a real shared file system: the jobs' files on a MooseFS (each of their
+/// calls a round trip through its mount and master), the controllers where they were.
+#[test]
+#[cfg_attr(not(has_moosefs), ignore = "needs MooseFS (root, /dev/fuse)")]
+fn psfa_caps_the_aggregate_and_rebalances_on_moosefs() {
+    let _turn = crate::util::alone();
+    let cluster = Cluster::on_moosefs(&config(MAX_RATE));
+    let moosefs = cluster.moosefs().expect("on MooseFS");
+    let (before, started) = (moosefs.master_ops(), Instant::now());
+    let cluster = psfa_caps_and_rebalances(cluster);
+    let moosefs = cluster.moosefs().expect("on MooseFS");
+    let reached = moosefs.master_ops().since(&before);
+    let rate = reached["total"] as f64 / started.elapsed().as_secs_f64();
+    eprintln!("the MooseFS master: {rate:.0} ops/s ({reached:?})");
+    // The replayers' calls cost the master one operation each on average (a stat is a
+    // lookup, an open a lookup and an open, a close nothing); unthrottled, the eight
+    // of them send it several times Max_R.
+    assert!(
+        rate <= 2.0 * MAX_RATE,
+        "the MooseFS master served {rate:.0} ops/s under Max_R {MAX_RATE}: {reached:?}"
+    );
+}
+
+/// Case 1 and 2 on `cluster` (configured by [`config`] with [`MAX_RATE`]), which it
+/// returns afterwards.
+fn psfa_caps_and_rebalances(cluster: Cluster) -> Cluster {
+    let mut cluster = cluster_with_jobs(cluster);
     let ids = job_ids();
     let names: Vec<&str> = ids.iter().map(String::as_str).collect();
     let computed = assert_policy_enforced(&cluster, &names, MAX_RATE, 6);
@@ -175,6 +203,7 @@ fn psfa_caps_the_aggregate_and_rebalances_when_jobs_leave_and_join() {
         4,
     );
     assert!(cluster.controllers_alive(), "a controller died");
+    cluster
 }
 
 /// Polls the snapshot until `done` holds, failing after [`REBALANCE_DEADLINE`].
@@ -251,7 +280,7 @@ fn assert_rates_kept(
 #[test]
 fn controllers_killed_leave_rates_in_force_and_control_resumes_after_restart() {
     let _turn = crate::util::alone();
-    let mut cluster = cluster_with_jobs();
+    let mut cluster = cluster_with_jobs(Cluster::new(&config(MAX_RATE)));
     let ids = job_ids();
     let names: Vec<&str> = ids.iter().map(String::as_str).collect();
 

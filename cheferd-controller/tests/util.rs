@@ -50,6 +50,10 @@ pub fn job_id(name: &str) -> String {
 mod cargo;
 pub use cargo::profile_dir;
 
+#[path = "../../scripts/test-moosefs.rs"]
+pub mod moosefs;
+use moosefs::MooseFs;
+
 /// The repository's root.
 pub fn repository() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -243,18 +247,34 @@ pub struct Cluster {
     /// Every job it started a process of (ids of this run, see [`job_id`]).
     started_jobs: std::collections::BTreeSet<String>,
     restarts: usize,
+    /// The MooseFS the managed directory is on, if any; stopped after every process
+    /// of the cluster (fields drop after [`Cluster`]'s own drop).
+    moosefs: Option<MooseFs>,
 }
 
 impl Cluster {
     /// A cluster whose global controller runs `config` (TOML; `{scratch}` stands for the
     /// managed directory). Nothing is started yet.
     pub fn new(config: &str) -> Cluster {
+        Cluster::with_moosefs(config, None)
+    }
+
+    /// [`Cluster::new`] with the managed directory on a MooseFS of its own: the jobs'
+    /// processes run in its mount namespace, the controllers where they are.
+    pub fn on_moosefs(config: &str) -> Cluster {
+        Cluster::with_moosefs(config, Some(MooseFs::start()))
+    }
+
+    fn with_moosefs(config: &str, moosefs: Option<MooseFs>) -> Cluster {
         let dir = tempfile::Builder::new()
             .prefix("cheferd-e2e-")
             .tempdir()
             .expect("temp dir");
-        let scratch = dir.path().join("scratch");
-        std::fs::create_dir(&scratch).expect("scratch dir");
+        let scratch = match &moosefs {
+            Some(moosefs) => moosefs.mount().join("scratch"),
+            None => dir.path().join("scratch"),
+        };
+        std::fs::create_dir(reachable(&moosefs, &scratch)).expect("scratch dir");
         let config = config.replace("{scratch}", &scratch.display().to_string());
         std::fs::write(dir.path().join("global.toml"), config).expect("config written");
         let ports = Ports::reserve(2);
@@ -286,7 +306,13 @@ impl Cluster {
             jobs: Vec::new(),
             started_jobs: Default::default(),
             restarts: 0,
+            moosefs,
         }
+    }
+
+    /// The MooseFS the managed directory is on ([`Cluster::on_moosefs`]).
+    pub fn moosefs(&self) -> Option<&MooseFs> {
+        self.moosefs.as_ref()
     }
 
     /// The `resource` name of the scratch directory's metadata.
@@ -507,9 +533,13 @@ impl Cluster {
     /// the stage, in its own directory of the scratch dir.
     pub fn start_process(&mut self, job: &str, node: &str, rate: u64) -> usize {
         let dir = self.scratch.join(job);
-        std::fs::create_dir_all(&dir).expect("job dir");
+        std::fs::create_dir_all(reachable(&self.moosefs, &dir)).expect("job dir");
         let (_, file) = self.log(&format!("{job}-{node}"));
-        let mut child = Command::new(cheferd_lab())
+        let mut command = match &self.moosefs {
+            Some(moosefs) => moosefs.command(cheferd_lab()),
+            None => Command::new(cheferd_lab()),
+        };
+        let mut child = command
             .args(["replay", "--rate", &rate.to_string()])
             .args(["--seconds", REPLAY_SECONDS, "--threads", "4", "--dir"])
             .arg(&dir)
@@ -624,6 +654,14 @@ impl Cluster {
                 (have == want).then_some(snapshot)
             },
         )
+    }
+}
+
+/// `path` as this process reaches it: through the MooseFS's namespace, if it is on one.
+fn reachable(moosefs: &Option<MooseFs>, path: &Path) -> PathBuf {
+    match moosefs {
+        Some(moosefs) => moosefs.outside(path),
+        None => path.to_path_buf(),
     }
 }
 

@@ -33,11 +33,11 @@ fn prepare(dir: Scratch) -> Scratch {
 
 /// A job id unique to this test run. Its segment is removed when the test ends, also
 /// when it fails half-way (a passing test finds it removed by the job's last process).
-fn job(name: &str) -> Job {
+pub fn job(name: &str) -> Job {
     Job(format!("it-{name}-{}", std::process::id()))
 }
 
-struct Job(String);
+pub struct Job(String);
 
 impl std::ops::Deref for Job {
     type Target = str;
@@ -56,7 +56,7 @@ impl Drop for Job {
 
 /// The segment a job's processes share on this node (in the user's directory under
 /// `/dev/shm/padll` when a root component made it, else flat in `/dev/shm`).
-fn segment(job: &str) -> PathBuf {
+pub fn segment(job: &str) -> PathBuf {
     PathBuf::from(padll_wire::node_files::segment(uid(), job))
 }
 
@@ -73,7 +73,7 @@ fn uid() -> u32 {
 }
 
 /// The stage's environment for `job` with `rules` on `dir`.
-fn job_env(dir: &Path, rules: &str, job: &str) -> Vec<(String, String)> {
+pub fn job_env(dir: &Path, rules: &str, job: &str) -> Vec<(String, String)> {
     let mut env = stage_env(dir, rules, None);
     env.push(("PADLL_JOB_ID".into(), job.into()));
     env
@@ -104,14 +104,26 @@ fn start_load_as(
         None => (probe(), &[][..]),
     };
     let mut command = Command::new(program);
-    command.args(prefix_args);
+    command.args(prefix_args).current_dir(dir);
     if !prefix.is_empty() {
         command.arg(probe());
     }
+    spawn_load(command, dir, seconds, threads, kind, env)
+}
+
+/// `command` (the probe, or what runs it) with the probe's `load` arguments and `env`,
+/// its output piped for [`finish`].
+pub fn spawn_load(
+    mut command: Command,
+    dir: &Path,
+    seconds: f64,
+    threads: usize,
+    kind: &str,
+    env: &[(String, String)],
+) -> Child {
     command
         .args(["load", dir.to_str().unwrap()])
         .args([&seconds.to_string(), &threads.to_string(), kind])
-        .current_dir(dir)
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -121,19 +133,19 @@ fn start_load_as(
 
 /// What a group of probes did: summed operations, the window from the first start to
 /// the last end, and everything they wrote on stderr.
-struct Group {
-    ops: f64,
-    seconds: f64,
-    stderr: String,
+pub struct Group {
+    pub ops: f64,
+    pub seconds: f64,
+    pub stderr: String,
 }
 
 impl Group {
-    fn rate(&self) -> f64 {
+    pub fn rate(&self) -> f64 {
         self.ops / self.seconds
     }
 }
 
-fn finish(children: Vec<Child>) -> Group {
+pub fn finish(children: Vec<Child>) -> Group {
     let mut runs: Vec<BTreeMap<String, f64>> = Vec::new();
     let mut stderr = String::new();
     for child in children {
@@ -179,7 +191,7 @@ fn run_group(
 /// file system and is always asserted; below, a loaded machine descheduling the probes
 /// can only make them slower, so by default only a job far under its limit fails.
 /// `PADLL_STRICT_RATES=1` asserts the whole window (on a quiet machine).
-fn assert_job_accurate(what: &str, achieved: f64, limit: f64) {
+pub fn assert_job_accurate(what: &str, achieved: f64, limit: f64) {
     assert!(
         achieved <= limit * 1.02,
         "{what}: {achieved:.0}/s is above the {limit:.0}/s job limit + 2 %"

@@ -102,13 +102,13 @@ rm -f verify.*
 ];
 
 /// Fills a directory with the same starting contents for every run.
-fn fixture(dir: &Path) {
+pub fn fixture(dir: &Path) {
     std::fs::create_dir_all(dir.join("sub")).unwrap();
     std::fs::write(dir.join("seed.txt"), "seed\n").unwrap();
 }
 
 /// The native run succeeded, and the staged one exited, printed and complained alike.
-fn assert_same_outcome(name: &str, native: &Output, staged: &Output) {
+pub fn assert_same_outcome(name: &str, native: &Output, staged: &Output) {
     let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
     assert!(
         native.status.success(),

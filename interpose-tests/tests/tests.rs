@@ -8,6 +8,7 @@
 
 mod behaviour;
 mod jobwide;
+mod moosefs;
 mod placement;
 mod programs;
 mod util;

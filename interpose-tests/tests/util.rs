@@ -17,6 +17,9 @@ pub mod clocks;
 #[path = "../../scripts/test-cargo.rs"]
 mod cargo;
 
+#[path = "../../scripts/test-moosefs.rs"]
+pub mod moosefs;
+
 /// The stage library, built once per test binary.
 pub fn library() -> &'static Path {
     static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
