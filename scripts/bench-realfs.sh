@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Protection of a real shared file system: a victim job doing metadata work beside a
-# storm of STORM processes doing the same as fast as they can, on a throwaway MooseFS
+# Protection of a real shared file system: a victim job doing metadata work at its own
+# pace (VICTIM_RATE files a second: create, stat, unlink) beside a storm of STORM
+# processes doing the same as fast as they can, on a throwaway MooseFS
 # (scripts/moosefs.sh: one metadata server, one chunkserver, the FUSE client), in four
 # cases, ROUNDS rounds interleaved:
 #   alone   the victim alone;
@@ -16,24 +17,27 @@
 # the metadata server's own requests/s from `mfscli`) and writes into OUT: runs.jsonl,
 # the auto runs' Max_R and service times per second (auto-<round>.csv) and table.md.
 # Needs root, MooseFS (see scripts/moosefs.sh --help) and python3; builds the release
-# binaries first. Settings (environment): ROUNDS (3), CASE_SECONDS (20), STORM (4),
-# STATIC_LIMIT (300/s), TARGET_P50_MS (0.5), FLOOR (100), CEILING (20000),
-# OUT (/tmp/padll-realfs-<pid>).
+# binaries first. Settings (environment): ROUNDS (3), CASE_SECONDS (30), STORM (4),
+# VICTIM_RATE (500), STATIC_LIMIT (1000/s), TARGET_P50_MS (0.2), FLOOR (500),
+# CEILING (30000), POLICY (psfa; the victim's demand is
+# 5 × VICTIM_RATE calls/s), OUT (/tmp/padll-realfs-<pid>).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
-CASE_SECONDS=${CASE_SECONDS:-20}
+CASE_SECONDS=${CASE_SECONDS:-30}
 STORM=${STORM:-4}
-STATIC_LIMIT=${STATIC_LIMIT:-300/s}
-TARGET_P50_MS=${TARGET_P50_MS:-0.5}
-FLOOR=${FLOOR:-100}
-CEILING=${CEILING:-20000}
-export ROUNDS CASE_SECONDS STORM STATIC_LIMIT TARGET_P50_MS FLOOR CEILING
+VICTIM_RATE=${VICTIM_RATE:-500}
+STATIC_LIMIT=${STATIC_LIMIT:-1000/s}
+TARGET_P50_MS=${TARGET_P50_MS:-0.2}
+FLOOR=${FLOOR:-500}
+CEILING=${CEILING:-30000}
+POLICY=${POLICY:-psfa}
+export ROUNDS CASE_SECONDS STORM VICTIM_RATE STATIC_LIMIT TARGET_P50_MS FLOOR CEILING POLICY
 BIN=$PWD/target/release
 LOAD=$PWD/scripts/realfs/metadata-load.py
 
 if [ "${1:-}" != --inside ]; then
-  for name in ROUNDS CASE_SECONDS STORM FLOOR CEILING; do
+  for name in ROUNDS CASE_SECONDS STORM VICTIM_RATE FLOOR CEILING; do
     [[ ${!name} =~ ^[1-9][0-9]*$ ]] || { echo "bench-realfs.sh: $name must be a whole number ≥ 1, got '${!name}'" >&2; exit 2; }
   done
   [[ $TARGET_P50_MS =~ ^[0-9]*\.?[0-9]+$ ]] || { echo "bench-realfs.sh: TARGET_P50_MS must be a number of ms, got '$TARGET_P50_MS'" >&2; exit 2; }
@@ -47,42 +51,11 @@ fi
 
 # Inside scripts/moosefs.sh's mount namespace: MFS_MOUNT is the file system.
 MNT=$MFS_MOUNT
-ADMIN=$OUT/admin.sock
-LOCAL=$OUT/local.sock
 pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-}
-trap cleanup EXIT
+source "$PWD/scripts/realfs/controllers.sh"
+trap stop_all EXIT
 
 master_total() { "$PWD/scripts/moosefs.sh" ops "$MFS_PID" | tr ' ' '\n' | sed -n 's/^total=//p'; }
-
-# The control plane for the auto case: one global, one local, plaintext on loopback.
-start_controllers() {
-  cat >"$OUT/global.toml" <<EOF
-interval_ms = 1000
-[[resource]]
-name = "$MNT:metadata"
-max_rate = "auto"
-target_p50_ms = $TARGET_P50_MS
-floor = $FLOOR
-ceiling = $CEILING
-policy = "psfa"
-EOF
-  "$BIN/cheferd" global --config "$OUT/global.toml" --listen 127.0.0.1:50551 \
-    --admin-socket "$ADMIN" --insecure-plaintext 2>"$OUT/global.log" &
-  pids+=($!)
-  "$BIN/cheferd" local --node bench --socket "$LOCAL" --global http://127.0.0.1:50551 \
-    --insecure-plaintext 2>"$OUT/local.log" &
-  pids+=($!)
-  for _ in $(seq 100); do
-    [ -S "$ADMIN" ] && [ -S "$LOCAL" ] && return
-    sleep 0.1
-  done
-  echo "bench-realfs.sh: the controllers did not start (see $OUT/*.log)" >&2
-  exit 1
-}
 
 # Runs one case: the victim and, unless alone, the storm; appends one JSON line.
 run_case() {
@@ -115,7 +88,7 @@ run_case() {
     sleep 2
   fi
   local victim_line
-  victim_line=$("$BIN/padll" run "${victim[@]}" -- python3 "$LOAD" "$MNT/victim" $((CASE_SECONDS - 4)))
+  victim_line=$("$BIN/padll" run "${victim[@]}" -- python3 "$LOAD" "$MNT/victim" $((CASE_SECONDS - 4)) "$VICTIM_RATE")
   [ -n "$storm_pid" ] && wait "$storm_pid"
   [ -n "$sampler" ] && { kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null || true; }
   local after

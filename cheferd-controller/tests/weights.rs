@@ -43,7 +43,9 @@ fn every_call_costs_its_weight() {
     // The last window of the replayer is reported up to a second after `to`.
     std::thread::sleep(Duration::from_millis(1300));
     let calls = cluster.job_rate(&job, from, to);
-    eprintln!("Max_R {MAX_RATE} tokens/s, weight {WEIGHT}: {calls:.0} calls/s, usage {usage:.0} tokens/s");
+    eprintln!(
+        "Max_R {MAX_RATE} tokens/s, weight {WEIGHT}: {calls:.0} calls/s, usage {usage:.0} tokens/s"
+    );
     // Unweighted it would be held to Max_R calls a second; a loaded machine may slow it.
     assert!(
         calls <= MAX_RATE / WEIGHT * 1.15 && calls >= MAX_RATE / WEIGHT * 0.3,

@@ -17,7 +17,7 @@
 //! 1/s up to 2⁴⁸/s (256 TiB/s) are represented: `governor`'s u32 cells per period can't
 //! express tens of GB/s counted in bytes.
 
-use padll_wire::channel::{ChannelSpec, Unit, MILLI_TOKENS};
+use padll_wire::channel::ChannelSpec;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Sub-nanosecond resolution of the bucket clock (2⁻¹⁰ ns).
@@ -50,30 +50,14 @@ pub struct Limit {
 }
 
 impl Limit {
-    /// The limit `spec`'s bucket enforces, in its units ([`units_per_token`]).
+    /// The limit `spec`'s bucket enforces, in its units ([`ChannelSpec::units_per_token`]).
     pub fn of(spec: &ChannelSpec) -> Limit {
-        let units = units_per_token(spec);
+        let units = spec.units_per_token();
         Limit {
             rate: spec.rate.saturating_mul(units),
             burst: spec.burst.saturating_mul(units),
         }
     }
-}
-
-/// How many bucket units one token of `spec` is: a weighted channel (requests with
-/// costs) counts thousandths of a token, so that an operation may cost a fraction;
-/// every other channel counts whole tokens (requests or bytes).
-pub fn units_per_token(spec: &ChannelSpec) -> u64 {
-    if spec.unit == Unit::Requests && !spec.costs.is_empty() {
-        MILLI_TOKENS as u64
-    } else {
-        1
-    }
-}
-
-/// The highest rate `spec` may have: [`MAX_RATE`] in its bucket's units.
-pub fn max_rate(spec: &ChannelSpec) -> u64 {
-    MAX_RATE / units_per_token(spec)
 }
 
 /// Outcome of a reservation: how long the caller must wait before proceeding.

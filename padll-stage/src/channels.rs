@@ -10,7 +10,7 @@
 //! through the slot's generation and re-reserves at the new rate.
 //!
 //! A request channel the control plane weighs (its spec has costs) charges each request
-//! its operation's cost, counting thousandths of a token (`bucket::units_per_token`);
+//! its operation's cost, counting thousandths of a token (`ChannelSpec::units_per_token`);
 //! an operation it charges nothing is not routed through it.
 //!
 //! A thread that takes from a bucket may reserve tokens for its next requests too (a
@@ -45,7 +45,7 @@ struct Slot {
     counts_bytes: AtomicBool,
     /// What a request of each operation costs in this channel's bucket units: one token
     /// in a request channel, the operation's thousandths of a token in a weighted one
-    /// (`bucket::units_per_token`); unused in a byte channel.
+    /// (`ChannelSpec::units_per_token`); unused in a byte channel.
     unit_costs: [AtomicU32; Op::COUNT],
     /// The most bytes charged before a call (the burst); a larger request pays the
     /// rest once it returns. Byte counts asked for can be huge (`cat` and `cp` call
@@ -132,9 +132,9 @@ pub enum ChannelError {
     /// No channel has this id.
     #[error("no channel {0}")]
     NoChannel(u8),
-    /// A rate of 0 or above [`bucket::max_rate`] (a weighted channel counts
+    /// A rate of 0 or above [`ChannelSpec::max_rate`] (a weighted channel counts
     /// thousandths of a token: its rate is at most a thousandth of an unweighted one's).
-    #[error("rate {} of '{}' is outside 1..={}", .0.rate, .0, bucket::max_rate(.0))]
+    #[error("rate {} of '{}' is outside 1..={}", .0.rate, .0, .0.max_rate())]
     Rate(ChannelSpec),
     /// A burst of 0.
     #[error("burst of '{0}' must be at least 1")]
@@ -273,8 +273,8 @@ pub fn list() -> Vec<ChannelInfo> {
             let (admitted, tokens) = stats::channel_totals(i);
             let before = &SLOTS[i].counted_before;
             // Whole tokens: a weighted channel counts thousandths.
-            let tokens = tokens.wrapping_sub(before[1].load(Ordering::Relaxed))
-                / bucket::units_per_token(&spec);
+            let tokens =
+                tokens.wrapping_sub(before[1].load(Ordering::Relaxed)) / spec.units_per_token();
             Some(ChannelInfo {
                 id: ChannelId(i as u8),
                 spec,
@@ -302,7 +302,7 @@ pub fn reset_counters() {
 
 /// Whether `spec`'s rate and burst are in range.
 pub(crate) fn validate(spec: &ChannelSpec) -> Result<(), ChannelError> {
-    if spec.rate == 0 || spec.rate > bucket::max_rate(spec) {
+    if spec.rate == 0 || spec.rate > spec.max_rate() {
         return Err(ChannelError::Rate(spec.clone()));
     }
     if spec.burst == 0 {
@@ -330,7 +330,7 @@ fn compute_routes(reg: &Registry) -> Result<Vec<[u64; Op::COUNT]>, ChannelError>
                 let mount_matches = spec.mount.as_ref().is_none_or(|m| m == mount_name);
                 // An operation a weighted channel charges nothing passes it freely: it
                 // is not routed through it at all.
-                let free = bucket::units_per_token(spec) != 1 && spec.costs.of(*op) == 0;
+                let free = spec.units_per_token() != 1 && spec.costs.of(*op) == 0;
                 if mount_matches && spec.scope.covers(*op) && !free {
                     if count == MAX_CHANNELS_PER_REQUEST {
                         return Err(ChannelError::TooManyPerRequest {
@@ -604,7 +604,7 @@ impl Slot {
     /// Sets the cost of each operation's request in a new channel of `spec`, in its
     /// bucket's units.
     fn set_unit_costs(&self, spec: &ChannelSpec) {
-        let weighted = bucket::units_per_token(spec) != 1;
+        let weighted = spec.units_per_token() != 1;
         for op in Op::ALL {
             let cost = if weighted { spec.costs.of(*op) } else { 1 };
             self.unit_costs[*op as usize].store(cost, Ordering::Relaxed);
@@ -644,7 +644,7 @@ impl Slot {
             limit.rate,
             limit.burst,
             self.counts_bytes.load(Ordering::Relaxed),
-            bucket::units_per_token(spec),
+            spec.units_per_token(),
         );
         self.byte_charge_cap.store(limit.burst, Ordering::Relaxed);
         limit

@@ -198,6 +198,24 @@ pub struct ChannelSpec {
     pub costs: Costs,
 }
 
+impl ChannelSpec {
+    /// How many bucket units one of its tokens is: a weighted channel (requests with
+    /// costs) counts thousandths of a token, so that an operation may cost a
+    /// fraction; every other channel counts whole tokens (requests or bytes).
+    pub fn units_per_token(&self) -> u64 {
+        if self.unit == Unit::Requests && !self.costs.is_empty() {
+            MILLI_TOKENS as u64
+        } else {
+            1
+        }
+    }
+
+    /// The highest rate it may have: [`MAX_RATE`] bucket units a second.
+    pub fn max_rate(&self) -> u64 {
+        MAX_RATE / self.units_per_token()
+    }
+}
+
 /// Whom a configured limit binds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

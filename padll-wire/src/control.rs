@@ -16,7 +16,7 @@
 //! stage → {"type":"applied","seq":3,"error":null}
 //! ```
 
-use crate::channel::{ChannelInfo, ChannelSpec, MAX_CHANNELS, MAX_RATE};
+use crate::channel::{ChannelInfo, ChannelSpec, MAX_CHANNELS};
 use crate::config::Identity;
 pub use crate::config::MAX_STRIPES;
 use crate::latency::LatencyRow;
@@ -143,7 +143,7 @@ impl LastRules {
     }
 
     /// Reads a file's contents back: at most [`MAX_LAST_RULES_BYTES`], this version, at
-    /// most [`MAX_CHANNELS`] rules, each with a rate in 1 … [`MAX_RATE`] and a burst of
+    /// most [`MAX_CHANNELS`] rules, each with a rate in 1 … [`ChannelSpec::max_rate`] and a burst of
     /// at least 1. Whether their mountpoints are the stage's is the stage's to check.
     pub fn decode(bytes: &[u8]) -> Result<Vec<ChannelSpec>, LastRulesError> {
         if bytes.len() > MAX_LAST_RULES_BYTES {
@@ -160,7 +160,7 @@ impl LastRules {
         if let Some(bad) = saved
             .rules
             .iter()
-            .find(|r| r.rate == 0 || r.rate > MAX_RATE || r.burst == 0)
+            .find(|r| r.rate == 0 || r.rate > r.max_rate() || r.burst == 0)
         {
             return Err(LastRulesError::OutOfRange(bad.clone()));
         }
@@ -240,7 +240,7 @@ pub fn short(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::channel::{Scope, Unit};
+    use crate::channel::{Scope, Unit, MAX_RATE};
     use crate::ops::Class;
 
     #[test]
@@ -296,11 +296,21 @@ mod tests {
         assert!(matches!(with(2, vec![]), LastRulesError::Version(2)));
         let too_many = with(1, vec![rule.clone(); MAX_CHANNELS + 1]);
         assert!(too_many.to_string().contains("256 rules"), "{too_many}");
-        for (rate, burst) in [(0, 1), (MAX_RATE + 1, 1), (1, 0)] {
+        let weighted = ChannelSpec {
+            costs: crate::channel::Costs::new([(crate::ops::Op::Open, 3000)]).unwrap(),
+            ..rule.clone()
+        };
+        for (rate, burst, spec) in [
+            (0, 1, &rule),
+            (MAX_RATE + 1, 1, &rule),
+            (1, 0, &rule),
+            // A weighted channel's bucket counts thousandths of a token.
+            (MAX_RATE / 1000 + 1, 1, &weighted),
+        ] {
             let bad = ChannelSpec {
                 rate,
                 burst,
-                ..rule.clone()
+                ..spec.clone()
             };
             assert!(
                 matches!(with(1, vec![bad.clone()]), LastRulesError::OutOfRange(b) if b == bad)

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Live: a real shared file system protected by its own health. On a throwaway MooseFS
+# (scripts/moosefs.sh: metadata server, chunkserver, FUSE client, in namespaces of
+# their own), the control plane shares MOUNT:metadata with `max_rate = "auto"`: a
+# victim job does metadata work at its own pace, and after 10 s a storm of STORM
+# processes starts doing the same as fast as it can. Every 2 s it prints `cheferd ctl
+# jobs` (Max_R moving, the file system's service times against the target, each job's
+# usage and share) and the victim's own view; after SECONDS everything stops and
+# nothing is left behind.
+#
+# usage: sudo scripts/demo-realfs.sh
+# Settings (environment): SECONDS_TOTAL (60), STORM (4), VICTIM_RATE (500 files/s),
+# TARGET_P50_MS (0.2), FLOOR (500), CEILING (30000), POLICY (psfa; the victim's demand is
+# 5 × VICTIM_RATE calls/s), OUT (/tmp/padll-demo-realfs-<pid>).
+# Needs root, MooseFS (scripts/moosefs.sh --help names the packages) and python3;
+# builds the release binaries first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECONDS_TOTAL=${SECONDS_TOTAL:-60}
+STORM=${STORM:-4}
+VICTIM_RATE=${VICTIM_RATE:-500}
+TARGET_P50_MS=${TARGET_P50_MS:-0.2}
+FLOOR=${FLOOR:-500}
+CEILING=${CEILING:-30000}
+POLICY=${POLICY:-psfa}
+export SECONDS_TOTAL STORM VICTIM_RATE TARGET_P50_MS FLOOR CEILING POLICY
+BIN=$PWD/target/release
+LOAD=$PWD/scripts/realfs/metadata-load.py
+
+if [ "${1:-}" != --inside ]; then
+  case "${1:-}" in
+    -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    "") ;;
+    *) echo "demo-realfs.sh: unexpected argument '$1' (settings are environment variables: --help)" >&2; exit 2 ;;
+  esac
+  for name in SECONDS_TOTAL STORM VICTIM_RATE FLOOR CEILING; do
+    [[ ${!name} =~ ^[1-9][0-9]*$ ]] || { echo "demo-realfs.sh: $name must be a whole number ≥ 1, got '${!name}'" >&2; exit 2; }
+  done
+  [[ $TARGET_P50_MS =~ ^[0-9]*\.?[0-9]+$ ]] || { echo "demo-realfs.sh: TARGET_P50_MS must be a number of ms, got '$TARGET_P50_MS'" >&2; exit 2; }
+  [ "$SECONDS_TOTAL" -gt 20 ] || { echo "demo-realfs.sh: SECONDS_TOTAL must be above 20 (the storm starts at 10 s), got $SECONDS_TOTAL" >&2; exit 2; }
+  command -v python3 >/dev/null || { echo "demo-realfs.sh: python3 not found" >&2; exit 1; }
+  export OUT=${OUT:-/tmp/padll-demo-realfs-$$}
+  mkdir -p "$OUT"
+  echo "building the release binaries…" >&2
+  cargo build --release -q -p padll-stage -p cheferd-controller --bins
+  cargo build --release -q -p padll-stage --lib
+  echo "starting MooseFS…" >&2
+  exec scripts/moosefs.sh run -- "$0" --inside
+fi
+
+MNT=$MFS_MOUNT
+pids=()
+source "$PWD/scripts/realfs/controllers.sh"
+trap stop_all EXIT
+start_controllers
+mkdir -p "$MNT/victim" "$MNT/storm"
+python3 "$PWD/scripts/realfs/sample-ctl.py" "$BIN/cheferd" "$ADMIN" "$OUT/auto.csv" &
+pids+=($!)
+echo "MooseFS at $MNT; $MNT:metadata has max_rate = \"auto\", target p50 $TARGET_P50_MS ms, $FLOOR–$CEILING calls/s"
+"$BIN/padll" run --mount "$MNT" --job victim --controller "$LOCAL" -- \
+  python3 "$LOAD" "$MNT/victim" "$SECONDS_TOTAL" "$VICTIM_RATE" >"$OUT/victim.json" &
+pids+=($!)
+started=$(date +%s)
+storm_started=
+while [ $(($(date +%s) - started)) -lt "$SECONDS_TOTAL" ]; do
+  sleep 2
+  elapsed=$(($(date +%s) - started))
+  if [ -z "$storm_started" ] && [ "$elapsed" -ge 10 ]; then
+    echo "── t=${elapsed}s: the storm starts ($STORM processes, as fast as they can) ──"
+    "$BIN/padll" run --mount "$MNT" --job storm --controller "$LOCAL" -- bash -c \
+      "for i in \$(seq $STORM); do python3 '$LOAD' '$MNT/storm' $((SECONDS_TOTAL - elapsed)) & done; wait" \
+      >"$OUT/storm.jsonl" &
+    pids+=($!)
+    storm_started=$elapsed
+  fi
+  echo "── t=${elapsed}s ──"
+  "$BIN/cheferd" ctl --socket "$ADMIN" jobs | sed -n '3,$p'
+done
+wait "${pids[2]}" 2>/dev/null || true
+echo
+echo "victim (paced at $VICTIM_RATE files/s, 4 calls each): $(cat "$OUT/victim.json")"
+python3 "$PWD/scripts/realfs/plot.py" "$OUT/auto.csv" "$TARGET_P50_MS" "$OUT/auto.svg" &&
+  echo "Max_R, usage and service times per second: $OUT/auto.csv, plot $OUT/auto.svg"
