@@ -31,14 +31,15 @@ def main():
     x_max = max(t)
     y_rate = max(v for series in rates.values() for _, v in series) * 1.1 or 1
     y_p50 = max([v for _, v in p50] + [target]) * 1.3
-    panel(svg, MARGIN, "calls/s", y_rate, x_max, rates)
+    panel(svg, MARGIN, "calls/s", y_rate, x_max, rates, "{:,.0f}")
     panel(svg, 2 * MARGIN + PANEL, "p50 service time, ms", y_p50, x_max,
-          {"p50 (all calls)": p50, f"target {target} ms": [(0, target), (x_max, target)]})
+          {"p50 (all calls)": p50, f"target {target} ms": [(0, target), (x_max, target)]},
+          "{:.2f}")
     svg.append(f'<text x="{WIDTH / 2}" y="{HEIGHT - 15}" text-anchor="middle">seconds</text></svg>')
     open(out, "w").write("\n".join(svg) + "\n")
 
 
-def panel(svg, top, label, y_max, x_max, series):
+def panel(svg, top, label, y_max, x_max, series, tick):
     left, width = MARGIN, WIDTH - 2 * MARGIN
     def xy(x, y):
         return left + width * x / x_max, top + PANEL * (1 - y / y_max)
@@ -46,7 +47,7 @@ def panel(svg, top, label, y_max, x_max, series):
     for i in range(5):
         y = y_max * i / 4
         _, py = xy(0, y)
-        svg.append(f'<text x="{left - 6}" y="{py + 4}" text-anchor="end">{y:.3g}</text>')
+        svg.append(f'<text x="{left - 6}" y="{py + 4}" text-anchor="end">{tick.format(y)}</text>')
         svg.append(f'<line x1="{left}" y1="{py}" x2="{left + width}" y2="{py}" stroke="#eee"/>')
     for i in range(6):
         x = x_max * i / 5
