@@ -52,6 +52,19 @@ struct Peer {
 }
 
 impl Peer {
+    /// The next stage to connect, its hello received and welcomed as stage 1, reporting
+    /// every 100 ms.
+    fn welcomed(listener: &UnixListener) -> Peer {
+        let mut peer = Peer::accept(listener);
+        assert!(matches!(peer.receive().1, StageMessage::Hello { .. }));
+        peer.send(&ControlMessage::Welcome {
+            version: PROTOCOL_VERSION,
+            stage_id: 1,
+            report_interval_ms: 100,
+        });
+        peer
+    }
+
     /// The next connection; fails the test (rather than hanging it) when no stage
     /// connects within 30 s.
     fn accept(listener: &UnixListener) -> Peer {
@@ -499,13 +512,7 @@ sys.stdin.read()
         command.env("PADLL_RULES", rules);
     }
     let mut child = command.spawn().unwrap();
-    let mut peer = Peer::accept(&listener);
-    assert!(matches!(peer.receive().1, StageMessage::Hello { .. }));
-    peer.send(&ControlMessage::Welcome {
-        version: PROTOCOL_VERSION,
-        stage_id: 1,
-        report_interval_ms: 100,
-    });
+    let mut peer = Peer::welcomed(&listener);
 
     // The first report after the read returned (the program's thread wrote after it).
     let written =
@@ -605,13 +612,7 @@ sys.stdin.read()
         output.read_line(&mut line).unwrap();
         line
     };
-    let mut peer = Peer::accept(&listener);
-    assert!(matches!(peer.receive().1, StageMessage::Hello { .. }));
-    peer.send(&ControlMessage::Welcome {
-        version: PROTOCOL_VERSION,
-        stage_id: 1,
-        report_interval_ms: 100,
-    });
+    let mut peer = Peer::welcomed(&listener);
     let costs = Costs::new([(Op::Open, 3000), (Op::Close, 0), (Op::Getattr, 500)]).unwrap();
     let weighted = |rate, burst| ChannelSpec {
         costs: costs.clone(),
