@@ -9,18 +9,20 @@
 #   static  the storm under `padll run --limit metadata=STATIC_LIMIT` (job-wide);
 #   auto    both jobs under the control plane, Max_R of MOUNT:metadata set by
 #           `max_rate = "auto"` to hold the calls' median service time at TARGET_P50_MS.
-# Both jobs always run under the stage (`padll run`, the victim unlimited), so every case
-# pays the same interception cost. The load is scripts/realfs/metadata-load.py (open
-# O_CREAT, close, stat, unlink, each call timed).
+# Both jobs always run under the stage (`padll run`), so every case pays the same
+# interception cost; the victim has no limit of its own. The load is
+# scripts/realfs/metadata-load.py (open O_CREAT, close, stat, unlink, each call timed).
 #
-# Prints a Markdown table of every run (victim calls/s and p50/p99, the storm's calls/s,
-# the metadata server's own requests/s from `mfscli`) and writes into OUT: runs.jsonl,
-# the auto runs' Max_R and service times per second (auto-<round>.csv) and table.md.
+# Prints a Markdown table of every run: victim calls/s and p50/p99 (the p99 also without
+# the victim's first 2 s, when a new job runs on its provisional share), the storm's
+# calls/s, the metadata server's own requests/s from `mfscli`. Writes into OUT:
+# runs.jsonl, table.md, and per auto round Max_R, service times and the jobs' usage per
+# second (auto-<round>.csv) and their plot (auto-<round>.svg).
 # Needs root, MooseFS (see scripts/moosefs.sh --help) and python3; builds the release
 # binaries first. Settings (environment): ROUNDS (3), CASE_SECONDS (30), STORM (4),
 # VICTIM_RATE (500), STATIC_LIMIT (1000/s), TARGET_P50_MS (0.2), FLOOR (500),
-# CEILING (30000), POLICY (psfa; the victim's demand is
-# 5 × VICTIM_RATE calls/s), OUT (/tmp/padll-realfs-<pid>).
+# CEILING (30000), POLICY (psfa; the victim's demand is 5 × VICTIM_RATE calls/s),
+# OUT (/tmp/padll-realfs-<pid>).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
@@ -124,12 +126,16 @@ base = sum(alone) / len(alone)
 names = {"alone": "victim alone", "storm": f"beside the storm ({storm} processes)",
          "static": f"storm under --limit metadata={static}",
          "auto": f"storm and victim under max_rate = \"auto\", target p50 {target} ms"}
-print("| case | round | victim calls/s (× alone) | victim p50 | victim p99 | storm calls/s | metadata server requests/s |")
+print("| case | round | victim calls/s (× alone) | victim p50 | victim p99 (from 2 s) | storm calls/s | metadata server requests/s |")
 print("|---|---:|---:|---:|---:|---:|---:|")
 for r in runs:
     v = r["victim"]
     storm_rate = f"{r['storm_calls_per_s']:.0f}" if r["case"] != "alone" else "–"
     print(f"| {names[r['case']]} | {r['round']} | {v['calls_per_s']:.0f} ({v['calls_per_s'] / base:.2f}) "
-          f"| {v['p50_us']:.0f} µs | {v['p99_us']:.0f} µs | {storm_rate} | {r['master_requests_per_s']:.0f} |")
+          f"| {v['p50_us']:.0f} µs | {v['p99_us']:.0f} µs ({v['p99_from_2s_us']:.0f} µs) | {storm_rate} "
+          f"| {r['master_requests_per_s']:.0f} |")
 EOF
-echo "runs: $OUT/runs.jsonl; Max_R and service times per second under auto: $OUT/auto-*.csv" >&2
+for csv in "$OUT"/auto-*.csv; do
+  python3 "$PWD/scripts/realfs/plot.py" "$csv" "$TARGET_P50_MS" "${csv%.csv}.svg"
+done
+echo "runs: $OUT/runs.jsonl; Max_R, service times and usage per second under auto: $OUT/auto-*.csv, plots $OUT/auto-*.svg" >&2

@@ -5,8 +5,8 @@
 # victim job does metadata work at its own pace, and after 10 s a storm of STORM
 # processes starts doing the same as fast as it can. Every 2 s it prints `cheferd ctl
 # jobs` (Max_R moving, the file system's service times against the target, each job's
-# usage and share) and the victim's own view; after SECONDS everything stops and
-# nothing is left behind.
+# usage and share); after SECONDS_TOTAL everything stops, nothing is left behind but
+# OUT (the victim's own view, Max_R and usage per second, their plot).
 #
 # usage: sudo scripts/demo-realfs.sh
 # Settings (environment): SECONDS_TOTAL (60), STORM (4), VICTIM_RATE (500 files/s),
@@ -59,7 +59,8 @@ pids+=($!)
 echo "MooseFS at $MNT; $MNT:metadata has max_rate = \"auto\", target p50 $TARGET_P50_MS ms, $FLOOR–$CEILING calls/s"
 "$BIN/padll" run --mount "$MNT" --job victim --controller "$LOCAL" -- \
   python3 "$LOAD" "$MNT/victim" "$SECONDS_TOTAL" "$VICTIM_RATE" >"$OUT/victim.json" &
-pids+=($!)
+victim=$!
+pids+=("$victim")
 started=$(date +%s)
 storm_started=
 while [ $(($(date +%s) - started)) -lt "$SECONDS_TOTAL" ]; do
@@ -70,13 +71,16 @@ while [ $(($(date +%s) - started)) -lt "$SECONDS_TOTAL" ]; do
     "$BIN/padll" run --mount "$MNT" --job storm --controller "$LOCAL" -- bash -c \
       "for i in \$(seq $STORM); do python3 '$LOAD' '$MNT/storm' $((SECONDS_TOTAL - elapsed)) & done; wait" \
       >"$OUT/storm.jsonl" &
-    pids+=($!)
+    storm=$!
+    pids+=("$storm")
     storm_started=$elapsed
   fi
   echo "── t=${elapsed}s ──"
   "$BIN/cheferd" ctl --socket "$ADMIN" jobs | sed -n '3,$p'
 done
-wait "${pids[2]}" 2>/dev/null || true
+# The loads end on their own; the file system must outlive them.
+wait "$victim" 2>/dev/null || true
+[ -n "$storm_started" ] && { wait "$storm" 2>/dev/null || true; }
 echo
 echo "victim (paced at $VICTIM_RATE files/s, 4 calls each): $(cat "$OUT/victim.json")"
 python3 "$PWD/scripts/realfs/plot.py" "$OUT/auto.csv" "$TARGET_P50_MS" "$OUT/auto.svg" &&

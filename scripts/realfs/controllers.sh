@@ -2,7 +2,8 @@
 # controller on loopback (plaintext), the global sharing MNT:metadata by POLICY with
 # `max_rate = "auto"`; the job `victim` has a demand (a QoS reservation) of 5 calls a
 # second per file of VICTIM_RATE: what its 4 calls per file need, and a quarter more.
-# Needs BIN, OUT, MNT, TARGET_P50_MS, FLOOR, CEILING, POLICY and VICTIM_RATE; sets ADMIN
+# Needs BIN, OUT, MNT, TARGET_P50_MS, FLOOR, CEILING, POLICY and VICTIM_RATE (BURST_MS,
+# the stages' bucket depth, defaults to the controller's 10 ms); sets ADMIN
 # and LOCAL (the sockets) and appends the controllers' pids to `pids`.
 
 ADMIN=$OUT/admin.sock
@@ -11,6 +12,7 @@ LOCAL=$OUT/local.sock
 start_controllers() {
   cat >"$OUT/global.toml" <<TOML
 interval_ms = 1000
+burst_ms = ${BURST_MS:-10}
 [[resource]]
 name = "$MNT:metadata"
 max_rate = "auto"

@@ -4,8 +4,11 @@ stat and unlink one file after another for SECONDS, timing every call; as fast a
 can, or RATE files a second (a job with work to do between its calls).
 
 Prints one JSON line: calls made, calls per second, and the median and 99th
-percentile of the calls' service times (open, close, stat and unlink each count as
-one call: what the stage counts and times). Used by scripts/bench-realfs.sh; runs
+percentile of the calls' times (open, close, stat and unlink each count as one call:
+what the stage counts; under the stage a call's time includes any wait for tokens),
+over the whole run and over the calls from its third second on (`…_from_2s_us`: after
+a new job's first cycle, whose provisional share is the control plane's, not the
+file system's). Used by scripts/bench-realfs.sh; runs
 under `padll run` or without it.
 
 usage: metadata-load.py DIR SECONDS [RATE]
@@ -25,7 +28,9 @@ def main():
     os.makedirs(directory, exist_ok=True)
     clock = time.perf_counter_ns
     times = []
+    steady = []
     start = clock()
+    warm = start + 2_000_000_000
     end = start + int(seconds * 1e9)
     i = 0
     now = start
@@ -44,12 +49,19 @@ def main():
         d = clock()
         os.unlink(path)
         now = clock()
-        times += (b - a, c - b, d - c, now - d)
+        calls = (b - a, c - b, d - c, now - d)
+        times += calls
+        if a >= warm:
+            steady += calls
         i += 1
     elapsed = (now - start) / 1e9
     os.rmdir(directory)
     times.sort()
-    quantile = lambda q: times[min(len(times) - 1, int(q * len(times)))] / 1e3
+    steady.sort()
+
+    def quantile(q, of=times):
+        return of[min(len(of) - 1, int(q * len(of)))] / 1e3
+
     print(json.dumps({
         "pid": os.getpid(),
         "calls": len(times),
@@ -57,6 +69,8 @@ def main():
         "calls_per_s": round(len(times) / elapsed, 1),
         "p50_us": round(quantile(0.5), 1),
         "p99_us": round(quantile(0.99), 1),
+        "p50_from_2s_us": round(quantile(0.5, steady), 1) if steady else None,
+        "p99_from_2s_us": round(quantile(0.99, steady), 1) if steady else None,
     }))
 
 
