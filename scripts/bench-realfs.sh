@@ -27,23 +27,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 CASE_SECONDS=${CASE_SECONDS:-30}
-STORM=${STORM:-4}
-VICTIM_RATE=${VICTIM_RATE:-500}
 STATIC_LIMIT=${STATIC_LIMIT:-1000/s}
-TARGET_P50_MS=${TARGET_P50_MS:-0.2}
-FLOOR=${FLOOR:-500}
-CEILING=${CEILING:-30000}
-POLICY=${POLICY:-psfa}
-export ROUNDS CASE_SECONDS STORM VICTIM_RATE STATIC_LIMIT TARGET_P50_MS FLOOR CEILING POLICY
-BIN=$PWD/target/release
-LOAD=$PWD/scripts/realfs/metadata-load.py
+export ROUNDS CASE_SECONDS STATIC_LIMIT
+source scripts/realfs/settings.sh
 
 if [ "${1:-}" != --inside ]; then
-  for name in ROUNDS CASE_SECONDS STORM VICTIM_RATE FLOOR CEILING; do
-    [[ ${!name} =~ ^[1-9][0-9]*$ ]] || { echo "bench-realfs.sh: $name must be a whole number ≥ 1, got '${!name}'" >&2; exit 2; }
-  done
-  [[ $TARGET_P50_MS =~ ^[0-9]*\.?[0-9]+$ ]] || { echo "bench-realfs.sh: TARGET_P50_MS must be a number of ms, got '$TARGET_P50_MS'" >&2; exit 2; }
-  command -v python3 >/dev/null || { echo "bench-realfs.sh: python3 not found" >&2; exit 1; }
+  check_settings bench-realfs.sh ROUNDS CASE_SECONDS
   export OUT=${OUT:-/tmp/padll-realfs-$$}
   mkdir -p "$OUT"
   cargo build --release -q -p padll-stage -p cheferd-controller --bins

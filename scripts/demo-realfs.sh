@@ -17,15 +17,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_TOTAL=${SECONDS_TOTAL:-60}
-STORM=${STORM:-4}
-VICTIM_RATE=${VICTIM_RATE:-500}
-TARGET_P50_MS=${TARGET_P50_MS:-0.2}
-FLOOR=${FLOOR:-500}
-CEILING=${CEILING:-30000}
-POLICY=${POLICY:-psfa}
-export SECONDS_TOTAL STORM VICTIM_RATE TARGET_P50_MS FLOOR CEILING POLICY
-BIN=$PWD/target/release
-LOAD=$PWD/scripts/realfs/metadata-load.py
+export SECONDS_TOTAL
+source scripts/realfs/settings.sh
 
 if [ "${1:-}" != --inside ]; then
   case "${1:-}" in
@@ -33,12 +26,8 @@ if [ "${1:-}" != --inside ]; then
     "") ;;
     *) echo "demo-realfs.sh: unexpected argument '$1' (settings are environment variables: --help)" >&2; exit 2 ;;
   esac
-  for name in SECONDS_TOTAL STORM VICTIM_RATE FLOOR CEILING; do
-    [[ ${!name} =~ ^[1-9][0-9]*$ ]] || { echo "demo-realfs.sh: $name must be a whole number ≥ 1, got '${!name}'" >&2; exit 2; }
-  done
-  [[ $TARGET_P50_MS =~ ^[0-9]*\.?[0-9]+$ ]] || { echo "demo-realfs.sh: TARGET_P50_MS must be a number of ms, got '$TARGET_P50_MS'" >&2; exit 2; }
+  check_settings demo-realfs.sh SECONDS_TOTAL
   [ "$SECONDS_TOTAL" -gt 20 ] || { echo "demo-realfs.sh: SECONDS_TOTAL must be above 20 (the storm starts at 10 s), got $SECONDS_TOTAL" >&2; exit 2; }
-  command -v python3 >/dev/null || { echo "demo-realfs.sh: python3 not found" >&2; exit 1; }
   export OUT=${OUT:-/tmp/padll-demo-realfs-$$}
   mkdir -p "$OUT"
   echo "building the release binaries…" >&2
