@@ -337,11 +337,12 @@ fn service_times(out: &mut Exposition, metrics: &Metrics) {
         .zip(&metrics.service_times)
     {
         let resource = ("resource", r.resource.as_str());
+        let counts = histogram.counts();
         let mut cumulative = 0u64;
         let mut sum = 0.0;
         // Every bucket, always: a histogram's buckets must not change between scrapes.
         for i in 0..latency::BUCKETS {
-            let count = histogram.counts().get(i).copied().unwrap_or(0);
+            let count = counts.get(i).copied().unwrap_or(0);
             cumulative += count;
             let lower = latency::lower_bound_ns(i) as f64;
             let upper = latency::upper_bound_ns(i).map_or(lower, |u| u as f64);
