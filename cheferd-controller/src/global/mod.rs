@@ -107,6 +107,8 @@ struct State {
     /// The last cycle's tick, and the next one expected.
     tick: Option<Instant>,
     next_tick: Option<Instant>,
+    /// The window the nodes' report slots spread over (`schedule::spread_window`).
+    spread: Duration,
     /// The cycle whose reports the running collect waits for, and from how many nodes
     /// still.
     collecting: Option<u64>,
@@ -144,6 +146,7 @@ impl Controller {
             .map(crate::placement_service::PlacementService::new)
             .transpose()?;
         let resources = config.resources.len();
+        let interval = Duration::from_millis(config.interval_ms);
         let steering = capacity::Steering::new(&config).map_err(|error| ConfigError::Auto {
             key: "resource".into(),
             error,
@@ -165,6 +168,7 @@ impl Controller {
                 steering,
                 tick: None,
                 next_tick: None,
+                spread: schedule::spread_window(interval, 0, Duration::ZERO),
                 collecting: None,
                 awaiting: 0,
                 unacked: 0,
@@ -225,6 +229,7 @@ impl Controller {
         let mut state = self.lock();
         state.collecting = None;
         schedule::reschedule_off_slot(&mut state, cycle, started, collected);
+        schedule::adapt_spread(&mut state, collected);
         state.service.close_interval();
         let elapsed = self.started.elapsed().as_secs_f64();
         let State {

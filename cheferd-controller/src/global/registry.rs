@@ -8,7 +8,7 @@ use super::node::{Node, Outbox, Slot, StageRecord};
 use super::service::GRPC_LOG;
 use super::service_times::ServiceTimes;
 use super::{enforce, schedule, Controller, State};
-use crate::config::Resource;
+use crate::config::{Resource, ResourceConfig};
 use crate::plan::StageUsage;
 use crate::policy::JobKey;
 use crate::proto::{self, global_message, local_message, GlobalMessage, LocalMessage};
@@ -162,21 +162,13 @@ impl Controller {
                 provisional = Some(enforce::provisional_rates(&state, stage, job));
             }
         }
-        let config = &state.config;
-        let provisional = provisional.map(|rates| (cache::rules(config, &rates), rates));
-        let resources: Vec<Resource> = match &message.body {
-            Some(local_message::Body::Usage(_)) => config
-                .resources
-                .iter()
-                .map(|r| r.resource.clone())
-                .collect(),
-            _ => Vec::new(),
-        };
+        let provisional = provisional.map(|rates| (cache::rules(&state.config, &rates), rates));
         let collecting = state.collecting;
         let last_cycle = state.cycle;
         let mut replied = false;
         let mut acked = false;
         let State {
+            config,
             nodes,
             cache,
             service,
@@ -234,9 +226,13 @@ impl Controller {
             Some(local_message::Body::Usage(usage)) => {
                 for stage in &usage.stages {
                     if let Some(record) = node.stages.get_mut(&stage.stage_id) {
-                        if let Err(why) =
-                            record_usage(record, &stage.resources, &resources, cache, service)
-                        {
+                        if let Err(why) = record_usage(
+                            record,
+                            &stage.resources,
+                            &config.resources,
+                            cache,
+                            service,
+                        ) {
                             crate::limited_warn!(
                                 GRPC_LOG,
                                 node = %name,
@@ -370,7 +366,7 @@ fn forget_job(jobs: &mut HashMap<JobKey, usize>, job: JobKey) {
 fn record_usage(
     record: &mut StageRecord,
     reported: &[proto::ResourceUsage],
-    configured: &[Resource],
+    configured: &[ResourceConfig],
     cache: &mut PlanCache,
     service: &mut ServiceTimes,
 ) -> Result<(), BadUsage> {
@@ -394,27 +390,28 @@ fn record_usage(
     }
     // Only configured resources are kept (a report cannot make the record grow).
     let position = |u: &proto::ResourceUsage| {
-        configured
-            .iter()
-            .position(|r| r.mount == u.mount && r.class.name() == u.class)
+        configured.iter().position(|r| {
+            let r = &r.resource;
+            r.mount == u.mount && r.class.name() == u.class
+        })
     };
+    let mut kept = 0;
     for u in reported {
         if let Some(resource) = position(u) {
+            kept += 1;
             // Within the layout: checked above.
             let _ = service.add(resource, &u.latency);
         }
     }
-    let reported: Vec<&proto::ResourceUsage> =
-        reported.iter().filter(|u| position(u).is_some()).collect();
-    let reported = &reported[..];
+    let reported = || reported.iter().filter(|u| position(u).is_some());
     let usage = &mut record.usage;
-    let same = usage.len() == reported.len()
+    let same = usage.len() == kept
         && usage
             .iter()
-            .zip(reported)
+            .zip(reported())
             .all(|((r, _), u)| r.mount == u.mount && r.class.name() == u.class);
     if same {
-        for ((_, value), u) in usage.iter_mut().zip(reported) {
+        for ((_, value), u) in usage.iter_mut().zip(reported()) {
             *value = StageUsage {
                 rate: u.rate,
                 limit: u.limit,
@@ -428,7 +425,7 @@ fn record_usage(
         return Ok(());
     }
     usage.clear();
-    usage.extend(reported.iter().filter_map(|r| {
+    usage.extend(reported().filter_map(|r| {
         Some((
             Resource {
                 mount: r.mount.clone(),

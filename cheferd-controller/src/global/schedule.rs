@@ -20,21 +20,59 @@ pub(super) fn report_lead(interval: Duration) -> Duration {
     (interval / 4).min(MAX_REPORT_LEAD)
 }
 
-/// How much earlier than [`report_lead`] the node of `session` reports: its place in a
-/// window of ⅛ interval. With one slot for all, 10 000 reports arrived in one burst that
+/// The average spacing the report slots keep between the nodes' reports at least:
+/// receiving one costs the global ≈ 16 µs of CPU (docs/benchmarks.md), so reports
+/// that come no closer take at most ≈ 40 % of a core to receive as they come, even
+/// with the other core busy.
+const REPORT_SPACING: Duration = Duration::from_micros(40);
+
+/// The window the nodes' report slots spread over before the lead, for `nodes` attached
+/// and the window `current`ly in force: ⅛ interval, doubled while `nodes` reports in it
+/// would come closer than [`REPORT_SPACING`], up to the widest window whose slots stay
+/// in slot (half an interval before the tick, [`in_slot`]). At a 1 s interval: 125 ms
+/// up to 3 125 nodes, 250 ms, then 400 ms from 6 250 nodes (10 000 reports in 125 ms
+/// took more than the whole machine to receive, so cycles waited for them and acks
+/// came after the next tick). It shrinks only once twice the nodes would fit in a
+/// narrower window, so a node count near a threshold does not re-schedule every node
+/// back and forth.
+pub(super) fn spread_window(interval: Duration, nodes: usize, current: Duration) -> Duration {
+    let widest = interval / 2 - report_lead(interval);
+    let fitting = |nodes: usize| {
+        let needed = REPORT_SPACING * nodes.min(u32::MAX as usize) as u32;
+        let mut window = interval / 8;
+        while window < needed && window < widest {
+            window *= 2;
+        }
+        window.min(widest)
+    };
+    let grown = fitting(nodes);
+    let shrunk = fitting(nodes.saturating_mul(2));
+    if grown > current {
+        grown
+    } else if shrunk < current {
+        shrunk
+    } else {
+        current
+    }
+}
+
+/// How much earlier than [`report_lead`] the node of `session` reports: its place in
+/// the spread `window`. With one slot for all, 10 000 reports arrived in one burst that
 /// the global took longer than the lead to receive, so every cycle waited ≈ 120 ms for
 /// them; spread over the window, they are received as they come, before the tick.
-pub(super) fn report_spread(interval: Duration, session: u64) -> Duration {
+pub(super) fn report_spread(window: Duration, session: u64) -> Duration {
     // Sessions are consecutive: the golden ratio's multiples spread any run of them
     // evenly over [0, 1).
     let place = (session.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) as f64 / (1u64 << 53) as f64;
-    (interval / 8).mul_f64(place)
+    window.mul_f64(place)
 }
 
 /// The control loop's ticks, as far as report slots need them.
 #[derive(Clone, Copy)]
 pub(super) struct Ticks {
     interval: Duration,
+    /// The window report slots spread over ([`spread_window`]).
+    spread: Duration,
     /// The last cycle run, and the next tick (`None` before the first cycle).
     cycle: u64,
     next_tick: Option<Instant>,
@@ -44,6 +82,7 @@ impl Ticks {
     pub(super) fn of(state: &State) -> Ticks {
         Ticks {
             interval: Duration::from_millis(state.config.interval_ms),
+            spread: state.spread,
             cycle: state.cycle,
             next_tick: state.next_tick,
         }
@@ -54,7 +93,7 @@ impl Ticks {
     /// the slot.
     pub(super) fn next_slot(self, now: Instant, session: u64) -> (u64, Duration) {
         let interval = self.interval;
-        let lead = report_lead(interval) + report_spread(interval, session);
+        let lead = report_lead(interval) + report_spread(self.spread, session);
         let Some(mut tick) = self.next_tick else {
             // No cycle has run: the first one is about to, unscheduled; report for the
             // one after it (re-scheduled onto its slot after the first cycles if early).
@@ -122,6 +161,28 @@ impl Controller {
     }
 }
 
+/// Fits the report slots' window to the nodes attached now ([`spread_window`]); when it
+/// changes, every attached node is told its slot in the new one, from `now`.
+pub(super) fn adapt_spread(state: &mut State, now: Instant) {
+    let interval_ms = state.config.interval_ms;
+    let attached = state.nodes.values().filter(|n| !n.detached).count();
+    let window = spread_window(Duration::from_millis(interval_ms), attached, state.spread);
+    if window == state.spread {
+        return;
+    }
+    debug!(
+        nodes = attached,
+        window_ms = window.as_millis() as u64,
+        "report slots re-spread"
+    );
+    state.spread = window;
+    let ticks = Ticks::of(state);
+    for node in state.nodes.values_mut().filter(|n| !n.detached) {
+        let (next, report_in) = ticks.next_slot(now, node.session);
+        schedule(node, next, report_in, interval_ms);
+    }
+}
+
 /// Whether `node`'s report for the cycle of `tick` came in its slot: by the tick, and at
 /// most half an interval before it (older usage would be stale).
 fn in_slot(node: &Node, cycle: u64, tick: Instant, interval: Duration) -> bool {
@@ -173,8 +234,9 @@ mod tests {
         state.cycle = 7;
         state.next_tick = Some(now + ms(500));
         assert_eq!(Ticks::of(&state).next_slot(now, 0), (8, ms(400)));
-        // Another session reports its spread earlier.
-        let spread = report_spread(ms(1000), 5);
+        // Another session reports its spread earlier: its place in the window of a few
+        // nodes, ⅛ interval.
+        let spread = report_spread(ms(125), 5);
         assert!(spread > Duration::ZERO);
         assert_eq!(Ticks::of(&state).next_slot(now, 5), (8, ms(400) - spread));
         // The next tick's slot is too close to make: the following tick's.
@@ -184,17 +246,48 @@ mod tests {
     }
 
     #[test]
-    fn consecutive_sessions_spread_their_reports_evenly_over_an_eighth_interval() {
-        let interval = Duration::from_millis(1000);
+    fn consecutive_sessions_spread_their_reports_evenly_over_the_window() {
+        let window = Duration::from_millis(400);
         let mut tenths = [0; 10];
         for session in 1..=1000 {
-            let spread = report_spread(interval, session);
-            assert!(spread < interval / 8);
-            tenths[(spread.as_secs_f64() / 0.0125) as usize] += 1;
+            let spread = report_spread(window, session);
+            assert!(spread < window);
+            tenths[(spread.as_secs_f64() / 0.04) as usize] += 1;
         }
         assert!(
             tenths.iter().all(|&n| (90..=110).contains(&n)),
             "{tenths:?}"
         );
+    }
+
+    #[test]
+    fn the_window_widens_with_the_nodes_up_to_what_stays_in_slot_and_narrows_late() {
+        let ms = Duration::from_millis;
+        let second = ms(1000);
+        let window = |nodes, current| spread_window(second, nodes, current);
+        // ⅛ interval while 40 µs apart fit in it, then doubled, at most half an interval
+        // less the lead.
+        assert_eq!(window(0, Duration::ZERO), ms(125));
+        assert_eq!(window(3_125, ms(125)), ms(125));
+        assert_eq!(window(3_126, ms(125)), ms(250));
+        assert_eq!(window(6_250, ms(250)), ms(250));
+        assert_eq!(window(6_251, ms(250)), ms(400));
+        assert_eq!(window(100_000, ms(400)), ms(400));
+        // Narrower only once twice the nodes fit the narrower one.
+        assert_eq!(window(5_000, ms(400)), ms(400));
+        assert_eq!(window(3_125, ms(400)), ms(250));
+        assert_eq!(window(1_000, ms(400)), ms(125));
+        // At the default 200 ms interval the widest is 50 ms (100 ms less a 50 ms lead).
+        assert_eq!(spread_window(ms(200), 10_000, ms(25)), ms(50));
+        for nodes in [0, 1, 700, 5_000, 20_000] {
+            for interval in [ms(10), ms(200), second, ms(60_000)] {
+                let lead_and_window =
+                    report_lead(interval) + spread_window(interval, nodes, interval);
+                assert!(
+                    lead_and_window <= interval / 2,
+                    "{nodes} nodes at {interval:?}"
+                );
+            }
+        }
     }
 }

@@ -173,9 +173,10 @@ fn slot(cycle: u64, report_in: Duration) -> (u64, u64) {
     (cycle, report_in.as_millis() as u64)
 }
 
-/// How long before a tick the node of `session` reports.
+/// How long before a tick the node of `session` reports (a few nodes attached: their
+/// reports spread over ⅛ interval).
 fn lead(interval: Duration, session: u64) -> Duration {
-    schedule::report_lead(interval) + schedule::report_spread(interval, session)
+    schedule::report_lead(interval) + schedule::report_spread(interval / 8, session)
 }
 
 /// Moves the paused clock on to `at`.
@@ -766,4 +767,174 @@ async fn an_auto_max_rate_follows_the_service_times_and_an_administrator_can_fix
         refused.to_string().contains("no latency target"),
         "{refused}"
     );
+}
+
+/// The control cycle's design at scale, on tokio's paused clock (no timing of this
+/// machine in it): 4 000 nodes, each following its `Schedule` as a local controller does
+/// and acknowledging the latest `Enforce` in its next report. Their reports spread over
+/// the window fitted to them instead of coming in one burst, every one in its slot (no
+/// cycle waits for any, none is re-scheduled), one message per node and interval each
+/// way, no rules sent while nothing changes, and rules changed every cycle all
+/// acknowledged before the next tick. `cheferd-lab bench` measures the same on loopback.
+#[tokio::test(start_paused = true)]
+async fn four_thousand_nodes_report_spread_in_their_slots_and_ack_within_the_interval() {
+    const NODES: usize = 4_000;
+    const WARM_UP: u64 = 4;
+    const CYCLES: u64 = 12;
+    let controller = controller();
+    let interval = controller.interval();
+    // (node, the cycle a report is for, when it was sent, the `Enforce` it acknowledges)
+    let reports = Arc::new(std::sync::Mutex::new(Vec::new()));
+    // (node, when a `Schedule` or an `Enforce` reached it)
+    let schedules = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let enforces = Arc::new(std::sync::Mutex::new(Vec::new()));
+    for n in 0..NODES {
+        let name = format!("node{n:04}");
+        let (session, mut inbox) = attach(&controller, &name);
+        join(&controller, &name, session, 1, 100, &format!("job{n}"));
+        let (controller, reports) = (controller.clone(), reports.clone());
+        let (schedules, enforces) = (schedules.clone(), enforces.clone());
+        tokio::spawn(async move {
+            let mut clock = crate::local::ReportClock::default();
+            let mut applied = 0;
+            loop {
+                tokio::select! {
+                    message = tokio_stream::StreamExt::next(&mut inbox) => {
+                        match message.and_then(|m| m.ok()).and_then(|m| m.body) {
+                            Some(global_message::Body::Schedule(schedule)) => {
+                                clock.schedule(&schedule);
+                                schedules.lock().unwrap().push((n, Instant::now()));
+                            }
+                            Some(global_message::Body::Enforce(enforce)) => {
+                                applied = applied.max(enforce.cycle);
+                                enforces.lock().unwrap().push((n, enforce.cycle));
+                            }
+                            Some(_) => {}
+                            None => return,
+                        }
+                    }
+                    cycle = clock.next() => {
+                        reports.lock().unwrap().push((n, cycle, Instant::now(), applied));
+                        let usage = proto::Usage {
+                            cycle,
+                            applied,
+                            stages: vec![proto::StageUsage {
+                                stage_id: 1,
+                                resources: vec![proto::ResourceUsage {
+                                    mount: "/scratch".into(),
+                                    class: "metadata".into(),
+                                    rate: 1.0,
+                                    ..Default::default()
+                                }],
+                            }],
+                        };
+                        send(&controller, &format!("node{n:04}"), session, local_message::Body::Usage(usage));
+                    }
+                }
+            }
+        });
+    }
+
+    // Steady cycles, then cycles that change every node's rules.
+    let mut ticks = std::collections::BTreeMap::new();
+    let mut tick = Instant::now();
+    // Each job's share must change: 250 ↔ 225 of the uniform policy.
+    let mut max_rate = 1_000_000;
+    for changing in [false, true] {
+        for _ in 0..WARM_UP + CYCLES {
+            tokio::time::sleep_until(tick).await;
+            if changing {
+                max_rate = if max_rate == 1_000_000 {
+                    900_000
+                } else {
+                    1_000_000
+                };
+                controller
+                    .change(Change::MaxRate {
+                        resource: "/scratch:metadata".into(),
+                        rate: max_rate.to_string(),
+                    })
+                    .unwrap();
+            }
+            controller.cycle().await;
+            ticks.insert(controller.lock().cycle, tick);
+            tick += interval;
+        }
+    }
+    tokio::time::sleep_until(tick).await;
+    let phases = controller.phases(usize::MAX);
+    let measured = |range: std::ops::Range<u64>| {
+        phases
+            .iter()
+            .filter(move |p| range.contains(&p.cycle))
+            .copied()
+    };
+    let steady = WARM_UP + 1..WARM_UP + CYCLES + 1;
+    let changing = steady.end + WARM_UP..steady.end + WARM_UP + CYCLES;
+
+    // At 1 s, 4 000 reports 40 µs apart need 160 ms: a window of 250 ms (¼ interval),
+    // before a lead of 100 ms.
+    assert_eq!(interval, 1000 * MS);
+    let (lead, window) = (100 * MS, 250 * MS);
+    let first_measured = ticks[&steady.start] - interval;
+    let reports = reports.lock().unwrap().clone();
+    let mut per_cycle = std::collections::BTreeMap::<u64, usize>::new();
+    let mut tenths = [0usize; 10];
+    for &(_, cycle, at, _) in reports.iter().filter(|r| r.2 >= first_measured) {
+        let Some(&due) = ticks.get(&cycle) else {
+            continue;
+        };
+        *per_cycle.entry(cycle).or_default() += 1;
+        let before = due - at;
+        assert!(
+            before >= lead && before <= lead + window,
+            "a report for cycle {cycle} came {before:?} before its tick"
+        );
+        tenths[((before - lead).as_secs_f64() / window.as_secs_f64() * 10.0).min(9.0) as usize] +=
+            1;
+    }
+    assert!(
+        per_cycle.values().all(|&n| n == NODES),
+        "one report per node and cycle: {per_cycle:?}"
+    );
+    let average = tenths.iter().sum::<usize>() / 10;
+    assert!(
+        tenths.iter().all(|&n| n <= average * 5 / 4),
+        "reports spread evenly over the window, not in bursts: {tenths:?}"
+    );
+    assert!(
+        schedules
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|&(_, at)| at < first_measured),
+        "no node re-scheduled once settled"
+    );
+    for p in measured(steady.clone()).chain(measured(changing.clone())) {
+        assert_eq!(
+            p.collect,
+            Duration::ZERO,
+            "cycle {} waited for reports",
+            p.cycle
+        );
+    }
+    assert!(measured(steady.clone()).all(|p| p.enforced == 0));
+    let enforces = enforces.lock().unwrap().clone();
+    for p in measured(changing.clone()) {
+        assert_eq!(p.enforced, NODES, "cycle {}", p.cycle);
+        let acked = p
+            .acked
+            .unwrap_or_else(|| panic!("cycle {} not all acked", p.cycle));
+        assert!(
+            acked < interval,
+            "cycle {} acked {acked:?} after its tick",
+            p.cycle
+        );
+        assert_eq!(
+            enforces.iter().filter(|e| e.1 == p.cycle).count(),
+            NODES,
+            "one Enforce per node in cycle {}",
+            p.cycle
+        );
+    }
 }
