@@ -8,6 +8,7 @@
 //! directories of their own, and job ids unique to the run ([`util::job_id`]), so two
 //! runs on one machine never meet.
 
+mod bench_scale;
 mod cli;
 mod control_lost;
 mod ctl_json;

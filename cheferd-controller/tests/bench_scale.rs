@@ -1,0 +1,65 @@
+//! `cheferd-lab bench` with 2 000 simulated local controllers, each a real gRPC stream:
+//! what the control cycle's design promises at scale, without timing this machine —
+//! while nothing changes no local controller is sent rules; when every rule changes,
+//! every local controller is sent them once per cycle; and the bytes per local
+//! controller and interval stay those of one report and one `Enforce`. The report slots
+//! and acknowledgements themselves are checked on tokio's paused clock
+//! (`global/tests.rs`), where no load can move them.
+
+use crate::util::{cheferd_lab, run_with_timeout};
+use std::process::Command;
+use std::time::Duration;
+
+/// One row of the benchmark's table, by column.
+struct Row(Vec<String>);
+
+impl Row {
+    fn number(&self, column: usize) -> f64 {
+        self.0[column]
+            .parse()
+            .unwrap_or_else(|_| panic!("column {column} of {:?}", self.0))
+    }
+}
+
+#[test]
+fn two_thousand_local_controllers_are_sent_rules_only_when_they_change() {
+    let mut command = Command::new(cheferd_lab());
+    command.args([
+        "bench",
+        "--locals",
+        "2000",
+        "--cycles",
+        "2",
+        "--interval-ms",
+        "1000",
+    ]);
+    let output = run_with_timeout(&mut command, Duration::from_secs(300));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let rows: Vec<Row> = stdout
+        .lines()
+        .filter(|line| line.starts_with("| 2000 |"))
+        .map(|line| Row(line.split('|').map(|c| c.trim().to_string()).collect()))
+        .collect();
+    let [steady, changing] = &rows[..] else {
+        panic!("two rows expected:\n{stdout}")
+    };
+    // Columns: 3 rules change, 14 locals sent rules, 15 bytes per local per interval.
+    assert_eq!(
+        (&steady.0[3][..], &changing.0[3][..]),
+        ("never", "every cycle")
+    );
+    assert_eq!(steady.number(14), 0.0, "no rules while nothing changes");
+    assert_eq!(
+        changing.number(14),
+        2000.0,
+        "every local controller, every cycle"
+    );
+    // A report of 4 stages is ≈ 160 bytes and an `Enforce` of 4 stages' rules ≈ 45.
+    assert!(steady.number(15) < 200.0, "{stdout}");
+    assert!(changing.number(15) < 250.0, "{stdout}");
+}
