@@ -8,7 +8,8 @@
 
 use super::node::{Node, Slot};
 use crate::config::GlobalConfig;
-use crate::plan::{self, Plan, StageView};
+use crate::config::Resource;
+use crate::plan::{self, Plan, StageUsage, StageView};
 use crate::proto;
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -92,13 +93,20 @@ impl PlanCache {
         self.current = true;
     }
 
-    /// The view of the stage at `slot`, while the views are current (a stage's usage
-    /// report updates it in place).
-    pub(super) fn view_mut(&mut self, slot: &Slot) -> Option<&mut StageView> {
-        match slot {
-            Slot::Cached(view) if self.current => self.views.get_mut(*view),
-            _ => None,
+    /// Sets the usage of the stage at `slot` in its view, while the views are current (a
+    /// stage's usage report updates it in place; stale views are rebuilt from the
+    /// records).
+    pub(super) fn update_usage(&mut self, slot: &Slot, usage: &[(Resource, StageUsage)]) {
+        let Slot::Cached(view) = *slot else {
+            return;
+        };
+        let Some(kept) = self.views.get_mut(view).filter(|_| self.current) else {
+            return;
+        };
+        for ((_, value), (_, u)) in kept.usage.iter_mut().zip(usage) {
+            *value = *u;
         }
+        self.layout.refresh(&self.views, view);
     }
 
     /// Forgets what the stages at `views` were sent, so all their rules go out again.

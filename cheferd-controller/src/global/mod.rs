@@ -243,7 +243,7 @@ impl Controller {
             ..
         } = &mut *state;
         let (views, layout) = cache.views(config, nodes);
-        steering.steer(config, service, |i| layout.served(views, i));
+        steering.steer(config, service, |i| layout.served(i));
         let terms = jobs.terms(config, elapsed);
         let plan = plan::compute(config, &terms, policies, views, layout);
         let sent = enforce::enforce(config, nodes, &plan, cache, cycle);

@@ -417,11 +417,7 @@ fn record_usage(
                 limit: u.limit,
             };
         }
-        if let Some(view) = cache.view_mut(&record.slot) {
-            for ((_, value), (_, u)) in view.usage.iter_mut().zip(usage.iter()) {
-                *value = *u;
-            }
-        }
+        cache.update_usage(&record.slot, usage);
         return Ok(());
     }
     usage.clear();
