@@ -525,9 +525,9 @@ const TARGET_LENGTH: usize = 128;
 /// `open`+`close`, far from, beside and inside the mountpoint. Their targets are the
 /// short layout's for the same call and place, plus one instruction per byte past
 /// [`TARGET_LENGTH`] for managed calls (whose targets hold up to it) and past the
-/// short layout's path for unmanaged ones (every byte of a path is read: a `..` may
-/// lead anywhere).
-fn hpc_cases(length: usize, short_length: usize) -> Vec<Case> {
+/// short layout's path (`short_length` of the place) for unmanaged ones (every byte of
+/// a path is read: a `..` may lead anywhere).
+fn hpc_cases(length: usize, short_length: impl Fn(Where) -> usize) -> Vec<Case> {
     let mut cases = Vec::new();
     for call in ["stat", "open+close"] {
         for place in [Where::Far, Where::Sibling, Where::Managed] {
@@ -537,7 +537,7 @@ fn hpc_cases(length: usize, short_length: usize) -> Vec<Case> {
                 .expect("a short case for every HPC case");
             let free = match place {
                 Where::Managed => TARGET_LENGTH,
-                _ => short_length,
+                _ => short_length(place),
             };
             cases.push(Case {
                 length: Some(length),
@@ -595,14 +595,15 @@ fn instructions(filter: &[String]) {
     }
     let pid = std::process::id();
     // The short layout: one short mountpoint and files right below it.
-    let mount = PathBuf::from(format!("/tmp/x-m{pid}"));
-    let sibling = PathBuf::from(format!("/tmp/x-u{pid}"));
+    // (The pid padded to 7 digits: the same lengths in every run.)
+    let mount = PathBuf::from(format!("/tmp/x-m{pid:07}"));
+    let sibling = PathBuf::from(format!("/tmp/x-u{pid:07}"));
     let shm = Path::new("/dev/shm");
     let far = if shm.is_dir() {
-        shm.join(format!("padll-bench-{pid}"))
+        shm.join(format!("padll-bench-{pid:07}"))
     } else {
         eprintln!("padll-bench: no /dev/shm; the far case uses /var/tmp");
-        PathBuf::from(format!("/var/tmp/padll-bench-{pid}"))
+        PathBuf::from(format!("/var/tmp/padll-bench-{pid:07}"))
     };
     // The HPC layout: a file system root with the job's mountpoint (`scratch`, 22
     // bytes: longer than a 16-byte vector) and another tree beside it, and paths of
@@ -627,10 +628,10 @@ fn instructions(filter: &[String]) {
         };
         hpc_path(dir, length)
     };
-    let short_length = short_file(Where::Managed).as_os_str().len();
+    let short_length = |place| short_file(place).as_os_str().len();
     let mut cases: Vec<Case> = SHORT_CASES.to_vec();
     for length in LENGTHS {
-        cases.extend(hpc_cases(length, short_length));
+        cases.extend(hpc_cases(length, &short_length));
     }
     let file_of = |case: &Case| match case.length {
         None => short_file(case.place),
@@ -664,7 +665,7 @@ fn instructions(filter: &[String]) {
     };
 
     println!(
-        "Short layout: mountpoint {}; far file {}/file; sibling file {}/file ({short_length} bytes each but the far one).",
+        "Short layout: mountpoint {}; far file {}/file; sibling file {}/file.",
         mount.display(),
         far.display(),
         sibling.display()
