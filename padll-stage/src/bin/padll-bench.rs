@@ -581,6 +581,16 @@ fn hpc_path(dir: &Path, length: usize) -> PathBuf {
     path
 }
 
+/// The process id as five base-36 digits (pids stay below 36⁵): a name unique to this
+/// run whose length is the same in every run, so are the paths'.
+fn run_tag(pid: u32) -> String {
+    let digits = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    (0..5)
+        .rev()
+        .map(|place| digits[(pid / 36u32.pow(place) % 36) as usize] as char)
+        .collect()
+}
+
 /// Iteration counts whose difference gives the per-call slope.
 const COUNTS: [u64; 2] = [2_000, 12_000];
 
@@ -593,25 +603,24 @@ fn instructions(filter: &[String]) {
         eprintln!("padll-bench: valgrind not installed; no instruction counts");
         std::process::exit(2);
     }
-    let pid = std::process::id();
+    let tag = run_tag(std::process::id());
     // The short layout: one short mountpoint and files right below it.
-    // (The pid padded to 7 digits: the same lengths in every run.)
-    let mount = PathBuf::from(format!("/tmp/x-m{pid:07}"));
-    let sibling = PathBuf::from(format!("/tmp/x-u{pid:07}"));
+    let mount = PathBuf::from(format!("/tmp/x-m{tag}"));
+    let sibling = PathBuf::from(format!("/tmp/x-u{tag}"));
     let shm = Path::new("/dev/shm");
     let far = if shm.is_dir() {
-        shm.join(format!("padll-bench-{pid:07}"))
+        shm.join(format!("padll-bench-{tag}"))
     } else {
         eprintln!("padll-bench: no /dev/shm; the far case uses /var/tmp");
-        PathBuf::from(format!("/var/tmp/padll-bench-{pid:07}"))
+        PathBuf::from(format!("/var/tmp/padll-bench-{tag}"))
     };
-    // The HPC layout: a file system root with the job's mountpoint (`scratch`, 22
+    // The HPC layout: a file system root with the job's mountpoint (`scratch`, 20
     // bytes: longer than a 16-byte vector) and another tree beside it, and paths of
-    // fixed lengths below them (the pid is padded so that every run's are the same).
-    let root = PathBuf::from(format!("/tmp/fs{pid:07}"));
+    // fixed lengths below them.
+    let root = PathBuf::from(format!("/tmp/fs{tag}"));
     let hpc_mount = root.join("scratch");
     let hpc_sibling = root.join("projects");
-    let hpc_far = far.with_file_name(format!("fs{pid:07}"));
+    let hpc_far = far.with_file_name(format!("fs{tag}"));
     let short_file = |place: Where| {
         match place {
             Where::Far => &far,
