@@ -99,6 +99,10 @@ struct Prefixes {
     /// them.
     tails: [[u8; 16]; PREFIXES],
     long: [bool; PREFIXES],
+    /// Every other spelling differs from this one within its own first min(len, 16)
+    /// bytes: a path that agrees with this one on its first 16 bytes is neither under
+    /// nor above any other.
+    alone: [bool; PREFIXES],
     /// Its mountpoint index.
     index: [u16; PREFIXES],
     count: usize,
@@ -121,6 +125,7 @@ impl Prefixes {
         end_bit: [0; PREFIXES],
         tails: [[0; 16]; PREFIXES],
         long: [false; PREFIXES],
+        alone: [false; PREFIXES],
         index: [0; PREFIXES],
         count: 0,
         near: [false; 256],
@@ -153,6 +158,10 @@ impl Prefixes {
                     prefixes.tails[i].copy_from_slice(&mount[mount.len() - 16..]);
                     prefixes.long[i] = true;
                 }
+                prefixes.alone[i] = mounts.iter().enumerate().all(|(j, (other, _))| {
+                    let n = other.len().min(16);
+                    j == i || mount.get(..n) != other.get(..n)
+                });
             }
             prefixes.index[i] = *index;
         }
@@ -326,9 +335,11 @@ impl MountTable {
     /// [`MountTable::quick_absolute`] for a path that agrees with spelling `i`, of 17 to
     /// 32 bytes, on its first 16: its last 16 bytes are compared with the path's bytes
     /// there in one vector compare. [`Place::Managed`] if the path holds it all
-    /// followed by `/` or its end; `None` otherwise (a longer name beside it, a path
-    /// ending inside it, which may lie above it, a read that would reach the next
-    /// page): the caller resolves in full, as for every spelling after this one.
+    /// followed by `/` or its end; if it does not and goes on past the spelling's end
+    /// (a longer or another name beside it), [`Place::Unrelated`] when no other
+    /// spelling shares this one's first bytes ([`Prefixes::alone`]); `None` otherwise
+    /// (a path ending inside it, which may lie above it, one that later spellings
+    /// could hold, a read that would reach the next page): the caller resolves in full.
     ///
     /// # Safety
     /// `path` points to a NUL-terminated string whose first 16 bytes precede its NUL.
@@ -341,13 +352,17 @@ impl MountTable {
         let at = unsafe { path.add(mount_len - 16) };
         // SAFETY: the block's first byte is readable (just above).
         let bytes = unsafe { head16(at) }?;
+        let beside = || prefixes.alone[i].then_some(Place::Unrelated);
         if mismatches(bytes, &prefixes.tails[i]) != 0 {
-            return None;
+            // No NUL among the bytes that differ: the path goes on past the spelling.
+            return if zeros(bytes) == 0 { beside() } else { None };
         }
         // SAFETY: the string's first mount_len bytes agree with the spelling, which has
         // no NUL: the next byte is the string's or its NUL.
-        matches!(unsafe { *path.add(mount_len) }, b'/' | 0)
-            .then_some(Place::Managed(prefixes.index[i]))
+        match unsafe { *path.add(mount_len) } {
+            b'/' | 0 => Some(Place::Managed(prefixes.index[i])),
+            _ => beside(),
+        }
     }
 
     /// [`MountTable::place_of`] by comparison with every mountpoint.
@@ -1131,6 +1146,18 @@ mod tests {
             if let Some(place) = quick {
                 prop_assert!(clean);
                 prop_assert_eq!(place, table.place_of(path.as_bytes()));
+            }
+            // Without the spelling compared in full (which sends every path sharing its
+            // first 16 bytes to the full comparison), and with one alone on its first
+            // 16 bytes (a path beside it is unrelated at once).
+            let held = MountTable::new(&[0, 1, 2, 4].map(|m| mounts[m].to_string())).unwrap();
+            let alone = MountTable::new(&[spelling.into(), "/bbbb".into()]).unwrap();
+            for table in [held, alone] {
+                // SAFETY: as above.
+                if let Some(place) = unsafe { table.quick_absolute(start) } {
+                    prop_assert!(clean);
+                    prop_assert_eq!(place, table.place_of(path.as_bytes()));
+                }
             }
             // With no other spelling sharing its first 16 bytes (but a shorter one that
             // is the prefix of its name), a path under a spelling of up to 32 bytes is

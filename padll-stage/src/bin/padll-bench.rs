@@ -640,7 +640,7 @@ fn instructions(filter: &[String]) {
     let short_length = |place| short_file(place).as_os_str().len();
     let mut cases: Vec<Case> = SHORT_CASES.to_vec();
     for length in LENGTHS {
-        cases.extend(hpc_cases(length, &short_length));
+        cases.extend(hpc_cases(length, short_length));
     }
     let file_of = |case: &Case| match case.length {
         None => short_file(case.place),
