@@ -559,13 +559,12 @@ unsafe fn head16(path: *const u8) -> Option<Head> {
 
 /// Reads an absolute path once, like [`scan_absolute`], and returns its first 16 bytes
 /// (as [`head16`]) and which of them are the string's (bit i: byte i precedes the NUL)
-/// if it is certainly clean; `None` if it may need
-/// folding or lies in the last 16 bytes of its page. On x86-64 the first 16 bytes are
-/// read unaligned (so the bytes before the path need no masking, and the prefix
-/// comparison reuses them), then aligned blocks from the first one after them, each
-/// with the byte before it (read unaligned too: it lies in the previous block, which
-/// the string reached), so a `/` ending one block and a `/` or `.` opening the next
-/// need no carry. Each block is one test of one mask ([`block_stops`]): the string's
+/// if it is certainly clean; `None` if it may need folding or lies in the last 16
+/// bytes of its page. On x86-64 the first 16 bytes are read unaligned (so the bytes
+/// before the path need no masking, and the prefix comparison reuses them), then
+/// aligned blocks from the first one after them, each with the byte before it (read
+/// unaligned too: it lies in the previous block, which the string reached), so a `/`
+/// ending one block and a `/` or `.` opening the next need no carry. Each block is one test of one mask ([`block_stops`]): the string's
 /// first *stop* — its NUL, or a `/` or `.` right after a `/` — ends the scan, and the
 /// byte there says which.
 ///
