@@ -4,7 +4,8 @@
 # 1, 2, 8 and 64 threads, process start-up cost, and — deterministic — user-space
 # instructions per call counted by callgrind as the slope between two iteration counts
 # (`padll-bench instructions`: unmanaged path calls far from and beside the mountpoint,
-# unmanaged fd calls, managed calls; each against its overhead target), and the CPU a
+# unmanaged fd calls, managed calls; short paths, and path calls at 32, 64, 128 and 256
+# bytes; each against its overhead target), and the CPU a
 # throttled call costs (`padll-bench throttled`, against the same calls made natively,
 # back to back and paced by plain sleeps).
 #
@@ -32,6 +33,6 @@ if [ -n "${SKIP_CALLGRIND:-}" ] || ! command -v valgrind >/dev/null; then
 fi
 
 echo
-echo "## User-space instructions added per call (callgrind, slope between 2 000 and 12 000 calls)"
+echo "## User-space instructions added per call (callgrind, slope between 2 000 and 12 000 calls; short paths and 32–256-byte paths)"
 echo
 "$bench" instructions

@@ -81,18 +81,28 @@ const PREFIXES: usize = 8;
 /// The first (up to) 16 bytes of each mountpoint spelling, compared with a path's first
 /// 16 bytes in one vector compare each: a path lies under or above a mountpoint only if
 /// the two agree on their first min(len, 16) bytes. Before that, one byte: a path whose
-/// second byte (after the `/`) no mountpoint has there is neither.
+/// second byte (after the `/`) no mountpoint has there is neither. A spelling longer
+/// than 16 bytes (up to 32) is compared on its last 16 bytes too ([`Prefixes::tails`]).
 #[derive(Clone, Copy, Debug)]
 #[repr(C, align(16))]
 struct Prefixes {
     bytes: [[u8; 16]; PREFIXES],
     /// Bit i set: byte i of the prefix must match (bits below min(len, 16)).
     need: [u32; PREFIXES],
-    /// The spelling's length if it is at most 16 bytes (the prefix is all of it), else 0.
-    short_len: [usize; PREFIXES],
-    /// Bit `short_len − 1` (0 when `short_len` is): among a path's first 16 bytes, the
-    /// last a path needs to hold all of the spelling.
+    /// The spelling's length if [`MountTable::quick_absolute`] can compare all of it
+    /// (at most 32 bytes), else 0; also 0 for `/`.
+    len: [usize; PREFIXES],
+    /// Bit `min(len, 16) − 1` (0 when `len` is): among a path's first 16 bytes, the
+    /// last a path needs to hold the spelling's first 16.
     end_bit: [u32; PREFIXES],
+    /// A spelling of 17 to 32 bytes: its last 16 bytes (else zeros), and whether it has
+    /// them.
+    tails: [[u8; 16]; PREFIXES],
+    long: [bool; PREFIXES],
+    /// Every other spelling differs from this one within its own first min(len, 16)
+    /// bytes: a path that agrees with this one on its first 16 bytes is neither under
+    /// nor above any other.
+    alone: [bool; PREFIXES],
     /// Its mountpoint index.
     index: [u16; PREFIXES],
     count: usize,
@@ -111,8 +121,11 @@ impl Prefixes {
     const EMPTY: Prefixes = Prefixes {
         bytes: [[0; 16]; PREFIXES],
         need: [0; PREFIXES],
-        short_len: [0; PREFIXES],
+        len: [0; PREFIXES],
         end_bit: [0; PREFIXES],
+        tails: [[0; 16]; PREFIXES],
+        long: [false; PREFIXES],
+        alone: [false; PREFIXES],
         index: [0; PREFIXES],
         count: 0,
         near: [false; 256],
@@ -136,10 +149,19 @@ impl Prefixes {
             let n = mount.len().min(16);
             prefixes.bytes[i][..n].copy_from_slice(&mount[..n]);
             prefixes.need[i] = (1u32 << n) - 1;
-            // "/" (length 1) is left to the full comparison.
-            if (2..=16).contains(&mount.len()) {
-                prefixes.short_len[i] = mount.len();
-                prefixes.end_bit[i] = 1 << (mount.len() - 1);
+            // "/" (length 1) and spellings too long to hold are left to the full
+            // comparison.
+            if (2..=32).contains(&mount.len()) {
+                prefixes.len[i] = mount.len();
+                prefixes.end_bit[i] = 1 << (n - 1);
+                if mount.len() > 16 {
+                    prefixes.tails[i].copy_from_slice(&mount[mount.len() - 16..]);
+                    prefixes.long[i] = true;
+                }
+                prefixes.alone[i] = mounts.iter().enumerate().all(|(j, (other, _))| {
+                    let n = other.len().min(16);
+                    j == i || mount.get(..n) != other.get(..n)
+                });
             }
             prefixes.index[i] = *index;
         }
@@ -262,40 +284,42 @@ impl MountTable {
     /// in the order of [`MountTable::compare`] (longest spelling first): a clean path
     /// whose second byte starts no mountpoint's second component, or that agrees with
     /// no mountpoint on its first bytes, is [`Place::Unrelated`]; one that starts with a
-    /// whole mountpoint of at most 16 bytes followed by `/` or its end is
-    /// [`Place::Managed`] by it. `None`: anything else (a path that may need folding, a
-    /// longer mountpoint's first 16 bytes, a possible ancestor, a path in the last 16
-    /// bytes of its page, too close for the 16-byte read) — the caller resolves in full.
-    /// The string's end within its first 16 bytes is found from them (the first NUL),
-    /// so the length is not needed. No call, no panic, no lock.
+    /// whole mountpoint followed by `/` or its end is [`Place::Managed`] by it. `None`:
+    /// anything else (a path that may need folding, one that ends inside a mountpoint
+    /// it agrees with so far, which it may lie above, a path that agrees with a
+    /// spelling of more than 16 bytes on its first 16 but is not under it, `/` or a
+    /// spelling longer than 32 bytes as a mountpoint, a read that would reach the next
+    /// page) — the caller resolves in full. Its cost grows with the path only by the
+    /// scan's. No call, no panic, no lock.
     ///
     /// # Safety
     /// `path` must point to a NUL-terminated string that starts with `/`.
     #[inline(always)]
     pub unsafe fn quick_absolute(&self, path: *const u8) -> Option<Place> {
         // SAFETY: `path` points to a NUL-terminated string (our caller's contract).
-        let head = unsafe { scan_head(path) }?;
+        let (head, within) = unsafe { scan_head(path) }?;
         // SAFETY: the string's first byte is `/`, not its NUL, so its second byte is
         // part of it or its NUL (our caller's contract).
         let second = unsafe { *path.add(1) };
         if !self.prefixes.near[second as usize] {
             return Some(Place::Unrelated);
         }
-        // The bytes before the first NUL among the 16 (all 16 if there is none): those
-        // of the string.
-        let nul = zeros(head);
-        let within = nul.wrapping_sub(1) & !nul;
         let prefixes = &self.prefixes;
         let mut i = 0;
         while i < prefixes.count.min(PREFIXES) {
             if mismatches(head, &prefixes.bytes[i]) & prefixes.need[i] & within == 0 {
-                // The first min(len, 16, mount length) bytes agree. A mountpoint longer
-                // than 16 bytes, or one longer than the string (its last byte is at or
-                // after the string's NUL), which it may lie above: compare in full.
+                // The first min(len, 16, mount length) bytes agree. A spelling not held
+                // whole, or one that goes on past the string's end, which it may lie
+                // above: compare in full.
                 if within & prefixes.end_bit[i] == 0 {
                     return None;
                 }
-                let mount_len = prefixes.short_len[i];
+                if prefixes.long[i] {
+                    // SAFETY: the string goes on past its first 16 bytes (the end bit is
+                    // the 16th for a spelling longer than 16 bytes).
+                    return unsafe { self.quick_long(i, path) };
+                }
+                let mount_len = prefixes.len[i];
                 // SAFETY: the string is at least mount_len bytes long: at most the NUL.
                 if matches!(unsafe { *path.add(mount_len) }, b'/' | 0) {
                     return Some(Place::Managed(prefixes.index[i]));
@@ -306,6 +330,39 @@ impl MountTable {
             i += 1;
         }
         Some(Place::Unrelated)
+    }
+
+    /// [`MountTable::quick_absolute`] for a path that agrees with spelling `i`, of 17 to
+    /// 32 bytes, on its first 16: its last 16 bytes are compared with the path's bytes
+    /// there in one vector compare. [`Place::Managed`] if the path holds it all
+    /// followed by `/` or its end; if it does not and goes on past the spelling's end
+    /// (a longer or another name beside it), [`Place::Unrelated`] when no other
+    /// spelling shares this one's first bytes ([`Prefixes::alone`]); `None` otherwise
+    /// (a path ending inside it, which may lie above it, one that later spellings
+    /// could hold, a read that would reach the next page): the caller resolves in full.
+    ///
+    /// # Safety
+    /// `path` points to a NUL-terminated string whose first 16 bytes precede its NUL.
+    #[inline(always)]
+    unsafe fn quick_long(&self, i: usize, path: *const u8) -> Option<Place> {
+        let prefixes = &self.prefixes;
+        let mount_len = prefixes.len[i];
+        // SAFETY: the bytes before the block's start are the string's (the first 16:
+        // our caller's contract), so it starts at a byte of the string or its NUL.
+        let at = unsafe { path.add(mount_len - 16) };
+        // SAFETY: the block's first byte is readable (just above).
+        let bytes = unsafe { head16(at) }?;
+        let beside = || prefixes.alone[i].then_some(Place::Unrelated);
+        if mismatches(bytes, &prefixes.tails[i]) != 0 {
+            // No NUL among the bytes that differ: the path goes on past the spelling.
+            return if zeros(bytes) == 0 { beside() } else { None };
+        }
+        // SAFETY: the string's first mount_len bytes agree with the spelling, which has
+        // no NUL: the next byte is the string's or its NUL.
+        match unsafe { *path.add(mount_len) } {
+            b'/' | 0 => Some(Place::Managed(prefixes.index[i])),
+            _ => beside(),
+        }
     }
 
     /// [`MountTable::place_of`] by comparison with every mountpoint.
@@ -501,52 +558,110 @@ unsafe fn head16(path: *const u8) -> Option<Head> {
 }
 
 /// Reads an absolute path once, like [`scan_absolute`], and returns its first 16 bytes
-/// (as [`head16`]) if it is certainly clean; `None` if it may need folding or lies in
-/// the last 16 bytes of its page. On x86-64 the first 16 bytes are read unaligned (so
-/// the bytes before the path need no masking, and the prefix comparison reuses them),
-/// then aligned blocks from the first one after them, each with the byte before it
-/// (read unaligned too: it lies in the previous block, which the string reached), so
-/// a `/` ending one block and a `/` or `.` opening the next need no carry.
+/// (as [`head16`]) and which of them are the string's (bit i: byte i precedes the NUL)
+/// if it is certainly clean; `None` if it may need folding or lies in the last 16
+/// bytes of its page. On x86-64 the first 16 bytes are read unaligned (so the bytes
+/// before the path need no masking, and the prefix comparison reuses them), then
+/// aligned blocks from the first one after them, each with the byte before it (read
+/// unaligned too: it lies in the previous block, which the string reached), so a `/`
+/// ending one block and a `/` or `.` opening the next need no carry. Each block is one test of one mask ([`block_stops`]): the string's
+/// first *stop* — its NUL, or a `/` or `.` right after a `/` — ends the scan, and the
+/// byte there says which.
 ///
 /// # Safety
 /// `path` must point to a NUL-terminated string.
 #[inline(always)]
-unsafe fn scan_head(path: *const u8) -> Option<Head> {
+unsafe fn scan_head(path: *const u8) -> Option<(Head, u32)> {
     // SAFETY: our caller's contract, passed on.
     let head = unsafe { head16(path) }?;
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
-        let mut nul = zeros(head);
-        let special = specials(head);
-        let mut dirty = (special << 1) & special;
-        if nul | dirty == 0 {
+        let mut stops = head_stops(head);
+        // The bytes before the first stop; if the scan finds it is the NUL, the
+        // string's among the 16 (all of them when the string goes on past them).
+        let within = stops.wrapping_sub(1) & !stops & 0xffff;
+        let mut block = path as usize;
+        if stops == 0 {
             // No NUL among the first 16 bytes: the string goes on past them.
-            let mut block = (path as usize + 16) & !15;
+            block = (path as usize + 16) & !15;
             loop {
                 // SAFETY: `block` is 16-byte aligned, so its 16 bytes lie in one page,
-                // which holds a byte of the string (the previous 16 bytes had no NUL), so
-                // it is mapped; the byte before it is in the previous block or the first
-                // 16 bytes, both read already.
-                let (this, before) =
-                    unsafe { (load16(block as *const u8), load16((block - 1) as *const u8)) };
-                nul = zeros(this);
-                dirty = specials(this) & specials(before);
-                if nul | dirty != 0 {
+                // which holds a byte of the string (the bytes before it had no NUL), so
+                // it is mapped; the byte before it is the string's (block > path).
+                stops = unsafe { block_stops(block as *const u8) };
+                if stops != 0 {
                     break;
                 }
                 block += 16;
             }
         }
-        // Bits up to the first NUL (every bit if the loop stopped on a dirty pair): a
-        // pair after the NUL is not the string's. (No pair ends on the NUL itself.)
-        if dirty & (nul ^ nul.wrapping_sub(1)) != 0 {
+        let stop = block + stops.trailing_zeros() as usize;
+        // SAFETY: the first stop is at or before the string's NUL: readable.
+        if unsafe { *(stop as *const u8) } != 0 {
             return None;
         }
+        Some((head, within))
     }
     #[cfg(not(all(target_arch = "x86_64", not(miri))))]
-    // SAFETY: our caller's contract, passed on.
-    unsafe { scan_absolute(path) }?;
-    Some(head)
+    {
+        // SAFETY: our caller's contract, passed on.
+        let len = unsafe { scan_absolute(path) }?;
+        Some((head, (1u32 << len.min(16)) - 1))
+    }
+}
+
+/// Bit i set when byte i of the first 16 bytes of a path is a stop: a NUL, or a `/` or
+/// `.` right after a `/` (bytes past the NUL may set bits too; only the first counts).
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[inline(always)]
+fn head_stops(head: Head) -> u32 {
+    use std::arch::x86_64::*;
+    // SAFETY: SSE2 is part of the x86-64 baseline.
+    unsafe {
+        let slash = _mm_set1_epi8(b'/' as i8);
+        let after_slash = _mm_slli_si128::<1>(_mm_cmpeq_epi8(head, slash));
+        let special = _mm_cmpeq_epi8(_mm_or_si128(head, _mm_set1_epi8(1)), slash);
+        let nul = _mm_cmpeq_epi8(head, _mm_setzero_si128());
+        _mm_movemask_epi8(_mm_or_si128(_mm_and_si128(after_slash, special), nul)) as u32
+    }
+}
+
+/// [`head_stops`] for the aligned 16-byte block at `block`, whose preceding byte is
+/// read too (so a pair across two blocks is seen). In assembly, with the constants as
+/// memory operands (see [`specials`]); one aligned and one unaligned load.
+///
+/// # Safety
+/// `block` is 16-byte aligned, its page is mapped, and so is the byte before it.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[inline(always)]
+unsafe fn block_stops(block: *const u8) -> u32 {
+    let mask: u32;
+    // SAFETY: two 16-byte reads of mapped memory (our caller's contract), the first
+    // aligned; two aligned 16-byte statics; writes nothing and touches no stack or
+    // flags (the options say so).
+    unsafe {
+        std::arch::asm!(
+            "movdqa {v}, xmmword ptr [{p}]",
+            "movdqu {before}, xmmword ptr [{p} - 1]",
+            "pcmpeqb {before}, xmmword ptr [rip + {slashes}]",
+            "pxor {nul}, {nul}",
+            "pcmpeqb {nul}, {v}",
+            "por {v}, xmmword ptr [rip + {ones}]",
+            "pcmpeqb {v}, xmmword ptr [rip + {slashes}]",
+            "pand {v}, {before}",
+            "por {v}, {nul}",
+            "pmovmskb {mask:e}, {v}",
+            p = in(reg) block,
+            v = out(xmm_reg) _,
+            before = out(xmm_reg) _,
+            nul = out(xmm_reg) _,
+            mask = out(reg) mask,
+            ones = sym ONES,
+            slashes = sym SLASHES,
+            options(nostack, readonly, preserves_flags, pure),
+        );
+    }
+    mask
 }
 
 #[cfg(all(target_arch = "x86_64", not(miri)))]
@@ -569,6 +684,15 @@ fn zeros(head: Head) -> u32 {
     }
 }
 
+/// 16 aligned bytes, for constants the assembly reads from memory.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[repr(C, align(16))]
+struct Bytes([u8; 16]);
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+static ONES: Bytes = Bytes([1; 16]);
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+static SLASHES: Bytes = Bytes([b'/'; 16]);
+
 /// Bit i set when byte i of `v` is `/` or `.` (`.` = 0x2e and `/` = 0x2f both become
 /// 0x2f when or-ed with 1). In assembly so that the two constants stay memory operands:
 /// hoisted into registers, they would cost two loads per path whose scan loops once,
@@ -576,10 +700,6 @@ fn zeros(head: Head) -> u32 {
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 #[inline(always)]
 fn specials(v: Head) -> u32 {
-    #[repr(C, align(16))]
-    struct Bytes([u8; 16]);
-    static ONES: Bytes = Bytes([1; 16]);
-    static SLASHES: Bytes = Bytes([b'/'; 16]);
     let mask: u32;
     // SAFETY: SSE2 is part of the x86-64 baseline; reads two aligned 16-byte statics,
     // writes nothing and touches no stack or flags (the options say so).
@@ -992,6 +1112,68 @@ mod tests {
             let page_end = (start as usize + 16) & 0xff0 == 0;
             if far && clean && !page_end {
                 prop_assert_eq!(quick, Some(Place::Unrelated));
+            }
+        }
+
+        // Spellings of 17 to 32 bytes (compared on their last 16 bytes too) and one
+        // longer (compared in full), some the prefix of another's name: the quick
+        // classification never contradicts the full one, and a clean path under one of
+        // up to 32 bytes is classified quickly.
+        #[test]
+        fn quick_place_agrees_with_place_of_for_long_mountpoints(
+            mount in 0usize..5,
+            cut in 1usize..40,
+            suffix in "[ab/.]{0,24}",
+            offset in 0usize..16,
+            garbage in "[./]{0,20}",
+        ) {
+            let mounts = [
+                "/aaaa/bbbb/aaaa/bb",
+                "/aaaa/bbbb/aaaa/bbbb/aa",
+                "/aaaa/bbbb/aaaa/bbbb/aaaa/bbbb/a",
+                "/aaaa/bbbb/aaaa/bbbb/aaaa/bbbb/aaaa/b",
+                "/aaaa/bbbb/a",
+            ];
+            let table = MountTable::new(&mounts.map(String::from)).unwrap();
+            let spelling = mounts[mount];
+            let path = format!("{}{suffix}", &spelling[..cut.min(spelling.len())]);
+            let (storage, base) = placed(&path, offset, &garbage);
+            let start = storage[base..].as_ptr();
+            // SAFETY: NUL-terminated inside `storage`, starting with `/`.
+            let quick = unsafe { table.quick_absolute(start) };
+            let clean = is_clean(path.as_bytes());
+            if let Some(place) = quick {
+                prop_assert!(clean);
+                prop_assert_eq!(place, table.place_of(path.as_bytes()));
+            }
+            // Without the spelling compared in full (which sends every path sharing its
+            // first 16 bytes to the full comparison), and with one alone on its first
+            // 16 bytes (a path beside it is unrelated at once).
+            let held = MountTable::new(&[0, 1, 2, 4].map(|m| mounts[m].to_string())).unwrap();
+            let alone = MountTable::new(&[spelling.into(), "/bbbb".into()]).unwrap();
+            for table in [held, alone] {
+                // SAFETY: as above.
+                if let Some(place) = unsafe { table.quick_absolute(start) } {
+                    prop_assert!(clean);
+                    prop_assert_eq!(place, table.place_of(path.as_bytes()));
+                }
+            }
+            // With no other spelling sharing its first 16 bytes (but a shorter one that
+            // is the prefix of its name), a path under a spelling of up to 32 bytes is
+            // classified quickly.
+            let under = cut >= spelling.len()
+                && (suffix.is_empty() || suffix.starts_with('/'))
+                && spelling.len() <= 32
+                && !suffix.contains('.');
+            let page_end = |at: *const u8| (at as usize + 16) & 0xff0 == 0;
+            // SAFETY: the spelling's last 16 bytes lie in `storage`, as the path does.
+            let tail = page_end(unsafe { start.add(spelling.len().max(16) - 16) });
+            if under && clean && !page_end(start) && !tail {
+                let single = MountTable::new(&[spelling.into(), mounts[4].into()]).unwrap();
+                // SAFETY: as above.
+                let quick = unsafe { single.quick_absolute(start) };
+                prop_assert_eq!(quick, Some(single.place_of(path.as_bytes())));
+                prop_assert!(matches!(quick, Some(Place::Managed(_))));
             }
         }
     }

@@ -14,7 +14,8 @@
 //! matter: unmanaged path calls far from the mountpoint (`/dev/shm/…`, mount under
 //! `/tmp`) and beside it (`/tmp/x-u…` next to mount `/tmp/x-m…`), unmanaged fd calls,
 //! and managed calls through a request channel that never limits (and a read through
-//! a byte channel).
+//! a byte channel) — on short paths, and on path calls at realistic path lengths (32,
+//! 64, 128 and 256 bytes below a `…/scratch` mountpoint).
 
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
@@ -149,9 +150,9 @@ fn driver() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
-/// One benchmark call on `dir/file`, as a closure per thread.
-fn make_call(call: &str, dir: &Path) -> Box<dyn FnMut() + Send> {
-    let path = CString::new(dir.join("file").into_os_string().into_encoded_bytes()).expect("path");
+/// One benchmark call on the file at `file`, as a closure per thread.
+fn make_call(call: &str, file: &Path) -> Box<dyn FnMut() + Send> {
+    let path = CString::new(file.as_os_str().as_encoded_bytes()).expect("path");
     match call {
         "stat" => Box::new(move || {
             let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
@@ -214,7 +215,7 @@ fn worker(args: &[String]) {
     let handles: Vec<_> = (0..threads)
         .map(|_| {
             let (stop, total, busy_ns) = (stop.clone(), total.clone(), busy_ns.clone());
-            let mut one = make_call(call, &dir);
+            let mut one = make_call(call, &dir.join("file"));
             std::thread::spawn(move || {
                 let start = Instant::now();
                 let mut n = 0u64;
@@ -240,28 +241,28 @@ fn worker(args: &[String]) {
     );
 }
 
-/// `count CALL N DIR [PER_SECOND GROUP]`: makes exactly N calls on one thread (for
+/// `count CALL N FILE [PER_SECOND GROUP]`: makes exactly N calls on one thread (for
 /// callgrind) — back to back, or paced natively at PER_SECOND calls a second in groups
 /// of GROUP, one sleep per group (what a throttled thread's batches look like, without
 /// the stage: the cost of sleeping alone).
 fn count(args: &[String]) {
-    let (call, n, dir, pace) = match args {
-        [call, n, dir] => (call, n, dir, None),
-        [call, n, dir, per_second, group] => (
+    let (call, n, file, pace) = match args {
+        [call, n, file] => (call, n, file, None),
+        [call, n, file, per_second, group] => (
             call,
             n,
-            dir,
+            file,
             Some((
                 per_second.parse::<u64>().expect("PER_SECOND"),
                 group.parse::<u64>().expect("GROUP").max(1),
             )),
         ),
         _ => {
-            eprintln!("usage: padll-bench count CALL N DIR [PER_SECOND GROUP]");
+            eprintln!("usage: padll-bench count CALL N FILE [PER_SECOND GROUP]");
             std::process::exit(2);
         }
     };
-    let mut one = make_call(call, Path::new(dir));
+    let mut one = make_call(call, Path::new(file));
     let start = Instant::now();
     for i in 0..n.parse::<u64>().expect("N") {
         one();
@@ -371,7 +372,7 @@ fn run_counting(
         .map(|_| {
             Command::new(exe)
                 .args(["count", "stat", &(calls / processes).to_string()])
-                .arg(dir)
+                .arg(dir.join("file"))
                 .args(pace.map_or(vec![], |(rate, group)| {
                     vec![rate.to_string(), group.to_string()]
                 }))
@@ -408,23 +409,37 @@ fn children_usage() -> Cost {
     }
 }
 
-/// Where a callgrind case's file lies relative to the one mountpoint (`/tmp/x-m…`).
+/// Where a callgrind case's file lies relative to the one mountpoint.
 #[derive(Clone, Copy, PartialEq)]
 enum Where {
     /// Under `/dev/shm`: no byte in common with the mountpoint after the first `/`.
     Far,
-    /// `/tmp/x-u…`, beside the mountpoint: shares its first component and more.
+    /// Beside the mountpoint: shares its first component and more (`/tmp/x-u…` next
+    /// to `/tmp/x-m…`; `…/projects/…` next to `…/scratch`).
     Sibling,
     /// Inside the mountpoint, through a channel that never limits (`all=100G/s`).
     Managed,
 }
 
-/// One row of the instruction table: a call, where its file is, the stage's rules, and
-/// the most instructions the stage may add to it (the overhead targets; `None`: no
-/// target).
+impl Where {
+    fn name(self) -> &'static str {
+        match self {
+            Where::Far => "far",
+            Where::Sibling => "sibling",
+            Where::Managed => "managed",
+        }
+    }
+}
+
+/// One row of the instruction table: a call, where its file is, how long its path is
+/// (`None`: the short layout, `/tmp/x-m<pid>/file`; `Some(n)`: the HPC layout, a path of
+/// exactly n bytes), the stage's rules, and the most instructions the stage may add
+/// to it (the overhead targets; `None`: no target).
+#[derive(Clone, Copy)]
 struct Case {
     call: &'static str,
     place: Where,
+    length: Option<usize>,
     rules: &'static str,
     what: &'static str,
     target: Option<u64>,
@@ -434,91 +449,153 @@ struct Case {
 /// `B` counts requests).
 const NEVER_LIMITS: &str = "all=100G/s";
 
-const CASES: [Case; 11] = [
+/// A case of the short layout with the usual rules.
+const fn short(call: &'static str, place: Where, what: &'static str, target: Option<u64>) -> Case {
     Case {
-        call: "stat",
-        place: Where::Far,
+        call,
+        place,
+        length: None,
         rules: NEVER_LIMITS,
-        what: "unmanaged path call, far from the mountpoint",
-        target: Some(60),
-    },
+        what,
+        target,
+    }
+}
+
+/// Cases of the short layout, each with its own overhead target.
+const SHORT_CASES: [Case; 11] = [
+    short(
+        "stat",
+        Where::Far,
+        "unmanaged path call, far from the mountpoint",
+        Some(60),
+    ),
+    short(
+        "stat",
+        Where::Sibling,
+        "unmanaged path call, beside the mountpoint",
+        Some(100),
+    ),
+    short(
+        "open+close",
+        Where::Far,
+        "unmanaged path call + fd call, far",
+        Some(80),
+    ),
+    short(
+        "open+close",
+        Where::Sibling,
+        "unmanaged path call + fd call, beside",
+        Some(120),
+    ),
+    short("pread4k", Where::Sibling, "unmanaged fd call", Some(20)),
+    short("fstat", Where::Sibling, "unmanaged fd call", Some(20)),
+    short("stat", Where::Managed, "managed path call", Some(150)),
+    short(
+        "open+close",
+        Where::Managed,
+        "managed open + close",
+        Some(300),
+    ),
+    short(
+        "pread4k",
+        Where::Managed,
+        "managed 4 KiB read (request channel; bytes counted in the statistics)",
+        Some(150),
+    ),
     Case {
-        call: "stat",
-        place: Where::Sibling,
-        rules: NEVER_LIMITS,
-        what: "unmanaged path call, beside the mountpoint",
-        target: Some(100),
-    },
-    Case {
-        call: "open+close",
-        place: Where::Far,
-        rules: NEVER_LIMITS,
-        what: "unmanaged path call + fd call, far",
-        target: Some(80),
-    },
-    Case {
-        call: "open+close",
-        place: Where::Sibling,
-        rules: NEVER_LIMITS,
-        what: "unmanaged path call + fd call, beside",
-        target: Some(120),
-    },
-    Case {
-        call: "pread4k",
-        place: Where::Sibling,
-        rules: NEVER_LIMITS,
-        what: "unmanaged fd call",
-        target: Some(20),
-    },
-    Case {
-        call: "fstat",
-        place: Where::Sibling,
-        rules: NEVER_LIMITS,
-        what: "unmanaged fd call",
-        target: Some(20),
-    },
-    Case {
-        call: "stat",
-        place: Where::Managed,
-        rules: NEVER_LIMITS,
-        what: "managed path call",
-        target: None,
-    },
-    Case {
-        call: "open+close",
-        place: Where::Managed,
-        rules: NEVER_LIMITS,
-        what: "managed open + close",
-        target: Some(300),
-    },
-    Case {
-        call: "pread4k",
-        place: Where::Managed,
-        rules: NEVER_LIMITS,
-        what: "managed 4 KiB read (request channel; bytes counted in the statistics)",
-        target: Some(150),
-    },
-    Case {
-        call: "pread4k",
-        place: Where::Managed,
         rules: "read=100GiB/s",
-        what: "managed 4 KiB read through a byte channel",
-        target: Some(150),
+        ..short(
+            "pread4k",
+            Where::Managed,
+            "managed 4 KiB read through a byte channel",
+            Some(150),
+        )
     },
-    Case {
-        call: "fstat",
-        place: Where::Managed,
-        rules: NEVER_LIMITS,
-        what: "managed fd call",
-        target: None,
-    },
+    short("fstat", Where::Managed, "managed fd call", None),
 ];
+
+/// Path lengths of the HPC layout (bytes, without the NUL).
+const LENGTHS: [usize; 4] = [32, 64, 128, 256];
+
+/// Up to this path length a path call's target holds as is; past it, one instruction
+/// more per byte.
+const TARGET_LENGTH: usize = 128;
+
+/// The path call + call rows of the HPC layout at `length` bytes: `stat` and
+/// `open`+`close`, far from, beside and inside the mountpoint. Their targets are the
+/// short layout's for the same call and place, plus one instruction per byte past
+/// [`TARGET_LENGTH`] for managed calls (whose targets hold up to it) and past the
+/// short layout's path (`short_length` of the place) for unmanaged ones (every byte of
+/// a path is read: a `..` may lead anywhere).
+fn hpc_cases(length: usize, short_length: impl Fn(Where) -> usize) -> Vec<Case> {
+    let mut cases = Vec::new();
+    for call in ["stat", "open+close"] {
+        for place in [Where::Far, Where::Sibling, Where::Managed] {
+            let base = SHORT_CASES
+                .iter()
+                .find(|c| c.call == call && c.place == place && c.rules == NEVER_LIMITS)
+                .expect("a short case for every HPC case");
+            let free = match place {
+                Where::Managed => TARGET_LENGTH,
+                _ => short_length(place),
+            };
+            cases.push(Case {
+                length: Some(length),
+                target: base.target.map(|t| t + length.saturating_sub(free) as u64),
+                ..*base
+            });
+        }
+    }
+    cases
+}
+
+/// A path of exactly `length` bytes under `dir`, laid out as an HPC job's output
+/// (`<dir>/user042/project-x/run-0042/…/out_000…123.h5`): as many directory levels as
+/// fit, then a file name padded to the length (at least `dir` + 8 bytes).
+fn hpc_path(dir: &Path, length: usize) -> PathBuf {
+    const LEVELS: [&str; 6] = [
+        "user042",
+        "project-x",
+        "run-0042",
+        "checkpoints",
+        "rank-00017",
+        "step-000123",
+    ];
+    let mut path = dir.to_path_buf();
+    let mut used = dir.as_os_str().len();
+    // A level is added while the shortest file name (`/out_1.h5`, 9 bytes) still fits.
+    for level in LEVELS.iter().cycle() {
+        if used + 1 + level.len() + 9 > length {
+            break;
+        }
+        path.push(level);
+        used += 1 + level.len();
+    }
+    let digits = length
+        .checked_sub(used + 8)
+        .filter(|d| *d >= 1)
+        .expect("path too short");
+    let number = format!("{:0>width$}", 123, width = digits.max(3));
+    path.push(format!("out_{}.h5", &number[number.len() - digits..]));
+    assert_eq!(path.as_os_str().len(), length, "{}", path.display());
+    path
+}
+
+/// The process id as five base-36 digits (pids stay below 36⁵): a name unique to this
+/// run whose length is the same in every run, so are the paths'.
+fn run_tag(pid: u32) -> String {
+    let digits = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    (0..5)
+        .rev()
+        .map(|place| digits[(pid / 36u32.pow(place) % 36) as usize] as char)
+        .collect()
+}
 
 /// Iteration counts whose difference gives the per-call slope.
 const COUNTS: [u64; 2] = [2_000, 12_000];
 
-/// `instructions [CALL|far|sibling|managed …]`: the callgrind table (all cases, or
-/// those whose call or place is named).
+/// `instructions [CALL|far|sibling|managed|LENGTH …]`: the callgrind table (all cases,
+/// or those whose call, place or path length is named).
 fn instructions(filter: &[String]) {
     let exe = std::env::current_exe().expect("current exe");
     let library = stage_library(&exe);
@@ -526,65 +603,112 @@ fn instructions(filter: &[String]) {
         eprintln!("padll-bench: valgrind not installed; no instruction counts");
         std::process::exit(2);
     }
-    let pid = std::process::id();
-    let mount = PathBuf::from(format!("/tmp/x-m{pid}"));
-    let sibling = PathBuf::from(format!("/tmp/x-u{pid}"));
+    let tag = run_tag(std::process::id());
+    // The short layout: one short mountpoint and files right below it.
+    let mount = PathBuf::from(format!("/tmp/x-m{tag}"));
+    let sibling = PathBuf::from(format!("/tmp/x-u{tag}"));
     let shm = Path::new("/dev/shm");
     let far = if shm.is_dir() {
-        shm.join(format!("padll-bench-{pid}"))
+        shm.join(format!("padll-bench-{tag}"))
     } else {
         eprintln!("padll-bench: no /dev/shm; the far case uses /var/tmp");
-        PathBuf::from(format!("/var/tmp/padll-bench-{pid}"))
+        PathBuf::from(format!("/var/tmp/padll-bench-{tag}"))
     };
-    for dir in [&mount, &sibling, &far] {
-        std::fs::create_dir_all(dir).expect("bench dir");
-        std::fs::write(dir.join("file"), vec![7u8; 1 << 20]).expect("bench file");
+    // The HPC layout: a file system root with the job's mountpoint (`scratch`, 20
+    // bytes: longer than a 16-byte vector) and another tree beside it, and paths of
+    // fixed lengths below them.
+    let root = PathBuf::from(format!("/tmp/fs{tag}"));
+    let hpc_mount = root.join("scratch");
+    let hpc_sibling = root.join("projects");
+    let hpc_far = far.with_file_name(format!("fs{tag}"));
+    let short_file = |place: Where| {
+        match place {
+            Where::Far => &far,
+            Where::Sibling => &sibling,
+            Where::Managed => &mount,
+        }
+        .join("file")
+    };
+    let hpc_file = |place: Where, length: usize| {
+        let dir = match place {
+            Where::Far => &hpc_far,
+            Where::Sibling => &hpc_sibling,
+            Where::Managed => &hpc_mount,
+        };
+        hpc_path(dir, length)
+    };
+    let short_length = |place| short_file(place).as_os_str().len();
+    let mut cases: Vec<Case> = SHORT_CASES.to_vec();
+    for length in LENGTHS {
+        cases.extend(hpc_cases(length, short_length));
     }
-    // One configuration for every preloaded run (a job with a channel, most of whose
-    // calls are elsewhere); only where the file lies changes, and for one case the rule.
-    let preload = |rules: &str| {
+    let file_of = |case: &Case| match case.length {
+        None => short_file(case.place),
+        Some(length) => hpc_file(case.place, length),
+    };
+    for case in &cases {
+        let file = file_of(case);
+        std::fs::create_dir_all(file.parent().expect("a file in a directory")).expect("bench dir");
+        std::fs::write(&file, vec![7u8; 1 << 20]).expect("bench file");
+    }
+    // One configuration per layout for every preloaded run (a job with a channel, most
+    // of whose calls are elsewhere); only where the file lies changes, and for one case
+    // the rule.
+    let preload = |case: &Case| {
+        let mount = if case.length.is_some() {
+            &hpc_mount
+        } else {
+            &mount
+        };
         [
             ("LD_PRELOAD", library.display().to_string()),
             ("PADLL_MOUNTS", mount.display().to_string()),
-            ("PADLL_RULES", rules.to_string()),
+            ("PADLL_RULES", case.rules.to_string()),
         ]
     };
     // Instructions of the extra calls between the two runs (exact integers).
     let span = (COUNTS[1] - COUNTS[0]) as i64;
-    let delta = |call: &str, dir: &Path, env: &[(&str, String)]| -> i64 {
-        let [a, b] = COUNTS.map(|n| callgrind(&exe, call, n, dir, env));
+    let delta = |call: &str, file: &Path, env: &[(&str, String)]| -> i64 {
+        let [a, b] = COUNTS.map(|n| callgrind(&exe, call, n, file, env));
         b as i64 - a as i64
     };
 
     println!(
-        "Mountpoint {}; far file {}/file; sibling file {}/file; rules {NEVER_LIMITS} unless named.",
+        "Short layout: mountpoint {}; far file {}/file; sibling file {}/file.",
         mount.display(),
         far.display(),
         sibling.display()
     );
+    println!(
+        "HPC layout: mountpoint {}; files of the lengths given below it, beside it in {} and far in {}; e.g. {}.",
+        hpc_mount.display(),
+        hpc_sibling.display(),
+        hpc_far.display(),
+        hpc_file(Where::Managed, 64).display()
+    );
+    println!("Rules {NEVER_LIMITS} unless named.");
     println!();
-    println!("| call | target file | case | native | preloaded | added | target | met |");
-    println!("|---|---|---|---:|---:|---:|---:|:---:|");
-    for case in &CASES {
-        let place = match case.place {
-            Where::Far => "far",
-            Where::Sibling => "sibling",
-            Where::Managed => "managed",
-        };
-        if !filter.is_empty() && !filter.iter().any(|f| f == case.call || f == place) {
+    println!(
+        "| call | target file | path bytes | case | native | preloaded | added | target | met |"
+    );
+    println!("|---|---|---:|---|---:|---:|---:|---:|:---:|");
+    for case in &cases {
+        let place = case.place.name();
+        let length = case.length.map_or("short".to_string(), |l| l.to_string());
+        if !filter.is_empty()
+            && !filter
+                .iter()
+                .any(|f| f == case.call || f == place || *f == length)
+        {
             continue;
         }
-        let dir = match case.place {
-            Where::Far => &far,
-            Where::Sibling => &sibling,
-            Where::Managed => &mount,
-        };
-        let native = delta(case.call, dir, &[]);
-        let staged = delta(case.call, dir, &preload(case.rules));
+        let file = file_of(case);
+        let native = delta(case.call, &file, &[]);
+        let staged = delta(case.call, &file, &preload(case));
         let added = staged - native;
         if std::env::var_os("PADLL_BENCH_RAW").is_some() {
             eprintln!(
-                "{} {place}: native {native}, preloaded {staged} instructions over {span} calls",
+                "{} {place} {length}: native {native}, preloaded {staged} instructions over {span} calls",
                 case.call
             );
         }
@@ -606,32 +730,36 @@ fn instructions(filter: &[String]) {
         } else {
             format!(" (`{}`)", case.rules)
         };
+        let shown = match (case.length, case.place) {
+            (None, Where::Far) => "`/dev/shm/…`",
+            (None, Where::Sibling) => "`/tmp/x-u…`",
+            (None, Where::Managed) => "`/tmp/x-m…` (mount)",
+            (Some(_), Where::Far) => "`/dev/shm/fs…/…`",
+            (Some(_), Where::Sibling) => "`…/projects/…`",
+            (Some(_), Where::Managed) => "`…/scratch/…` (mount)",
+        };
         println!(
-            "| {} | {} | {}{rules} | {:.1} | {:.1} | {:+.1} | {target} | {met} |",
+            "| {} | {shown} | {} | {}{rules} | {:.1} | {:.1} | {:+.1} | {target} | {met} |",
             case.call,
-            match case.place {
-                Where::Far => "`/dev/shm/…`",
-                Where::Sibling => "`/tmp/x-u…`",
-                Where::Managed => "`/tmp/x-m…` (mount)",
-            },
+            file.as_os_str().len(),
             case.what,
             native as f64 / span as f64,
             staged as f64 / span as f64,
             added as f64 / span as f64,
         );
     }
-    for dir in [&mount, &sibling, &far] {
+    for dir in [&mount, &sibling, &far, &root, &hpc_far] {
         let _ = std::fs::remove_dir_all(dir);
     }
 }
 
-/// Instructions `padll-bench count CALL N DIR` executes under callgrind with `env`.
-fn callgrind(exe: &Path, call: &str, n: u64, dir: &Path, env: &[(&str, String)]) -> u64 {
+/// Instructions `padll-bench count CALL N FILE` executes under callgrind with `env`.
+fn callgrind(exe: &Path, call: &str, n: u64, file: &Path, env: &[(&str, String)]) -> u64 {
     let out = Command::new("valgrind")
         .args(["--tool=callgrind", "--callgrind-out-file=/dev/null"])
         .arg(exe)
         .args(["count", call, &n.to_string()])
-        .arg(dir)
+        .arg(file)
         .env_remove("LD_PRELOAD")
         .envs(env.iter().map(|(k, v)| (k, v)))
         .output()
