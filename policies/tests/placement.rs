@@ -3,7 +3,7 @@
 //! Markov chain, and the simulator's trends (Figs. 11, 12, 17, Table II).
 
 use policies::placement::markov;
-use policies::placement::mcmf::Network;
+use policies::placement::mcmf::{Method, Network, SHORTEST_PATHS_UP_TO};
 use policies::placement::sim::{self, PlaceScenario};
 use policies::placement::{
     assignment_cost, place, predictions, round_robin_order, solve_network, CostModel, History, Oss,
@@ -81,6 +81,11 @@ fn brute(nodes: usize, arcs: &[Arc], s: usize, t: usize) -> (i64, i64) {
     }
 }
 
+/// Both algorithms of the solver.
+fn methods() -> impl Strategy<Value = Method> {
+    prop::sample::select(vec![Method::ShortestPaths, Method::CostScaling])
+}
+
 fn arc_strategy(nodes: usize) -> impl Strategy<Value = Arc> {
     (0..nodes, 0..nodes, 0i64..=2, 0i64..=9, 0i64..=3).prop_map(|(from, to, cap, cost, step)| Arc {
         from,
@@ -94,18 +99,18 @@ fn arc_strategy(nodes: usize) -> impl Strategy<Value = Arc> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
-    /// SSP reaches the maximum flow value and, among flows of that value, the minimum
-    /// cost (eqs. 1–2), on random networks with linear and convex arcs; the flow it
+    /// Both algorithms reach the maximum flow value and, among flows of that value, the
+    /// minimum cost (eqs. 1–2), on random networks with linear and convex arcs; the flow it
     /// returns respects capacities and conservation.
     #[test]
-    fn mcmf_matches_brute_force(arcs in prop::collection::vec(arc_strategy(5), 1..=7)) {
+    fn mcmf_matches_brute_force(arcs in prop::collection::vec(arc_strategy(5), 1..=7), method in methods()) {
         let arcs: Vec<Arc> = arcs.into_iter().filter(|a| a.from != a.to).collect();
         let (s, t) = (0, 4);
         let mut net = Network::new(5);
         for a in &arcs {
             net.add_arc(a.from, a.to, a.cap, a.cost, a.step);
         }
-        let r = net.solve(s, t, i64::MAX);
+        let r = net.solve_by(s, t, i64::MAX, Some(method));
         let (value, cost) = brute(5, &arcs, s, t);
         prop_assert_eq!(r.flow, value);
         prop_assert_eq!(r.cost, cost);
@@ -186,7 +191,7 @@ fn ssp_reference(
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
-    /// On networks too large for brute force, the solver's value and cost equal the
+    /// On networks too large for brute force, both algorithms' value and cost equal the
     /// reference successive-shortest-paths solver's.
     #[test]
     fn mcmf_matches_successive_shortest_paths(
@@ -196,6 +201,7 @@ proptest! {
             1..=30,
         ),
         limit in 0i64..=16,
+        method in methods(),
     ) {
         let arcs: Vec<Arc> = arcs.into_iter().filter(|a| a.from != a.to).collect();
         let (s, t) = (0, 8);
@@ -203,7 +209,7 @@ proptest! {
         for a in &arcs {
             net.add_arc(a.from, a.to, a.cap, a.cost, a.step);
         }
-        let r = net.solve(s, t, limit);
+        let r = net.solve_by(s, t, limit, Some(method));
         let (value, cost, _) = ssp_reference(9, &arcs, s, t, limit);
         prop_assert_eq!((r.flow, r.cost), (value, cost));
     }
@@ -511,6 +517,58 @@ fn mcmf_prefers_empty_targets_on_idle_servers_and_spreads_stripes() {
     .unwrap();
     assert_eq!(d.placements[0].request, 9);
     assert_eq!(d.placements[0].targets, vec![2, 3]);
+}
+
+/// Batches larger than [`SHORTEST_PATHS_UP_TO`] stripes (solved by cost scaling) have
+/// the optimum of Fig. 10's network solved by the reference, feasible or not.
+#[test]
+fn batches_match_fig_10() {
+    let mut rng = policies::trace::Rng::new(11);
+    for round in 0..6 {
+        let input = PlaceInput {
+            stripe_size: GB,
+            osses: (0..4)
+                .map(|j| Oss {
+                    id: j,
+                    cpu: rng.range(0.0, 100.0),
+                    memory: rng.range(0.0, 100.0),
+                })
+                .collect(),
+            targets: (0..12)
+                .map(|k| Target {
+                    load: rng.range(0.0, 100.0),
+                    ..target(k, k % 4, 100.0 * GB, rng.range(0.0, 100.0) * GB)
+                })
+                .collect(),
+            requests: (0..30 + 4 * round)
+                .map(|i| {
+                    req(
+                        i,
+                        1,
+                        1 + (rng.next_u64() % 4) as u32,
+                        rng.range(1.0, 8.0) * GB,
+                    )
+                })
+                .collect(),
+            history: Vec::new(),
+        };
+        let w = Weights::default();
+        let stripes: i64 = input.requests.iter().map(|r| r.stripes as i64).sum();
+        assert!(stripes > SHORTEST_PATHS_UP_TO);
+        let got = solve_network(&input, &input.requests, &w);
+        let want = fig_10(&input, &input.requests, &w);
+        assert_eq!(
+            got.as_ref().map(|g| g.1),
+            want.as_ref().map(|w| w.1),
+            "round {round}"
+        );
+        if let Some((targets, cost)) = got {
+            assert_eq!(
+                assignment_cost(&input, &input.requests, &w, &targets),
+                Some(cost)
+            );
+        }
+    }
 }
 
 /// A batch spreads as round-robin would, leaning to the emptier targets: 250 requests

@@ -1,12 +1,15 @@
-//! Minimum-cost maximum flow by cost scaling (Goldberg–Tarjan push-relabel), for the
-//! load-balancing network of Paul et al. §III-C.
+//! Minimum-cost maximum flow by successive shortest paths (small flows) or cost scaling
+//! (Goldberg–Tarjan push-relabel; large ones), for the load-balancing network of Paul et
+//! al. §III-C.
 //!
 //! The paper (§III-C2) minimises eq. (1) `Σ cost_ij · flow_ij` subject to eq. (2)
 //! `0 ≤ flow_ij ≤ cap_ij` among the flows of maximum value, with a Ford–Fulkerson style
 //! solver that takes "the augmenting path that is responsible for yielding the minimum
 //! cost … first" — successive shortest paths, one shortest-path search per unit of flow
-//! when arcs are convex. We reach the same optimum (eqs. 1–2 say what is optimal, not how
-//! to find it) in two steps:
+//! when arcs are convex. That is [`Method::ShortestPaths`], with Dijkstra on reduced costs
+//! (node potentials): cheapest for the few units of one decision. For a batch we reach
+//! the same optimum (eqs. 1–2 say what is optimal, not how to find it) in two steps
+//! ([`Method::CostScaling`]):
 //!
 //! 1. **Maximum flow** (Dinic's blocking flows), capped at `limit`: its value is the
 //!    value of the answer, and the flow is a feasible start.
@@ -29,6 +32,9 @@
 //!
 //! Costs are integers (`i64`; scaled costs and potentials in `i128`), so optimality is
 //! exact and results are deterministic. Costs must be `≥ 0`.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 /// One arc of a [`Network`] as added (plus its flow after [`Network::solve`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +67,20 @@ pub struct Network {
     arcs: Vec<Arc>,
     /// Residual arcs leaving each node: `2·a` = arc `a` forward, `2·a + 1` = backward.
     adj: Vec<Vec<u32>>,
+}
+
+/// Flows of at most this many units are solved by successive shortest paths: one
+/// Dijkstra per unit is then cheaper than cost scaling's phases over the whole network
+/// (a decision for one request of 4 stripes and 3 predicted ones is 16 units).
+pub const SHORTEST_PATHS_UP_TO: i64 = 64;
+
+/// The algorithms of [`Network::solve_by`]; both give a minimum-cost maximum flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// Successive shortest paths (the paper's "minimum-cost augmenting path first").
+    ShortestPaths,
+    /// Maximum flow, then cost scaling.
+    CostScaling,
 }
 
 /// What [`Network::solve`] found.
@@ -127,6 +147,18 @@ impl Network {
         }
     }
 
+    /// Cost of the next unit along residual arc `r` (forward: the next unit's; backward:
+    /// minus the last unit's).
+    #[inline]
+    fn marginal(&self, r: u32) -> i64 {
+        let a = &self.arcs[(r / 2) as usize];
+        if r.is_multiple_of(2) {
+            a.cost + a.flow * a.step
+        } else {
+            -(a.cost + (a.flow - 1) * a.step)
+        }
+    }
+
     /// Move `units` along residual arc `r`.
     #[inline]
     fn push(&mut self, r: u32, units: i64) {
@@ -139,8 +171,21 @@ impl Network {
     }
 
     /// Send a flow of maximum value (at most `limit`) from `source` to `sink` at minimum
-    /// cost among flows of that value (eqs. 1–2), starting from zero flow.
+    /// cost among flows of that value (eqs. 1–2), starting from zero flow: by successive
+    /// shortest paths if that value is at most [`SHORTEST_PATHS_UP_TO`], else by cost
+    /// scaling.
     pub fn solve(&mut self, source: usize, sink: usize, limit: i64) -> FlowResult {
+        self.solve_by(source, sink, limit, None)
+    }
+
+    /// [`Network::solve`] with the algorithm chosen (`None`: by the flow's value).
+    pub fn solve_by(
+        &mut self,
+        source: usize,
+        sink: usize,
+        limit: i64,
+        method: Option<Method>,
+    ) -> FlowResult {
         for a in &mut self.arcs {
             a.flow = 0;
         }
@@ -149,10 +194,94 @@ impl Network {
         } else {
             self.max_flow(source, sink, limit.max(0))
         };
-        CostScaling::new(self).run();
+        let method = method.unwrap_or(if flow <= SHORTEST_PATHS_UP_TO {
+            Method::ShortestPaths
+        } else {
+            Method::CostScaling
+        });
+        match method {
+            Method::ShortestPaths => {
+                for a in &mut self.arcs {
+                    a.flow = 0;
+                }
+                self.shortest_paths(source, sink, flow);
+            }
+            Method::CostScaling => CostScaling::new(self).run(),
+        }
         FlowResult {
             flow,
             cost: self.arcs.iter().map(|a| a.cost_of(a.flow)).sum(),
+        }
+    }
+
+    /// Successive shortest paths from zero flow up to `value` units (a value the network
+    /// can carry): Dijkstra on the reduced costs `c(u,v) + π(u) − π(v) ≥ 0`, convex arcs
+    /// one unit at a time.
+    fn shortest_paths(&mut self, source: usize, sink: usize, value: i64) {
+        let n = self.nodes;
+        let mut pot = vec![0i64; n];
+        let mut dist = vec![i64::MAX; n];
+        let mut via = vec![u32::MAX; n];
+        let mut done = vec![false; n];
+        let mut heap = BinaryHeap::new();
+        let mut total = 0i64;
+        while total < value {
+            // Dijkstra on reduced costs; stop as soon as the sink is settled.
+            dist.iter_mut().for_each(|d| *d = i64::MAX);
+            done.iter_mut().for_each(|d| *d = false);
+            heap.clear();
+            dist[source] = 0;
+            heap.push(Reverse((0i64, source as u32)));
+            while let Some(Reverse((d, u))) = heap.pop() {
+                let u = u as usize;
+                if done[u] || d > dist[u] {
+                    continue;
+                }
+                done[u] = true;
+                if u == sink {
+                    break;
+                }
+                for &r in &self.adj[u] {
+                    let (res, v) = self.residual(r);
+                    if res <= 0 || done[v] {
+                        continue;
+                    }
+                    let reduced = self.marginal(r) + pot[u] - pot[v];
+                    debug_assert!(reduced >= 0, "negative reduced cost");
+                    if d + reduced < dist[v] {
+                        dist[v] = d + reduced;
+                        via[v] = r;
+                        heap.push(Reverse((d + reduced, v as u32)));
+                    }
+                }
+            }
+            if !done[sink] {
+                break; // only if `value` was more than the network carries
+            }
+            // π(v) += min(d(v), d(sink)): keeps every residual reduced cost ≥ 0 even for
+            // nodes not settled before the early exit.
+            let to_sink = dist[sink];
+            for v in 0..n {
+                pot[v] += dist[v].min(to_sink);
+            }
+            // Bottleneck along the path (convex arcs: one unit at a time).
+            let mut path = Vec::new();
+            let mut push = value - total;
+            let mut v = sink;
+            while v != source {
+                let r = via[v];
+                let a = &self.arcs[(r / 2) as usize];
+                push = push.min(self.residual(r).0);
+                if a.step > 0 {
+                    push = push.min(1);
+                }
+                v = if r.is_multiple_of(2) { a.from } else { a.to } as usize;
+                path.push(r);
+            }
+            for r in path {
+                self.push(r, push);
+            }
+            total += push;
         }
     }
 
@@ -300,17 +429,6 @@ impl<'n> CostScaling<'n> {
         k.min(res as i128) as i64
     }
 
-    /// Scaled cost of the next unit along residual arc `r`.
-    #[inline]
-    fn marginal(&self, r: u32) -> i128 {
-        let a = &self.net.arcs[(r / 2) as usize];
-        if r.is_multiple_of(2) {
-            (a.cost as i128 + a.flow as i128 * a.step as i128) * self.scale
-        } else {
-            -(a.cost as i128 + (a.flow as i128 - 1) * a.step as i128) * self.scale
-        }
-    }
-
     /// From an ε·8-optimal flow to an ε-optimal one of the same value.
     fn refine(&mut self, eps: i128) {
         // Saturate every admissible unit: all reduced costs become ≥ 0.
@@ -363,7 +481,7 @@ impl<'n> CostScaling<'n> {
             .iter()
             .filter_map(|&r| {
                 let (res, w) = self.net.residual(r);
-                (res > 0).then(|| self.potential[w] - self.marginal(r))
+                (res > 0).then(|| self.potential[w] - self.net.marginal(r) as i128 * self.scale)
             })
             .max()
             .expect("a node with excess has a residual arc (the flow is feasible)");

@@ -16,8 +16,8 @@
 //! (capacity = how many stripes still fit on the target, `KBavailable / stripe size`;
 //! cost = the target's load `TotalKB − KBavailable`). The requests are the current ones
 //! plus those the Markov chain ([`markov`], §III-B) predicts for the same applications;
-//! the flow is solved by [`mcmf`] (successive shortest paths, eqs. 1–2), each current
-//! request is given the targets its stripes flowed to, and if the network cannot carry
+//! the minimum-cost maximum flow (eqs. 1–2) is found by [`mcmf`] (cost scaling), each
+//! current request is given the targets its stripes flowed to, and if the network cannot carry
 //! every stripe "we remove one of the predicted requests … and run the algorithm again.
 //! This process is repeated until all requests are mapped" (§III-C2) — the last
 //! predicted one goes first.
@@ -30,9 +30,15 @@
 //!   capacity (the paper adds CPU % to kilobytes, where the kilobytes dominate). Both are
 //!   weighted ([`Weights`], 1 and 1 by default) and scaled to integers (`COST_SCALE`).
 //! * **Load after placement.** The OST arc is convex: the `u`-th stripe given to a
-//!   target in this round costs the target's load *after* `u + 1` stripes (used + `(u+1)`
-//!   × the round's mean stripe bytes). With a constant per-unit cost every request of a
-//!   round would pile onto the same emptiest targets.
+//!   target in this round costs the target's load *after* `u + 1` stripes: used +
+//!   `(u+1)` × the round's mean stripe bytes, and I/O load + `(u+1)` ×
+//!   [`Weights::ost_stripe`] percent (each stripe is one more stream written to the
+//!   target; 25 %, as in the simulator). With a constant per-unit cost every request of
+//!   a round would pile onto the same emptiest targets, and with the bytes alone (a
+//!   stripe is a tiny share of a target) nearly so.
+//! * **One node per stripe count.** No cost depends on the request, so requests of
+//!   equal stripe count share a node (see [`solve_network`]): the same optimum, with
+//!   (stripe counts) × targets arcs instead of requests × targets.
 //! * **Stripe bytes.** A request's stripe holds `bytes / stripes` bytes (the paper's
 //!   "number of write bytes divided by the stripe size" is the count of stripe-size
 //!   chunks); a target's capacity in the network is its free space over the largest
@@ -691,17 +697,22 @@ pub fn solve_network(
     }
     // Dealt cheapest target first, so that at every turn the first requests (the
     // current ones, before the predicted) get the cheaper targets.
-    let mut order: Vec<usize> = (0..eligible.len()).collect();
-    order.sort_by_key(|&e| {
-        let t = &input.targets[eligible[e].0];
-        model.placing_on(t) + model.target(t).0
-    });
     let mut out = vec![Vec::new(); reqs.len()];
     for (c, members) in classes.values().enumerate() {
+        let mut used: Vec<(i64, usize, i64)> = eligible
+            .iter()
+            .enumerate()
+            .filter_map(|(e, &(k, _))| {
+                let f = net.flow(arc_of[c * eligible.len() + e]);
+                let t = &input.targets[k];
+                (f > 0).then(|| (model.placing_on(t) + model.target(t).0, k, f))
+            })
+            .collect();
+        used.sort_unstable();
         let mut turn = 0;
-        for &e in &order {
-            for _ in 0..net.flow(arc_of[c * eligible.len() + e]) {
-                out[members[turn % members.len()]].push(input.targets[eligible[e].0].id);
+        for (_, k, f) in used {
+            for _ in 0..f {
+                out[members[turn % members.len()]].push(input.targets[k].id);
                 turn += 1;
             }
         }
