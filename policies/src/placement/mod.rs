@@ -16,9 +16,9 @@
 //! (capacity = how many stripes still fit on the target, `KBavailable / stripe size`;
 //! cost = the target's load `TotalKB − KBavailable`). The requests are the current ones
 //! plus those the Markov chain ([`markov`], §III-B) predicts for the same applications;
-//! the minimum-cost maximum flow (eqs. 1–2) is found by [`mcmf`] (cost scaling), each
-//! current request is given the targets its stripes flowed to, and if the network cannot carry
-//! every stripe "we remove one of the predicted requests … and run the algorithm again.
+//! the minimum-cost maximum flow (eqs. 1–2) is found by [`mcmf`], each current request
+//! is given the targets its stripes flowed to, and if the network cannot carry every
+//! stripe "we remove one of the predicted requests … and run the algorithm again.
 //! This process is repeated until all requests are mapped" (§III-C2) — the last
 //! predicted one goes first.
 //!
@@ -624,8 +624,8 @@ fn pct(x: f64) -> i64 {
     (x * COST_SCALE).round() as i64
 }
 
-/// Solve the Fig. 10 network for `reqs`. Returns the stripes' targets per request (sorted) and the cost, or `None` if not
-/// every stripe can be carried.
+/// Solve the Fig. 10 network for `reqs`. Returns the stripes' targets per request
+/// (sorted) and the cost, or `None` if not every stripe can be carried.
 ///
 /// Requests with the same stripe count are interchangeable ([`CostModel`]: no cost
 /// depends on the request), so they share one node: source → `S` (capacity `n·S` for
