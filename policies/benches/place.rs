@@ -1,4 +1,4 @@
-//! Compute time of one placement decision (Paul et al. §III-C) at 100, 800 and 8 000
+//! Compute time of one placement decision (Paul et al. §III-C) at 100, 1 000 and 8 000
 //! targets (8 per server), for one request of 4 stripes: MCMF without prediction, MCMF
 //! with the paper's order-3 chain and 3 predicted requests (4 requests, 16 stripes in the
 //! network), round-robin and random. The time includes building the flow network and
@@ -17,7 +17,7 @@ use policies::placement::{place, History, Oss, PlaceInput, Placer, PlacerState, 
 use policies::trace::Rng;
 
 const PLACERS: &[&str] = &["mcmf:0", "mcmf", "round-robin", "random"];
-const SIZES: [usize; 3] = [100, 800, 8_000];
+const SIZES: [usize; 3] = [100, 1_000, 8_000];
 
 fn input(n: usize, seed: u64) -> PlaceInput {
     let mut rng = Rng::new(seed);
@@ -59,7 +59,7 @@ fn main() {
     let quick = timing::quick();
     let budget = Duration::from_millis(if quick { 100 } else { 500 });
     let inputs: Vec<PlaceInput> = SIZES.iter().map(|&n| input(n, n as u64)).collect();
-    println!("| placer | 100 targets | 800 targets | 8 000 targets |");
+    println!("| placer | 100 targets | 1 000 targets | 8 000 targets |");
     println!("|---|---:|---:|---:|");
     for spec in PLACERS {
         let placer = Placer::parse(spec).unwrap();

@@ -3,11 +3,11 @@
 //! Markov chain, and the simulator's trends (Figs. 11, 12, 17, Table II).
 
 use policies::placement::markov;
-use policies::placement::mcmf::Network;
+use policies::placement::mcmf::{Method, Network, SHORTEST_PATHS_UP_TO};
 use policies::placement::sim::{self, PlaceScenario};
 use policies::placement::{
-    assignment_cost, place, round_robin_order, solve_network, History, Oss, PlaceError, PlaceInput,
-    Placer, PlacerState, Request, Target, Weights,
+    assignment_cost, place, predictions, round_robin_order, solve_network, CostModel, History, Oss,
+    PlaceError, PlaceInput, Placer, PlacerState, Request, Target, Weights,
 };
 use proptest::prelude::*;
 
@@ -81,6 +81,11 @@ fn brute(nodes: usize, arcs: &[Arc], s: usize, t: usize) -> (i64, i64) {
     }
 }
 
+/// Both algorithms of the solver.
+fn methods() -> impl Strategy<Value = Method> {
+    prop::sample::select(vec![Method::ShortestPaths, Method::CostScaling])
+}
+
 fn arc_strategy(nodes: usize) -> impl Strategy<Value = Arc> {
     (0..nodes, 0..nodes, 0i64..=2, 0i64..=9, 0i64..=3).prop_map(|(from, to, cap, cost, step)| Arc {
         from,
@@ -94,18 +99,18 @@ fn arc_strategy(nodes: usize) -> impl Strategy<Value = Arc> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
-    /// SSP reaches the maximum flow value and, among flows of that value, the minimum
-    /// cost (eqs. 1–2), on random networks with linear and convex arcs; the flow it
+    /// Both algorithms reach the maximum flow value and, among flows of that value, the
+    /// minimum cost (eqs. 1–2), on random networks with linear and convex arcs; the flow it
     /// returns respects capacities and conservation.
     #[test]
-    fn mcmf_matches_brute_force(arcs in prop::collection::vec(arc_strategy(5), 1..=7)) {
+    fn mcmf_matches_brute_force(arcs in prop::collection::vec(arc_strategy(5), 1..=7), method in methods()) {
         let arcs: Vec<Arc> = arcs.into_iter().filter(|a| a.from != a.to).collect();
         let (s, t) = (0, 4);
         let mut net = Network::new(5);
         for a in &arcs {
             net.add_arc(a.from, a.to, a.cap, a.cost, a.step);
         }
-        let r = net.solve(s, t, i64::MAX);
+        let r = net.solve_by(s, t, i64::MAX, Some(method));
         let (value, cost) = brute(5, &arcs, s, t);
         prop_assert_eq!(r.flow, value);
         prop_assert_eq!(r.cost, cost);
@@ -118,6 +123,95 @@ proptest! {
         prop_assert_eq!(bal[t], r.flow);
         prop_assert_eq!(bal[s], -r.flow);
         prop_assert!(bal[1..4].iter().all(|&b| b == 0));
+    }
+}
+
+/// The reference solver: successive shortest paths as the paper describes them (the
+/// cheapest augmenting path first, Bellman–Ford over the residual network, one unit at
+/// a time so that convex arcs are priced unit by unit), up to `limit` units. Returns
+/// the value, the cost and each arc's flow.
+fn ssp_reference(
+    nodes: usize,
+    arcs: &[Arc],
+    s: usize,
+    t: usize,
+    limit: i64,
+) -> (i64, i64, Vec<i64>) {
+    let mut flow = vec![0i64; arcs.len()];
+    let mut value = 0;
+    while value < limit {
+        // Residual arcs: (arc, forward) with the next unit's cost.
+        let mut dist = vec![i64::MAX; nodes];
+        let mut via: Vec<Option<(usize, bool)>> = vec![None; nodes];
+        dist[s] = 0;
+        for _ in 0..nodes {
+            let mut changed = false;
+            for (k, a) in arcs.iter().enumerate() {
+                let f = flow[k];
+                let steps = [
+                    (a.from, a.to, f < a.cap, a.cost + f * a.step, true),
+                    (a.to, a.from, f > 0, -(a.cost + (f - 1) * a.step), false),
+                ];
+                for (u, v, open, c, forward) in steps {
+                    if open && dist[u] != i64::MAX && dist[u] + c < dist[v] {
+                        dist[v] = dist[u] + c;
+                        via[v] = Some((k, forward));
+                        changed = true;
+                    }
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        if dist[t] == i64::MAX {
+            break;
+        }
+        let mut v = t;
+        while v != s {
+            let (k, forward) = via[v].expect("on the path");
+            if forward {
+                flow[k] += 1;
+                v = arcs[k].from;
+            } else {
+                flow[k] -= 1;
+                v = arcs[k].to;
+            }
+        }
+        value += 1;
+    }
+    let cost = arcs
+        .iter()
+        .zip(&flow)
+        .map(|(a, &f)| a.cost * f + a.step * f * (f - 1) / 2)
+        .sum();
+    (value, cost, flow)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// On networks too large for brute force, both algorithms' value and cost equal the
+    /// reference successive-shortest-paths solver's.
+    #[test]
+    fn mcmf_matches_successive_shortest_paths(
+        arcs in prop::collection::vec(
+            (0usize..9, 0usize..9, 0i64..=6, 0i64..=50, 0i64..=5)
+                .prop_map(|(from, to, cap, cost, step)| Arc { from, to, cap, cost, step }),
+            1..=30,
+        ),
+        limit in 0i64..=16,
+        method in methods(),
+    ) {
+        let arcs: Vec<Arc> = arcs.into_iter().filter(|a| a.from != a.to).collect();
+        let (s, t) = (0, 8);
+        let mut net = Network::new(9);
+        for a in &arcs {
+            net.add_arc(a.from, a.to, a.cap, a.cost, a.step);
+        }
+        let r = net.solve_by(s, t, limit, Some(method));
+        let (value, cost, _) = ssp_reference(9, &arcs, s, t, limit);
+        prop_assert_eq!((r.flow, r.cost), (value, cost));
     }
 }
 
@@ -191,8 +285,100 @@ fn assignments(input: &PlaceInput) -> Vec<Vec<Vec<u32>>> {
     all
 }
 
+/// Clusters a little larger than [`tiny_input`]'s (up to 10 targets, 12 requests of
+/// 1–4 stripes, some of them too full for a stripe): for the reference solver.
+fn small_input() -> impl Strategy<Value = PlaceInput> {
+    let targets = prop::collection::vec((0u32..4, 0u64..=10, 0u64..=20), 2..=10);
+    let osses = prop::collection::vec((0u32..=100, 0u32..=100), 4);
+    let reqs = prop::collection::vec((1u32..=4, 1u64..=4), 1..=12);
+    (targets, osses, reqs).prop_map(|(ts, os, rs)| PlaceInput {
+        stripe_size: GB,
+        osses: os
+            .iter()
+            .enumerate()
+            .map(|(j, &(c, m))| Oss {
+                id: j as u32,
+                cpu: c as f64,
+                memory: m as f64,
+            })
+            .collect(),
+        targets: ts
+            .iter()
+            .enumerate()
+            .map(|(k, &(oss, used, load))| Target {
+                id: k as u32,
+                oss,
+                capacity: 10.0 * GB,
+                used: used as f64 * GB,
+                load: load as f64 * 5.0,
+            })
+            .collect(),
+        requests: rs
+            .iter()
+            .enumerate()
+            .map(|(i, &(stripes, gb))| req(i as u64, 1, stripes, gb as f64 * GB))
+            .collect(),
+        history: Vec::new(),
+    })
+}
+
+/// The paper's Fig. 10 network for `reqs` — source → request (its stripes) → every
+/// target with room (one stripe, the server's load) → its server (the target's convex
+/// cost) → sink (the server's convex cost) — solved by [`ssp_reference`]: each
+/// request's targets and the cost, `None` if not every stripe is carried.
+fn fig_10(input: &PlaceInput, reqs: &[Request], w: &Weights) -> Option<(Vec<Vec<u32>>, i64)> {
+    let model = CostModel::new(input, reqs, w);
+    let targets: Vec<&Target> = input.targets.iter().filter(|t| model.room(t) > 0).collect();
+    let mut servers: Vec<u32> = targets.iter().map(|t| t.oss).collect();
+    servers.sort_unstable();
+    servers.dedup();
+    let (r0, t0) = (2, 2 + reqs.len());
+    let s0 = t0 + targets.len();
+    let mut arcs = Vec::new();
+    let mut arc = |from, to, cap, cost, step| {
+        arcs.push(Arc {
+            from,
+            to,
+            cap,
+            cost,
+            step,
+        })
+    };
+    for (i, r) in reqs.iter().enumerate() {
+        arc(0, r0 + i, r.stripes as i64, 0, 0);
+    }
+    for i in 0..reqs.len() {
+        for (e, t) in targets.iter().enumerate() {
+            arc(r0 + i, t0 + e, 1, model.placing_on(t), 0);
+        }
+    }
+    for (e, t) in targets.iter().enumerate() {
+        let (first, step) = model.target(t);
+        let j = servers.binary_search(&t.oss).unwrap();
+        arc(t0 + e, s0 + j, model.room(t), first, step);
+    }
+    let step = model.server_step();
+    for j in 0..servers.len() {
+        arc(s0 + j, 1, model.total_stripes, step, step);
+    }
+    let (value, cost, flow) = ssp_reference(s0 + servers.len(), &arcs, 0, 1, i64::MAX);
+    if value < model.total_stripes {
+        return None;
+    }
+    let first_choice = reqs.len();
+    let assigned = (0..reqs.len())
+        .map(|i| {
+            (0..targets.len())
+                .filter(|&e| flow[first_choice + i * targets.len() + e] > 0)
+                .map(|e| targets[e].id)
+                .collect()
+        })
+        .collect();
+    Some((assigned, cost))
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(ProptestConfig::with_cases(128))]
 
     /// On tiny clusters the network's optimum equals the cheapest of every possible
     /// assignment (same cost model), and it is feasible exactly when some assignment
@@ -213,6 +399,51 @@ proptest! {
                     prop_assert_eq!(ts.len(), r.stripes as usize);
                 }
             }
+        }
+    }
+
+    /// The placement network (one node per stripe count) has the optimum of the paper's
+    /// Fig. 10 network (one node per request), built here from the same costs and
+    /// solved by the reference solver: feasible for the same inputs, the same cost, and
+    /// an assignment of that cost.
+    #[test]
+    fn grouped_network_equals_fig_10(input in small_input()) {
+        let w = Weights::default();
+        let reference = fig_10(&input, &input.requests, &w);
+        match solve_network(&input, &input.requests, &w) {
+            None => prop_assert!(reference.is_none()),
+            Some((targets, cost)) => {
+                let (ref_targets, ref_cost) = reference.expect("feasible for the reference too");
+                prop_assert_eq!(cost, ref_cost);
+                prop_assert_eq!(assignment_cost(&input, &input.requests, &w, &ref_targets), Some(ref_cost));
+                prop_assert_eq!(assignment_cost(&input, &input.requests, &w, &targets), Some(cost));
+            }
+        }
+    }
+
+    /// §III-C2 on the same inputs with history: `mcmf:3,3` drops the fewest predicted
+    /// requests (from the last) that let the reference network carry every stripe, and
+    /// its cost is the reference's for the requests kept; a current request set the
+    /// reference cannot carry is refused.
+    #[test]
+    fn predicted_requests_dropped_as_the_reference_needs(input in small_input(), sizes in prop::collection::vec(1u64..=4, 4..=12)) {
+        let mut input = input;
+        input.history = vec![History { app: 1, bytes: sizes.iter().map(|&g| g as f64 * GB).collect() }];
+        let w = Weights::default();
+        let mut reqs = input.requests.clone();
+        reqs.extend(predictions(&input, 3, 3));
+        let predicted = reqs.len() - input.requests.len();
+        let kept = (input.requests.len()..=reqs.len())
+            .rev()
+            .find_map(|n| fig_10(&input, &reqs[..n], &w).map(|(_, cost)| (n, cost)));
+        match (place(&Placer::parse("mcmf:3,3").unwrap(), &input, &mut PlacerState::default()), kept) {
+            (Ok(d), Some((n, cost))) => {
+                prop_assert_eq!(d.dropped, reqs.len() - n);
+                prop_assert_eq!(d.predicted.len(), predicted - d.dropped);
+                prop_assert_eq!(d.cost, cost);
+            }
+            (Err(_), None) => {}
+            (got, want) => prop_assert!(false, "placed {:?}, reference {:?}", got, want),
         }
     }
 
@@ -286,6 +517,105 @@ fn mcmf_prefers_empty_targets_on_idle_servers_and_spreads_stripes() {
     .unwrap();
     assert_eq!(d.placements[0].request, 9);
     assert_eq!(d.placements[0].targets, vec![2, 3]);
+}
+
+/// Batches larger than [`SHORTEST_PATHS_UP_TO`] stripes (solved by cost scaling) have
+/// the optimum of Fig. 10's network solved by the reference, feasible or not.
+#[test]
+fn batches_match_fig_10() {
+    let mut rng = policies::trace::Rng::new(11);
+    for round in 0..6 {
+        let input = PlaceInput {
+            stripe_size: GB,
+            osses: (0..4)
+                .map(|j| Oss {
+                    id: j,
+                    cpu: rng.range(0.0, 100.0),
+                    memory: rng.range(0.0, 100.0),
+                })
+                .collect(),
+            targets: (0..12)
+                .map(|k| Target {
+                    load: rng.range(0.0, 100.0),
+                    ..target(k, k % 4, 100.0 * GB, rng.range(0.0, 100.0) * GB)
+                })
+                .collect(),
+            requests: (0..30 + 4 * round)
+                .map(|i| {
+                    req(
+                        i,
+                        1,
+                        1 + (rng.next_u64() % 4) as u32,
+                        rng.range(1.0, 8.0) * GB,
+                    )
+                })
+                .collect(),
+            history: Vec::new(),
+        };
+        let w = Weights::default();
+        let stripes: i64 = input.requests.iter().map(|r| r.stripes as i64).sum();
+        assert!(stripes > SHORTEST_PATHS_UP_TO);
+        let got = solve_network(&input, &input.requests, &w);
+        let want = fig_10(&input, &input.requests, &w);
+        assert_eq!(
+            got.as_ref().map(|g| g.1),
+            want.as_ref().map(|w| w.1),
+            "round {round}"
+        );
+        if let Some((targets, cost)) = got {
+            assert_eq!(
+                assignment_cost(&input, &input.requests, &w, &targets),
+                Some(cost)
+            );
+        }
+    }
+}
+
+/// A batch spreads as round-robin would, leaning to the emptier targets: 250 requests
+/// of 4 stripes on 100 targets 10–70 % used (10 stripes each on average) use every
+/// target, none more than twice the mean, and the emptiest quarter more than the
+/// fullest quarter.
+#[test]
+fn mcmf_spreads_a_batch_over_all_targets() {
+    let mut rng = policies::trace::Rng::new(3);
+    let input = PlaceInput {
+        stripe_size: GB,
+        osses: (0..25)
+            .map(|j| Oss {
+                id: j,
+                cpu: rng.range(5.0, 95.0),
+                memory: rng.range(10.0, 80.0),
+            })
+            .collect(),
+        targets: (0..100)
+            .map(|k| target(k, k / 4, 1000.0 * GB, rng.range(100.0, 700.0) * GB))
+            .collect(),
+        requests: (0..250).map(|i| req(i, 1, 4, 4.0 * GB)).collect(),
+        history: Vec::new(),
+    };
+    let d = place(
+        &Placer::parse("mcmf:0").unwrap(),
+        &input,
+        &mut PlacerState::default(),
+    )
+    .unwrap();
+    let mut per_target = vec![0usize; 100];
+    for p in &d.placements {
+        for &t in &p.targets {
+            per_target[t as usize] += 1;
+        }
+    }
+    assert!(
+        per_target.iter().all(|&n| (1..=20).contains(&n)),
+        "{per_target:?}"
+    );
+    let mut by_used: Vec<usize> = (0..100).collect();
+    by_used.sort_by(|&a, &b| input.targets[a].used.total_cmp(&input.targets[b].used));
+    let quarter = |ks: &[usize]| ks.iter().map(|&k| per_target[k]).sum::<usize>();
+    assert!(
+        quarter(&by_used[..25]) > quarter(&by_used[75..]),
+        "{per_target:?}"
+    );
 }
 
 /// §III-C2: "if a flow is not possible for all the requests, we remove one of the

@@ -16,9 +16,9 @@
 //! (capacity = how many stripes still fit on the target, `KBavailable / stripe size`;
 //! cost = the target's load `TotalKB − KBavailable`). The requests are the current ones
 //! plus those the Markov chain ([`markov`], §III-B) predicts for the same applications;
-//! the flow is solved by [`mcmf`] (successive shortest paths, eqs. 1–2), each current
-//! request is given the targets its stripes flowed to, and if the network cannot carry
-//! every stripe "we remove one of the predicted requests … and run the algorithm again.
+//! the minimum-cost maximum flow (eqs. 1–2) is found by [`mcmf`], each current request
+//! is given the targets its stripes flowed to, and if the network cannot carry every
+//! stripe "we remove one of the predicted requests … and run the algorithm again.
 //! This process is repeated until all requests are mapped" (§III-C2) — the last
 //! predicted one goes first.
 //!
@@ -30,9 +30,15 @@
 //!   capacity (the paper adds CPU % to kilobytes, where the kilobytes dominate). Both are
 //!   weighted ([`Weights`], 1 and 1 by default) and scaled to integers (`COST_SCALE`).
 //! * **Load after placement.** The OST arc is convex: the `u`-th stripe given to a
-//!   target in this round costs the target's load *after* `u + 1` stripes (used + `(u+1)`
-//!   × the round's mean stripe bytes). With a constant per-unit cost every request of a
-//!   round would pile onto the same emptiest targets.
+//!   target in this round costs the target's load *after* `u + 1` stripes: used +
+//!   `(u+1)` × the round's mean stripe bytes, and I/O load + `(u+1)` ×
+//!   [`Weights::ost_stripe`] percent (each stripe is one more stream written to the
+//!   target; 25 %, as in the simulator). With a constant per-unit cost every request of
+//!   a round would pile onto the same emptiest targets, and with the bytes alone (a
+//!   stripe is a tiny share of a target) nearly so.
+//! * **One node per stripe count.** No cost depends on the request, so requests of
+//!   equal stripe count share a node (see [`solve_network`]): the same optimum, with
+//!   (stripe counts) × targets arcs instead of requests × targets.
 //! * **Stripe bytes.** A request's stripe holds `bytes / stripes` bytes (the paper's
 //!   "number of write bytes divided by the stripe size" is the count of stripe-size
 //!   chunks); a target's capacity in the network is its free space over the largest
@@ -287,6 +293,9 @@ pub struct Weights {
     /// Load (percent) one stripe placed in this round adds to its server (the OSS →
     /// sink arcs are convex with this step; 0 = the paper's constant OSS cost).
     pub oss_stripe: f64,
+    /// I/O load (percent, weighted by `io`) one stripe placed in this round adds to its
+    /// target: a stripe being written is one more stream on the target's disk.
+    pub ost_stripe: f64,
 }
 
 impl Default for Weights {
@@ -298,6 +307,7 @@ impl Default for Weights {
             ost: 1.0,
             io: 1.0,
             oss_stripe: 2.0,
+            ost_stripe: 25.0,
         }
     }
 }
@@ -528,8 +538,9 @@ pub fn predictions(input: &PlaceInput, order: usize, predict: usize) -> Vec<Requ
 /// The costs of eq. (1) for one set of requests (§III-C1), in [`COST_SCALE`] units:
 /// what the network of [`solve_network`] charges on its arcs and what
 /// [`assignment_cost`] adds up for a given assignment — one model, so the brute-force
-/// check tests the solver, not a second copy of the costs.
-struct CostModel<'a> {
+/// check tests the solver, not a second copy of the costs. No cost depends on which
+/// request a stripe belongs to, only on its target (and the round's totals).
+pub struct CostModel<'a> {
     input: &'a PlaceInput,
     weights: &'a Weights,
     /// Each server's load (`cpu`, `memory` weighted), %.
@@ -539,11 +550,13 @@ struct CostModel<'a> {
     unit_max: f64,
     /// The mean stripe: what each stripe placed adds to a target's used bytes.
     unit_mean: f64,
-    total_stripes: i64,
+    /// Stripes of all the requests.
+    pub total_stripes: i64,
 }
 
 impl<'a> CostModel<'a> {
-    fn new(input: &'a PlaceInput, reqs: &[Request], weights: &'a Weights) -> CostModel<'a> {
+    /// The costs of placing `reqs` on `input`'s targets.
+    pub fn new(input: &'a PlaceInput, reqs: &[Request], weights: &'a Weights) -> CostModel<'a> {
         let mean_cap = if input.targets.is_empty() {
             1.0
         } else {
@@ -576,25 +589,28 @@ impl<'a> CostModel<'a> {
     }
 
     /// Stripes of the largest size that fit on `t`.
-    fn room(&self, t: &Target) -> i64 {
+    pub fn room(&self, t: &Target) -> i64 {
         room(t, self.unit_max)
     }
 
     /// A stripe of a request on `t`: the load of `t`'s server (R_i → OST_jk).
-    fn placing_on(&self, t: &Target) -> i64 {
+    pub fn placing_on(&self, t: &Target) -> i64 {
         let load = self.oss_load.get(&t.oss).copied().unwrap_or(0.0) / 100.0;
         pct(self.weights.oss * load)
     }
 
-    /// `t`'s first stripe and each further one (OST_jk → OSS_j: its load after them).
-    fn target(&self, t: &Target) -> (i64, i64) {
+    /// `t`'s first stripe and the increase for each further one (OST_jk → OSS_j: its
+    /// load after them — used bytes and the I/O load of the streams written to it).
+    pub fn target(&self, t: &Target) -> (i64, i64) {
         let w = self.weights;
-        let first = w.ost * (t.used + self.unit_mean) / self.mean_cap + w.io * t.load / 100.0;
-        (pct(first), pct(w.ost * self.unit_mean / self.mean_cap))
+        let space = w.ost * self.unit_mean / self.mean_cap;
+        let stream = w.io * w.ost_stripe / 100.0;
+        let first = w.ost * t.used / self.mean_cap + w.io * t.load / 100.0 + space + stream;
+        (pct(first), pct(space + stream))
     }
 
     /// Each stripe of the round on one server (OSS_j → sink).
-    fn server_step(&self) -> i64 {
+    pub fn server_step(&self) -> i64 {
         pct(self.weights.oss * self.weights.oss_stripe / 100.0)
     }
 
@@ -608,9 +624,18 @@ fn pct(x: f64) -> i64 {
     (x * COST_SCALE).round() as i64
 }
 
-/// Solve the Fig. 10 network for `reqs` (the first `current` are the real ones).
-/// Returns the stripes' targets per request and the cost, or `None` if not every stripe
-/// can be carried.
+/// Solve the Fig. 10 network for `reqs`. Returns the stripes' targets per request
+/// (sorted) and the cost, or `None` if not every stripe can be carried.
+///
+/// Requests with the same stripe count are interchangeable ([`CostModel`]: no cost
+/// depends on the request), so they share one node: source → `S` (capacity `n·S` for
+/// the `n` requests of `S` stripes) → every target (capacity `n`: one stripe per request
+/// and target, cost as R_i → OST_jk) → its server → sink. Its flows are exactly the
+/// per-target sums of Fig. 10's flows, at the same cost, so its optimum is Fig. 10's;
+/// the network has (stripe counts) × targets arcs instead of requests × targets. Each
+/// node's stripes are then dealt to its requests in turn, target by target: a target
+/// carries at most `n` of them, so they go to distinct requests, and each request gets
+/// `S`.
 pub fn solve_network(
     input: &PlaceInput,
     reqs: &[Request],
@@ -632,20 +657,25 @@ pub fn solve_network(
         .collect();
     servers.sort_unstable();
     servers.dedup();
-    let r0 = 2;
-    let t0 = r0 + reqs.len();
+    // The requests of each stripe count, in input order.
+    let mut classes: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for (i, r) in reqs.iter().enumerate() {
+        classes.entry(r.stripes).or_default().push(i);
+    }
+    let c0 = 2;
+    let t0 = c0 + classes.len();
     let s0 = t0 + eligible.len();
     let mut net = Network::new(s0 + servers.len());
     let (src, sink) = (0, 1);
-    for (i, r) in reqs.iter().enumerate() {
-        net.add_arc(src, r0 + i, r.stripes as i64, 0, 0);
+    for (c, (&stripes, members)) in classes.iter().enumerate() {
+        net.add_arc(src, c0 + c, stripes as i64 * members.len() as i64, 0, 0);
     }
-    // R_i → OST_jk: capacity 1, cost = load of OSS_j (§III-C1).
-    let mut arc_of = Vec::with_capacity(reqs.len() * eligible.len());
-    for (i, _) in reqs.iter().enumerate() {
+    // → OST_jk: one stripe per request, cost = load of OSS_j (§III-C1).
+    let mut arc_of = Vec::with_capacity(classes.len() * eligible.len());
+    for (c, members) in classes.values().enumerate() {
         for (e, &(k, _)) in eligible.iter().enumerate() {
             let cost = model.placing_on(&input.targets[k]);
-            arc_of.push(net.add_arc(r0 + i, t0 + e, 1, cost, 0));
+            arc_of.push(net.add_arc(c0 + c, t0 + e, members.len() as i64, cost, 0));
         }
     }
     // OST_jk → OSS_j: capacity = stripes that fit, cost = the OST's load after them.
@@ -665,13 +695,30 @@ pub fn solve_network(
     if res.flow < total_stripes {
         return None;
     }
+    // Dealt cheapest target first, so that at every turn the first requests (the
+    // current ones, before the predicted) get the cheaper targets.
     let mut out = vec![Vec::new(); reqs.len()];
-    for (i, o) in out.iter_mut().enumerate() {
-        for (e, &(k, _)) in eligible.iter().enumerate() {
-            if net.flow(arc_of[i * eligible.len() + e]) > 0 {
-                o.push(input.targets[k].id);
+    for (c, members) in classes.values().enumerate() {
+        let mut used: Vec<(i64, usize, i64)> = eligible
+            .iter()
+            .enumerate()
+            .filter_map(|(e, &(k, _))| {
+                let f = net.flow(arc_of[c * eligible.len() + e]);
+                let t = &input.targets[k];
+                (f > 0).then(|| (model.placing_on(t) + model.target(t).0, k, f))
+            })
+            .collect();
+        used.sort_unstable();
+        let mut turn = 0;
+        for (_, k, f) in used {
+            for _ in 0..f {
+                out[members[turn % members.len()]].push(input.targets[k].id);
+                turn += 1;
             }
         }
+    }
+    for targets in &mut out {
+        targets.sort_unstable();
     }
     Some((out, res.cost))
 }
