@@ -23,6 +23,8 @@ pub(super) struct Node {
     /// The first cycle whose usage report is due under its current schedule (later
     /// cycles' reports follow one per interval).
     pub(super) due: u64,
+    /// When its report for `due` is to arrive (to tell it as the `Schedule` leaves).
+    pub(super) report_at: Option<Instant>,
     /// The cycle its latest report was for, and when that arrived.
     pub(super) reported: u64,
     pub(super) reported_at: Option<Instant>,

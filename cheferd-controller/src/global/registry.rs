@@ -85,6 +85,7 @@ impl Controller {
             bytes_out: 0,
             jobs: HashMap::new(),
             missed: false,
+            report_at: None,
         };
         if let Some(mut previous) = state.nodes.remove(name) {
             if previous.detached {
@@ -99,8 +100,9 @@ impl Controller {
             node.orphans = previous.orphans;
             node.orphaned_at = previous.orphaned_at;
         }
-        let (cycle, report_in) = schedule::Ticks::of(&state).next_slot(Instant::now(), session);
-        schedule::schedule(&mut node, cycle, report_in, interval_ms);
+        let now = Instant::now();
+        let (cycle, report_in) = schedule::Ticks::of(&state).next_slot(now, session);
+        schedule::schedule(&mut node, cycle, now, report_in, interval_ms);
         state.nodes.insert(name.to_string(), node);
         state.cache.invalidate();
         info!(node = name, "local controller attached");

@@ -109,9 +109,16 @@ impl Ticks {
     }
 }
 
-/// Tells a node when to report, starting with `cycle`'s report in `report_in`.
-pub(super) fn schedule(node: &mut Node, cycle: u64, report_in: Duration, interval_ms: u64) {
+/// Tells a node when to report, starting with `cycle`'s report `report_in` from `now`.
+pub(super) fn schedule(
+    node: &mut Node,
+    cycle: u64,
+    now: Instant,
+    report_in: Duration,
+    interval_ms: u64,
+) {
     node.due = cycle;
+    node.report_at = Some(now + report_in);
     let schedule = GlobalMessage {
         body: Some(global_message::Body::Schedule(proto::Schedule {
             cycle,
@@ -121,6 +128,25 @@ pub(super) fn schedule(node: &mut Node, cycle: u64, report_in: Duration, interva
     };
     node.bytes_out += schedule.encoded_len() as u64;
     let _ = node.outbox.send(Ok(schedule));
+}
+
+impl Controller {
+    /// `schedule` as it leaves for node `name`'s stream `session`: how long to wait
+    /// counted from now, not from when it was queued. Re-spreading 10 000 nodes queued
+    /// 10 000 `Schedule`s at once, which took ≈ 150 ms to go out; counted from the
+    /// queueing, each node would have kept its message's wait in that queue as a lag of
+    /// its slot, cycle after cycle (its reports still came before the tick, so nothing
+    /// re-scheduled them), and the last ones came at the tick.
+    pub(super) fn as_sent(&self, name: &str, session: u64, schedule: &mut proto::Schedule) {
+        let state = self.lock();
+        let Some(node) = state.nodes.get(name).filter(|n| n.session == session) else {
+            return;
+        };
+        // An older `Schedule` still queued keeps its own wait (the latest one overrides it).
+        if let Some(at) = node.report_at.filter(|_| node.due == schedule.cycle) {
+            schedule.report_in_ms = at.saturating_duration_since(Instant::now()).as_millis() as u64;
+        }
+    }
 }
 
 /// Marks which attached nodes' reports `cycle` waits for.
@@ -179,22 +205,26 @@ pub(super) fn adapt_spread(state: &mut State, now: Instant) {
     let ticks = Ticks::of(state);
     for node in state.nodes.values_mut().filter(|n| !n.detached) {
         let (next, report_in) = ticks.next_slot(now, node.session);
-        schedule(node, next, report_in, interval_ms);
+        schedule(node, next, now, report_in, interval_ms);
     }
 }
 
-/// Whether `node`'s report for the cycle of `tick` came in its slot: by the tick, and at
-/// most half an interval before it (older usage would be stale).
-fn in_slot(node: &Node, cycle: u64, tick: Instant, interval: Duration) -> bool {
+/// Whether `node`'s report for the cycle of `tick` came in its slot: at most half a lead
+/// after the time it was given (a later one eats into the time the global has to receive
+/// the reports before the tick; a `Schedule` delayed on its way leaves such a lag for
+/// good), and at most half an interval before the tick (older usage would be stale).
+fn in_slot(node: &Node, cycle: u64, tick: Instant, ticks: Ticks) -> bool {
+    let lead = report_lead(ticks.interval);
+    let slot = tick - lead - report_spread(ticks.spread, node.session);
     node.reported >= cycle
         && node
             .reported_at
-            .is_some_and(|at| at <= tick && tick - at <= interval / 2)
+            .is_some_and(|at| at <= slot + lead / 2 && tick - at <= ticks.interval / 2)
 }
 
 /// Re-schedules, from `now`, the nodes whose report for `cycle` (ticking at `tick`)
-/// missed its slot: it came after the tick (the cycle waited for it), not at all, or
-/// more than half an interval early. Clocks of different machines drift, and a node's
+/// missed its slot: it came more than half a lead late (after the tick, the cycle waited
+/// for it), not at all, or more than half an interval early. Clocks of different machines drift, and a node's
 /// first slot may be a guess.
 pub(super) fn reschedule_off_slot(state: &mut State, cycle: u64, tick: Instant, now: Instant) {
     let interval_ms = state.config.interval_ms;
@@ -204,10 +234,10 @@ pub(super) fn reschedule_off_slot(state: &mut State, cycle: u64, tick: Instant, 
             continue;
         }
         node.missed = node.reported < cycle;
-        if !in_slot(node, cycle, tick, ticks.interval) {
+        if !in_slot(node, cycle, tick, ticks) {
             debug!(node = %name, cycle, "usage report off its slot; re-scheduled");
             let (next, report_in) = ticks.next_slot(now, node.session);
-            schedule(node, next, report_in, interval_ms);
+            schedule(node, next, now, report_in, interval_ms);
         }
         node.pending = false;
     }

@@ -13,7 +13,7 @@
 use super::Controller;
 use crate::bounds::Admission;
 use crate::outbox;
-use crate::proto::{self, local_message, GlobalMessage, LocalMessage};
+use crate::proto::{self, global_message, local_message, GlobalMessage, LocalMessage};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -97,6 +97,7 @@ impl proto::global_server::Global for Service {
         let (outbox, receiver) = outbox::channel();
         let controller = self.controller.clone();
         let session = controller.attach_node(&name, outbox)?;
+        let node = name.clone();
         tokio::spawn(async move {
             loop {
                 match inbound.message().await {
@@ -110,10 +111,16 @@ impl proto::global_server::Global for Service {
             }
             controller.detach_node(&name, session);
         });
-        // Every message goes out with the leader's term (fencing, `crate::standby`).
+        // Every message goes out with the leader's term (fencing, `crate::standby`), a
+        // `Schedule` with its wait counted from now.
         let controller = self.controller.clone();
         let stamped = tokio_stream::StreamExt::filter_map(receiver, move |message| match message {
-            Ok(message) => controller.leadership().stamp(message).map(Ok),
+            Ok(mut message) => {
+                if let Some(global_message::Body::Schedule(schedule)) = &mut message.body {
+                    controller.as_sent(&node, session, schedule);
+                }
+                controller.leadership().stamp(message).map(Ok)
+            }
             Err(status) => Some(Err(status)),
         });
         Ok(Response::new(Box::pin(stamped)))

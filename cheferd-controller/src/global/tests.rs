@@ -238,11 +238,11 @@ async fn orphans_keep_their_share_until_exactly_the_grace_ends() {
     assert!(controller.snapshot().nodes.iter().all(|n| n.node != "a"));
 }
 
-/// Report slots: a node is told when to report; a report by its tick and at most half
-/// an interval before it keeps the slot, any other is re-scheduled from when the cycle
-/// saw it.
+/// Report slots: a node is told when to report; a report at most half a lead after its
+/// slot and at most half an interval before its tick keeps the slot, any other is
+/// re-scheduled from when the cycle saw it.
 #[tokio::test(start_paused = true)]
-async fn a_report_by_its_tick_keeps_its_slot_and_one_a_tick_late_is_re_scheduled() {
+async fn a_report_within_half_a_lead_of_its_slot_keeps_it_and_a_later_one_is_re_scheduled() {
     let controller = controller();
     let interval = controller.interval();
     let (a, mut inbox) = attach(&controller, "a");
@@ -252,20 +252,31 @@ async fn a_report_by_its_tick_keeps_its_slot_and_one_a_tick_late_is_re_scheduled
     let first = Instant::now();
     controller.cycle().await;
 
-    // Cycle 2's report comes at its tick: in its slot.
-    advance_to(first + interval).await;
+    // Cycle 2's report comes half a lead after its slot: in it.
+    let half_lead = schedule::report_lead(interval) / 2;
+    advance_to(first + interval - lead + half_lead).await;
     report(&controller, "a", a, 2, &[]);
+    advance_to(first + interval).await;
     controller.cycle().await;
     assert_eq!(schedules(&mut inbox), vec![]);
 
-    // Cycle 3's comes a tick after its tick, while the cycle waits for it: late.
+    // Cycle 3's comes a millisecond later than that, still before its tick: its slot
+    // from the tick.
     let tick = first + 2 * interval;
+    advance_to(tick - lead + half_lead + MS).await;
+    report(&controller, "a", a, 3, &[]);
+    advance_to(tick).await;
+    controller.cycle().await;
+    assert_eq!(schedules(&mut inbox), vec![slot(4, interval - lead)]);
+
+    // Cycle 4's comes a millisecond after its tick, while the cycle waits for it.
+    let tick = first + 3 * interval;
     advance_to(tick).await;
     let late = tokio::spawn({
         let controller = controller.clone();
         async move {
             tokio::time::sleep(MS).await;
-            report(&controller, "a", a, 3, &[]);
+            report(&controller, "a", a, 4, &[]);
         }
     });
     controller.cycle().await;
@@ -273,7 +284,7 @@ async fn a_report_by_its_tick_keeps_its_slot_and_one_a_tick_late_is_re_scheduled
     assert_eq!(Instant::now(), tick + MS, "the cycle waited for it");
     assert_eq!(
         schedules(&mut inbox),
-        vec![slot(4, interval - lead - MS)],
+        vec![slot(5, interval - lead - MS)],
         "the next tick's slot, from when it came"
     );
 }
@@ -334,8 +345,9 @@ async fn a_missing_report_is_waited_for_once_within_the_deadline_then_re_schedul
     assert_eq!(schedules(&mut inbox), vec![slot(4, interval - lead)]);
 
     // Reporting again, it is waited for again.
-    advance_to(tick + interval).await;
+    advance_to(tick + interval - lead).await;
     report(&controller, "a", a, 4, &[]);
+    advance_to(tick + interval).await;
     controller.cycle().await;
     assert_eq!(schedules(&mut inbox), vec![]);
     advance_to(tick + 2 * interval).await;
@@ -937,4 +949,35 @@ async fn four_thousand_nodes_report_spread_in_their_slots_and_ack_within_the_int
             p.cycle
         );
     }
+}
+
+/// A `Schedule` that waited in its stream's queue tells the wait left when it leaves,
+/// so the node's slot does not lag by the time it spent there; an older one still
+/// queued keeps its own.
+#[tokio::test(start_paused = true)]
+async fn a_schedule_tells_its_wait_as_it_leaves_not_as_it_was_queued() {
+    let controller = controller();
+    let interval = controller.interval();
+    let (a, mut inbox) = attach(&controller, "a");
+    let queued = queued(&mut inbox);
+    let [global_message::Body::Registered(_), global_message::Body::Schedule(mut schedule)] =
+        &queued[..]
+    else {
+        panic!("Registered and a Schedule expected: {queued:?}")
+    };
+    let wait = interval - lead(interval, a);
+    assert_eq!(schedule.report_in_ms, wait.as_millis() as u64);
+    tokio::time::advance(150 * MS).await;
+    let mut older = proto::Schedule {
+        cycle: schedule.cycle - 1,
+        ..schedule
+    };
+    controller.as_sent("a", a, &mut schedule);
+    controller.as_sent("a", a, &mut older);
+    assert_eq!(schedule.report_in_ms, (wait - 150 * MS).as_millis() as u64);
+    assert_eq!(older.report_in_ms, wait.as_millis() as u64);
+    // Past its slot: report at once (and be re-scheduled if that is late).
+    tokio::time::advance(interval).await;
+    controller.as_sent("a", a, &mut schedule);
+    assert_eq!(schedule.report_in_ms, 0);
 }
