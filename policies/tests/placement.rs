@@ -6,8 +6,8 @@ use policies::placement::markov;
 use policies::placement::mcmf::{Method, Network, SHORTEST_PATHS_UP_TO};
 use policies::placement::sim::{self, PlaceScenario};
 use policies::placement::{
-    assignment_cost, place, predictions, round_robin_order, solve_network, CostModel, History, Oss,
-    PlaceError, PlaceInput, Placer, PlacerState, Request, Target, Weights,
+    assignment_cost, place, predictions, round_robin_order, solve_network, CostModel, Decision,
+    History, Oss, PlaceError, PlaceInput, Placer, PlacerState, Request, Target, Weights,
 };
 use proptest::prelude::*;
 
@@ -21,6 +21,16 @@ fn target(id: u32, oss: u32, cap: f64, used: f64) -> Target {
         used,
         load: 0.0,
     }
+}
+
+/// `input` placed by `mcmf:0` (no prediction), from a fresh state.
+fn mcmf_without_prediction(input: &PlaceInput) -> Decision {
+    place(
+        &Placer::parse("mcmf:0").unwrap(),
+        input,
+        &mut PlacerState::default(),
+    )
+    .unwrap()
 }
 
 fn req(id: u64, app: u32, stripes: u32, bytes: f64) -> Request {
@@ -218,9 +228,20 @@ proptest! {
 // ---------- the placement network ----------
 
 fn tiny_input() -> impl Strategy<Value = PlaceInput> {
-    let targets = prop::collection::vec((0u32..3, 0u64..=10, 0u64..=20), 2..=5);
-    let osses = prop::collection::vec((0u32..=100, 0u32..=100), 3);
-    let reqs = prop::collection::vec((1u32..=3, 1u64..=4), 1..=2);
+    cluster_input(2..=5, 3, 1..=3, 1..=2)
+}
+
+/// Clusters of `targets` targets (used 0–10 of 10 GB, load 0–100 %) on `servers`
+/// servers, and `requests` requests of `stripes` stripes each.
+fn cluster_input(
+    targets: std::ops::RangeInclusive<usize>,
+    servers: usize,
+    stripes: std::ops::RangeInclusive<u32>,
+    requests: std::ops::RangeInclusive<usize>,
+) -> impl Strategy<Value = PlaceInput> {
+    let targets = prop::collection::vec((0u32..servers as u32, 0u64..=10, 0u64..=20), targets);
+    let osses = prop::collection::vec((0u32..=100, 0u32..=100), servers);
+    let reqs = prop::collection::vec((stripes, 1u64..=4), requests);
     (targets, osses, reqs).prop_map(|(ts, os, rs)| PlaceInput {
         stripe_size: GB,
         osses: os
@@ -288,38 +309,7 @@ fn assignments(input: &PlaceInput) -> Vec<Vec<Vec<u32>>> {
 /// Clusters a little larger than [`tiny_input`]'s (up to 10 targets, 12 requests of
 /// 1–4 stripes, some of them too full for a stripe): for the reference solver.
 fn small_input() -> impl Strategy<Value = PlaceInput> {
-    let targets = prop::collection::vec((0u32..4, 0u64..=10, 0u64..=20), 2..=10);
-    let osses = prop::collection::vec((0u32..=100, 0u32..=100), 4);
-    let reqs = prop::collection::vec((1u32..=4, 1u64..=4), 1..=12);
-    (targets, osses, reqs).prop_map(|(ts, os, rs)| PlaceInput {
-        stripe_size: GB,
-        osses: os
-            .iter()
-            .enumerate()
-            .map(|(j, &(c, m))| Oss {
-                id: j as u32,
-                cpu: c as f64,
-                memory: m as f64,
-            })
-            .collect(),
-        targets: ts
-            .iter()
-            .enumerate()
-            .map(|(k, &(oss, used, load))| Target {
-                id: k as u32,
-                oss,
-                capacity: 10.0 * GB,
-                used: used as f64 * GB,
-                load: load as f64 * 5.0,
-            })
-            .collect(),
-        requests: rs
-            .iter()
-            .enumerate()
-            .map(|(i, &(stripes, gb))| req(i as u64, 1, stripes, gb as f64 * GB))
-            .collect(),
-        history: Vec::new(),
-    })
+    cluster_input(2..=10, 4, 1..=4, 1..=12)
 }
 
 /// The paper's Fig. 10 network for `reqs` — source → request (its stripes) → every
@@ -509,14 +499,25 @@ fn mcmf_prefers_empty_targets_on_idle_servers_and_spreads_stripes() {
         requests: vec![req(9, 1, 2, 2.0 * GB)],
         history: Vec::new(),
     };
-    let d = place(
-        &Placer::parse("mcmf:0").unwrap(),
-        &input,
-        &mut PlacerState::default(),
-    )
-    .unwrap();
+    let d = mcmf_without_prediction(&input);
     assert_eq!(d.placements[0].request, 9);
     assert_eq!(d.placements[0].targets, vec![2, 3]);
+}
+
+/// `count` servers with CPU and memory loads drawn in the ranges given (%).
+fn random_servers(
+    rng: &mut policies::trace::Rng,
+    count: u32,
+    cpu: (f64, f64),
+    memory: (f64, f64),
+) -> Vec<Oss> {
+    (0..count)
+        .map(|id| Oss {
+            id,
+            cpu: rng.range(cpu.0, cpu.1),
+            memory: rng.range(memory.0, memory.1),
+        })
+        .collect()
 }
 
 /// Batches larger than [`SHORTEST_PATHS_UP_TO`] stripes (solved by cost scaling) have
@@ -527,13 +528,7 @@ fn batches_match_fig_10() {
     for round in 0..6 {
         let input = PlaceInput {
             stripe_size: GB,
-            osses: (0..4)
-                .map(|j| Oss {
-                    id: j,
-                    cpu: rng.range(0.0, 100.0),
-                    memory: rng.range(0.0, 100.0),
-                })
-                .collect(),
+            osses: random_servers(&mut rng, 4, (0.0, 100.0), (0.0, 100.0)),
             targets: (0..12)
                 .map(|k| Target {
                     load: rng.range(0.0, 100.0),
@@ -580,25 +575,14 @@ fn mcmf_spreads_a_batch_over_all_targets() {
     let mut rng = policies::trace::Rng::new(3);
     let input = PlaceInput {
         stripe_size: GB,
-        osses: (0..25)
-            .map(|j| Oss {
-                id: j,
-                cpu: rng.range(5.0, 95.0),
-                memory: rng.range(10.0, 80.0),
-            })
-            .collect(),
+        osses: random_servers(&mut rng, 25, (5.0, 95.0), (10.0, 80.0)),
         targets: (0..100)
             .map(|k| target(k, k / 4, 1000.0 * GB, rng.range(100.0, 700.0) * GB))
             .collect(),
         requests: (0..250).map(|i| req(i, 1, 4, 4.0 * GB)).collect(),
         history: Vec::new(),
     };
-    let d = place(
-        &Placer::parse("mcmf:0").unwrap(),
-        &input,
-        &mut PlacerState::default(),
-    )
-    .unwrap();
+    let d = mcmf_without_prediction(&input);
     let mut per_target = vec![0usize; 100];
     for p in &d.placements {
         for &t in &p.targets {
@@ -646,12 +630,7 @@ fn infeasible_network_drops_predicted_requests_one_at_a_time() {
     assert_eq!(d.placements[0].targets.len(), 2);
     // Without predictions nothing is dropped and the result for the current request is
     // a valid placement too.
-    let d0 = place(
-        &Placer::parse("mcmf:0").unwrap(),
-        &input,
-        &mut PlacerState::default(),
-    )
-    .unwrap();
+    let d0 = mcmf_without_prediction(&input);
     assert_eq!((d0.dropped, d0.predicted.len()), (0, 0));
     // The current request alone does not fit: an error naming it.
     let mut big = input.clone();
