@@ -564,9 +564,9 @@ unsafe fn head16(path: *const u8) -> Option<Head> {
 /// before the path need no masking, and the prefix comparison reuses them), then
 /// aligned blocks from the first one after them, each with the byte before it (read
 /// unaligned too: it lies in the previous block, which the string reached), so a `/`
-/// ending one block and a `/` or `.` opening the next need no carry. Each block is one test of one mask ([`block_stops`]): the string's
-/// first *stop* — its NUL, or a `/` or `.` right after a `/` — ends the scan, and the
-/// byte there says which.
+/// ending one block and a `/` or `.` opening the next need no carry. Each block is one
+/// test of one mask ([`block_stops`]): the string's first *stop* — its NUL, or a `/` or
+/// `.` right after a `/` — ends the scan, and the byte there says which.
 ///
 /// # Safety
 /// `path` must point to a NUL-terminated string.
