@@ -130,25 +130,6 @@ pub(super) fn schedule(
     let _ = node.outbox.send(Ok(schedule));
 }
 
-impl Controller {
-    /// `schedule` as it leaves for node `name`'s stream `session`: how long to wait
-    /// counted from now, not from when it was queued. Re-spreading 10 000 nodes queued
-    /// 10 000 `Schedule`s at once, which took ≈ 150 ms to go out; counted from the
-    /// queueing, each node would have kept its message's wait in that queue as a lag of
-    /// its slot, cycle after cycle (its reports still came before the tick, so nothing
-    /// re-scheduled them), and the last ones came at the tick.
-    pub(super) fn as_sent(&self, name: &str, session: u64, schedule: &mut proto::Schedule) {
-        let state = self.lock();
-        let Some(node) = state.nodes.get(name).filter(|n| n.session == session) else {
-            return;
-        };
-        // An older `Schedule` still queued keeps its own wait (the latest one overrides it).
-        if let Some(at) = node.report_at.filter(|_| node.due == schedule.cycle) {
-            schedule.report_in_ms = at.saturating_duration_since(Instant::now()).as_millis() as u64;
-        }
-    }
-}
-
 /// Marks which attached nodes' reports `cycle` waits for.
 pub(super) fn start_collect(state: &mut State, cycle: u64) {
     let mut awaiting = 0;
@@ -171,6 +152,23 @@ pub(super) fn answered(state: &mut State, replies: &Notify) {
 }
 
 impl Controller {
+    /// `schedule` as it leaves for node `name`'s stream `session`: how long to wait
+    /// counted from now, not from when it was queued. Re-spreading 10 000 nodes queued
+    /// 10 000 `Schedule`s at once, which took ≈ 150 ms to go out; counted from the
+    /// queueing, each node would have kept its message's wait in that queue as a lag of
+    /// its slot, cycle after cycle (its reports still came before the tick, so nothing
+    /// re-scheduled them), and the last ones came at the tick.
+    pub(super) fn as_sent(&self, name: &str, session: u64, schedule: &mut proto::Schedule) {
+        let state = self.lock();
+        let Some(node) = state.nodes.get(name).filter(|n| n.session == session) else {
+            return;
+        };
+        // An older `Schedule` still queued keeps its own wait (the latest one overrides it).
+        if let Some(at) = node.report_at.filter(|_| node.due == schedule.cycle) {
+            schedule.report_in_ms = at.saturating_duration_since(Instant::now()).as_millis() as u64;
+        }
+    }
+
     /// Waits until every awaited report arrived, or the deadline.
     pub(super) async fn wait_for_replies(&self, deadline: Instant) {
         loop {
