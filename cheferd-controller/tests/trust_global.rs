@@ -417,6 +417,7 @@ impl Placer {
                     request,
                     mount: mount.display().to_string(),
                     stripes: 1,
+                    stage_id: 0,
                 })),
             })
             .unwrap();

@@ -14,7 +14,8 @@ use crate::proto::{self, local_message};
 use crate::usage::UsageTracker;
 use padll_wire::config::Identity;
 use padll_wire::control::{
-    self, ControlMessage, StageMessage, MAX_MESSAGE_BYTES, PROTOCOL_VERSION,
+    self, ControlMessage, StageMessage, MAX_MESSAGE_BYTES, OLDEST_PROTOCOL_VERSION,
+    PROTOCOL_VERSION,
 };
 use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
@@ -118,6 +119,7 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
         uid: admission.uid(),
         place_rate: Rate::new(PLACE_RATE_PER_STAGE),
         uid_place_rate: admission.place_rate.clone(),
+        size_rate: Rate::new(PLACE_RATE_PER_STAGE),
     };
     loop {
         let line = tokio::select! {
@@ -176,7 +178,7 @@ async fn read_hello(
     };
     match hello {
         Ok(StageMessage::Hello {
-            version: PROTOCOL_VERSION,
+            version: OLDEST_PROTOCOL_VERSION..=PROTOCOL_VERSION,
             stage_name,
             identity,
             mountpoints,
@@ -321,12 +323,14 @@ async fn welcome(
 }
 
 /// A registered stage, as its reading task keeps it.
-struct Registered {
-    stage_id: u64,
-    uid: u32,
+pub(super) struct Registered {
+    pub(super) stage_id: u64,
+    pub(super) uid: u32,
     /// The placement requests it may make, and those of its uid.
     place_rate: Rate,
     uid_place_rate: Arc<Mutex<Rate>>,
+    /// The file sizes it may report.
+    pub(super) size_rate: Rate,
 }
 
 impl Registered {
@@ -413,6 +417,11 @@ fn stage_message(local: &Local, stage: &mut Registered, message: StageMessage) {
             local.relay_placement(stage_id, stage.uid, id, mount, stripes)
         }
         StageMessage::Place { id, .. } => local.placed(stage_id, id, Vec::new()),
+        StageMessage::FileSize { mount, bytes } => {
+            if let Err(why) = local.relay_file_size(stage, mount, bytes) {
+                limited_warn!(PEER_LOG, stage_id, "dropped a file size: {why}")
+            }
+        }
         StageMessage::Hello { .. } => {
             limited_warn!(PEER_LOG, stage_id, "ignored a second hello")
         }
