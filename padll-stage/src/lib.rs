@@ -25,6 +25,7 @@ mod hooks;
 mod intercept;
 mod last_rules;
 mod paths;
+mod placed_files;
 mod placement;
 mod real;
 mod report;
@@ -363,6 +364,7 @@ extern "C" fn after_fork_in_child() {
     stats::reset();
     channels::reset_counters();
     shared::after_fork_in_child();
+    placed_files::forget_all();
     control::after_fork_in_child();
 }
 

@@ -179,6 +179,7 @@ fn create_placed(m: u16, target: Target, flags: c_int, mode: mode_t) -> Option<c
     // SAFETY: our new descriptor and a buffer of the layout's size, which the ioctl only
     // reads. Its outcome does not matter: without it the file has the default layout.
     unsafe { libc::ioctl(fd, LL_IOC_LOV_SETSTRIPE as _, layout.as_ptr()) };
+    crate::placed_files::created(fd, m);
     Some(fd)
 }
 
