@@ -14,10 +14,13 @@ use padll_wire::control::MAX_FILE_BYTES;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
 
-/// Sizes kept per application (the Markov predictor's training window).
-pub const MAX_SIZES_PER_APP: usize = policies::placement::markov::DEFAULT_WINDOW;
-/// Applications kept.
-pub const MAX_APPS: usize = 4096;
+/// Sizes kept per application: four times the longest training length the paper
+/// chooses (16, §III-B).
+pub const MAX_SIZES_PER_APP: usize = 64;
+/// Applications kept. With [`MAX_SIZES_PER_APP`] sizes of up to 19 digits and names of
+/// up to 513 bytes (`user+program`), the saved history stays under 1 MiB, within
+/// etcd's default request limit (1.5 MiB).
+pub const MAX_APPS: usize = 512;
 /// Sizes in one `FileSizes` message.
 pub const MAX_FILE_SIZES: usize = 64;
 /// Longest application name loaded from a saved history, bytes (a live one is made of

@@ -4,7 +4,7 @@
 
 use super::service::GRPC_LOG;
 use super::Controller;
-use crate::placement_history::SizesRefused;
+use crate::placement_history::{SavedSizes, SizesRefused};
 use crate::placement_service::PlacementService;
 use crate::proto;
 
@@ -61,6 +61,26 @@ impl Controller {
             .application(name, session, sizes.stage_id, service)
             .ok_or(SizesRefused::UnknownStage(sizes.stage_id))?;
         service.record_sizes(&app, &sizes.mount, &sizes.bytes)
+    }
+
+    /// Every application's file sizes (placement), for the next leader; none without
+    /// a placement service.
+    pub fn placement_sizes(&self) -> Vec<SavedSizes> {
+        self.placement
+            .as_ref()
+            .map(PlacementService::saved_sizes)
+            .unwrap_or_default()
+    }
+
+    /// Loads the file sizes a previous leader saved (checked against the bounds);
+    /// returns for how many applications.
+    pub fn load_placement_sizes(&self, saved: Vec<SavedSizes>) -> Result<usize, SizesRefused> {
+        let Some(service) = &self.placement else {
+            return Ok(0);
+        };
+        let apps = saved.len();
+        service.load_sizes(saved)?;
+        Ok(apps)
     }
 
     /// The application of stage `stage_id` of node `name`'s stream `session`.
