@@ -9,7 +9,6 @@
 //! file it placed); a size over a stage's rate, of a mountpoint it did not register,
 //! or beyond [`MAX_FILE_BYTES`] is dropped, naming why.
 
-use super::stage::Registered;
 use super::Local;
 use crate::placement_service::Relay;
 use crate::proto::{self, local_message, LocalMessage};
@@ -136,11 +135,13 @@ impl Local {
         }
     }
 
-    /// Relays the final size of a file `stage` created placed on `mount` upstream
-    /// (dropped without a global controller: sizes are advice for later files).
+    /// Relays the final size of a file stage `stage_id` created placed on `mount`
+    /// upstream, within the stage's `rate` (dropped without a global controller: sizes
+    /// are advice for later files).
     pub(super) fn relay_file_size(
         &self,
-        stage: &mut Registered,
+        stage_id: u64,
+        rate: &mut Rate,
         mount: String,
         bytes: u64,
     ) -> Result<(), SizeRefused> {
@@ -149,16 +150,16 @@ impl Local {
         }
         let registered = self
             .lock_stages()
-            .get(&stage.stage_id)
+            .get(&stage_id)
             .is_some_and(|entry| entry.info.mountpoints.contains(&mount));
         if !registered {
             return Err(SizeRefused::Mount(padll_wire::control::short(&mount)));
         }
-        if !stage.size_rate.take(Instant::now()) {
+        if !rate.take(Instant::now()) {
             return Err(SizeRefused::Rate);
         }
         self.send_upstream(local_message::Body::FileSizes(proto::FileSizes {
-            stage_id: stage.stage_id,
+            stage_id,
             mount,
             bytes: vec![bytes],
         }));

@@ -323,14 +323,14 @@ async fn welcome(
 }
 
 /// A registered stage, as its reading task keeps it.
-pub(super) struct Registered {
-    pub(super) stage_id: u64,
-    pub(super) uid: u32,
+struct Registered {
+    stage_id: u64,
+    uid: u32,
     /// The placement requests it may make, and those of its uid.
     place_rate: Rate,
     uid_place_rate: Arc<Mutex<Rate>>,
     /// The file sizes it may report.
-    pub(super) size_rate: Rate,
+    size_rate: Rate,
 }
 
 impl Registered {
@@ -418,7 +418,7 @@ fn stage_message(local: &Local, stage: &mut Registered, message: StageMessage) {
         }
         StageMessage::Place { id, .. } => local.placed(stage_id, id, Vec::new()),
         StageMessage::FileSize { mount, bytes } => {
-            if let Err(why) = local.relay_file_size(stage, mount, bytes) {
+            if let Err(why) = local.relay_file_size(stage_id, &mut stage.size_rate, mount, bytes) {
                 limited_warn!(PEER_LOG, stage_id, "dropped a file size: {why}")
             }
         }
