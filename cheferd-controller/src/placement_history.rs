@@ -5,7 +5,7 @@
 //! `[placement] application` names it from the stage's identity ([`ApplicationKey`]).
 //!
 //! Bounded: at most [`MAX_SIZES_PER_APP`] sizes per application (the oldest dropped
-//! first; the predictor reads no more) and [`MAX_APPS`] applications (the one whose
+//! first) and [`MAX_APPS`] applications (the one whose
 //! latest size is oldest is dropped for a new one). The history goes to the next leader
 //! with the policies' state ([`SavedSizes`], checked against the same bounds on load).
 
