@@ -48,6 +48,8 @@ pub(super) async fn accept_stages(local: Arc<Local>, listener: UnixListener) {
 
 /// A stage's first message.
 struct Hello {
+    /// The stage's protocol version (its welcome names it back).
+    version: u32,
     stage_name: String,
     identity: Identity,
     mountpoints: Vec<String>,
@@ -84,12 +86,13 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
     let Some(hello) = read_hello(&mut reader, &mut write, &budgets, &credentials).await else {
         return;
     };
+    let version = hello.version;
     let Some(info) = identify(&local, &mut admission, &credentials, hello, &mut write).await else {
         return;
     };
     let stage_id = info.stage_id;
     let outbox = Outbox::new(admission.queued.clone(), local.queued.clone());
-    if !welcome(&local, stage_id, write, &outbox).await {
+    if !welcome(&local, stage_id, version, write, &outbox).await {
         return;
     }
     limited_info!(
@@ -178,11 +181,12 @@ async fn read_hello(
     };
     match hello {
         Ok(StageMessage::Hello {
-            version: OLDEST_PROTOCOL_VERSION..=PROTOCOL_VERSION,
+            version: version @ OLDEST_PROTOCOL_VERSION..=PROTOCOL_VERSION,
             stage_name,
             identity,
             mountpoints,
         }) => Some(Hello {
+            version,
             stage_name,
             identity,
             mountpoints,
@@ -227,6 +231,7 @@ async fn identify(
         stage_name,
         identity,
         mountpoints,
+        ..
     } = hello;
     let pid = credentials.pid().map_or(identity.pid, |p| p as u32);
     let resolved = {
@@ -298,15 +303,17 @@ async fn identify(
     Some(info)
 }
 
-/// Welcomes the stage and starts the task writing its outbox to it; `false` if it left.
+/// Welcomes the stage in its protocol `version` and starts the task writing its outbox
+/// to it; `false` if it left.
 async fn welcome(
     local: &Local,
     stage_id: u64,
+    version: u32,
     mut write: OwnedWriteHalf,
     outbox: &Arc<Outbox>,
 ) -> bool {
     let welcome = ControlMessage::Welcome {
-        version: PROTOCOL_VERSION,
+        version,
         stage_id,
         report_interval_ms: local.options.report_interval.as_millis() as u64,
     };
