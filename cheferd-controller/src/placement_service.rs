@@ -782,7 +782,7 @@ mod tests {
         assert_eq!(mapper.predicted_bytes("small"), 0.0, "no history");
         assert_eq!(mapper.answer(&request(1), Some("small")), vec![1]);
         let big = 800u64 << 20;
-        mapper.record_sizes("big", "/lustre", &[big; 3]).unwrap();
+        mapper.record_sizes("big", "/lustre", &[big; 5]).unwrap();
         assert_eq!(mapper.predicted_bytes("big"), big as f64);
         assert_eq!(mapper.answer(&request(1), Some("big")), vec![0]);
         // Sizes on another mountpoint are not this service's; bad ones are refused.
@@ -790,7 +790,7 @@ mod tests {
         assert!(mapper.sizes_of("other").is_empty());
         let error = mapper.record_sizes("big", "/lustre", &[]).unwrap_err();
         assert_eq!(error.to_string(), "0 sizes in one message (1 to 64)");
-        assert_eq!(mapper.sizes_of("big").len(), 3);
+        assert_eq!(mapper.sizes_of("big").len(), 5);
         // A placer without a chain predicts nothing.
         let round_robin = service("round-robin", path.to_str().unwrap());
         round_robin.record_sizes("big", "/lustre", &[big]).unwrap();

@@ -292,10 +292,11 @@ fn placement_section(feed: &Path, application: &str) -> String {
     )
 }
 
-/// Reports three [`BIG`] files of `stage`, then waits for a placement of its own: the
-/// sizes went up the same stream before it, so the global has them.
+/// Reports five [`BIG`] files of `stage` (more than the chain's order, 3), then waits
+/// for a placement of its own: the sizes went up the same stream before it, so the
+/// global has them.
 fn report_big_files(stage: &mut Stage, mount: &Path) -> Vec<u32> {
-    for _ in 0..3 {
+    for _ in 0..5 {
         stage.file_size(mount, BIG);
     }
     stage.place(100, mount, 1)
