@@ -493,7 +493,10 @@ fn room(t: &Target, unit: f64) -> i64 {
 }
 
 /// The predicted requests: `predict` per application of the current requests, in
-/// order of application first appearance then time.
+/// order of application first appearance then time. An application's chain is trained
+/// on its history followed by the sizes of all its current requests (Algorithm 1's input
+/// is "the set of current requests' write bytes"; a size of 0, unknown, is left out);
+/// its predicted requests have the stripe count of its first current request.
 pub fn predictions(input: &PlaceInput, order: usize, predict: usize) -> Vec<Request> {
     if order == 0 || predict == 0 {
         return Vec::new();
@@ -503,21 +506,27 @@ pub fn predictions(input: &PlaceInput, order: usize, predict: usize) -> Vec<Requ
         .iter()
         .map(|h| (h.app, h.bytes.as_slice()))
         .collect();
-    let mut seen = HashSet::new();
-    let mut per_app: Vec<Vec<f64>> = Vec::new();
-    let mut apps: Vec<&Request> = Vec::new();
+    // Each application's first current request and its sizes, history first.
+    let mut apps: Vec<(&Request, Vec<f64>)> = Vec::new();
+    let mut index: HashMap<u32, usize> = HashMap::new();
     for r in &input.requests {
-        if !seen.insert(r.app) {
-            continue;
-        }
-        let mut h: Vec<f64> = hist.get(&r.app).map(|h| h.to_vec()).unwrap_or_default();
+        let i = *index.entry(r.app).or_insert_with(|| {
+            let past = hist.get(&r.app).map(|h| h.to_vec()).unwrap_or_default();
+            apps.push((r, past));
+            apps.len() - 1
+        });
         if r.bytes > 0.0 {
-            h.push(r.bytes);
+            apps[i].1.push(r.bytes);
         }
-        let start = h.len().saturating_sub(markov::DEFAULT_WINDOW);
-        per_app.push(markov::predict(&h[start..], order, predict));
-        apps.push(r);
     }
+    let per_app: Vec<Vec<f64>> = apps
+        .iter()
+        .map(|(_, h)| {
+            let start = h.len().saturating_sub(markov::DEFAULT_WINDOW);
+            markov::predict(&h[start..], order, predict)
+        })
+        .collect();
+    let apps: Vec<&Request> = apps.iter().map(|(r, _)| *r).collect();
     // Interleaved by horizon, so that dropping from the end removes the furthest ones.
     let mut out = Vec::new();
     for k in 0..predict {
@@ -527,7 +536,7 @@ pub fn predictions(input: &PlaceInput, order: usize, predict: usize) -> Vec<Requ
                     id: u64::MAX - out.len() as u64,
                     app: r.app,
                     stripes: r.stripes,
-                    bytes: b.max(0.0),
+                    bytes: b,
                 });
             }
         }
