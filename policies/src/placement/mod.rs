@@ -811,6 +811,40 @@ pub enum PlaceError {
     /// The requests (their number) fit one by one but not together.
     #[error("cannot place the {0} requests together: not enough free space on the targets")]
     NoSpace(usize),
+    /// A request that fits alone but not in the space the requests placed before it in
+    /// the same decision left (round-robin, random).
+    #[error("request {request}: cannot place {stripes} stripes after the requests before it: only {with_room} targets still have room for a stripe of {stripe_bytes} bytes")]
+    NoRoomLeft {
+        /// The request's id.
+        request: u64,
+        /// Its stripes.
+        stripes: u32,
+        /// Targets with room left for one of its stripes.
+        with_room: usize,
+        /// The size of one stripe.
+        stripe_bytes: f64,
+    },
+}
+
+/// Why `r` (`stripes` targets with `unit` bytes free each) cannot be placed in the free
+/// space `free` that the requests before it left: alone it does not fit at all, else
+/// the ones before it took the room.
+fn no_room_left(input: &PlaceInput, r: &Request, free: &[f64], unit: f64) -> PlaceError {
+    let alone = input.targets.iter().filter(|t| t.free() >= unit).count();
+    if r.stripes as usize > alone {
+        return PlaceError::TooFewTargets {
+            request: r.id,
+            stripes: r.stripes,
+            with_room: alone,
+            stripe_bytes: unit,
+        };
+    }
+    PlaceError::NoRoomLeft {
+        request: r.id,
+        stripes: r.stripes,
+        with_room: free.iter().filter(|&&f| f >= unit).count(),
+        stripe_bytes: unit,
+    }
 }
 
 fn place_mcmf(
@@ -897,7 +931,7 @@ fn place_round_robin(input: &PlaceInput, state: &mut PlacerState) -> Result<Deci
             }
         }
         if chosen.len() < r.stripes as usize {
-            return Err(infeasible(input, std::slice::from_ref(r)));
+            return Err(no_room_left(input, r, &free, unit));
         }
         state.next = (state.next + scanned) % n.max(1);
         for &k in &chosen {
@@ -942,7 +976,7 @@ fn place_random(input: &PlaceInput, seed: u64, decision: u64) -> Result<Decision
             }
         }
         if chosen.len() < r.stripes as usize {
-            return Err(infeasible(input, std::slice::from_ref(r)));
+            return Err(no_room_left(input, r, &free, unit));
         }
         for &k in &chosen {
             free[k] -= unit;
