@@ -51,7 +51,7 @@
 //! * **Busy targets.** A target's I/O load (percent busy, e.g. from `brw_stats`, which
 //!   §III-D says the MDS uses to remove stragglers) is added to its space term.
 //! * A predicted request has the predicted bytes and the stripe count of its
-//!   application's current request.
+//!   application's first current request (the paper derives the count from the bytes).
 //!
 //! ## Baselines (§IV-B)
 //!

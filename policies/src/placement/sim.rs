@@ -209,10 +209,11 @@ impl PlaceScenario {
         }
     }
 
-    /// Prediction's test bench: two applications alternating large and small files
-    /// (the large ones' stripes are 2–5 % of a target) on 4 OSSes × 4 OSTs that start
-    /// 70 % full (the first server's 90 %), with background traffic; 4 hours of writes
-    /// are 40 % of the cluster, more than its free space, so the last files fail.
+    /// Prediction's test bench: two applications alternating large and small files (a
+    /// large file's stripes hold 24–32 GiB, a small one's 0.25 GiB) on 4 OSSes × 4 OSTs
+    /// of 3.6 TiB that start 70 % full (the first server's 90 %), with background
+    /// traffic; 4 hours of writes are 40 % of the cluster, more than its free space, so
+    /// the last files fail.
     pub fn alternating(seed: u64) -> Self {
         PlaceScenario {
             osses: 4,
