@@ -38,13 +38,20 @@
 //! ## Clarifications of the paper (documented deviations)
 //! * `d_x` is the job's observed demand in tokens: [`JobSnapshot::need`]`·Δt` (served
 //!   plus held-back operations).
+//! * `T·Δt` is floored: a cycle hands out `⌊Max_R·Δt⌋` whole tokens (eq. 2 sums to
+//!   that). Carrying the fraction to the next cycle would hand out more than
+//!   `Max_R·Δt` in some cycles.
 //! * A job seen for the first time — or idle in the previous cycle (`α^{t−1} = 0`) —
 //!   has no meaningful `α^{t−1}`; its current initial allocation is used. Zero
 //!   denominators count as one token.
-//! * Eq. (13) writes `C_x^t` but sums over all of `J+`: it is one coefficient per step.
-//!   Eq. (14) is additionally bounded by the borrower's record after redistribution and
-//!   by its allocation (a job cannot give back more than it holds), and the total
-//!   reclaimed is bounded by the lenders' total record (no over-compensation).
+//! * Eq. (13) writes `C_x^t` but sums over all of `J+`: it is one coefficient per step,
+//!   computed as `Σ n_x·(…) / (2·Σn)` so that eq. (14)'s floor of a whole `C·α_RD` is
+//!   exact. Eq. (14) is additionally bounded by the borrower's record after
+//!   redistribution and by its allocation (a job cannot give back more than it holds),
+//!   and the total reclaimed by the lenders' total record (no over-compensation); when
+//!   that bound cuts, every borrower gives the same fraction of its `T_R^x`.
+//! * Eqs. (19)–(20) are applied as printed: a lender gets its `DF` share of `T_R` even
+//!   if that is more than its own record (which then turns negative).
 //! * Eq. (24) as printed (`ρ = α − ⌊α + ρ_prev⌋`) drops `ρ_prev`; we carry
 //!   `ρ = (α + ρ_prev) − α_f`. In the largest-remainder correction ("as we update the
 //!   allocated tokens, we also adjust the remainder") a job given an extra token carries
@@ -397,7 +404,12 @@ impl Policy for Adaptbf {
         let mut ts = 0i64;
         let mut df_sum = 0.0;
         for w in self.work.iter_mut().filter(|w| w.active) {
-            // eq. (3): u_x = d_x / α_x^{t−1}
+            // eq. (3): u_x = d_x / α_x^{t−1}. A job outside J_i of the previous period was
+            // allocated nothing ("only to active jobs", §III-C1), so d/α^{t−1} is
+            // undefined; it is measured against the allocation it has now. (Counting
+            // α^{t−1} = 0 as one token would make u = d: its DF, eq. 6, would scale with
+            // its raw demand and the token unit, and a job back from idle would take
+            // most of the surplus (eq. 7) and of T_R (eq. 19) just for having been idle.)
             let prev = w.prev.map(|a| a as i64).unwrap_or(w.alpha).max(1);
             w.u = w.d / prev as f64;
             // eq. (4): Ts_x = α_x − d_x if α_x > d_x (whole tokens)

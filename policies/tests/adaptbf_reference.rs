@@ -3,12 +3,13 @@
 //!
 //! The reference below does not call the implementation: it is the paper's equations
 //! one by one, with the clarifications documented in `policies/README.md` where the
-//! paper leaves a choice (observed demand `d = wanted·Δt`, whole surplus tokens, `α^{t−1}`
-//! of a job idle in the previous cycle, the extra bounds of eq. (14) and how a capped
-//! reclaim is shared, which job loses an excess token). The implementation only shows its final allocations and its state;
-//! the step values are recovered from them: a job's record moves by exactly the tokens
-//! it gave (+) or received (−) in steps 2–3, so `α = α_RC + (r_RC − r)` (eq. 2), a
-//! borrower gave `α_RD − α_RC` (eq. 14) and a lender received `α_RC − α_RD` (eq. 19).
+//! paper leaves a choice (observed demand `d = wanted·Δt`, whole surplus tokens,
+//! `α^{t−1}` of a job idle in the previous cycle, the extra bounds of eq. (14) and how a
+//! capped reclaim is shared, which job loses an excess token). The implementation only
+//! shows its final allocations and its state; the step values are recovered from them:
+//! a job's record moves by exactly the tokens it gave (+) or received (−) in steps 2–3,
+//! so `α = α_RC + (r_RC − r)` (eq. 2), a borrower gave `α_RD − α_RC` (eq. 14) and a
+//! lender received `α_RC − α_RD` (eq. 19).
 
 use policies::adaptbf::{Adaptbf, AdaptbfState, JobEntry};
 use policies::trace::Rng;
