@@ -460,7 +460,7 @@ impl Policy for Adaptbf {
         // Node counts are whole numbers, so C·α_RD below is computed exactly whenever
         // the utilization terms are (a lender with u ≤ 1 and ū ≥ 1 adds exactly n_x),
         // and eq. (14)'s floor does not lose a token to rounding when C·α_RD is whole
-        // (with `Σ p_x·(…)/2` first, 10 could come out as 9.999… and floor to 9).
+        // (with `Σ p_x·(…)/2` first, 15 came out as 14.999… and floored to 14).
         let mut c_nodes = 0.0;
         let mut lenders_record = 0i64;
         let mut lenders_df = 0.0;

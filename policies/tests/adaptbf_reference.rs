@@ -232,6 +232,8 @@ fn reference(total: i64, prev: &AdaptbfState, jobs: &[(u64, u32, f64)]) -> Vec<O
 #[derive(Debug, Default)]
 struct Agreement {
     cycles: usize,
+    /// Cycles in which no job did I/O: eq. (2) then allocates nothing (§III-C1).
+    no_active_job: usize,
     eq2: usize,
     eq14_cycles: usize,
     eq14: usize,
@@ -266,6 +268,9 @@ fn run_and_compare(
     let tokens: Vec<i64> = rates.iter().map(|r| (r * dt).round() as i64).collect();
     let mut fail = |what: &str, detail: String| failures.push(format!("{cycle}: {what}: {detail}"));
     seen.cycles += 1;
+    if steps.iter().all(Option::is_none) {
+        seen.no_active_job += 1;
+    }
 
     // eq. (2): the initial allocations implied by the outputs are the reference's, and
     // sum to the cycle's tokens.
