@@ -111,6 +111,13 @@ pub trait Returned: Copy {
         None
     }
 
+    /// [`Self::descriptor`], or a negative number where there is none: for the
+    /// descriptor table, which ignores negative numbers itself (for an `int`, the
+    /// value as it is: no compare of its own).
+    fn descriptor_or_negative(&self) -> c_int {
+        self.descriptor().unwrap_or(-1)
+    }
+
     /// The value standing for a new descriptor `fd`, for entry points returning one.
     fn from_descriptor(_fd: c_int) -> Option<Self> {
         None
@@ -120,6 +127,10 @@ pub trait Returned: Copy {
 impl Returned for c_int {
     fn descriptor(&self) -> Option<c_int> {
         (*self >= 0).then_some(*self)
+    }
+
+    fn descriptor_or_negative(&self) -> c_int {
+        *self
     }
 
     fn from_descriptor(fd: c_int) -> Option<c_int> {

@@ -424,9 +424,6 @@ pub fn admit(counters: stats::Counters, mount: u16, op: Op, bytes: u64) -> Admis
         byte_channels: word >> 32,
         stamp,
     };
-    if word == 0 {
-        return admission;
-    }
     let mut requests = word as u32;
     while requests != 0 {
         let index = slot_index(requests);

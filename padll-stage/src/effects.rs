@@ -82,11 +82,7 @@ pub fn after_unrelated<R: Returned>(effect: Effect, result: &R) {
         | Effect::Create { .. }
         | Effect::NewStream
         | Effect::NewDirStream
-        | Effect::Reopen(_) => {
-            if let Some(fd) = result.descriptor() {
-                fdtable::forget(fd);
-            }
-        }
+        | Effect::Reopen(_) => fdtable::forget(result.descriptor_or_negative()),
         Effect::None
         | Effect::Close(_)
         | Effect::CloseRange(..)

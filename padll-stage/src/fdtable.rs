@@ -141,7 +141,7 @@ fn raise_high_water(i: usize) {
 }
 
 /// Forgets a descriptor (before it is closed, so a concurrent open that reuses the
-/// number is not clobbered afterwards).
+/// number is not clobbered afterwards); a negative number is none.
 #[inline]
 pub fn forget(fd: i32) {
     let Some(i) = index(fd) else { return };

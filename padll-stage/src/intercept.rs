@@ -20,6 +20,7 @@
 use crate::call::{Account, Call, Effect, Returned, Target};
 use crate::effects::{after_cold, after_managed, after_unrelated, before};
 use crate::guard::{guarded, in_stage_io};
+use crate::paths::Place;
 use crate::resolve::{quick_resolve, resolve, Resolved, UNRELATED};
 use crate::{channels, errno, fdtable, stats, tsc};
 use padll_wire::ops::Op;
@@ -116,11 +117,12 @@ pub unsafe fn intercept_resolved<R: Returned>(
     rest: impl FnOnce() -> R,
 ) -> R {
     if let (Some(op), Some(counters)) = (call.op, stats::cached()) {
-        if is_common(found, call.effect) && counters.stage_io() == Some(false) {
-            let (target, effect, resolved) = (call.target, call.effect, Resolved(found));
-            return tracked_with(
+        let (target, effect, resolved) = (call.target, call.effect, Resolved(found));
+        let roles = Roles::of(op, target, resolved);
+        if is_common(&roles, effect) && counters.stage_io() == Some(false) {
+            return managed_with(
                 counters,
-                op,
+                &roles,
                 target,
                 effect,
                 resolved,
@@ -136,14 +138,11 @@ pub unsafe fn intercept_resolved<R: Returned>(
 /// A call the hooks' `slow` handles inline: its target (or a copy's source) is managed
 /// and its effect needs at most one store in the descriptor table (no path to
 /// remember, nothing to duplicate, no directory change).
+/// (`roles` of a target not resolved yet, [`Resolved::UNKNOWN`], name no mountpoint.)
 #[inline(always)]
-fn is_common(found: u32, effect: Effect) -> bool {
-    if found == Resolved::UNKNOWN {
-        return false;
-    }
-    let resolved = Resolved(found);
-    let main_managed = resolved.main_mount().is_some();
-    if !main_managed && resolved.source_mount().is_none() {
+fn is_common(roles: &Roles, effect: Effect) -> bool {
+    let main_managed = roles.main.is_some();
+    if !main_managed && roles.source.is_none() {
         return false;
     }
     match effect {
@@ -232,18 +231,8 @@ fn tracked_with<R: Returned>(
     account: impl FnOnce(&R) -> Account,
     real: impl FnOnce() -> R,
 ) -> R {
-    // A copy is a read of its source and a write of its destination; only a copy has
-    // a source (a constant for every other hook).
-    let (main, main_op, source, source_op) = match target {
-        Target::Copy { .. } => (
-            resolved.main_mount(),
-            Op::Write,
-            resolved.source_mount(),
-            Op::Read,
-        ),
-        _ => (resolved.main_mount(), op, None, op),
-    };
-    if main.is_none() && source.is_none() {
+    let roles = Roles::of(op, target, resolved);
+    if roles.main.is_none() && roles.source.is_none() {
         // A directory above a mountpoint: counted as passing through; a new descriptor
         // remembers its path.
         counters.passthrough(op);
@@ -261,6 +250,34 @@ fn tracked_with<R: Returned>(
         }
         return result;
     }
+    managed_with(
+        counters, &roles, target, effect, resolved, requested, account, real,
+    )
+}
+
+/// [`tracked_with`] for a target (or a copy's source) known to be managed (`roles`
+/// names a mountpoint): what the hooks' `slow` inlines after [`is_common`]. It takes
+/// the roles that were checked rather than finding them again, so that the compiler
+/// knows which are managed and builds no code for the others.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn managed_with<R: Returned>(
+    counters: stats::Counters,
+    roles: &Roles,
+    target: Target,
+    effect: Effect,
+    resolved: Resolved,
+    requested: u64,
+    account: impl FnOnce(&R) -> Account,
+    real: impl FnOnce() -> R,
+) -> R {
+    let &Roles {
+        main,
+        main_op,
+        source,
+        source_op,
+    } = roles;
+    let main_place = main.map_or(resolved.main(), Place::Managed);
     let main_admission = match main {
         Some(mount) => channels::admit(counters, mount, main_op, requested),
         None => channels::Admission::NONE,
@@ -280,7 +297,7 @@ fn tracked_with<R: Returned>(
 
     let result = match effect {
         Effect::Create { flags, mode } => {
-            match crate::placement::create(resolved.main(), target, flags, mode) {
+            match crate::placement::create(main_place, target, flags, mode) {
                 Some(fd) => R::from_descriptor(fd).unwrap_or_else(real),
                 None => real(),
             }
@@ -317,8 +334,39 @@ fn tracked_with<R: Returned>(
         );
         counters.managed(source_op, outcome.failed, outcome.bytes);
     }
-    after_managed(effect, target, resolved.main(), &result);
+    after_managed(effect, target, main_place, &result);
     result
+}
+
+/// The managed mountpoints of a call and what it counts in each.
+struct Roles {
+    main: Option<u16>,
+    main_op: Op,
+    source: Option<u16>,
+    source_op: Op,
+}
+
+impl Roles {
+    /// A copy is a read of its source and a write of its destination; only a copy has
+    /// a source (a constant for every other hook).
+    #[inline(always)]
+    fn of(op: Op, target: Target, resolved: Resolved) -> Roles {
+        let main = resolved.main_mount();
+        match target {
+            Target::Copy { .. } => Roles {
+                main,
+                main_op: Op::Write,
+                source: resolved.source_mount(),
+                source_op: Op::Read,
+            },
+            _ => Roles {
+                main,
+                main_op: op,
+                source: None,
+                source_op: op,
+            },
+        }
+    }
 }
 
 /// Admits a request without calling anything (`lio_listio` entries), counting it as
@@ -344,15 +392,17 @@ pub unsafe fn admit_only(op: Op, target: Target, bytes: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::paths::Place;
 
     /// Every managed call that needs at most one store in the descriptor table stays on
     /// the inline common path; a creating `open` (placement made it an `Effect::Create`)
     /// once fell out of it, +60 instructions per managed open.
     #[test]
     fn managed_opens_and_creations_are_common() {
+        // Where a call on a path, or a copy between two descriptors, is found to lie.
+        let path_at = |found| Roles::of(Op::Open, Target::Path(std::ptr::null()), Resolved(found));
+        let copy_at = |found| Roles::of(Op::Read, Target::Copy { from: 3, to: 4 }, Resolved(found));
         let managed = Resolved::new(Place::Managed(0), Place::Unrelated).0;
-        let common = |effect| is_common(managed, effect);
+        let common = |effect| is_common(&path_at(managed), effect);
         assert!(common(Effect::NewFd {
             flags: libc::O_RDONLY
         }));
@@ -371,7 +421,15 @@ mod tests {
             flags: libc::O_DIRECTORY,
             mode: 0
         }));
-        assert!(!is_common(Resolved::UNKNOWN, Effect::Close(3)));
-        assert!(!is_common(UNRELATED.0, Effect::Close(3)));
+        for roles in [path_at, copy_at] {
+            assert!(!is_common(&roles(Resolved::UNKNOWN), Effect::Close(3)));
+            assert!(!is_common(&roles(UNRELATED.0), Effect::Close(3)));
+            let above = Resolved::new(Place::Ancestor, Place::Ancestor).0;
+            assert!(!is_common(&roles(above), Effect::None));
+        }
+        // A copy from a managed file is common; a path call's target has no source.
+        let from_managed = Resolved::new(Place::Unrelated, Place::Managed(1)).0;
+        assert!(is_common(&copy_at(from_managed), Effect::None));
+        assert!(!is_common(&path_at(from_managed), Effect::None));
     }
 }

@@ -78,11 +78,17 @@ pub struct MountTable {
 /// matching every path sends them all to the full comparison.
 const PREFIXES: usize = 8;
 
+/// The longest spelling [`MountTable::quick_absolute`] compares whole: three 16-byte
+/// compares at most, in straight-line code (a loop for longer ones made every path
+/// hook keep more registers).
+const QUICK_LENGTH: usize = 48;
+
 /// The first (up to) 16 bytes of each mountpoint spelling, compared with a path's first
 /// 16 bytes in one vector compare each: a path lies under or above a mountpoint only if
 /// the two agree on their first min(len, 16) bytes. Before that, one byte: a path whose
 /// second byte (after the `/`) no mountpoint has there is neither. A spelling longer
-/// than 16 bytes (up to 32) is compared on its last 16 bytes too ([`Prefixes::tails`]).
+/// than 16 bytes (up to [`QUICK_LENGTH`]) is compared on its last 16 bytes too
+/// ([`Prefixes::tails`]), and one longer than 32 on its second 16 ([`Prefixes::mids`]).
 #[derive(Clone, Copy, Debug)]
 #[repr(C, align(16))]
 struct Prefixes {
@@ -90,15 +96,17 @@ struct Prefixes {
     /// Bit i set: byte i of the prefix must match (bits below min(len, 16)).
     need: [u32; PREFIXES],
     /// The spelling's length if [`MountTable::quick_absolute`] can compare all of it
-    /// (at most 32 bytes), else 0; also 0 for `/`.
+    /// (at most [`QUICK_LENGTH`] bytes), else 0; also 0 for `/`.
     len: [usize; PREFIXES],
     /// Bit `min(len, 16) − 1` (0 when `len` is): among a path's first 16 bytes, the
     /// last a path needs to hold the spelling's first 16.
     end_bit: [u32; PREFIXES],
-    /// A spelling of 17 to 32 bytes: its last 16 bytes (else zeros), and whether it has
-    /// them.
+    /// A spelling of 17 to [`QUICK_LENGTH`] bytes: its last 16 bytes (else zeros), and
+    /// whether it has them.
     tails: [[u8; 16]; PREFIXES],
     long: [bool; PREFIXES],
+    /// A spelling of 33 to [`QUICK_LENGTH`] bytes: its bytes 16 to 31 (else zeros).
+    mids: [[u8; 16]; PREFIXES],
     /// Every other spelling differs from this one within its own first min(len, 16)
     /// bytes: a path that agrees with this one on its first 16 bytes is neither under
     /// nor above any other.
@@ -125,6 +133,7 @@ impl Prefixes {
         end_bit: [0; PREFIXES],
         tails: [[0; 16]; PREFIXES],
         long: [false; PREFIXES],
+        mids: [[0; 16]; PREFIXES],
         alone: [false; PREFIXES],
         index: [0; PREFIXES],
         count: 0,
@@ -151,12 +160,15 @@ impl Prefixes {
             prefixes.need[i] = (1u32 << n) - 1;
             // "/" (length 1) and spellings too long to hold are left to the full
             // comparison.
-            if (2..=32).contains(&mount.len()) {
+            if (2..=QUICK_LENGTH).contains(&mount.len()) {
                 prefixes.len[i] = mount.len();
                 prefixes.end_bit[i] = 1 << (n - 1);
                 if mount.len() > 16 {
                     prefixes.tails[i].copy_from_slice(&mount[mount.len() - 16..]);
                     prefixes.long[i] = true;
+                }
+                if mount.len() > 32 {
+                    prefixes.mids[i].copy_from_slice(&mount[16..32]);
                 }
                 prefixes.alone[i] = mounts.iter().enumerate().all(|(j, (other, _))| {
                     let n = other.len().min(16);
@@ -288,7 +300,7 @@ impl MountTable {
     /// anything else (a path that may need folding, one that ends inside a mountpoint
     /// it agrees with so far, which it may lie above, a path that agrees with a
     /// spelling of more than 16 bytes on its first 16 but is not under it, `/` or a
-    /// spelling longer than 32 bytes as a mountpoint, a read that would reach the next
+    /// spelling longer than [`QUICK_LENGTH`] bytes as a mountpoint, a read that would reach the next
     /// page) — the caller resolves in full. Its cost grows with the path only by the
     /// scan's. No call, no panic, no lock.
     ///
@@ -333,8 +345,9 @@ impl MountTable {
     }
 
     /// [`MountTable::quick_absolute`] for a path that agrees with spelling `i`, of 17 to
-    /// 32 bytes, on its first 16: its last 16 bytes are compared with the path's bytes
-    /// there in one vector compare. [`Place::Managed`] if the path holds it all
+    /// [`QUICK_LENGTH`] bytes, on its first 16: its bytes 16 to 31 (if it is longer than
+    /// 32) and its last 16 bytes are compared with the path's bytes there, one vector
+    /// compare each. [`Place::Managed`] if the path holds it all
     /// followed by `/` or its end; if it does not and goes on past the spelling's end
     /// (a longer or another name beside it), [`Place::Unrelated`] when no other
     /// spelling shares this one's first bytes ([`Prefixes::alone`]); `None` otherwise
@@ -347,12 +360,22 @@ impl MountTable {
     unsafe fn quick_long(&self, i: usize, path: *const u8) -> Option<Place> {
         let prefixes = &self.prefixes;
         let mount_len = prefixes.len[i];
+        let beside = || prefixes.alone[i].then_some(Place::Unrelated);
+        if mount_len > 32 {
+            // SAFETY: the string's first 16 bytes precede its NUL (our caller's
+            // contract), so the block starts at a byte of the string or its NUL.
+            let middle = unsafe { head16(path.add(16)) }?;
+            if mismatches(middle, &prefixes.mids[i]) != 0 {
+                // As for the last 16 bytes below.
+                return if zeros(middle) == 0 { beside() } else { None };
+            }
+        }
         // SAFETY: the bytes before the block's start are the string's (the first 16:
-        // our caller's contract), so it starts at a byte of the string or its NUL.
+        // our caller's contract; for a spelling longer than 32, the next 16 agree with
+        // it, which has no NUL), so it starts at a byte of the string or its NUL.
         let at = unsafe { path.add(mount_len - 16) };
         // SAFETY: the block's first byte is readable (just above).
         let bytes = unsafe { head16(at) }?;
-        let beside = || prefixes.alone[i].then_some(Place::Unrelated);
         if mismatches(bytes, &prefixes.tails[i]) != 0 {
             // No NUL among the bytes that differ: the path goes on past the spelling.
             return if zeros(bytes) == 0 { beside() } else { None };
@@ -1115,14 +1138,14 @@ mod tests {
             }
         }
 
-        // Spellings of 17 to 32 bytes (compared on their last 16 bytes too) and one
-        // longer (compared in full), some the prefix of another's name: the quick
-        // classification never contradicts the full one, and a clean path under one of
-        // up to 32 bytes is classified quickly.
+        // Spellings of 17 to 48 bytes (compared on their last 16 bytes too, and past
+        // 32 on their second 16) and one longer (compared in full), some the prefix of
+        // another's name: the quick classification never contradicts the full one, and
+        // a clean path under one of up to 48 bytes is classified quickly.
         #[test]
         fn quick_place_agrees_with_place_of_for_long_mountpoints(
-            mount in 0usize..5,
-            cut in 1usize..40,
+            mount in 0usize..7,
+            cut in 1usize..60,
             suffix in "[ab/.]{0,24}",
             offset in 0usize..16,
             garbage in "[./]{0,20}",
@@ -1133,6 +1156,8 @@ mod tests {
                 "/aaaa/bbbb/aaaa/bbbb/aaaa/bbbb/a",
                 "/aaaa/bbbb/aaaa/bbbb/aaaa/bbbb/aaaa/b",
                 "/aaaa/bbbb/a",
+                "/aaaa/bbbb/aaaa/bbbb/aaaa/bbbb/aaaa/bbbb/aaaa/bbb",
+                "/aaaa/bbbb/aaaa/bbbb/aaaa/bbbb/aaaa/bbbb/aaaa/bbbb/a",
             ];
             let table = MountTable::new(&mounts.map(String::from)).unwrap();
             let spelling = mounts[mount];
@@ -1149,7 +1174,7 @@ mod tests {
             // Without the spelling compared in full (which sends every path sharing its
             // first 16 bytes to the full comparison), and with one alone on its first
             // 16 bytes (a path beside it is unrelated at once).
-            let held = MountTable::new(&[0, 1, 2, 4].map(|m| mounts[m].to_string())).unwrap();
+            let held = MountTable::new(&[0, 1, 2, 3, 4, 5].map(|m| mounts[m].to_string())).unwrap();
             let alone = MountTable::new(&[spelling.into(), "/bbbb".into()]).unwrap();
             for table in [held, alone] {
                 // SAFETY: as above.
@@ -1159,16 +1184,18 @@ mod tests {
                 }
             }
             // With no other spelling sharing its first 16 bytes (but a shorter one that
-            // is the prefix of its name), a path under a spelling of up to 32 bytes is
+            // is the prefix of its name), a path under a spelling of up to 48 bytes is
             // classified quickly.
             let under = cut >= spelling.len()
                 && (suffix.is_empty() || suffix.starts_with('/'))
-                && spelling.len() <= 32
+                && spelling.len() <= QUICK_LENGTH
                 && !suffix.contains('.');
             let page_end = |at: *const u8| (at as usize + 16) & 0xff0 == 0;
-            // SAFETY: the spelling's last 16 bytes lie in `storage`, as the path does.
-            let tail = page_end(unsafe { start.add(spelling.len().max(16) - 16) });
-            if under && clean && !page_end(start) && !tail {
+            // SAFETY: the spelling's second and last 16 bytes lie in `storage`, as the
+            // path does.
+            let (middle, tail) = unsafe { (start.add(16), start.add(spelling.len().max(16) - 16)) };
+            let middle_read = spelling.len() > 32 && page_end(middle);
+            if under && clean && !page_end(start) && !page_end(tail) && !middle_read {
                 let single = MountTable::new(&[spelling.into(), mounts[4].into()]).unwrap();
                 // SAFETY: as above.
                 let quick = unsafe { single.quick_absolute(start) };

@@ -23,7 +23,7 @@
 use crate::call::Target;
 use crate::guard::{shielded, StageIo};
 use crate::paths::Place;
-use libc::{c_int, mode_t};
+use libc::{c_char, c_int, mode_t};
 use padll_wire::config::Placement;
 use padll_wire::control::MAX_STRIPES;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -142,17 +142,38 @@ pub fn create(place: Place, target: Target, flags: c_int, mode: mode_t) -> Optio
     if CONFIGURED.load(Ordering::Acquire) & (1u64 << (m as u32 % 64)) == 0 {
         return None;
     }
-    shielded(|| create_placed(m, target, flags, mode)).flatten()
-}
-
-#[cold]
-#[inline(never)]
-fn create_placed(m: u16, target: Target, flags: c_int, mode: mode_t) -> Option<c_int> {
     let (dirfd, path) = match target {
         Target::Path(path) => (libc::AT_FDCWD, path),
         Target::At(dirfd, path) => (dirfd, path),
         _ => return None,
     };
+    create_shielded(m, dirfd, path, flags, mode)
+}
+
+/// [`create_placed`] keeping `errno`; a panic means "make the real call". Out of line
+/// with its arguments in registers, so that the managed path builds nothing for it
+/// before the bit test.
+#[cold]
+#[inline(never)]
+fn create_shielded(
+    m: u16,
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: mode_t,
+) -> Option<c_int> {
+    shielded(|| create_placed(m, dirfd, path, flags, mode)).flatten()
+}
+
+#[cold]
+#[inline(never)]
+fn create_placed(
+    m: u16,
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: mode_t,
+) -> Option<c_int> {
     let tmpfile = flags & libc::O_TMPFILE == libc::O_TMPFILE;
     if flags & libc::O_CREAT == 0 || tmpfile || path.is_null() || exists(dirfd, path) {
         return None;

@@ -3,6 +3,7 @@
 //! current directory, followed here, or from a directory descriptor).
 
 use crate::call::{dir_fd, stream_fd, Target};
+use crate::channels::MAX_MOUNTS;
 use crate::fdtable::{self, PathSlot};
 use crate::guard::guarded;
 use crate::paths::{self, MountTable, PathBuffer, Place, PATH_CAPACITY};
@@ -20,9 +21,11 @@ pub struct Resolved(pub(crate) u32);
 pub(crate) const UNRELATED: Resolved = Resolved(0);
 
 impl Resolved {
-    /// The word for "not resolved yet" (no place encodes as `u16::MAX`: mountpoint
-    /// indices stay below `u16::MAX - 2`).
-    pub const UNKNOWN: u32 = u32::MAX;
+    /// The word for "not resolved yet": [`Place::Ancestor`] in both halves, which
+    /// needs the full resolution anyway (only a copy between two directories above
+    /// mountpoints resolves so), so that the managed path's one test for a mountpoint
+    /// in either half also tells that the target is known.
+    pub const UNKNOWN: u32 = 0x0001_0001;
 
     #[inline(always)]
     pub(crate) fn new(main: Place, source: Place) -> Resolved {
@@ -37,19 +40,29 @@ impl Resolved {
     /// The main place's mountpoint index, if managed.
     #[inline(always)]
     pub(crate) fn main_mount(self) -> Option<u16> {
-        (self.0 as u16).checked_sub(2)
+        mount_of(self.0 as u16)
     }
 
     /// The source's mountpoint index, if managed.
     #[inline(always)]
     pub(crate) fn source_mount(self) -> Option<u16> {
-        ((self.0 >> 16) as u16).checked_sub(2)
+        mount_of((self.0 >> 16) as u16)
     }
 
     #[inline(always)]
     pub(crate) fn is_unrelated(self) -> bool {
         self.0 == 0
     }
+}
+
+/// The mountpoint index of an encoded place, if managed: one compare that also tells
+/// the compiler the index is below [`MAX_MOUNTS`] (no table of more is ever published:
+/// `channels::set_mounts`), so that the managed path's lookups by it need no bounds
+/// check of their own. The codes of unrelated and ancestor places wrap far above it.
+#[inline(always)]
+fn mount_of(code: u16) -> Option<u16> {
+    let mount = code.wrapping_sub(2);
+    (usize::from(mount) < MAX_MOUNTS).then_some(mount)
 }
 
 /// Where `target` lies, when that is cheap to find (for the hooks' fast path,

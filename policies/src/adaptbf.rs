@@ -38,13 +38,20 @@
 //! ## Clarifications of the paper (documented deviations)
 //! * `d_x` is the job's observed demand in tokens: [`JobSnapshot::need`]`·Δt` (served
 //!   plus held-back operations).
+//! * `T·Δt` is floored: a cycle hands out `⌊Max_R·Δt⌋` whole tokens (eq. 2 sums to
+//!   that). Carrying the fraction to the next cycle would hand out more than
+//!   `Max_R·Δt` in some cycles.
 //! * A job seen for the first time — or idle in the previous cycle (`α^{t−1} = 0`) —
 //!   has no meaningful `α^{t−1}`; its current initial allocation is used. Zero
 //!   denominators count as one token.
-//! * Eq. (13) writes `C_x^t` but sums over all of `J+`: it is one coefficient per step.
-//!   Eq. (14) is additionally bounded by the borrower's record after redistribution and
-//!   by its allocation (a job cannot give back more than it holds), and the total
-//!   reclaimed is bounded by the lenders' total record (no over-compensation).
+//! * Eq. (13) writes `C_x^t` but sums over all of `J+`: it is one coefficient per step,
+//!   computed as `Σ n_x·(…) / (2·Σn)` so that eq. (14)'s floor of a whole `C·α_RD` is
+//!   exact. Eq. (14) is additionally bounded by the borrower's record after
+//!   redistribution and by its allocation (a job cannot give back more than it holds),
+//!   and the total reclaimed by the lenders' total record (no over-compensation); when
+//!   that bound cuts, every borrower gives the same fraction of its `T_R^x`.
+//! * Eqs. (19)–(20) are applied as printed: a lender gets its `DF` share of `T_R` even
+//!   if that is more than its own record (which then turns negative).
 //! * Eq. (24) as printed (`ρ = α − ⌊α + ρ_prev⌋`) drops `ρ_prev`; we carry
 //!   `ρ = (α + ρ_prev) − α_f`. In the largest-remainder correction ("as we update the
 //!   allocated tokens, we also adjust the remainder") a job given an extra token carries
@@ -88,6 +95,8 @@ pub struct AdaptbfState {
 #[derive(Debug, Clone, Copy, Default)]
 struct Work {
     id: JobId,
+    /// Weight of eq. (1): the job's node count (1 each if no active job has nodes).
+    n: f64,
     p: f64,
     d: f64,
     u: f64,
@@ -195,37 +204,20 @@ impl Adaptbf {
         let sign = remaining.signum();
         self.idx.clear();
         self.raw.clear();
-        let total: i64 = self
-            .work
-            .iter()
-            .map(|w| w.record)
-            .filter(|r| r.signum() == sign)
-            .map(|r| r.abs())
-            .sum();
         for (i, w) in self.work.iter().enumerate() {
             if w.record.signum() == sign {
                 self.idx.push(i as u32);
-                self.raw
-                    .push(remaining.abs() as f64 * w.record.abs() as f64 / total as f64);
+                self.raw.push(w.record.abs() as f64);
             }
         }
-        // Plain largest remainder (no carried remainders: this is bookkeeping).
-        let mut cut: Vec<(i64, f64, u32)> = self
-            .raw
-            .iter()
-            .zip(&self.idx)
-            .map(|(&r, &i)| (r.floor() as i64, r - r.floor(), i))
-            .collect();
-        let mut missing = remaining.abs() - cut.iter().map(|c| c.0).sum::<i64>();
-        cut.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.2.cmp(&b.2)));
-        for c in cut.iter_mut() {
-            if missing <= 0 {
-                break;
-            }
-            c.0 += 1;
-            missing -= 1;
-        }
-        for (amount, _, i) in cut {
+        split_whole(
+            remaining.abs(),
+            &self.idx,
+            &self.raw,
+            &self.work,
+            &mut self.alloc,
+        );
+        for (&i, &amount) in self.idx.iter().zip(&self.alloc) {
             let w = &mut self.work[i as usize];
             w.record -= sign * amount.min(w.record.abs());
         }
@@ -237,6 +229,24 @@ impl Adaptbf {
 /// of jobs of a step does not change; the bound only guards against drift when jobs go
 /// idle, come back, join or leave with credit (and against bad state files).
 pub const RHO_BOUND: f64 = 1.0;
+
+/// Split `total` whole tokens over the jobs `idx` in proportion to `weights`, by the
+/// plain largest-remainder rule (ties: lower job id first), into `alloc`. For the
+/// bookkeeping steps (write-offs, a capped reclaim), which carry no remainders.
+fn split_whole(total: i64, idx: &[u32], weights: &[f64], work: &[Work], alloc: &mut Vec<i64>) {
+    let sum: f64 = weights.iter().sum();
+    let exact: Vec<f64> = weights.iter().map(|w| total as f64 * w / sum).collect();
+    alloc.clear();
+    alloc.extend(exact.iter().map(|e| e.floor() as i64));
+    let short = total - alloc.iter().sum::<i64>();
+    let mut order: Vec<usize> = (0..idx.len()).collect();
+    let fraction = |k: usize| exact[k] - exact[k].floor();
+    let id = |k: usize| work[idx[k] as usize].id;
+    order.sort_by(|&a, &b| fraction(b).total_cmp(&fraction(a)).then(id(a).cmp(&id(b))));
+    for &k in order.iter().take(short.max(0) as usize) {
+        alloc[k] += 1;
+    }
+}
 
 /// Apportion `total` integer tokens over the jobs listed in `idx` with real shares
 /// `raw` (same order, summing to `total`), carrying each job's remainder (AdapTBF
@@ -361,15 +371,18 @@ impl Policy for Adaptbf {
         }
 
         // ---- Step 1: priority-based initial allocation ----
-        // eq. (1): p_x = n_x / Σ_{J_i^Δt} n
+        // eq. (1): p_x = n_x / Σ_{J_i^Δt} n (equal weights if no active job has nodes)
+        let nodes_known = nodes > 0.0;
+        if !nodes_known {
+            nodes = n_active as f64;
+        }
         for (w, j) in self.work.iter_mut().zip(jobs) {
-            w.p = if !w.active {
-                0.0
-            } else if nodes > 0.0 {
-                j.size as f64 / nodes
-            } else {
-                1.0 / n_active as f64
+            w.n = match (w.active, nodes_known) {
+                (false, _) => 0.0,
+                (true, true) => j.size as f64,
+                (true, false) => 1.0,
             };
+            w.p = if w.active { w.n / nodes } else { 0.0 };
         }
         // eq. (2): α_x = T · p_x · Δt   (integer, with remainders)
         self.idx.clear();
@@ -391,7 +404,12 @@ impl Policy for Adaptbf {
         let mut ts = 0i64;
         let mut df_sum = 0.0;
         for w in self.work.iter_mut().filter(|w| w.active) {
-            // eq. (3): u_x = d_x / α_x^{t−1}
+            // eq. (3): u_x = d_x / α_x^{t−1}. A job outside J_i of the previous period was
+            // allocated nothing ("only to active jobs", §III-C1), so d/α^{t−1} is
+            // undefined; it is measured against the allocation it has now. (Counting
+            // α^{t−1} = 0 as one token would make u = d: its DF, eq. 6, would scale with
+            // its raw demand and the token unit, and a job back from idle would take
+            // most of the surplus (eq. 7) and of T_R (eq. 19) just for having been idle.)
             let prev = w.prev.map(|a| a as i64).unwrap_or(w.alpha).max(1);
             w.u = w.d / prev as f64;
             // eq. (4): Ts_x = α_x − d_x if α_x > d_x (whole tokens)
@@ -438,7 +456,12 @@ impl Policy for Adaptbf {
         // eqs. (9)–(10): active, sign kept before and after redistribution
         let lender = |w: &Work| w.active && w.record0 > 0 && w.record > 0;
         let borrower = |w: &Work| w.active && w.record0 < 0 && w.record < 0;
-        let mut c = 0.0;
+        // eq. (13) times 2·Σn: C = Σ_{J+} n_x·(max(1, u_x) + max(0, 1 − ū_x)) / (2·Σn).
+        // Node counts are whole numbers, so C·α_RD below is computed exactly whenever
+        // the utilization terms are (a lender with u ≤ 1 and ū ≥ 1 adds exactly n_x),
+        // and eq. (14)'s floor does not lose a token to rounding when C·α_RD is whole
+        // (with `Σ p_x·(…)/2` first, 15 came out as 14.999… and floored to 14).
+        let mut c_nodes = 0.0;
         let mut lenders_record = 0i64;
         let mut lenders_df = 0.0;
         let mut n_lenders = 0usize;
@@ -451,23 +474,48 @@ impl Policy for Adaptbf {
             } else {
                 0.0
             };
-            // eq. (13)
-            c += w.p * (w.u.max(1.0) + (1.0 - ubar).max(0.0)) / 2.0;
+            c_nodes += w.n * (w.u.max(1.0) + (1.0 - ubar).max(0.0));
             lenders_record += w.record;
             lenders_df += w.df;
             n_lenders += 1;
         }
-        if n_lenders > 0 && c > 0.0 {
+        if n_lenders > 0 && c_nodes > 0.0 {
             // eq. (14): T_R^x = min(|r_x|, ⌊C · α_{x,RD}⌋), also ≤ |r_RD| and ≤ α_RD
-            let mut tr = 0i64;
-            for w in self.work.iter_mut().filter(|w| borrower(w)) {
-                let want = (c * w.alpha as f64).floor().min(i64::MAX as f64 / 4.0) as i64;
-                let take = want
+            self.idx.clear();
+            self.raw.clear();
+            let mut asked = 0i64;
+            for (i, w) in self.work.iter().enumerate().filter(|(_, w)| borrower(w)) {
+                let by_c = (c_nodes * w.alpha as f64 / (2.0 * nodes))
+                    .floor()
+                    .min(i64::MAX as f64 / 4.0) as i64;
+                let take = by_c
                     .min(w.record0.abs())
                     .min(w.record.abs())
                     .min(w.alpha)
-                    .min(lenders_record - tr)
                     .max(0);
+                self.idx.push(i as u32);
+                self.raw.push(take as f64);
+                asked += take;
+            }
+            // No over-compensation: the lenders get back at most what they are owed in
+            // total. If the borrowers would give more, every borrower gives the same
+            // fraction of its T_R^x (eq. 14 is one rule for all of J−, not first come
+            // first served in snapshot order).
+            if asked > lenders_record {
+                split_whole(
+                    lenders_record,
+                    &self.idx,
+                    &self.raw,
+                    &self.work,
+                    &mut self.alloc,
+                );
+            } else {
+                self.alloc.clear();
+                self.alloc.extend(self.raw.iter().map(|&t| t as i64));
+            }
+            let mut tr = 0i64;
+            for (&i, &take) in self.idx.iter().zip(&self.alloc) {
+                let w = &mut self.work[i as usize];
                 w.alpha -= take; // eq. (15)
                 w.record += take; // eq. (16)
                 tr += take; // eq. (17)

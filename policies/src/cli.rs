@@ -88,6 +88,11 @@ pub struct PlaceSimArgs {
     /// Skip the PNG/SVG plots.
     #[arg(long)]
     pub no_plots: bool,
+    /// `paper` (Figs. 11, 12, 17, Table II) or `alternating` (MCMF with and without
+    /// prediction on applications alternating large and small files, nearly full
+    /// targets; --seed only).
+    #[arg(long, default_value = "paper")]
+    pub scenario: String,
 }
 
 /// Arguments of `simulate`.
@@ -559,6 +564,24 @@ fn place(a: &PlaceArgs, input: &mut dyn Read, out: &mut dyn Write) -> Result<(),
 }
 
 fn place_sim(a: &PlaceSimArgs, out: &mut dyn Write) -> Result<(), Failure> {
+    match a.scenario.as_str() {
+        "paper" => {}
+        "alternating" => {
+            let runs = placement::sim::prediction_runs(a.seed);
+            let md = placement::sim::prediction_markdown(a.seed, &runs);
+            write!(out, "{md}").map_err(io)?;
+            if let Some(dir) = &a.out {
+                fs::create_dir_all(dir).map_err(|e| io(format!("{}: {e}", dir.display())))?;
+                write_file(&dir.join("prediction.md"), &md)?;
+            }
+            return Ok(());
+        }
+        other => {
+            return Err(usage(format!(
+                "bad --scenario `{other}` (expected paper or alternating)"
+            )))
+        }
+    }
     if let Some(&n) = a.osts.iter().find(|&&n| n == 0 || n > 100_000) {
         return Err(usage(format!("bad --osts `{n}` (expected 1–100000)")));
     }

@@ -189,6 +189,23 @@ fn place_sim_writes_summary_and_plots() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+    let o = policies(
+        &["place-sim", "--scenario", "alternating", "--seed", "3"],
+        "",
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let md = String::from_utf8_lossy(&o.stdout);
+    for row in ["| mcmf:3,3 |", "| mcmf:0,0 |", "| round-robin |"] {
+        assert!(md.contains(row), "{row} in {md}");
+    }
+    let o = policies(&["place-sim", "--scenario", "busy"], "");
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(
+        e.contains("bad --scenario `busy` (expected paper or alternating)")
+            && e.trim().lines().count() == 1,
+        "{e}"
+    );
     let o = policies(&["place-sim", "--osts", "0"], "");
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("'0' for '--osts <OSTS>': must be a whole number from 1 to 100000"));

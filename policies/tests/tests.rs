@@ -2,6 +2,7 @@
 //! tests`; one module: `… --test tests sim::`). The modules that run the `policies`
 //! binary need the `cli` feature (on by default).
 
+mod adaptbf_reference;
 mod capacity;
 #[cfg(feature = "cli")]
 mod cli;

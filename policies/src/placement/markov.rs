@@ -99,21 +99,30 @@ pub fn next_state(seq: &[i8], order: usize) -> Option<i8> {
 }
 
 /// Algorithm 1 end to end: the next `horizon` write sizes after `history`, predicted by
-/// an order-`order` chain (1 ≤ order ≤ 8; 0 predicts the mean). Empty if `history` is.
+/// an order-`order` chain (1 ≤ order ≤ 8; 0 predicts the mean).
+///
+/// * Empty unless `history` is longer than `order`: "the training sequence of requests
+///   is a list of any length longer than the order of Markov chain" (§III-B), so an
+///   application with no past (or too short a one) has no predicted requests.
+/// * A prediction is never below the smallest size in `history`: `μ − 1.7σ` (state −2)
+///   is negative for a history of a few large and many small sizes, and a size cannot
+///   be. State −2 is only predicted if it was seen, i.e. if the smallest size is below
+///   `μ − 0.85σ`, so the raised value stays in state −2.
 pub fn predict(history: &[f64], order: usize, horizon: usize) -> Vec<f64> {
-    if history.is_empty() || horizon == 0 {
+    if history.len() <= order || horizon == 0 {
         return Vec::new();
     }
     let (mu, sd) = mean_sd(history);
     if order == 0 || sd == 0.0 {
         return vec![mu; horizon];
     }
+    let smallest = history.iter().copied().fold(f64::INFINITY, f64::min);
     let mut seq = states(history, mu, sd);
     let mut out = Vec::with_capacity(horizon);
     for _ in 0..horizon {
         let s = next_state(&seq, order.min(MAX_ORDER)).unwrap_or(0);
         seq.push(s);
-        out.push(value_of(s, mu, sd));
+        out.push(value_of(s, mu, sd).max(smallest));
     }
     out
 }

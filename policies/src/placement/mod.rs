@@ -51,7 +51,7 @@
 //! * **Busy targets.** A target's I/O load (percent busy, e.g. from `brw_stats`, which
 //!   §III-D says the MDS uses to remove stragglers) is added to its space term.
 //! * A predicted request has the predicted bytes and the stripe count of its
-//!   application's current request.
+//!   application's first current request (the paper derives the count from the bytes).
 //!
 //! ## Baselines (§IV-B)
 //!
@@ -493,7 +493,10 @@ fn room(t: &Target, unit: f64) -> i64 {
 }
 
 /// The predicted requests: `predict` per application of the current requests, in
-/// order of application first appearance then time.
+/// order of application first appearance then time. An application's chain is trained
+/// on its history followed by the sizes of all its current requests (Algorithm 1's input
+/// is "the set of current requests' write bytes"; a size of 0, unknown, is left out);
+/// its predicted requests have the stripe count of its first current request.
 pub fn predictions(input: &PlaceInput, order: usize, predict: usize) -> Vec<Request> {
     if order == 0 || predict == 0 {
         return Vec::new();
@@ -503,21 +506,27 @@ pub fn predictions(input: &PlaceInput, order: usize, predict: usize) -> Vec<Requ
         .iter()
         .map(|h| (h.app, h.bytes.as_slice()))
         .collect();
-    let mut seen = HashSet::new();
-    let mut per_app: Vec<Vec<f64>> = Vec::new();
-    let mut apps: Vec<&Request> = Vec::new();
+    // Each application's first current request and its sizes, history first.
+    let mut apps: Vec<(&Request, Vec<f64>)> = Vec::new();
+    let mut index: HashMap<u32, usize> = HashMap::new();
     for r in &input.requests {
-        if !seen.insert(r.app) {
-            continue;
-        }
-        let mut h: Vec<f64> = hist.get(&r.app).map(|h| h.to_vec()).unwrap_or_default();
+        let i = *index.entry(r.app).or_insert_with(|| {
+            let past = hist.get(&r.app).map(|h| h.to_vec()).unwrap_or_default();
+            apps.push((r, past));
+            apps.len() - 1
+        });
         if r.bytes > 0.0 {
-            h.push(r.bytes);
+            apps[i].1.push(r.bytes);
         }
-        let start = h.len().saturating_sub(markov::DEFAULT_WINDOW);
-        per_app.push(markov::predict(&h[start..], order, predict));
-        apps.push(r);
     }
+    let per_app: Vec<Vec<f64>> = apps
+        .iter()
+        .map(|(_, h)| {
+            let start = h.len().saturating_sub(markov::DEFAULT_WINDOW);
+            markov::predict(&h[start..], order, predict)
+        })
+        .collect();
+    let apps: Vec<&Request> = apps.iter().map(|(r, _)| *r).collect();
     // Interleaved by horizon, so that dropping from the end removes the furthest ones.
     let mut out = Vec::new();
     for k in 0..predict {
@@ -527,7 +536,7 @@ pub fn predictions(input: &PlaceInput, order: usize, predict: usize) -> Vec<Requ
                     id: u64::MAX - out.len() as u64,
                     app: r.app,
                     stripes: r.stripes,
-                    bytes: b.max(0.0),
+                    bytes: b,
                 });
             }
         }
@@ -802,6 +811,40 @@ pub enum PlaceError {
     /// The requests (their number) fit one by one but not together.
     #[error("cannot place the {0} requests together: not enough free space on the targets")]
     NoSpace(usize),
+    /// A request that fits alone but not in the space the requests placed before it in
+    /// the same decision left (round-robin, random).
+    #[error("request {request}: cannot place {stripes} stripes after the requests before it: only {with_room} targets still have room for a stripe of {stripe_bytes} bytes")]
+    NoRoomLeft {
+        /// The request's id.
+        request: u64,
+        /// Its stripes.
+        stripes: u32,
+        /// Targets with room left for one of its stripes.
+        with_room: usize,
+        /// The size of one stripe.
+        stripe_bytes: f64,
+    },
+}
+
+/// Why `r` (`stripes` targets with `unit` bytes free each) cannot be placed in the free
+/// space `free` that the requests before it left: alone it does not fit at all, else
+/// the ones before it took the room.
+fn no_room_left(input: &PlaceInput, r: &Request, free: &[f64], unit: f64) -> PlaceError {
+    let alone = input.targets.iter().filter(|t| t.free() >= unit).count();
+    if r.stripes as usize > alone {
+        return PlaceError::TooFewTargets {
+            request: r.id,
+            stripes: r.stripes,
+            with_room: alone,
+            stripe_bytes: unit,
+        };
+    }
+    PlaceError::NoRoomLeft {
+        request: r.id,
+        stripes: r.stripes,
+        with_room: free.iter().filter(|&&f| f >= unit).count(),
+        stripe_bytes: unit,
+    }
 }
 
 fn place_mcmf(
@@ -888,7 +931,7 @@ fn place_round_robin(input: &PlaceInput, state: &mut PlacerState) -> Result<Deci
             }
         }
         if chosen.len() < r.stripes as usize {
-            return Err(infeasible(input, std::slice::from_ref(r)));
+            return Err(no_room_left(input, r, &free, unit));
         }
         state.next = (state.next + scanned) % n.max(1);
         for &k in &chosen {
@@ -933,7 +976,7 @@ fn place_random(input: &PlaceInput, seed: u64, decision: u64) -> Result<Decision
             }
         }
         if chosen.len() < r.stripes as usize {
-            return Err(infeasible(input, std::slice::from_ref(r)));
+            return Err(no_room_left(input, r, &free, unit));
         }
         for &k in &chosen {
             free[k] -= unit;

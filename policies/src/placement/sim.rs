@@ -116,6 +116,32 @@ pub fn paper_apps() -> Vec<App> {
     ]
 }
 
+/// Two applications that alternate large and small files ([`PlaceScenario::alternating`]).
+pub fn alternating_apps() -> Vec<App> {
+    vec![
+        App {
+            id: 1,
+            name: "BIG-SMALL",
+            period: 120.0,
+            sizes: vec![256.0 * GIB, 2.0 * GIB],
+            jitter: 0.05,
+            noise: 0.0,
+            stripes: 8,
+            files: 1,
+        },
+        App {
+            id: 2,
+            name: "SMALL-SMALL-BIG",
+            period: 60.0,
+            sizes: vec![1.0 * GIB, 1.0 * GIB, 96.0 * GIB],
+            jitter: 0.05,
+            noise: 0.0,
+            stripes: 4,
+            files: 1,
+        },
+    ]
+}
+
 /// A simulation setup.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlaceScenario {
@@ -183,6 +209,25 @@ impl PlaceScenario {
         }
     }
 
+    /// Prediction's test bench: two applications alternating large and small files (a
+    /// large file's stripes hold 24–32 GiB, a small one's 0.25 GiB) on 4 OSSes × 4 OSTs
+    /// of 3.6 TiB that start 70 % full (the first server's 90 %), with background
+    /// traffic; 4 hours of writes are 40 % of the cluster, more than its free space, so
+    /// the last files fail.
+    pub fn alternating(seed: u64) -> Self {
+        PlaceScenario {
+            osses: 4,
+            osts_per_oss: 4,
+            hours: 4.0,
+            apps: alternating_apps(),
+            fill: 0.4,
+            hot_fill: 0.9,
+            cold_fill: 0.7,
+            background: 0.25,
+            ..Self::paper(seed)
+        }
+    }
+
     /// Number of targets.
     pub fn targets(&self) -> usize {
         self.osses * self.osts_per_oss
@@ -228,6 +273,10 @@ pub struct PlaceSimResult {
     pub completed: usize,
     /// Predicted requests dropped because the network was infeasible (MCMF).
     pub dropped: usize,
+    /// Files the placer could not place (the cluster had no room for them).
+    pub failed: usize,
+    /// Bytes of the files placed.
+    pub placed_bytes: f64,
 }
 
 impl PlaceSimResult {
@@ -417,9 +466,11 @@ pub fn simulate(sc: &PlaceScenario, placer: &Placer) -> PlaceSimResult {
                 }
                 res.requests += 1;
                 let Ok(d) = place(placer, &input, &mut state) else {
-                    continue; // the cluster is full: the file fails
+                    res.failed += 1; // the cluster has no room for it: the file fails
+                    continue;
                 };
                 res.dropped += d.dropped;
+                res.placed_bytes += file_bytes;
                 let per = file_bytes / app.stripes as f64;
                 let r = live.len();
                 live.push(Live {
@@ -587,6 +638,41 @@ pub fn figures(seed: u64, hours: f64, osts: &[usize], scale_hours: f64) -> Figur
         scaling,
         markov,
     }
+}
+
+/// The placers compared on [`PlaceScenario::alternating`]: MCMF with and without
+/// prediction, and round-robin for reference.
+pub const PREDICTION_PLACERS: [&str; 3] = ["mcmf:3,3", "mcmf:0", "round-robin"];
+
+/// One run of [`PlaceScenario::alternating`] per placer of [`PREDICTION_PLACERS`].
+pub fn prediction_runs(seed: u64) -> Vec<PlaceSimResult> {
+    let sc = PlaceScenario::alternating(seed);
+    PREDICTION_PLACERS
+        .iter()
+        .map(|p| simulate(&sc, &Placer::parse(p).expect("known placer")))
+        .collect()
+}
+
+/// Markdown table of [`prediction_runs`].
+pub fn prediction_markdown(seed: u64, runs: &[PlaceSimResult]) -> String {
+    let mut s = format!(
+        "### Prediction: alternating large and small files on nearly full targets (seed {seed})\n\n| placer | files placed | files failed | GiB placed | disk max/mean at the end | mean CPU max/mean | mean bandwidth (MB/s) | predictions dropped |\n|---|---:|---:|---:|---:|---:|---:|---:|\n"
+    );
+    for r in runs {
+        let end = r.samples.last().map_or(1.0, |x| x.disk_ratio);
+        s.push_str(&format!(
+            "| {} | {} | {} | {:.1} | {:.3} | {:.3} | {:.1} | {} |\n",
+            r.placer,
+            r.requests - r.failed,
+            r.failed,
+            r.placed_bytes / GIB,
+            end,
+            r.mean_cpu_ratio(),
+            r.mean_bandwidth / MB,
+            r.dropped
+        ));
+    }
+    s
 }
 
 fn hours(h: Option<f64>) -> String {
