@@ -54,8 +54,11 @@ int main(int argc, char **argv) {
 
 /// A placed file written [`SIZED_BYTES`], duplicated (`dup`, `fcntl(F_DUPFD)`) and
 /// closed three times, then closed once more (`EBADF`); a file that existed already
-/// (not placed) written and closed; each close's result and `errno` printed.
+/// (not placed) written and closed; a placed file of 3 bytes duplicated by `dup2` and
+/// closed by `close` then `close_range`; a placed file of 7 bytes left open at exit;
+/// each close's result and `errno` printed.
 const SIZES_PROGRAM: &str = r#"
+#define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -80,6 +83,14 @@ int main(int argc, char **argv) {
     int plain = open("sized", O_WRONLY | O_APPEND);
     printf("plain write=%zd\n", write(plain, data, 10));
     closed("plain", plain);
+    int ranged = open("ranged", O_CREAT | O_WRONLY | O_EXCL, 0600);
+    printf("ranged write=%zd dup2=%d\n", write(ranged, data, 3), dup2(ranged, 200));
+    closed("ranged", ranged);
+    errno = 0;
+    int result = close_range(200, 200, 0);
+    printf("close_range=%d errno=%d\n", result, errno);
+    int left = open("left", O_CREAT | O_WRONLY | O_EXCL, 0600);
+    printf("left write=%zd\n", write(left, data, 7));
     return 0;
 }
 "#;
@@ -378,7 +389,7 @@ fn a_placed_file_reports_its_size_once_at_its_last_close() {
         setup.run_program(&program, "sizes-placed", Some(&[(name, &value)]), true);
     assert!(stderr.is_empty(), "{stderr}");
     assert_eq!(placed, native, "close results and errno unchanged");
-    assert_eq!(setup.recorded().len(), 1, "one file was created placed");
+    assert_eq!(setup.recorded().len(), 3, "three files were created placed");
     // The stage's connection ends with the process: everything it sent has been read.
     let deadline = Instant::now() + Duration::from_secs(30);
     while setup.seen.lock().unwrap().ended == 0 {
@@ -388,7 +399,7 @@ fn a_placed_file_reports_its_size_once_at_its_last_close() {
     let mount = setup.scratch.path().display().to_string();
     assert_eq!(
         setup.seen.lock().unwrap().sizes,
-        vec![(mount, SIZED_BYTES)],
-        "one size, at the last close, for the placed file only"
+        vec![(mount.clone(), SIZED_BYTES), (mount.clone(), 3), (mount, 7)],
+        "one size per placed file, at its last close or at exit"
     );
 }

@@ -394,6 +394,7 @@ pub(crate) fn leave_job_without_destructors() {
 extern "C" fn on_unload() {
     let _ = std::panic::catch_unwind(|| {
         let _io = StageIo::enter();
+        placed_files::report_open();
         // Credit still held by this process' threads goes back to the buckets (the
         // job's other processes go on using them).
         for counters in stats::every_thread() {

@@ -7,8 +7,11 @@
 //! controller as a `file_size` message.
 //!
 //! "Last close" is this process's: a `fork`ed child forgets the table (its closes
-//! report nothing; the parent's report when it closes its own copies), descriptors passed
-//! to other processes or left open at `exit`/`exec` report nothing, and at most
+//! report nothing; the parent's report when it closes its own copies); files still open
+//! when the process exits report their size from the stage's destructor (not after
+//! `_exit`, which runs none, nor at `exec`); descriptors passed to other processes are
+//! not followed; data still in a stdio buffer at `fclose` (a stream `fdopen`ed on a
+//! placed descriptor) is not counted (the size is taken before the call); and at most
 //! [`MAX_DESCRIPTORS`] descriptors of placed files are tracked at once (a file created
 //! beyond them reports nothing). A `dup2`/`dup3` over a tracked descriptor counts as
 //! its close even if the call then fails. Every other close costs one atomic load and a
@@ -111,6 +114,27 @@ pub(crate) fn closing_range(first: u32, last: u32) {
     }
 }
 
+/// At exit: reports the size of every file still open, once each.
+pub(crate) fn report_open() {
+    let open: Vec<(c_int, u64)> = locked(|| {
+        let mut open: Vec<(c_int, u64)> = Vec::new();
+        for (entry, file) in FDS.iter().zip(&FILES) {
+            let (fd, file) = (
+                entry.swap(FREE, Ordering::Relaxed),
+                file.load(Ordering::Relaxed),
+            );
+            if fd != FREE && !open.iter().any(|&(_, f)| f == file) {
+                open.push((fd, file));
+            }
+        }
+        OPEN.store(0, Ordering::Relaxed);
+        open
+    });
+    for (fd, file) in open {
+        report(fd, file);
+    }
+}
+
 #[cold]
 #[inline(never)]
 fn closing_cold(fd: c_int) {
@@ -125,9 +149,15 @@ fn closing_cold(fd: c_int) {
             .any(|(f, of)| f.load(Ordering::Relaxed) != FREE && of.load(Ordering::Relaxed) == file);
         (!others).then_some(file)
     });
-    let Some(file) = last else { return };
-    // SAFETY: a zeroed `stat` is valid plain data; `fd` is still open (we run before
-    // its close); a raw system call, no hook.
+    if let Some(file) = last {
+        report(fd, file);
+    }
+}
+
+/// Sends the size of `file`, open as `fd`, to the controller.
+fn report(fd: c_int, file: u64) {
+    // SAFETY: a zeroed `stat` is valid plain data; `fd` is still open (before its
+    // close, or at exit); a raw system call, no hook.
     let (found, st) = unsafe {
         let mut st: libc::stat = std::mem::zeroed();
         (libc::syscall(libc::SYS_fstat, fd, &mut st), st)
