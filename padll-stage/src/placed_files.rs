@@ -56,15 +56,13 @@ fn entry_of(fd: c_int) -> Option<usize> {
     FDS.iter().position(|e| e.load(Ordering::Relaxed) == fd)
 }
 
-/// Tracks `file` (a [`FILES`] value) under descriptor `fd`; false when the table is full.
-fn track(fd: c_int, file: u64) -> bool {
-    let Some(free) = entry_of(FREE) else {
-        return false;
-    };
-    FILES[free].store(file, Ordering::Relaxed);
-    FDS[free].store(fd, Ordering::Relaxed);
-    OPEN.fetch_add(1, Ordering::Relaxed);
-    true
+/// Tracks `file` (a [`FILES`] value) under descriptor `fd`, if the table has room.
+fn track(fd: c_int, file: u64) {
+    if let Some(free) = entry_of(FREE) {
+        FILES[free].store(file, Ordering::Relaxed);
+        FDS[free].store(fd, Ordering::Relaxed);
+        OPEN.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// `fd`, just returned by a placed creation on mountpoint `mount`, starts a file.
