@@ -16,6 +16,7 @@ mod lines;
 pub mod local;
 mod metrics;
 mod outbox;
+pub mod placement_history;
 pub mod placement_service;
 mod plan;
 pub mod policy;

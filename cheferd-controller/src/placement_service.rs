@@ -11,6 +11,7 @@
 //! placer = "mcmf"                # mcmf[:ORDER[,PREDICT]], round-robin, random[:SEED]
 //! feed = "/run/cheferd/ost-load" # per-target load, re-read every refresh_ms
 //! refresh_ms = 5000
+//! application = "program"       # what one application is: program, job, user+program
 //! ```
 //!
 //! **The feed** is what the operator points the service at: a text file (written by a
@@ -30,18 +31,26 @@
 //! renaming a new one over it (`lctl get_param … > feed.new && mv feed.new feed`): a
 //! file rewritten in place can be read half-written, and is then what it says. `simulated:OSSES:TARGETS` instead makes a
 //! feed of `OSSES × TARGETS` 1 TiB targets, target `i` being `(i mod 10) × 5 %` full
-//! (for tests and demos). Between refreshes every placed stripe counts as one stripe
-//! size used on its target, so consecutive files do not all go to the target that
+//! (for tests and demos). Between refreshes every placed stripe counts as used on its
+//! target (its share of the predicted size, or one stripe size), so consecutive files do not all go to the target that
 //! looked emptiest at the last refresh.
 //!
+//! **Sizes**: a stage cannot know a file's size at `open`; it reports the size each file
+//! it placed ends with (`FileSizes`), kept per application
+//! ([`crate::placement_history`]). A request of an application with a history carries
+//! the size its Markov chain predicts next (the placer's order), and MCMF also sees the
+//! application's predicted next requests (§III-C2); without a history (or with a placer
+//! other than `mcmf:ORDER>0`) a request counts one stripe size per stripe.
+//!
 //! Departures from the paper: loads come from a file the site fills rather than from a
-//! publisher on every OSS; requests carry no size (a stage cannot know it at `open`), so
-//! each counts one stripe size per stripe, and with no size history the Markov
-//! prediction has nothing to predict from (MCMF then places the current request alone).
+//! publisher on every OSS; a request's size is predicted, never told.
 
 use crate::bounds::LogLimit;
+use crate::placement_history::{ApplicationKey, SizeHistory};
 use crate::proto;
-use policies::placement::{self, Oss, PlaceInput, Placer, PlacerState, Request, Target};
+use policies::placement::{
+    self, markov, History, Oss, PlaceInput, Placer, PlacerState, Request, Target,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -74,6 +83,14 @@ pub struct PlacementConfig {
     /// How often the feed is re-read, ms.
     #[serde(default = "default_refresh_ms")]
     pub refresh_ms: u64,
+    /// What one application is, for its size history: `program` (the default), `job`
+    /// or `user+program` ([`ApplicationKey`]).
+    #[serde(default = "default_application")]
+    pub application: String,
+}
+
+fn default_application() -> String {
+    "program".into()
 }
 
 fn default_placer() -> String {
@@ -91,6 +108,8 @@ impl PlacementConfig {
             return Err(PlacementConfigError::RelativeMount(self.mount.clone()));
         }
         Placer::parse(&self.placer).map_err(PlacementConfigError::Placer)?;
+        ApplicationKey::parse(&self.application)
+            .ok_or_else(|| PlacementConfigError::Application(short(&self.application)))?;
         if !(100..=3_600_000).contains(&self.refresh_ms) {
             return Err(PlacementConfigError::RefreshMs(self.refresh_ms));
         }
@@ -121,6 +140,9 @@ pub enum PlacementConfigError {
     /// `feed` is neither an absolute path nor `simulated:…`.
     #[error("placement.feed = '{0}': an absolute path or simulated:OSSES:TARGETS")]
     Feed(String),
+    /// `application` names no [`ApplicationKey`].
+    #[error("placement.application = '{0}': expected one of {names}", names = ApplicationKey::NAMES)]
+    Application(String),
     /// The thread that reads the feed could not be started.
     #[error("placement: cannot start the feed's reader ({0})")]
     Reader(std::io::Error),
@@ -359,7 +381,11 @@ struct State {
 pub struct PlacementService {
     config: PlacementConfig,
     placer: Placer,
+    application: ApplicationKey,
     state: Arc<Mutex<State>>,
+    /// Each application's file sizes (its own lock: recording never waits for a
+    /// placement).
+    history: Mutex<SizeHistory>,
     /// Dropped with the service: the reader thread then ends.
     _stop_reading: mpsc::Sender<()>,
 }
@@ -390,17 +416,77 @@ impl PlacementService {
             .map_err(PlacementConfigError::Reader)?;
         Ok(PlacementService {
             placer: Placer::parse(&config.placer).map_err(PlacementConfigError::Placer)?,
+            application: ApplicationKey::parse(&config.application).unwrap_or_default(),
             config,
             state,
+            history: Mutex::default(),
             _stop_reading: stop_reading,
         })
     }
 
-    /// The targets for a new file of `request` (empty: no advice).
-    pub fn answer(&self, request: &proto::PlaceRequest) -> Vec<u32> {
+    /// The application `stage` belongs to (`[placement] application`).
+    pub fn application_of(&self, stage: &proto::Stage) -> String {
+        self.application.of(stage)
+    }
+
+    /// Adds the final sizes of files of `app` on `mount` (checked: at most
+    /// `MAX_FILE_SIZES`, each at most `MAX_FILE_BYTES`) to its history; sizes on
+    /// another mountpoint are not this service's.
+    pub fn record_sizes(
+        &self,
+        app: &str,
+        mount: &str,
+        sizes: &[u64],
+    ) -> Result<(), crate::placement_history::SizesRefused> {
+        crate::placement_history::check(sizes)?;
+        if mount == self.config.mount {
+            padll_wire::sync::lock(&self.history).record(app, sizes);
+        }
+        Ok(())
+    }
+
+    /// `app`'s sizes, oldest first.
+    pub fn sizes_of(&self, app: &str) -> Vec<f64> {
+        padll_wire::sync::lock(&self.history).of(app)
+    }
+
+    /// Every application's sizes, for the next leader.
+    pub fn saved_sizes(&self) -> Vec<crate::placement_history::SavedSizes> {
+        padll_wire::sync::lock(&self.history).saved()
+    }
+
+    /// Replaces the history by a previous leader's (checked against the bounds).
+    pub fn load_sizes(
+        &self,
+        saved: Vec<crate::placement_history::SavedSizes>,
+    ) -> Result<(), crate::placement_history::SizesRefused> {
+        *padll_wire::sync::lock(&self.history) = SizeHistory::load(saved)?;
+        Ok(())
+    }
+
+    /// The size `app`'s next file is predicted to have (its Markov chain of the
+    /// placer's order), or 0 without a history or a chain.
+    pub fn predicted_bytes(&self, app: &str) -> f64 {
+        let order = match self.placer {
+            Placer::Mcmf { order, .. } if order > 0 => order,
+            _ => return 0.0,
+        };
+        let history = self.sizes_of(app);
+        markov::predict(&history, order, 1)
+            .first()
+            .map_or(0.0, |b| b.max(0.0))
+    }
+
+    /// The targets for a new file of `request` of application `app` (if known; empty:
+    /// no advice).
+    pub fn answer(&self, request: &proto::PlaceRequest, app: Option<&str>) -> Vec<u32> {
         if request.mount != self.config.mount {
             return Vec::new();
         }
+        let (bytes, history) = match app {
+            Some(app) => (self.predicted_bytes(app), self.sizes_of(app)),
+            None => (0.0, Vec::new()),
+        };
         let mut state = padll_wire::sync::lock(&self.state);
         let State { input, placer } = &mut *state;
         let available = input
@@ -410,19 +496,29 @@ impl PlacementService {
         if available == 0 {
             return Vec::new();
         }
+        let stripes = request.stripes.clamp(1, available as u32);
         input.requests = vec![Request {
             id: request.request,
             app: 0,
-            stripes: request.stripes.clamp(1, available as u32),
-            bytes: 0.0,
+            stripes,
+            bytes,
+        }];
+        input.history = vec![History {
+            app: 0,
+            bytes: history,
         }];
         let decision = placement::place(&self.placer, input, placer);
         let Some(chosen) = decision.ok().and_then(|d| d.placements.into_iter().next()) else {
             return Vec::new();
         };
+        let stripe = if bytes > 0.0 {
+            bytes / f64::from(stripes)
+        } else {
+            placement::DEFAULT_STRIPE_SIZE
+        };
         for id in &chosen.targets {
             if let Some(target) = input.targets.iter_mut().find(|t| t.id == *id) {
-                target.used = (target.used + placement::DEFAULT_STRIPE_SIZE).min(target.capacity);
+                target.used = (target.used + stripe).min(target.capacity);
             }
         }
         chosen.targets
@@ -546,6 +642,7 @@ mod tests {
             request: 1,
             mount: "/lustre".into(),
             stripes,
+            stage_id: 0,
         }
     }
 
@@ -556,6 +653,7 @@ mod tests {
             placer: placer.into(),
             feed: feed.into(),
             refresh_ms,
+            application: "program".into(),
         })
         .unwrap()
     }
@@ -641,7 +739,7 @@ mod tests {
         // SAFETY: mkfifo reads the NUL-terminated path, which lives across the call.
         assert_eq!(unsafe { libc::mkfifo(made.as_ptr(), 0o600) }, 0);
         std::thread::sleep(Duration::from_millis(300));
-        assert_eq!(mapper.answer(&request(1)).len(), 1);
+        assert_eq!(mapper.answer(&request(1), None).len(), 1);
         std::fs::remove_file(&path).unwrap();
         std::fs::write(&path, feed_of(5, 0)).unwrap();
         targets_within(&mapper, Duration::from_secs(10), |n| n == 5);
@@ -651,20 +749,60 @@ mod tests {
     fn mcmf_places_on_the_emptiest_targets_of_distinct_servers() {
         // Targets 0 and 10 are empty (i mod 10 = 0), on servers 0 and 2 of 4 × 5.
         let mapper = service("mcmf", "simulated:4:5");
-        let mut first = mapper.answer(&request(2));
+        let mut first = mapper.answer(&request(2), None);
         first.sort();
         assert_eq!(first, vec![0, 10]);
         // Another mount, or no targets wanted beyond what exists: no advice / clamped.
         let mut other = request(1);
         other.mount = "/scratch".into();
-        assert!(mapper.answer(&other).is_empty());
-        assert_eq!(mapper.answer(&request(100)).len(), 20);
+        assert!(mapper.answer(&other, None).is_empty());
+        assert_eq!(mapper.answer(&request(100), None).len(), 20);
+    }
+
+    #[test]
+    fn a_predicted_large_file_goes_where_it_fits() {
+        // OST0 is the emptiest but on a busy server; OST1 and OST2, on an idle one,
+        // have 600 MB and 500 MB free: a small file goes to the idle server, a file of
+        // 800 MB fits only on OST0.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("feed");
+        std::fs::write(
+            &path,
+            "oss=0 cpu=90 memory=90\n\
+             obdfilter.l-OST0000.kbytestotal=1000000\n\
+             obdfilter.l-OST0000.kbytesavail=950000\n\
+             oss=1 cpu=0 memory=0\n\
+             obdfilter.l-OST0001.kbytestotal=1000000\n\
+             obdfilter.l-OST0001.kbytesavail=600000\n\
+             obdfilter.l-OST0002.kbytestotal=1000000\n\
+             obdfilter.l-OST0002.kbytesavail=500000\n",
+        )
+        .unwrap();
+        let mapper = service("mcmf", path.to_str().unwrap());
+        assert_eq!(mapper.predicted_bytes("small"), 0.0, "no history");
+        assert_eq!(mapper.answer(&request(1), Some("small")), vec![1]);
+        let big = 800u64 << 20;
+        mapper.record_sizes("big", "/lustre", &[big; 5]).unwrap();
+        assert_eq!(mapper.predicted_bytes("big"), big as f64);
+        assert_eq!(mapper.answer(&request(1), Some("big")), vec![0]);
+        // Sizes on another mountpoint are not this service's; bad ones are refused.
+        mapper.record_sizes("other", "/scratch", &[big]).unwrap();
+        assert!(mapper.sizes_of("other").is_empty());
+        let error = mapper.record_sizes("big", "/lustre", &[]).unwrap_err();
+        assert_eq!(error.to_string(), "0 sizes in one message (1 to 64)");
+        assert_eq!(mapper.sizes_of("big").len(), 5);
+        // A placer without a chain predicts nothing.
+        let round_robin = service("round-robin", path.to_str().unwrap());
+        round_robin.record_sizes("big", "/lustre", &[big]).unwrap();
+        assert_eq!(round_robin.predicted_bytes("big"), 0.0);
     }
 
     #[test]
     fn round_robin_goes_round() {
         let mapper = service("round-robin", "simulated:2:2");
-        let picks: Vec<u32> = (0..4).flat_map(|_| mapper.answer(&request(1))).collect();
+        let picks: Vec<u32> = (0..4)
+            .flat_map(|_| mapper.answer(&request(1), None))
+            .collect();
         let mut sorted = picks.clone();
         sorted.sort();
         assert_eq!(sorted, vec![0, 1, 2, 3], "{picks:?}");
@@ -674,7 +812,7 @@ mod tests {
     fn a_missing_feed_gives_no_advice() {
         let mapper = refreshed("mcmf", "/nonexistent/feed", 100);
         std::thread::sleep(Duration::from_millis(300));
-        assert!(mapper.answer(&request(1)).is_empty());
+        assert!(mapper.answer(&request(1), None).is_empty());
     }
 
     #[test]
@@ -684,6 +822,7 @@ mod tests {
             placer: placer.into(),
             feed: feed.into(),
             refresh_ms,
+            application: "program".into(),
         };
         for (bad, needle) in [
             (config("lustre", "mcmf", "/f", 5000), "placement.mount"),
@@ -695,6 +834,13 @@ mod tests {
             ),
             (config("/l", "mcmf", "simulated:0:4", 5000), "1 to 65536"),
             (config("/l", "mcmf", "simulated:x", 5000), "simulated:OSSES"),
+            (
+                PlacementConfig {
+                    application: "host".into(),
+                    ..config("/l", "mcmf", "/f", 5000)
+                },
+                "placement.application = 'host': expected one of program, job, user+program",
+            ),
         ] {
             let error = bad.validate().unwrap_err();
             assert!(error.to_string().contains(needle), "{error}");

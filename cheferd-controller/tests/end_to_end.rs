@@ -8,7 +8,9 @@ use crate::util::{assigned, job_id, read_line_with_timeout, Cluster, Replayer, S
 use cheferd_controller::global::Snapshot;
 use cheferd_controller::proto::{self, local_message, LocalMessage};
 use padll_wire::config::Identity;
-use padll_wire::control::{self, ControlMessage, StageMessage, PROTOCOL_VERSION};
+use padll_wire::control::{
+    self, ControlMessage, StageMessage, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
+};
 use std::io::{BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::process::Output;
@@ -458,6 +460,23 @@ fn garble_local_socket(cluster: &Cluster, node: &str) {
     let (mut stream, _) = connect(&socket);
     stream.write_all(b"{\"type\":\"hel").expect("write");
     drop(stream);
+
+    // A stage of the oldest version served is welcomed in its own version.
+    let (mut old, mut old_reader) = connect(&socket);
+    old.write_all(&hello(OLDEST_PROTOCOL_VERSION, "probe", &mount))
+        .expect("write");
+    let welcome = read_line_with_timeout(&mut old_reader, REPLY_TIMEOUT).expect("welcome");
+    assert!(
+        matches!(
+            control::decode::<ControlMessage>(welcome.trim_end()),
+            Ok(ControlMessage::Welcome {
+                version: OLDEST_PROTOCOL_VERSION,
+                ..
+            })
+        ),
+        "{welcome}"
+    );
+    drop((old, old_reader));
 
     let (mut stream, mut reader) = connect(&socket);
     stream

@@ -4,7 +4,9 @@
 //! comes back as `placed`. Without a service, or without a global controller, the answer
 //! is "no advice" (empty), at once. The whole chain, from a shell creating files under
 //! the stage to the layout given to the file system, runs with the test double of a
-//! Lustre client that `interpose-tests` uses.
+//! Lustre client that `interpose-tests` uses. The sizes stages report for the files
+//! they placed reach the global's history under the configured application, predict
+//! the next file's size, and survive a standby's takeover.
 
 use crate::util::*;
 use padll_wire::config::Identity;
@@ -43,10 +45,15 @@ pub(crate) struct Stage {
 
 impl Stage {
     pub(crate) fn register(socket: &Path, job: &str, mount: &Path) -> Stage {
+        Stage::register_as(socket, job, "placement-test", mount)
+    }
+
+    /// [`Stage::register`] as a process of `program`.
+    fn register_as(socket: &Path, job: &str, program: &str, mount: &Path) -> Stage {
         let mut stream = UnixStream::connect(socket).expect("connect to the stage socket");
         let hello = StageMessage::Hello {
             version: PROTOCOL_VERSION,
-            stage_name: "placement-test".into(),
+            stage_name: program.into(),
             identity: Identity {
                 job_id: job.into(),
                 job_size: 1,
@@ -75,6 +82,17 @@ impl Stage {
         control::decode(line.trim_end()).unwrap()
     }
 
+    /// Reports that a file it placed on `mount` ended with `bytes`.
+    fn file_size(&mut self, mount: &Path, bytes: u64) {
+        let size = StageMessage::FileSize {
+            mount: mount.display().to_string(),
+            bytes,
+        };
+        self.stream
+            .write_all(control::encode(&size).as_bytes())
+            .unwrap();
+    }
+
     /// Asks where a new file with `stripes` stripes on `mount` goes; the targets.
     pub(crate) fn place(&mut self, id: u64, mount: &Path, stripes: u32) -> Vec<u32> {
         let ask = StageMessage::Place {
@@ -100,16 +118,7 @@ impl Stage {
 }
 
 fn cluster(placement: &str) -> Cluster {
-    let mut cluster = Cluster::new(&format!(
-        r#"
-interval_ms = 500
-[[resource]]
-name = "{{scratch}}:metadata"
-max_rate = "1000"
-policy = "psfa"
-{placement}
-"#
-    ));
+    let mut cluster = unstarted(placement);
     cluster.start_global();
     cluster.start_local("n1");
     wait_for(Duration::from_secs(20), "the node attached", || {
@@ -118,6 +127,20 @@ policy = "psfa"
             .filter(|s| s.nodes.iter().any(|n| n.node == "n1" && n.attached))
     });
     cluster
+}
+
+/// A cluster configured with `placement`, nothing started.
+fn unstarted(placement: &str) -> Cluster {
+    Cluster::new(&format!(
+        r#"
+interval_ms = 500
+[[resource]]
+name = "{{scratch}}:metadata"
+max_rate = "1000"
+policy = "psfa"
+{placement}
+"#
+    ))
 }
 
 #[test]
@@ -242,4 +265,139 @@ fn files_a_shell_creates_get_the_services_targets() {
         targets.sort();
         assert_eq!(targets, vec![1, 4]);
     }
+}
+
+/// OST 0 has the most room but is on a busy server; OSTs 1 and 2, on an idle one, have
+/// 600 MB and 500 MB free: a small file goes to OST 1, one of [`BIG`] fits only on OST 0
+/// (which holds nine).
+const NEARLY_FULL: &str = "\
+oss=0 cpu=90 memory=90
+obdfilter.lustre-OST0000.kbytestotal=8000000
+obdfilter.lustre-OST0000.kbytesavail=7600000
+oss=1 cpu=0 memory=0
+obdfilter.lustre-OST0001.kbytestotal=1000000
+obdfilter.lustre-OST0001.kbytesavail=600000
+obdfilter.lustre-OST0002.kbytestotal=1000000
+obdfilter.lustre-OST0002.kbytesavail=500000
+";
+
+/// The size of the files the big writer's history holds.
+const BIG: u64 = 800 << 20;
+
+/// `[placement]` on the scratch mount over `feed`, applications named `application`.
+fn placement_section(feed: &Path, application: &str) -> String {
+    format!(
+        "[placement]\nmount = \"{{scratch}}\"\nplacer = \"mcmf\"\nfeed = \"{}\"\napplication = \"{application}\"\n",
+        feed.display()
+    )
+}
+
+/// Reports five [`BIG`] files of `stage` (more than the chain's order, 3), then waits
+/// for a placement of its own: the sizes went up the same stream before it, so the
+/// global has them.
+fn report_big_files(stage: &mut Stage, mount: &Path) -> Vec<u32> {
+    for _ in 0..5 {
+        stage.file_size(mount, BIG);
+    }
+    stage.place(100, mount, 1)
+}
+
+#[test]
+fn sizes_predict_the_next_file_of_the_same_application() {
+    let _turn = alone();
+    let feed = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(feed.path(), NEARLY_FULL).unwrap();
+    let mut cluster = cluster(&placement_section(feed.path(), "job"));
+    let socket = cluster.local_socket("n1");
+    let mount = cluster.scratch.clone();
+    let mut writer = Stage::register_as(&socket, &job_id("big"), "writer", &mount);
+    assert_eq!(
+        writer.place(1, &mount, 1),
+        vec![1],
+        "no history: a small file"
+    );
+    assert_eq!(
+        report_big_files(&mut writer, &mount),
+        vec![0],
+        "predicted big"
+    );
+    // `application = "job"`: another program of the job has the job's history; the
+    // same program in another job has none.
+    let mut same_job = Stage::register_as(&socket, &job_id("big"), "reader", &mount);
+    assert_eq!(same_job.place(1, &mount, 1), vec![0]);
+    let mut other_job = Stage::register_as(&socket, &job_id("small"), "writer", &mount);
+    assert_eq!(other_job.place(1, &mount, 1), vec![1]);
+    // Hostile sizes are dropped, naming why; the controllers carry on.
+    writer.file_size(&mount, padll_wire::control::MAX_FILE_BYTES + 1);
+    writer.file_size(Path::new("/elsewhere"), 1);
+    wait_for(Duration::from_secs(20), "the refusals logged", || {
+        let log = cluster.local_log("n1");
+        (log.contains("dropped a file size: 1152921504606846977 bytes is beyond")
+            && log.contains("dropped a file size: mount '/elsewhere' is not one of the stage's"))
+        .then_some(())
+    });
+    assert_eq!(
+        writer.place(2, &mount, 1),
+        vec![0],
+        "the history is unchanged"
+    );
+    assert!(cluster.controllers_alive());
+}
+
+#[test]
+fn with_the_program_as_application_its_runs_share_a_history() {
+    let _turn = alone();
+    let feed = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(feed.path(), NEARLY_FULL).unwrap();
+    let cluster = cluster(&placement_section(feed.path(), "program"));
+    let socket = cluster.local_socket("n1");
+    let mount = cluster.scratch.clone();
+    let mut first_run = Stage::register_as(&socket, &job_id("run1"), "writer", &mount);
+    assert_eq!(report_big_files(&mut first_run, &mount), vec![0]);
+    let mut next_run = Stage::register_as(&socket, &job_id("run2"), "writer", &mount);
+    assert_eq!(next_run.place(1, &mount, 1), vec![0]);
+    let mut other = Stage::register_as(&socket, &job_id("run1"), "other", &mount);
+    assert_eq!(other.place(1, &mount, 1), vec![1]);
+}
+
+#[test]
+#[cfg_attr(not(has_etcd), ignore = "etcd not installed")]
+fn the_size_history_survives_a_standby_takeover() {
+    use crate::standby::{Etcd, Global, ETCD_PREFIX};
+    let _turn = alone();
+    let feed = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(feed.path(), NEARLY_FULL).unwrap();
+    let mut cluster = unstarted(&placement_section(feed.path(), "program"));
+    let etcd = Etcd::start(cluster.dir.path(), 1, None);
+    let a = Global::start(&cluster, "a", &etcd);
+    a.wait_for_log(START_TIMEOUT, "elected leader");
+    let b = Global::start(&cluster, "b", &etcd);
+    b.wait_for_log(START_TIMEOUT, "following");
+    cluster.admin = a.admin.clone();
+    cluster.global_urls = format!("{},{}", b.url(), a.url());
+    cluster.start_local("n1");
+    let mount = cluster.scratch.clone();
+    let socket = cluster.local_socket("n1");
+    let mut writer = wait_for(Duration::from_secs(20), "placement through A", || {
+        let mut stage = Stage::register_as(&socket, &job_id("w"), "writer", &mount);
+        (stage.place(1, &mount, 1) == vec![1]).then_some(stage)
+    });
+    assert_eq!(report_big_files(&mut writer, &mount), vec![0]);
+    let key = format!("{ETCD_PREFIX}/placement-sizes");
+    wait_for(Duration::from_secs(20), "the sizes in etcd", || {
+        etcd.get(&key)
+            .filter(|saved| String::from_utf8_lossy(saved).contains("\"writer\""))
+    });
+    drop(a);
+    b.wait_for_log(Duration::from_secs(30), "elected leader");
+    assert!(b.log().contains("placement_apps=1"), "{}", b.log());
+    // The local controller follows B; its stages are announced again, and the
+    // writer's next file is predicted from the history A saved.
+    let mut id = 10;
+    wait_for(Duration::from_secs(30), "placement through B", || {
+        id += 1;
+        (writer.place(id, &mount, 1) == vec![0]).then_some(())
+    });
+    let mut other = Stage::register_as(&socket, &job_id("w"), "other", &mount);
+    assert_eq!(other.place(1, &mount, 1), vec![1]);
 }

@@ -417,6 +417,7 @@ impl Placer {
                     request,
                     mount: mount.display().to_string(),
                     stripes: 1,
+                    stage_id: 0,
                 })),
             })
             .unwrap();
@@ -500,6 +501,59 @@ fn attack_i_feeds_up_to_4_mib_are_used_and_refused_ones_do_not_block_requests() 
     wait_for(Duration::from_secs(20), "the next good feed taken", || {
         (place() == [1]).then_some(())
     });
+    assert!(cluster.controllers_alive());
+}
+
+/// Attack j: hostile file sizes on a node's stream — a batch over the bound, an empty
+/// one, a size beyond `MAX_FILE_BYTES`, a stage id never announced — are each dropped
+/// with one line naming why; placement goes on.
+#[test]
+fn attack_j_hostile_file_sizes_are_dropped_naming_why() {
+    let _turn = alone();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ost-load");
+    replace_feed(&path, &feed(2, 100));
+    let mut cluster = Cluster::new(&format!(
+        "{CONFIG}[placement]\nmount = \"{{scratch}}\"\nplacer = \"mcmf\"\nfeed = \"{}\"\n",
+        path.display()
+    ));
+    cluster.start_global();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let mut node = runtime.block_on(Placer::attach(&cluster, "n1"));
+    let scratch = cluster.scratch.clone();
+    let max = padll_wire::control::MAX_FILE_BYTES;
+    for (stage_id, bytes) in [
+        (1, vec![1; 65]),
+        (1, vec![]),
+        (1, vec![1, max + 1]),
+        (999, vec![max]),
+    ] {
+        node.tx
+            .send(LocalMessage {
+                body: Some(local_message::Body::FileSizes(proto::FileSizes {
+                    stage_id,
+                    mount: scratch.display().to_string(),
+                    bytes,
+                })),
+            })
+            .unwrap();
+    }
+    wait_for(Duration::from_secs(20), "every refusal logged", || {
+        let log = cluster.global_log();
+        [
+            "dropped file sizes: 65 sizes in one message (1 to 64)",
+            "dropped file sizes: 0 sizes in one message (1 to 64)",
+            &format!(
+                "dropped file sizes: a size of {} bytes is beyond {max}",
+                max + 1
+            ),
+            "dropped file sizes: unknown stage id 999",
+        ]
+        .iter()
+        .all(|line| log.contains(line))
+        .then_some(())
+    });
+    assert_eq!(runtime.block_on(node.place(&scratch)), [2]);
     assert!(cluster.controllers_alive());
 }
 

@@ -4,6 +4,7 @@
 //! every `LL_IOC_LOV_SETSTRIPE` with the layout it was given. A C program makes the
 //! creation calls (`open`, `openat`, `creat`, an existing file, `O_EXCL` on it) and
 //! prints what it saw; its output must be what it is natively, whatever the ioctl does.
+//! The controller also records the sizes the stage reports at a placed file's last close.
 
 use crate::util::*;
 use padll_wire::control::{self, ControlMessage, StageMessage, PROTOCOL_VERSION};
@@ -11,6 +12,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The targets the scripted controller gives (the first `stripes` of them).
@@ -50,6 +52,60 @@ int main(int argc, char **argv) {
 }
 "#;
 
+/// A placed file written [`SIZED_BYTES`], duplicated (`dup`, `fcntl(F_DUPFD)`) and
+/// closed three times, then closed once more (`EBADF`); a file that existed already
+/// (not placed) written and closed; a placed file of 3 bytes duplicated by `dup2` and
+/// closed by `close` then `close_range`; a placed file of 7 bytes left open at exit;
+/// each close's result and `errno` printed.
+const SIZES_PROGRAM: &str = r#"
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+static char data[12345];
+static void closed(const char *what, int fd) {
+    errno = 0;
+    int result = close(fd);
+    printf("%s: close=%d errno=%d\n", what, result, errno);
+}
+int main(int argc, char **argv) {
+    if (chdir(argv[1]) != 0) return 2;
+    int fd = open("sized", O_CREAT | O_WRONLY | O_EXCL, 0600);
+    printf("write=%zd\n", write(fd, data, sizeof data));
+    int copy = dup(fd);
+    int third = fcntl(fd, F_DUPFD, 100);
+    closed("first", fd);
+    closed("copy", copy);
+    printf("after=%zd\n", write(third, "x", 1));
+    closed("third", third);
+    closed("again", third);
+    int plain = open("sized", O_WRONLY | O_APPEND);
+    printf("plain write=%zd\n", write(plain, data, 10));
+    closed("plain", plain);
+    int ranged = open("ranged", O_CREAT | O_WRONLY | O_EXCL, 0600);
+    printf("ranged write=%zd dup2=%d\n", write(ranged, data, 3), dup2(ranged, 200));
+    closed("ranged", ranged);
+    errno = 0;
+    int result = close_range(200, 200, 0);
+    printf("close_range=%d errno=%d\n", result, errno);
+    int left = open("left", O_CREAT | O_WRONLY | O_EXCL, 0600);
+    printf("left write=%zd\n", write(left, data, 7));
+    return 0;
+}
+"#;
+
+/// The size [`SIZES_PROGRAM`]'s placed file ends with.
+const SIZED_BYTES: u64 = 12345 + 1;
+
+/// What the scripted controller saw: the sizes stages reported, and how many of their
+/// connections ended.
+#[derive(Default)]
+struct Seen {
+    sizes: Vec<(String, u64)>,
+    ended: usize,
+}
+
 /// `source` compiled with `cc` into `out` (`-shared` for a library).
 fn build(dir: &Path, name: &str, source: &str, shared: bool) -> PathBuf {
     let c = dir.join(format!("{name}.c"));
@@ -73,16 +129,17 @@ fn build(dir: &Path, name: &str, source: &str, shared: bool) -> PathBuf {
 
 /// A local controller that welcomes every stage (no limits) and answers each placement request
 /// with the first `stripes` of [`TARGETS`] (or never, if `answer` is false). Runs until
-/// the test ends.
-fn scripted_controller(socket: &Path, answer: bool) {
+/// the test ends; records what it is told in `seen`.
+fn scripted_controller(socket: &Path, answer: bool, seen: Arc<Mutex<Seen>>) {
     let listener = UnixListener::bind(socket).unwrap();
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(stream) = stream else { return };
+            let seen = seen.clone();
             std::thread::spawn(move || {
                 let mut writer = stream.try_clone().unwrap();
                 for line in BufReader::new(stream).lines() {
-                    let Ok(line) = line else { return };
+                    let Ok(line) = line else { break };
                     let replies = match control::decode::<StageMessage>(&line) {
                         Ok(StageMessage::Hello { .. }) => vec![
                             ControlMessage::Welcome {
@@ -101,12 +158,17 @@ fn scripted_controller(socket: &Path, answer: bool) {
                                 targets: TARGETS[..stripes as usize].to_vec(),
                             }]
                         }
+                        Ok(StageMessage::FileSize { mount, bytes }) => {
+                            seen.lock().unwrap().sizes.push((mount, bytes));
+                            Vec::new()
+                        }
                         _ => Vec::new(),
                     };
                     for reply in replies {
                         let _ = writer.write_all(control::encode(&reply).as_bytes());
                     }
                 }
+                seen.lock().unwrap().ended += 1;
             });
         }
     });
@@ -121,6 +183,7 @@ struct Setup {
     double: PathBuf,
     socket: PathBuf,
     log: PathBuf,
+    seen: Arc<Mutex<Seen>>,
 }
 
 impl Setup {
@@ -131,7 +194,8 @@ impl Setup {
         let program = build(&tools, "create", PROGRAM, false);
         let double = build(&tools, "libioctl-double.so", DOUBLE, true);
         let socket = tools.join("controller.sock");
-        scripted_controller(&socket, answer);
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        scripted_controller(&socket, answer, seen.clone());
         let log = tools.join("ioctl.log");
         let mut setup = Setup {
             scratch,
@@ -140,6 +204,7 @@ impl Setup {
             double,
             socket,
             log,
+            seen,
         };
         setup.native = setup.run("native", None, false);
         setup
@@ -167,6 +232,17 @@ impl Setup {
         stage: Option<&[(&str, &str)]>,
         double: bool,
     ) -> (String, String) {
+        self.run_program(&self.program, name, stage, double)
+    }
+
+    /// [`Setup::run_with_stderr`] of another `program`.
+    fn run_program(
+        &self,
+        program: &Path,
+        name: &str,
+        stage: Option<&[(&str, &str)]>,
+        double: bool,
+    ) -> (String, String) {
         let dir = self.scratch.join(name);
         std::fs::create_dir(&dir).unwrap();
         let mut env: Vec<(String, String)> = Vec::new();
@@ -187,7 +263,7 @@ impl Setup {
             ));
             env.push(("PLACEMENT_LOG".into(), self.log.display().to_string()));
         }
-        let program = self.program.to_str().unwrap();
+        let program = program.to_str().unwrap();
         let out = run(program, &[dir.to_str().unwrap()], &dir, &env);
         assert!(out.status.success());
         (
@@ -295,5 +371,35 @@ fn without_an_answer_files_are_created_as_usual() {
         started.elapsed() < Duration::from_secs(10),
         "{:?}",
         started.elapsed()
+    );
+}
+
+#[test]
+#[cfg_attr(not(has_cc), ignore = "cc not installed")]
+fn a_placed_file_reports_its_size_once_at_its_last_close() {
+    let _turn = crate::util::together();
+    let setup = Setup::new("sizes", true);
+    let tools = setup.scratch.join("tools");
+    let program = build(&tools, "sizes", SIZES_PROGRAM, false);
+    let (native, stderr) = setup.run_program(&program, "sizes-native", None, false);
+    assert!(stderr.is_empty(), "{stderr}");
+    assert!(native.contains("again: close=-1 errno=9"), "{native}");
+    let (name, value) = setup.placement(1);
+    let (placed, stderr) =
+        setup.run_program(&program, "sizes-placed", Some(&[(name, &value)]), true);
+    assert!(stderr.is_empty(), "{stderr}");
+    assert_eq!(placed, native, "close results and errno unchanged");
+    assert_eq!(setup.recorded().len(), 3, "three files were created placed");
+    // The stage's connection ends with the process: everything it sent has been read.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while setup.seen.lock().unwrap().ended == 0 {
+        assert!(Instant::now() < deadline, "the stage never disconnected");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mount = setup.scratch.path().display().to_string();
+    assert_eq!(
+        setup.seen.lock().unwrap().sizes,
+        vec![(mount.clone(), SIZED_BYTES), (mount.clone(), 3), (mount, 7)],
+        "one size per placed file, at its last close or at exit"
     );
 }

@@ -609,6 +609,21 @@ pub(crate) fn ask_placement(mount: &str, stripes: u32, wait: Duration) -> Option
     waiting.swap_remove(at).1.filter(|t| !t.is_empty())
 }
 
+/// How long an application thread closing a placed file may wait for the writer to
+/// report its size (the control thread may be writing); past it the size is lost.
+const FILE_SIZE_WAIT: Duration = Duration::from_millis(10);
+
+/// Reports the final size of a file this stage created placed on `mount` (called by
+/// an application thread at the file's last close, [`crate::placed_files`]).
+pub(crate) fn report_file_size(mount: &str, bytes: u64) {
+    let _io = StageIo::enter();
+    let line = control::encode(&StageMessage::FileSize {
+        mount: mount.to_string(),
+        bytes,
+    });
+    send_within(line.as_bytes(), Instant::now() + FILE_SIZE_WAIT);
+}
+
 /// Writes `line` for an application thread, never waiting past `deadline`: the writer
 /// is taken only when free (the control thread may be in a write to a controller that
 /// does not read), and the line goes out without blocking (a short line on a Unix

@@ -8,6 +8,7 @@ use crate::errno;
 use crate::fdtable;
 use crate::guard::{guarded, shielded};
 use crate::paths::{PathBuffer, Place};
+use crate::placed_files;
 use crate::resolve::{full_path, refresh_current_dir};
 use libc::{c_int, c_uint};
 use std::ffi::CStr;
@@ -57,11 +58,15 @@ pub(crate) fn before(effect: Effect) {
             Effect::CloseRange(first, last, flags)
                 if flags as c_uint & libc::CLOSE_RANGE_CLOEXEC == 0 =>
             {
+                placed_files::closing_range(first, last);
                 fdtable::forget_range(first, last)
             }
             Effect::CloseStream(stream) | Effect::Reopen(stream) if !stream.is_null() => {
-                fdtable::forget(fileno_unlocked(stream))
+                let fd = fileno_unlocked(stream);
+                placed_files::closing(fd);
+                fdtable::forget(fd)
             }
+            Effect::DupTo(old, new) if old != new => placed_files::closing(new),
             Effect::CloseDirStream(dir) => fdtable::forget(dir_fd(dir)),
             _ => {}
         }
@@ -112,18 +117,18 @@ fn after<R: Returned>(effect: Effect, target: Target, place: Place, result: &R) 
         }
         Effect::Dup(old) => {
             if let Some(new) = result.descriptor() {
-                fdtable::duplicate(old, new);
+                duplicate(old, new);
             }
         }
         Effect::DupTo(old, new) => {
             if result.descriptor() == Some(new) && old != new {
-                fdtable::duplicate(old, new);
+                duplicate(old, new);
             }
         }
         Effect::Fcntl(fd, cmd) => {
             if cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC {
                 if let Some(new) = result.descriptor() {
-                    fdtable::duplicate(fd, new);
+                    duplicate(fd, new);
                 }
             }
         }
@@ -138,6 +143,12 @@ fn after<R: Returned>(effect: Effect, target: Target, place: Place, result: &R) 
         | Effect::CloseStream(_)
         | Effect::CloseDirStream(_) => {}
     }
+}
+
+/// `new` is a duplicate of `old`: same place, same placed file.
+fn duplicate(old: c_int, new: c_int) {
+    fdtable::duplicate(old, new);
+    placed_files::duplicated(old, new);
 }
 
 /// Records a new descriptor; directories (and anything above a mountpoint) keep their

@@ -288,7 +288,10 @@ fn managed_with<R: Returned>(
     };
     match effect {
         // The descriptor closing is the call's managed target.
-        Effect::Close(fd) => fdtable::forget_placed(fd),
+        Effect::Close(fd) => {
+            crate::placed_files::closing(fd);
+            fdtable::forget_placed(fd)
+        }
         _ => before(effect),
     }
 

@@ -25,6 +25,7 @@ mod hooks;
 mod intercept;
 mod last_rules;
 mod paths;
+mod placed_files;
 mod placement;
 mod real;
 mod report;
@@ -363,6 +364,7 @@ extern "C" fn after_fork_in_child() {
     stats::reset();
     channels::reset_counters();
     shared::after_fork_in_child();
+    placed_files::forget_all();
     control::after_fork_in_child();
 }
 
@@ -392,6 +394,7 @@ pub(crate) fn leave_job_without_destructors() {
 extern "C" fn on_unload() {
     let _ = std::panic::catch_unwind(|| {
         let _io = StageIo::enter();
+        placed_files::report_open();
         // Credit still held by this process' threads goes back to the buckets (the
         // job's other processes go on using them).
         for counters in stats::every_thread() {

@@ -12,7 +12,8 @@
 //! `PADLL_PLACEMENT_WAIT_MS`, a file that exists already, an open of ours that fails
 //! (the real call then fails the same way, with its own `errno`). A failing ioctl (a
 //! target that is down) is ignored: the file gets the default layout at its first
-//! write, and `errno` is the program's.
+//! write, and `errno` is the program's. The descriptor is then followed until its
+//! file's last close, whose size goes to the controller ([`crate::placed_files`]).
 //!
 //! Only Lustre has this interface: a configured mountpoint that `statfs` does not report
 //! as Lustre ([`LL_SUPER_MAGIC`]) keeps placement off (one line at start), so other file
@@ -200,6 +201,7 @@ fn create_placed(
     // SAFETY: our new descriptor and a buffer of the layout's size, which the ioctl only
     // reads. Its outcome does not matter: without it the file has the default layout.
     unsafe { libc::ioctl(fd, LL_IOC_LOV_SETSTRIPE as _, layout.as_ptr()) };
+    crate::placed_files::created(fd, m);
     Some(fd)
 }
 

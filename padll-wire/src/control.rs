@@ -23,8 +23,17 @@ use crate::latency::LatencyRow;
 use crate::report::OpStats;
 use serde::{Deserialize, Serialize};
 
-/// Version of this protocol; a controller rejects stages of another version.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Version of this protocol; a controller rejects stages of a version outside
+/// [`OLDEST_PROTOCOL_VERSION`] ..= this. Version 2 added [`StageMessage::FileSize`].
+pub const PROTOCOL_VERSION: u32 = 2;
+
+/// The oldest stage version a controller still serves (a stage of version 1 never
+/// sends [`StageMessage::FileSize`]; it needs nothing else).
+pub const OLDEST_PROTOCOL_VERSION: u32 = 1;
+
+/// Largest file size a [`StageMessage::FileSize`] may report, bytes (1 EiB: beyond any
+/// file system's files; a larger value is a peer's error).
+pub const MAX_FILE_BYTES: u64 = 1 << 60;
 
 /// Longest line either side accepts, in bytes (a stage with the maximum 255 channels
 /// reports well under this).
@@ -67,6 +76,16 @@ pub enum StageMessage {
         mount: String,
         /// Storage targets wanted (stripe count, 1 … [`MAX_STRIPES`]).
         stripes: u32,
+    },
+    /// A file this stage created placed on `mount` (after a [`StageMessage::Place`])
+    /// held `bytes` when the stage closed its last descriptor of it (the size
+    /// history behind the prediction of the next files' sizes). At most
+    /// [`MAX_FILE_BYTES`].
+    FileSize {
+        /// The mountpoint the file is under (one of the stage's).
+        mount: String,
+        /// Its size, bytes.
+        bytes: u64,
     },
     /// Outcome of a [`ControlMessage::SetRules`].
     Applied {
@@ -269,6 +288,16 @@ mod tests {
             decode::<StageMessage>(encode(&hello).trim_end()).unwrap(),
             hello
         );
+        let size = StageMessage::FileSize {
+            mount: "/lustre".into(),
+            bytes: 4096,
+        };
+        let line = encode(&size);
+        assert_eq!(
+            line,
+            "{\"type\":\"file_size\",\"mount\":\"/lustre\",\"bytes\":4096}\n"
+        );
+        assert_eq!(decode::<StageMessage>(line.trim_end()).unwrap(), size);
     }
 
     #[test]

@@ -56,6 +56,7 @@ mod registry;
 mod schedule;
 mod service;
 mod service_times;
+mod sizes;
 mod snapshot;
 mod term;
 #[cfg(test)]

@@ -115,7 +115,10 @@ impl Controller {
         // Placement reads its feed: chosen outside the state lock.
         let placed = match (&message.body, &self.placement) {
             (Some(local_message::Body::PlaceRequest(request)), Some(service)) => {
-                Some((request.request, service.answer(request)))
+                Some((request.request, self.place(name, session, service, request)))
+            }
+            (Some(local_message::Body::FileSizes(sizes)), _) => {
+                return self.file_sizes(name, session, size, sizes);
             }
             (Some(local_message::Body::PlaceRequest(request)), None) => {
                 Some((request.request, Vec::new()))
@@ -256,7 +259,7 @@ impl Controller {
             Some(local_message::Body::Applied(applied)) => {
                 acked = node_acked(node, applied.cycle, last_cycle);
             }
-            Some(local_message::Body::PlaceRequest(_)) => {} // answered before the lock
+            Some(local_message::Body::PlaceRequest(_) | local_message::Body::FileSizes(_)) => {} // before the lock
             Some(local_message::Body::Register(_)) => {
                 warn!(node = name, "ignored a second register")
             }

@@ -3,11 +3,16 @@
 //! waiting for their answer per uid (and the relay's own caps per stage and node). Over a
 //! limit, or without a global controller, a request is answered "no advice" at once: the
 //! file is created as usual, and the stage does not wait.
+//!
+//! The final sizes of placed files (`file_size`) go upstream too, one `FileSizes` per
+//! size, at most [`PLACE_RATE_PER_STAGE`] a second per stage (a stage reports one per
+//! file it placed); a size over a stage's rate, of a mountpoint it did not register,
+//! or beyond [`MAX_FILE_BYTES`] is dropped, naming why.
 
 use super::Local;
 use crate::placement_service::Relay;
 use crate::proto::{self, local_message, LocalMessage};
-use padll_wire::control::ControlMessage;
+use padll_wire::control::{ControlMessage, MAX_FILE_BYTES};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
@@ -122,11 +127,43 @@ impl Local {
             request,
             mount,
             stripes,
+            stage_id,
         });
         if to.send(LocalMessage { body: Some(body) }).is_err() {
             self.placements.answered(request);
             self.placed(stage_id, id, Vec::new());
         }
+    }
+
+    /// Relays the final size of a file stage `stage_id` created placed on `mount`
+    /// upstream, within the stage's `rate` (dropped without a global controller: sizes
+    /// are advice for later files).
+    pub(super) fn relay_file_size(
+        &self,
+        stage_id: u64,
+        rate: &mut Rate,
+        mount: String,
+        bytes: u64,
+    ) -> Result<(), SizeRefused> {
+        if bytes > MAX_FILE_BYTES {
+            return Err(SizeRefused::TooLarge(bytes));
+        }
+        let registered = self
+            .lock_stages()
+            .get(&stage_id)
+            .is_some_and(|entry| entry.info.mountpoints.contains(&mount));
+        if !registered {
+            return Err(SizeRefused::Mount(padll_wire::control::short(&mount)));
+        }
+        if !rate.take(Instant::now()) {
+            return Err(SizeRefused::Rate);
+        }
+        self.send_upstream(local_message::Body::FileSizes(proto::FileSizes {
+            stage_id,
+            mount,
+            bytes: vec![bytes],
+        }));
+        Ok(())
     }
 
     /// Hands a stage the answer to its placement request `id`.
@@ -136,6 +173,20 @@ impl Local {
             let _ = entry.outbox.send(&ControlMessage::Placed { id, targets });
         }
     }
+}
+
+/// A stage's `file_size` dropped, and why.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum SizeRefused {
+    /// Beyond [`MAX_FILE_BYTES`] (the size).
+    #[error("{0} bytes is beyond {MAX_FILE_BYTES}")]
+    TooLarge(u64),
+    /// A mountpoint the stage did not register (shortened).
+    #[error("mount '{0}' is not one of the stage's")]
+    Mount(String),
+    /// Over the stage's rate.
+    #[error("more than {PLACE_RATE_PER_STAGE} a second")]
+    Rate,
 }
 
 #[cfg(test)]

@@ -14,7 +14,8 @@ use crate::proto::{self, local_message};
 use crate::usage::UsageTracker;
 use padll_wire::config::Identity;
 use padll_wire::control::{
-    self, ControlMessage, StageMessage, MAX_MESSAGE_BYTES, PROTOCOL_VERSION,
+    self, ControlMessage, StageMessage, MAX_MESSAGE_BYTES, OLDEST_PROTOCOL_VERSION,
+    PROTOCOL_VERSION,
 };
 use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
@@ -47,6 +48,8 @@ pub(super) async fn accept_stages(local: Arc<Local>, listener: UnixListener) {
 
 /// A stage's first message.
 struct Hello {
+    /// The stage's protocol version (its welcome names it back).
+    version: u32,
     stage_name: String,
     identity: Identity,
     mountpoints: Vec<String>,
@@ -83,12 +86,13 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
     let Some(hello) = read_hello(&mut reader, &mut write, &budgets, &credentials).await else {
         return;
     };
+    let version = hello.version;
     let Some(info) = identify(&local, &mut admission, &credentials, hello, &mut write).await else {
         return;
     };
     let stage_id = info.stage_id;
     let outbox = Outbox::new(admission.queued.clone(), local.queued.clone());
-    if !welcome(&local, stage_id, write, &outbox).await {
+    if !welcome(&local, stage_id, version, write, &outbox).await {
         return;
     }
     limited_info!(
@@ -118,6 +122,7 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
         uid: admission.uid(),
         place_rate: Rate::new(PLACE_RATE_PER_STAGE),
         uid_place_rate: admission.place_rate.clone(),
+        size_rate: Rate::new(PLACE_RATE_PER_STAGE),
     };
     loop {
         let line = tokio::select! {
@@ -176,11 +181,12 @@ async fn read_hello(
     };
     match hello {
         Ok(StageMessage::Hello {
-            version: PROTOCOL_VERSION,
+            version: version @ OLDEST_PROTOCOL_VERSION..=PROTOCOL_VERSION,
             stage_name,
             identity,
             mountpoints,
         }) => Some(Hello {
+            version,
             stage_name,
             identity,
             mountpoints,
@@ -225,6 +231,7 @@ async fn identify(
         stage_name,
         identity,
         mountpoints,
+        ..
     } = hello;
     let pid = credentials.pid().map_or(identity.pid, |p| p as u32);
     let resolved = {
@@ -296,15 +303,17 @@ async fn identify(
     Some(info)
 }
 
-/// Welcomes the stage and starts the task writing its outbox to it; `false` if it left.
+/// Welcomes the stage in its protocol `version` and starts the task writing its outbox
+/// to it; `false` if it left.
 async fn welcome(
     local: &Local,
     stage_id: u64,
+    version: u32,
     mut write: OwnedWriteHalf,
     outbox: &Arc<Outbox>,
 ) -> bool {
     let welcome = ControlMessage::Welcome {
-        version: PROTOCOL_VERSION,
+        version,
         stage_id,
         report_interval_ms: local.options.report_interval.as_millis() as u64,
     };
@@ -327,6 +336,8 @@ struct Registered {
     /// The placement requests it may make, and those of its uid.
     place_rate: Rate,
     uid_place_rate: Arc<Mutex<Rate>>,
+    /// The file sizes it may report.
+    size_rate: Rate,
 }
 
 impl Registered {
@@ -413,6 +424,11 @@ fn stage_message(local: &Local, stage: &mut Registered, message: StageMessage) {
             local.relay_placement(stage_id, stage.uid, id, mount, stripes)
         }
         StageMessage::Place { id, .. } => local.placed(stage_id, id, Vec::new()),
+        StageMessage::FileSize { mount, bytes } => {
+            if let Err(why) = local.relay_file_size(stage_id, &mut stage.size_rate, mount, bytes) {
+                limited_warn!(PEER_LOG, stage_id, "dropped a file size: {why}")
+            }
+        }
         StageMessage::Hello { .. } => {
             limited_warn!(PEER_LOG, stage_id, "ignored a second hello")
         }

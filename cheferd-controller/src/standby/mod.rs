@@ -168,6 +168,7 @@ async fn lead(
     let generation = store.generation().await?;
     let restored = store.restore(controller).await?;
     let policy_states = store.restore_policy_states(controller).await?;
+    let placement_apps = store.restore_placement_sizes(controller).await?;
     let (sender, receiver) = mpsc::unbounded_channel();
     leadership.persist_changes_to(sender);
     leadership.set(Role::Leader(Leader {
@@ -175,7 +176,7 @@ async fn lead(
         term,
         generation: Some(generation),
     }));
-    info!(term, %generation, restored, policy_states, advertise = %options.advertise, "elected leader");
+    info!(term, %generation, restored, policy_states, placement_apps, advertise = %options.advertise, "elected leader");
     let standbys = peers::Standbys::new(options.peer_tls.clone(), &options.advertise);
     tokio::select! {
         failed = store.persist(receiver) => Err(failed),

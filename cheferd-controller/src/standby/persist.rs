@@ -7,6 +7,8 @@
 //! - the policies' state (AdapTBF's records and remainders, jobs by id) in
 //!   `PREFIX/policy-state`, every [`POLICY_STATE_EVERY`] when it changed: a new leader
 //!   starts from records at most that old;
+//! - each application's file sizes (placement's history, `crate::placement_history`)
+//!   in `PREFIX/placement-sizes`, written with the policies' state;
 //! - the [`Generation`] of this etcd data, in `PREFIX/generation`, written by the first
 //!   leader that finds none there (new, wiped or rebuilt data; [`Generation`]).
 //!
@@ -22,6 +24,7 @@
 use super::etcd::{self, pb::v3electionpb::LeaderKey, Etcd};
 use super::StandbyError;
 use crate::global::{Change, Controller, Generation, PolicyState};
+use crate::placement_history::SavedSizes;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -110,6 +113,8 @@ pub struct Store {
     unfolded: AtomicUsize,
     /// `PREFIX/policy-state`.
     policy_state: String,
+    /// `PREFIX/placement-sizes`.
+    placement_sizes: String,
     /// `PREFIX/generation`.
     generation: String,
     /// This leader's election key, which guards every write.
@@ -125,6 +130,7 @@ impl Store {
             folded: format!("{prefix}/changes-folded"),
             unfolded: AtomicUsize::new(0),
             policy_state: format!("{prefix}/policy-state"),
+            placement_sizes: format!("{prefix}/placement-sizes"),
             generation: format!("{prefix}/generation"),
             leader,
         }
@@ -289,33 +295,63 @@ impl Store {
         }
     }
 
-    /// Saves the policies' state every [`POLICY_STATE_EVERY`] when it changed; fails
+    /// Loads the file sizes the last leader saved; returns for how many applications
+    /// (a history that does not decode or is out of bounds is skipped, saying so).
+    pub async fn restore_placement_sizes(
+        &self,
+        controller: &Controller,
+    ) -> Result<usize, StandbyError> {
+        let saved = self
+            .etcd
+            .get(&self.placement_sizes)
+            .await
+            .map_err(|e| read_failed("the placement sizes", &e))?;
+        let Some(saved) = saved else { return Ok(0) };
+        let loaded = serde_json::from_slice::<Vec<SavedSizes>>(&saved)
+            .map_err(|e| e.to_string())
+            .and_then(|sizes| {
+                controller
+                    .load_placement_sizes(sizes)
+                    .map_err(|e| e.to_string())
+            });
+        Ok(loaded.unwrap_or_else(|e| {
+            warn!(key = %self.placement_sizes, "the saved placement sizes were not restored: {}", padll_wire::control::short(&e));
+            0
+        }))
+    }
+
+    /// Saves the policies' state (and placement's file sizes) every [`POLICY_STATE_EVERY`] when it changed; fails
     /// when etcd refuses it because this controller no longer leads.
     pub async fn keep_policy_states(&self, controller: &Controller) -> StandbyError {
-        let mut written = Vec::new();
+        let mut written = (Vec::new(), Vec::new());
         let mut said = false;
         loop {
             tokio::time::sleep(POLICY_STATE_EVERY).await;
-            let states = controller.policy_states();
-            if states == written {
+            let saved = (controller.policy_states(), controller.placement_sizes());
+            if saved == written {
                 continue;
             }
-            let value = match serde_json::to_vec(&states) {
-                Ok(value) => value,
-                Err(source) => {
+            let (states, sizes) = match (serde_json::to_vec(&saved.0), serde_json::to_vec(&saved.1))
+            {
+                (Ok(states), Ok(sizes)) => (states, sizes),
+                (Err(source), _) | (_, Err(source)) => {
                     return StandbyError::Encode {
                         what: "the policy state",
                         source,
                     }
                 }
             };
+            let puts = vec![
+                etcd::put(&self.policy_state, states),
+                etcd::put(&self.placement_sizes, sizes),
+            ];
             match self
                 .etcd
-                .put_guarded(&self.leader.key, self.leader.rev, &self.policy_state, value)
+                .txn_guarded(&self.leader.key, self.leader.rev, puts)
                 .await
             {
                 Ok(true) => {
-                    written = states;
+                    written = saved;
                     said = false;
                 }
                 Ok(false) => return StandbyError::NoLongerLeads,
