@@ -72,6 +72,9 @@ pub struct MountTable {
     pairs: Option<[u64; PAIR_WORDS]>,
     /// The first bytes of every mountpoint, for [`MountTable::quick_absolute`].
     prefixes: Prefixes,
+    /// [`WIDE`] when the CPU has AVX2, else 0: how [`MountTable::quick_absolute`] scans
+    /// paths ([`scan_head`]). Chosen once, when the table is built.
+    wide_scan: usize,
 }
 
 /// Most mountpoint spellings [`Prefixes`] holds one by one; beyond that one entry
@@ -200,6 +203,7 @@ impl MountTable {
         nested: false,
         pairs: None,
         prefixes: Prefixes::EMPTY,
+        wide_scan: 0,
     };
 
     /// Builds the table from configured mountpoints. Each must be absolute; its
@@ -239,6 +243,7 @@ impl MountTable {
         });
         table.pairs = table.pair_filter();
         table.prefixes = Prefixes::new(&table.entries);
+        table.wide_scan = if has_avx2() { WIDE } else { 0 };
         Ok(table)
     }
 
@@ -309,7 +314,7 @@ impl MountTable {
     #[inline(always)]
     pub unsafe fn quick_absolute(&self, path: *const u8) -> Option<Place> {
         // SAFETY: `path` points to a NUL-terminated string (our caller's contract).
-        let (head, within) = unsafe { scan_head(path) }?;
+        let (head, within) = unsafe { scan_head(path, self.wide_scan) }?;
         // SAFETY: the string's first byte is `/`, not its NUL, so its second byte is
         // part of it or its NUL (our caller's contract).
         let second = unsafe { *path.add(1) };
@@ -584,17 +589,19 @@ unsafe fn head16(path: *const u8) -> Option<Head> {
 /// (as [`head16`]) and which of them are the string's (bit i: byte i precedes the NUL)
 /// if it is certainly clean; `None` if it may need folding or lies in the last 16
 /// bytes of its page. On x86-64 the first 16 bytes are read unaligned (so the bytes
-/// before the path need no masking, and the prefix comparison reuses them), then
-/// aligned blocks from the first one after them, each with the byte before it (read
-/// unaligned too: it lies in the previous block, which the string reached), so a `/`
-/// ending one block and a `/` or `.` opening the next need no carry. Each block is one
-/// test of one mask ([`block_stops`]): the string's first *stop* — its NUL, or a `/` or
-/// `.` right after a `/` — ends the scan, and the byte there says which.
+/// before the path need no masking, and the prefix comparison reuses them), then the
+/// rest in blocks, each with the byte before it (read unaligned too: the string's), so
+/// a `/` ending one block and a `/` or `.` opening the next need no carry. Each block is
+/// one test of one mask ([`block_stops`]): the string's first *stop* — its NUL, or a `/`
+/// or `.` right after a `/` — ends the scan, and the byte there says which. With `wide`
+/// [`WIDE`] (the CPU must have AVX2) the blocks are 32 bytes ([`stops_avx2`]) where they
+/// fit in a page; else (`wide` 0) 16 and aligned.
 ///
 /// # Safety
-/// `path` must point to a NUL-terminated string.
+/// `path` must point to a NUL-terminated string; `wide` is 0, or [`WIDE`] if the CPU
+/// has AVX2.
 #[inline(always)]
-unsafe fn scan_head(path: *const u8) -> Option<(Head, u32)> {
+unsafe fn scan_head(path: *const u8, wide: usize) -> Option<(Head, u32)> {
     // SAFETY: our caller's contract, passed on.
     let head = unsafe { head16(path) }?;
     #[cfg(all(target_arch = "x86_64", not(miri)))]
@@ -606,16 +613,26 @@ unsafe fn scan_head(path: *const u8) -> Option<(Head, u32)> {
         let mut block = path as usize;
         if stops == 0 {
             // No NUL among the first 16 bytes: the string goes on past them.
-            block = (path as usize + 16) & !15;
-            loop {
-                // SAFETY: `block` is 16-byte aligned, so its 16 bytes lie in one page,
-                // which holds a byte of the string (the bytes before it had no NUL), so
-                // it is mapped; the byte before it is the string's (block > path).
-                stops = unsafe { block_stops(block as *const u8) };
-                if stops != 0 {
-                    break;
+            let rest = path as usize + 16;
+            // One test for both: AVX2 and the 32 bytes at `rest` in one page.
+            if (rest + 32) & wide != 0 {
+                // SAFETY: the CPU has AVX2 (our caller's contract); the byte before
+                // `rest` is the string's, and the 32 bytes at `rest` lie in one page,
+                // which holds its byte 16, the string's or its NUL (checked above).
+                (block, stops) = unsafe { stops_avx2(rest as *const u8) };
+            } else {
+                block = rest & !15;
+                loop {
+                    // SAFETY: `block` is 16-byte aligned, so its 16 bytes lie in one
+                    // page, which holds a byte of the string (the bytes before it had
+                    // no NUL), so it is mapped; the byte before it is the string's
+                    // (block > path).
+                    stops = unsafe { block_stops(block as *const u8) };
+                    if stops != 0 {
+                        break;
+                    }
+                    block += 16;
                 }
-                block += 16;
             }
         }
         let stop = block + stops.trailing_zeros() as usize;
@@ -627,10 +644,97 @@ unsafe fn scan_head(path: *const u8) -> Option<(Head, u32)> {
     }
     #[cfg(not(all(target_arch = "x86_64", not(miri))))]
     {
+        let _ = wide;
         // SAFETY: our caller's contract, passed on.
         let len = unsafe { scan_absolute(path) }?;
         Some((head, (1u32 << len.min(16)) - 1))
     }
+}
+
+/// [`scan_head`]'s `wide` when the CPU has AVX2: the bits of an address that are all 0
+/// only within the first 32 bytes of a page, so that one mask test of the address 32
+/// bytes on from a read both chooses the 32-byte scan and refuses a read that may reach
+/// the next page.
+const WIDE: usize = 0xfe0;
+
+/// True when the CPU has AVX2 (for [`stops_avx2`]).
+fn has_avx2() -> bool {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    {
+        std::arch::is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    {
+        false
+    }
+}
+
+/// The first stop (as [`block_stops`]) of a string from `from` on, 32 bytes at a
+/// time: the 32 bytes at `from`, then 32-byte aligned blocks, each in one page (the
+/// first overlaps bytes already seen, which have no stop). Returns the address of the
+/// block holding it and the block's stop mask. Written whole in assembly, the loop
+/// included, so that the hook keeps no more registers than the pointer and the mask;
+/// the constants stay in vector registers, which the caller does not keep (all are
+/// caller-saved), and `vzeroupper` ends it, as the SSE code after it needs.
+///
+/// # Safety
+/// The CPU has AVX2; the byte before `from` is the string's; the 32 bytes at `from`
+/// lie in one page, which holds a byte of the string or its NUL.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[inline(always)]
+unsafe fn stops_avx2(from: *const u8) -> (usize, u32) {
+    let mut block = from as usize;
+    let mask: u32;
+    // SAFETY: the CPU has AVX2 (our caller's contract). Reads: the 32 bytes at `from`
+    // and the 32 before them shifted by one byte, which lie in mapped pages (our
+    // caller's contract); then each aligned block after them, read only while no NUL
+    // came before it, so its page holds a byte of the string, and the 32 bytes from the
+    // byte before it, the string's; two 16-byte statics. Writes only the named
+    // registers (the ymm ones are declared through their xmm halves: a caller built
+    // without AVX keeps nothing in the upper halves), no stack; the flags are declared.
+    unsafe {
+        std::arch::asm!(
+            "vbroadcasti128 ymm0, xmmword ptr [rip + {slashes}]",
+            "vbroadcasti128 ymm1, xmmword ptr [rip + {ones}]",
+            "vpxor xmm2, xmm2, xmm2",
+            // Bytes after a `/` that are `/` or `.` (or-ed with 1, both are `/`), and
+            // NULs.
+            "vpcmpeqb ymm3, ymm0, ymmword ptr [{p} - 1]",
+            "vpor ymm4, ymm1, ymmword ptr [{p}]",
+            "vpcmpeqb ymm4, ymm4, ymm0",
+            "vpand ymm4, ymm4, ymm3",
+            "vpcmpeqb ymm5, ymm2, ymmword ptr [{p}]",
+            "vpor ymm4, ymm4, ymm5",
+            "vptest ymm4, ymm4",
+            "jnz 3f",
+            "and {p}, -32",
+            "2:",
+            "add {p}, 32",
+            "vpcmpeqb ymm3, ymm0, ymmword ptr [{p} - 1]",
+            "vpor ymm4, ymm1, ymmword ptr [{p}]",
+            "vpcmpeqb ymm4, ymm4, ymm0",
+            "vpand ymm4, ymm4, ymm3",
+            "vpcmpeqb ymm5, ymm2, ymmword ptr [{p}]",
+            "vpor ymm4, ymm4, ymm5",
+            "vptest ymm4, ymm4",
+            "jz 2b",
+            "3:",
+            "vpmovmskb {mask:e}, ymm4",
+            "vzeroupper",
+            p = inout(reg) block,
+            mask = out(reg) mask,
+            slashes = sym SLASHES,
+            ones = sym ONES,
+            out("xmm0") _,
+            out("xmm1") _,
+            out("xmm2") _,
+            out("xmm3") _,
+            out("xmm4") _,
+            out("xmm5") _,
+            options(nostack, readonly, pure),
+        );
+    }
+    (block, mask)
 }
 
 /// Bit i set when byte i of the first 16 bytes of a path is a stop: a NUL, or a `/` or
