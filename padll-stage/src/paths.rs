@@ -1075,48 +1075,153 @@ mod tests {
         assert_eq!(table.place_of(b"/etc/passwd"), Place::Managed(0));
     }
 
+    /// Two pages, the second inaccessible: a string ending on the first page's last
+    /// byte is read right up to the page the scans must not touch.
+    struct GuardedPage {
+        base: *mut u8,
+    }
+
+    const PAGE: usize = 4096;
+
+    impl GuardedPage {
+        fn new() -> GuardedPage {
+            // SAFETY: a plain anonymous mapping, then its second page made inaccessible.
+            unsafe {
+                let map = libc::mmap(
+                    std::ptr::null_mut(),
+                    2 * PAGE,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                assert_ne!(map, libc::MAP_FAILED);
+                let base = map.cast::<u8>();
+                assert_eq!(
+                    libc::mprotect(base.add(PAGE).cast(), PAGE, libc::PROT_NONE),
+                    0
+                );
+                GuardedPage { base }
+            }
+        }
+
+        /// Writes `path` and its NUL at the end of the accessible page; returns where
+        /// it starts.
+        fn place_at_end(&mut self, path: &[u8]) -> *const u8 {
+            assert!(path.len() < PAGE);
+            // SAFETY: the last path.len() + 1 bytes of the accessible page.
+            unsafe {
+                let start = self.base.add(PAGE - 1 - path.len());
+                std::ptr::copy_nonoverlapping(path.as_ptr(), start, path.len());
+                *start.add(path.len()) = 0;
+                start
+            }
+        }
+    }
+
+    impl Drop for GuardedPage {
+        fn drop(&mut self) {
+            // SAFETY: the mapping made in `new`, no longer used.
+            unsafe { libc::munmap(self.base.cast(), 2 * PAGE) };
+        }
+    }
+
+    /// The `wide` arguments of [`scan_head`] this CPU can run: 16-byte blocks, and
+    /// 32-byte ones with AVX2.
+    fn scan_widths() -> Vec<usize> {
+        if has_avx2() {
+            vec![0, WIDE]
+        } else {
+            vec![0]
+        }
+    }
+
+    /// What [`scan_head`] must return for the string `bytes` at `at`: which of its
+    /// first 16 bytes are the string's, unless it has a `/` followed by `/` or `.`, or
+    /// starts in the last 16 bytes of a page.
+    fn expected_head(bytes: &[u8], at: *const u8) -> Option<u32> {
+        let dirty = bytes
+            .windows(2)
+            .any(|w| w[0] == b'/' && matches!(w[1], b'/' | b'.'));
+        let page_end = (at as usize + 16) & 0xff0 == 0;
+        (!dirty && !page_end).then_some((1u32 << bytes.len().min(16)) - 1)
+    }
+
+    /// Checks [`scan_head`] at every width against [`expected_head`], and its head
+    /// against the string's first bytes.
+    ///
+    /// # Safety
+    /// `at` points to `bytes` followed by a NUL.
+    unsafe fn check_scan_head(bytes: &[u8], at: *const u8) -> Result<(), TestCaseError> {
+        for wide in scan_widths() {
+            // SAFETY: our caller's contract; `wide` is one this CPU runs.
+            let scanned = unsafe { scan_head(at, wide) };
+            let within = scanned.map(|(_, within)| within);
+            prop_assert_eq!(within, expected_head(bytes, at), "wide {:#x}", wide);
+            if let Some((head, _)) = scanned {
+                let n = bytes.len().min(16);
+                prop_assert_eq!(mismatches(head, &bytes_16(bytes)) & ((1 << n) - 1), 0);
+            }
+        }
+        Ok(())
+    }
+
+    /// The first (up to) 16 bytes of `bytes`, zero-padded.
+    fn bytes_16(bytes: &[u8]) -> [u8; 16] {
+        let mut first = [0; 16];
+        let n = bytes.len().min(16);
+        first[..n].copy_from_slice(&bytes[..n]);
+        first
+    }
+
+    /// A path of `len` bytes made of names from `names` (a leading `/` if `absolute`),
+    /// with `special` (`//`, `/.`, `/..` or nothing) put in at `at` (modulo its length).
+    fn path_with(
+        names: &[String],
+        len: usize,
+        absolute: bool,
+        special: &str,
+        at: usize,
+    ) -> Vec<u8> {
+        let mut path: Vec<u8> = if absolute { b"/".to_vec() } else { Vec::new() };
+        let mut names = names.iter().cycle();
+        while path.len() < len {
+            path.extend_from_slice(names.next().map_or(b"a", |n| n.as_bytes()));
+            path.push(b'/');
+        }
+        path.truncate(len);
+        let at = at % (path.len() + 1);
+        path.splice(at..at, special.bytes());
+        path
+    }
+
     #[test]
     fn scans_stop_at_the_page_end() {
-        // A path ending on the last byte of a page whose next page is inaccessible:
-        // the aligned reads of `scan` and the page check of `head16` must not fault.
-        // SAFETY: plain anonymous mapping, unmapped at the end.
-        unsafe {
-            let page = 4096;
-            let map = libc::mmap(
-                std::ptr::null_mut(),
-                2 * page,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            assert_ne!(map, libc::MAP_FAILED);
-            let base = map.cast::<u8>();
-            assert_eq!(
-                libc::mprotect(base.add(page).cast(), page, libc::PROT_NONE),
-                0
-            );
-            let table = MountTable::new(&["/tmp/x-m".into()]).unwrap();
-            for len in 0..40usize {
-                let start = base.add(page - 1 - len);
-                // `/t…`: a second byte some mountpoint has, so the 16 bytes are read.
-                for i in 0..len {
-                    *start.add(i) = match i {
-                        0 => b'/',
-                        1 => b't',
-                        _ => b'a' + (i % 26) as u8,
-                    };
-                }
-                *start.add(len) = 0;
-                let scanned = scan(start);
-                assert_eq!(scanned, Some(len), "length {len}");
+        // A path ending on the last byte of a page whose next page is inaccessible: the
+        // aligned reads of `scan` and `scan_head`, and the page checks of `head16` and
+        // of the 32-byte read, must not fault.
+        let mut page = GuardedPage::new();
+        let table = MountTable::new(&["/tmp/x-m".into()]).unwrap();
+        for len in 0..300usize {
+            // `/t…`: a second byte some mountpoint has, so the 16 bytes are read.
+            let path: Vec<u8> = (0..len)
+                .map(|i| match i {
+                    0 => b'/',
+                    1 => b't',
+                    _ => b'a' + (i % 26) as u8,
+                })
+                .collect();
+            let start = page.place_at_end(&path);
+            // SAFETY: `start` points to `path` and its NUL.
+            unsafe {
+                assert_eq!(scan(start), Some(len), "length {len}");
+                check_scan_head(&path, start).unwrap();
                 if len > 0 {
                     let quick = table.quick_absolute(start);
                     // Within the page's last 16 bytes the 16-byte read is refused.
                     assert_eq!(quick.is_none(), len < 16, "length {len}");
                 }
             }
-            libc::munmap(map, 2 * page);
         }
     }
 
@@ -1192,6 +1297,45 @@ mod tests {
                         || bytes.windows(2).any(|w| w.iter().all(|b| matches!(b, b'.' | b'/')))
                 ),
             }
+        }
+
+        // Both scans of `scan_head` agree with a byte-by-byte check, wherever the string
+        // starts relative to a 32-byte boundary, whatever follows its NUL, with a `//`,
+        // `/.` or `/..` anywhere or none.
+        #[test]
+        fn scan_head_agrees_with_bytewise_check(
+            names in proptest::collection::vec("[a-z][a-z.]{0,11}", 1..8),
+            len in 0usize..300,
+            absolute in proptest::bool::ANY,
+            special in prop_oneof!["", "//", "/[.]", "/[.][.]"],
+            at in 0usize..320,
+            offset in 0usize..32,
+            garbage in "[a./]{0,40}",
+        ) {
+            let path = path_with(&names, len, absolute, &special, at);
+            let mut storage = vec![b'/'; 400];
+            let base = (32 - storage.as_ptr() as usize % 32) % 32 + offset;
+            storage[base..base + path.len()].copy_from_slice(&path);
+            storage[base + path.len()] = 0;
+            let tail = base + path.len() + 1;
+            storage[tail..tail + garbage.len()].copy_from_slice(garbage.as_bytes());
+            // SAFETY: `path` and its NUL, inside `storage`.
+            unsafe { check_scan_head(&path, storage[base..].as_ptr()) }?;
+        }
+
+        // And up to the end of a page whose next page is inaccessible.
+        #[test]
+        fn scan_head_agrees_with_bytewise_check_at_the_page_end(
+            names in proptest::collection::vec("[a-z][a-z.]{0,11}", 1..8),
+            len in 0usize..300,
+            special in prop_oneof!["", "//", "/[.]", "/[.][.]"],
+            at in 0usize..320,
+        ) {
+            let path = path_with(&names, len, true, &special, at);
+            let mut page = GuardedPage::new();
+            let start = page.place_at_end(&path);
+            // SAFETY: `start` points to `path` and its NUL.
+            unsafe { check_scan_head(&path, start) }?;
         }
 
         // Normalisation is idempotent and never leaves dot components.
