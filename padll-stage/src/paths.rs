@@ -689,22 +689,21 @@ unsafe fn stops_avx2(from: *const u8) -> (usize, u32) {
     // and the 32 before them shifted by one byte, which lie in mapped pages (our
     // caller's contract); then each aligned block after them, read only while no NUL
     // came before it, so its page holds a byte of the string, and the 32 bytes from the
-    // byte before it, the string's; two 16-byte statics. Writes only the named
+    // byte before it, the string's; two 16-byte statics and a 32-byte one. Writes only the named
     // registers (the ymm ones are declared through their xmm halves: a caller built
     // without AVX keeps nothing in the upper halves), no stack; the flags are declared.
     unsafe {
         std::arch::asm!(
             "vbroadcasti128 ymm0, xmmword ptr [rip + {slashes}]",
             "vbroadcasti128 ymm1, xmmword ptr [rip + {ones}]",
-            "vpxor xmm2, xmm2, xmm2",
-            // Bytes after a `/` that are `/` or `.` (or-ed with 1, both are `/`), and
-            // NULs.
+            // Bytes after a `/` that are `/` or `.` (or-ed with 1, both are `/`) are
+            // cleared; then the zero bytes are the stops.
             "vpcmpeqb ymm3, ymm0, ymmword ptr [{p} - 1]",
             "vpor ymm4, ymm1, ymmword ptr [{p}]",
             "vpcmpeqb ymm4, ymm4, ymm0",
             "vpand ymm4, ymm4, ymm3",
-            "vpcmpeqb ymm5, ymm2, ymmword ptr [{p}]",
-            "vpor ymm4, ymm4, ymm5",
+            "vpandn ymm4, ymm4, ymmword ptr [{p}]",
+            "vpcmpeqb ymm4, ymm4, ymmword ptr [rip + {zeros}]",
             "vptest ymm4, ymm4",
             "jnz 3f",
             "and {p}, -32",
@@ -714,8 +713,8 @@ unsafe fn stops_avx2(from: *const u8) -> (usize, u32) {
             "vpor ymm4, ymm1, ymmword ptr [{p}]",
             "vpcmpeqb ymm4, ymm4, ymm0",
             "vpand ymm4, ymm4, ymm3",
-            "vpcmpeqb ymm5, ymm2, ymmword ptr [{p}]",
-            "vpor ymm4, ymm4, ymm5",
+            "vpandn ymm4, ymm4, ymmword ptr [{p}]",
+            "vpcmpeqb ymm4, ymm4, ymmword ptr [rip + {zeros}]",
             "vptest ymm4, ymm4",
             "jz 2b",
             "3:",
@@ -725,12 +724,11 @@ unsafe fn stops_avx2(from: *const u8) -> (usize, u32) {
             mask = out(reg) mask,
             slashes = sym SLASHES,
             ones = sym ONES,
+            zeros = sym ZEROS,
             out("xmm0") _,
             out("xmm1") _,
-            out("xmm2") _,
             out("xmm3") _,
             out("xmm4") _,
-            out("xmm5") _,
             options(nostack, readonly, pure),
         );
     }
@@ -819,6 +817,12 @@ struct Bytes([u8; 16]);
 static ONES: Bytes = Bytes([1; 16]);
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 static SLASHES: Bytes = Bytes([b'/'; 16]);
+/// 32 zero bytes, a memory operand of [`stops_avx2`] (so it needs no register set to 0).
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[repr(C, align(32))]
+struct Zeros([u8; 32]);
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+static ZEROS: Zeros = Zeros([0; 32]);
 
 /// Bit i set when byte i of `v` is `/` or `.` (`.` = 0x2e and `/` = 0x2f both become
 /// 0x2f when or-ed with 1). In assembly so that the two constants stay memory operands:
