@@ -686,10 +686,10 @@ unsafe fn stops_avx2(from: *const u8) -> (usize, u32) {
     let mut block = from as usize;
     let mask: u32;
     // SAFETY: the CPU has AVX2 (our caller's contract). Reads: the 32 bytes at `from`
-    // and the 32 before them shifted by one byte, which lie in mapped pages (our
-    // caller's contract); then each aligned block after them, read only while no NUL
-    // came before it, so its page holds a byte of the string, and the 32 bytes from the
-    // byte before it, the string's; two 16-byte statics and a 32-byte one. Writes only the named
+    // and the 32 from the byte before it, which lie in mapped pages (our caller's
+    // contract); then each aligned block after them, read only while no NUL came before
+    // it, so its page holds a byte of the string, and the 32 bytes from the byte before
+    // it, the string's; two 16-byte statics and a 32-byte one. Writes only the named
     // registers (the ymm ones are declared through their xmm halves: a caller built
     // without AVX keeps nothing in the upper halves), no stack; the flags are declared.
     unsafe {
