@@ -72,6 +72,9 @@ pub struct MountTable {
     pairs: Option<[u64; PAIR_WORDS]>,
     /// The first bytes of every mountpoint, for [`MountTable::quick_absolute`].
     prefixes: Prefixes,
+    /// [`WIDE`] when the CPU has AVX2, else 0: how [`MountTable::quick_absolute`] scans
+    /// paths ([`scan_head`]). Chosen once, when the table is built.
+    wide_scan: usize,
 }
 
 /// Most mountpoint spellings [`Prefixes`] holds one by one; beyond that one entry
@@ -200,6 +203,7 @@ impl MountTable {
         nested: false,
         pairs: None,
         prefixes: Prefixes::EMPTY,
+        wide_scan: 0,
     };
 
     /// Builds the table from configured mountpoints. Each must be absolute; its
@@ -239,6 +243,7 @@ impl MountTable {
         });
         table.pairs = table.pair_filter();
         table.prefixes = Prefixes::new(&table.entries);
+        table.wide_scan = if has_avx2() { WIDE } else { 0 };
         Ok(table)
     }
 
@@ -309,7 +314,7 @@ impl MountTable {
     #[inline(always)]
     pub unsafe fn quick_absolute(&self, path: *const u8) -> Option<Place> {
         // SAFETY: `path` points to a NUL-terminated string (our caller's contract).
-        let (head, within) = unsafe { scan_head(path) }?;
+        let (head, within) = unsafe { scan_head(path, self.wide_scan) }?;
         // SAFETY: the string's first byte is `/`, not its NUL, so its second byte is
         // part of it or its NUL (our caller's contract).
         let second = unsafe { *path.add(1) };
@@ -584,17 +589,19 @@ unsafe fn head16(path: *const u8) -> Option<Head> {
 /// (as [`head16`]) and which of them are the string's (bit i: byte i precedes the NUL)
 /// if it is certainly clean; `None` if it may need folding or lies in the last 16
 /// bytes of its page. On x86-64 the first 16 bytes are read unaligned (so the bytes
-/// before the path need no masking, and the prefix comparison reuses them), then
-/// aligned blocks from the first one after them, each with the byte before it (read
-/// unaligned too: it lies in the previous block, which the string reached), so a `/`
-/// ending one block and a `/` or `.` opening the next need no carry. Each block is one
-/// test of one mask ([`block_stops`]): the string's first *stop* — its NUL, or a `/` or
-/// `.` right after a `/` — ends the scan, and the byte there says which.
+/// before the path need no masking, and the prefix comparison reuses them), then the
+/// rest in blocks, each with the byte before it (read unaligned too: the string's), so
+/// a `/` ending one block and a `/` or `.` opening the next need no carry. Each block is
+/// one test of one mask ([`block_stops`]): the string's first *stop* — its NUL, or a `/`
+/// or `.` right after a `/` — ends the scan, and the byte there says which. With `wide`
+/// [`WIDE`] (the CPU must have AVX2) the blocks are 32 bytes ([`stops_avx2`]) where they
+/// fit in a page; else (`wide` 0) 16 and aligned.
 ///
 /// # Safety
-/// `path` must point to a NUL-terminated string.
+/// `path` must point to a NUL-terminated string; `wide` is 0, or [`WIDE`] if the CPU
+/// has AVX2.
 #[inline(always)]
-unsafe fn scan_head(path: *const u8) -> Option<(Head, u32)> {
+unsafe fn scan_head(path: *const u8, wide: usize) -> Option<(Head, u32)> {
     // SAFETY: our caller's contract, passed on.
     let head = unsafe { head16(path) }?;
     #[cfg(all(target_arch = "x86_64", not(miri)))]
@@ -606,16 +613,26 @@ unsafe fn scan_head(path: *const u8) -> Option<(Head, u32)> {
         let mut block = path as usize;
         if stops == 0 {
             // No NUL among the first 16 bytes: the string goes on past them.
-            block = (path as usize + 16) & !15;
-            loop {
-                // SAFETY: `block` is 16-byte aligned, so its 16 bytes lie in one page,
-                // which holds a byte of the string (the bytes before it had no NUL), so
-                // it is mapped; the byte before it is the string's (block > path).
-                stops = unsafe { block_stops(block as *const u8) };
-                if stops != 0 {
-                    break;
+            let rest = path as usize + 16;
+            // One test for both: AVX2 and the 32 bytes at `rest` in one page.
+            if (rest + 32) & wide != 0 {
+                // SAFETY: the CPU has AVX2 (our caller's contract); the byte before
+                // `rest` is the string's, and the 32 bytes at `rest` lie in one page,
+                // which holds its byte 16, the string's or its NUL (checked above).
+                (block, stops) = unsafe { stops_avx2(rest as *const u8) };
+            } else {
+                block = rest & !15;
+                loop {
+                    // SAFETY: `block` is 16-byte aligned, so its 16 bytes lie in one
+                    // page, which holds a byte of the string (the bytes before it had
+                    // no NUL), so it is mapped; the byte before it is the string's
+                    // (block > path).
+                    stops = unsafe { block_stops(block as *const u8) };
+                    if stops != 0 {
+                        break;
+                    }
+                    block += 16;
                 }
-                block += 16;
             }
         }
         let stop = block + stops.trailing_zeros() as usize;
@@ -627,10 +644,95 @@ unsafe fn scan_head(path: *const u8) -> Option<(Head, u32)> {
     }
     #[cfg(not(all(target_arch = "x86_64", not(miri))))]
     {
+        let _ = wide;
         // SAFETY: our caller's contract, passed on.
         let len = unsafe { scan_absolute(path) }?;
         Some((head, (1u32 << len.min(16)) - 1))
     }
+}
+
+/// [`scan_head`]'s `wide` when the CPU has AVX2: the bits of an address that are all 0
+/// only within the first 32 bytes of a page, so that one mask test of the address 32
+/// bytes on from a read both chooses the 32-byte scan and refuses a read that may reach
+/// the next page.
+const WIDE: usize = 0xfe0;
+
+/// True when the CPU has AVX2 (for [`stops_avx2`]).
+fn has_avx2() -> bool {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    {
+        std::arch::is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    {
+        false
+    }
+}
+
+/// The first stop (as [`block_stops`]) of a string from `from` on, 32 bytes at a
+/// time: the 32 bytes at `from`, then 32-byte aligned blocks, each in one page (the
+/// first overlaps bytes already seen, which have no stop). Returns the address of the
+/// block holding it and the block's stop mask. Written whole in assembly, the loop
+/// included, so that the hook keeps no more registers than the pointer and the mask;
+/// the constants stay in vector registers, which the caller does not keep (all are
+/// caller-saved), and `vzeroupper` ends it, as the SSE code after it needs.
+///
+/// # Safety
+/// The CPU has AVX2; the byte before `from` is the string's; the 32 bytes at `from`
+/// lie in one page, which holds a byte of the string or its NUL.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[inline(always)]
+unsafe fn stops_avx2(from: *const u8) -> (usize, u32) {
+    let mut block = from as usize;
+    let mask: u32;
+    // SAFETY: the CPU has AVX2 (our caller's contract). Reads: the 32 bytes at `from`
+    // and the 32 from the byte before it, which lie in mapped pages (our caller's
+    // contract); then each aligned block after them, read only while no NUL came before
+    // it, so its page holds a byte of the string, and the 32 bytes from the byte before
+    // it, the string's; two 16-byte statics and a 32-byte one. Writes only the named
+    // registers (the ymm ones are declared through their xmm halves: a caller built
+    // without AVX keeps nothing in the upper halves), no stack; the flags are declared.
+    unsafe {
+        std::arch::asm!(
+            "vbroadcasti128 ymm0, xmmword ptr [rip + {slashes}]",
+            "vbroadcasti128 ymm1, xmmword ptr [rip + {ones}]",
+            // Bytes after a `/` that are `/` or `.` (or-ed with 1, both are `/`) are
+            // cleared; then the zero bytes are the stops.
+            "vpcmpeqb ymm3, ymm0, ymmword ptr [{p} - 1]",
+            "vpor ymm4, ymm1, ymmword ptr [{p}]",
+            "vpcmpeqb ymm4, ymm4, ymm0",
+            "vpand ymm4, ymm4, ymm3",
+            "vpandn ymm4, ymm4, ymmword ptr [{p}]",
+            "vpcmpeqb ymm4, ymm4, ymmword ptr [rip + {zeros}]",
+            "vptest ymm4, ymm4",
+            "jnz 3f",
+            "and {p}, -32",
+            "2:",
+            "add {p}, 32",
+            "vpcmpeqb ymm3, ymm0, ymmword ptr [{p} - 1]",
+            "vpor ymm4, ymm1, ymmword ptr [{p}]",
+            "vpcmpeqb ymm4, ymm4, ymm0",
+            "vpand ymm4, ymm4, ymm3",
+            "vpandn ymm4, ymm4, ymmword ptr [{p}]",
+            "vpcmpeqb ymm4, ymm4, ymmword ptr [rip + {zeros}]",
+            "vptest ymm4, ymm4",
+            "jz 2b",
+            "3:",
+            "vpmovmskb {mask:e}, ymm4",
+            "vzeroupper",
+            p = inout(reg) block,
+            mask = out(reg) mask,
+            slashes = sym SLASHES,
+            ones = sym ONES,
+            zeros = sym ZEROS,
+            out("xmm0") _,
+            out("xmm1") _,
+            out("xmm3") _,
+            out("xmm4") _,
+            options(nostack, readonly, pure),
+        );
+    }
+    (block, mask)
 }
 
 /// Bit i set when byte i of the first 16 bytes of a path is a stop: a NUL, or a `/` or
@@ -715,6 +817,12 @@ struct Bytes([u8; 16]);
 static ONES: Bytes = Bytes([1; 16]);
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 static SLASHES: Bytes = Bytes([b'/'; 16]);
+/// 32 zero bytes, a memory operand of [`stops_avx2`] (so it needs no register set to 0).
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[repr(C, align(32))]
+struct Zeros([u8; 32]);
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+static ZEROS: Zeros = Zeros([0; 32]);
 
 /// Bit i set when byte i of `v` is `/` or `.` (`.` = 0x2e and `/` = 0x2f both become
 /// 0x2f when or-ed with 1). In assembly so that the two constants stay memory operands:
@@ -971,48 +1079,153 @@ mod tests {
         assert_eq!(table.place_of(b"/etc/passwd"), Place::Managed(0));
     }
 
+    /// Two pages, the second inaccessible: a string ending on the first page's last
+    /// byte is read right up to the page the scans must not touch.
+    struct GuardedPage {
+        base: *mut u8,
+    }
+
+    const PAGE: usize = 4096;
+
+    impl GuardedPage {
+        fn new() -> GuardedPage {
+            // SAFETY: a plain anonymous mapping, then its second page made inaccessible.
+            unsafe {
+                let map = libc::mmap(
+                    std::ptr::null_mut(),
+                    2 * PAGE,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                assert_ne!(map, libc::MAP_FAILED);
+                let base = map.cast::<u8>();
+                assert_eq!(
+                    libc::mprotect(base.add(PAGE).cast(), PAGE, libc::PROT_NONE),
+                    0
+                );
+                GuardedPage { base }
+            }
+        }
+
+        /// Writes `path` and its NUL at the end of the accessible page; returns where
+        /// it starts.
+        fn place_at_end(&mut self, path: &[u8]) -> *const u8 {
+            assert!(path.len() < PAGE);
+            // SAFETY: the last path.len() + 1 bytes of the accessible page.
+            unsafe {
+                let start = self.base.add(PAGE - 1 - path.len());
+                std::ptr::copy_nonoverlapping(path.as_ptr(), start, path.len());
+                *start.add(path.len()) = 0;
+                start
+            }
+        }
+    }
+
+    impl Drop for GuardedPage {
+        fn drop(&mut self) {
+            // SAFETY: the mapping made in `new`, no longer used.
+            unsafe { libc::munmap(self.base.cast(), 2 * PAGE) };
+        }
+    }
+
+    /// The `wide` arguments of [`scan_head`] this CPU can run: 16-byte blocks, and
+    /// 32-byte ones with AVX2.
+    fn scan_widths() -> Vec<usize> {
+        if has_avx2() {
+            vec![0, WIDE]
+        } else {
+            vec![0]
+        }
+    }
+
+    /// What [`scan_head`] must return for the string `bytes` at `at`: which of its
+    /// first 16 bytes are the string's, unless it has a `/` followed by `/` or `.`, or
+    /// starts in the last 16 bytes of a page.
+    fn expected_head(bytes: &[u8], at: *const u8) -> Option<u32> {
+        let dirty = bytes
+            .windows(2)
+            .any(|w| w[0] == b'/' && matches!(w[1], b'/' | b'.'));
+        let page_end = (at as usize + 16) & 0xff0 == 0;
+        (!dirty && !page_end).then_some((1u32 << bytes.len().min(16)) - 1)
+    }
+
+    /// Checks [`scan_head`] at every width against [`expected_head`], and its head
+    /// against the string's first bytes.
+    ///
+    /// # Safety
+    /// `at` points to `bytes` followed by a NUL.
+    unsafe fn check_scan_head(bytes: &[u8], at: *const u8) -> Result<(), TestCaseError> {
+        for wide in scan_widths() {
+            // SAFETY: our caller's contract; `wide` is one this CPU runs.
+            let scanned = unsafe { scan_head(at, wide) };
+            let within = scanned.map(|(_, within)| within);
+            prop_assert_eq!(within, expected_head(bytes, at), "wide {:#x}", wide);
+            if let Some((head, _)) = scanned {
+                let n = bytes.len().min(16);
+                prop_assert_eq!(mismatches(head, &bytes_16(bytes)) & ((1 << n) - 1), 0);
+            }
+        }
+        Ok(())
+    }
+
+    /// The first (up to) 16 bytes of `bytes`, zero-padded.
+    fn bytes_16(bytes: &[u8]) -> [u8; 16] {
+        let mut first = [0; 16];
+        let n = bytes.len().min(16);
+        first[..n].copy_from_slice(&bytes[..n]);
+        first
+    }
+
+    /// A path of `len` bytes made of names from `names` (a leading `/` if `absolute`),
+    /// with `special` (`//`, `/.`, `/..` or nothing) put in at `at` (modulo its length).
+    fn path_with(
+        names: &[String],
+        len: usize,
+        absolute: bool,
+        special: &str,
+        at: usize,
+    ) -> Vec<u8> {
+        let mut path: Vec<u8> = if absolute { b"/".to_vec() } else { Vec::new() };
+        let mut names = names.iter().cycle();
+        while path.len() < len {
+            path.extend_from_slice(names.next().map_or(b"a", |n| n.as_bytes()));
+            path.push(b'/');
+        }
+        path.truncate(len);
+        let at = at % (path.len() + 1);
+        path.splice(at..at, special.bytes());
+        path
+    }
+
     #[test]
     fn scans_stop_at_the_page_end() {
-        // A path ending on the last byte of a page whose next page is inaccessible:
-        // the aligned reads of `scan` and the page check of `head16` must not fault.
-        // SAFETY: plain anonymous mapping, unmapped at the end.
-        unsafe {
-            let page = 4096;
-            let map = libc::mmap(
-                std::ptr::null_mut(),
-                2 * page,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            assert_ne!(map, libc::MAP_FAILED);
-            let base = map.cast::<u8>();
-            assert_eq!(
-                libc::mprotect(base.add(page).cast(), page, libc::PROT_NONE),
-                0
-            );
-            let table = MountTable::new(&["/tmp/x-m".into()]).unwrap();
-            for len in 0..40usize {
-                let start = base.add(page - 1 - len);
-                // `/t…`: a second byte some mountpoint has, so the 16 bytes are read.
-                for i in 0..len {
-                    *start.add(i) = match i {
-                        0 => b'/',
-                        1 => b't',
-                        _ => b'a' + (i % 26) as u8,
-                    };
-                }
-                *start.add(len) = 0;
-                let scanned = scan(start);
-                assert_eq!(scanned, Some(len), "length {len}");
+        // A path ending on the last byte of a page whose next page is inaccessible: the
+        // aligned reads of `scan` and `scan_head`, and the page checks of `head16` and
+        // of the 32-byte read, must not fault.
+        let mut page = GuardedPage::new();
+        let table = MountTable::new(&["/tmp/x-m".into()]).unwrap();
+        for len in 0..300usize {
+            // `/t…`: a second byte some mountpoint has, so the 16 bytes are read.
+            let path: Vec<u8> = (0..len)
+                .map(|i| match i {
+                    0 => b'/',
+                    1 => b't',
+                    _ => b'a' + (i % 26) as u8,
+                })
+                .collect();
+            let start = page.place_at_end(&path);
+            // SAFETY: `start` points to `path` and its NUL.
+            unsafe {
+                assert_eq!(scan(start), Some(len), "length {len}");
+                check_scan_head(&path, start).unwrap();
                 if len > 0 {
                     let quick = table.quick_absolute(start);
                     // Within the page's last 16 bytes the 16-byte read is refused.
                     assert_eq!(quick.is_none(), len < 16, "length {len}");
                 }
             }
-            libc::munmap(map, 2 * page);
         }
     }
 
@@ -1088,6 +1301,45 @@ mod tests {
                         || bytes.windows(2).any(|w| w.iter().all(|b| matches!(b, b'.' | b'/')))
                 ),
             }
+        }
+
+        // Both scans of `scan_head` agree with a byte-by-byte check, wherever the string
+        // starts relative to a 32-byte boundary, whatever follows its NUL, with a `//`,
+        // `/.` or `/..` anywhere or none.
+        #[test]
+        fn scan_head_agrees_with_bytewise_check(
+            names in proptest::collection::vec("[a-z][a-z.]{0,11}", 1..8),
+            len in 0usize..300,
+            absolute in proptest::bool::ANY,
+            special in prop_oneof!["", "//", "/[.]", "/[.][.]"],
+            at in 0usize..320,
+            offset in 0usize..32,
+            garbage in "[a./]{0,40}",
+        ) {
+            let path = path_with(&names, len, absolute, &special, at);
+            let mut storage = vec![b'/'; 400];
+            let base = (32 - storage.as_ptr() as usize % 32) % 32 + offset;
+            storage[base..base + path.len()].copy_from_slice(&path);
+            storage[base + path.len()] = 0;
+            let tail = base + path.len() + 1;
+            storage[tail..tail + garbage.len()].copy_from_slice(garbage.as_bytes());
+            // SAFETY: `path` and its NUL, inside `storage`.
+            unsafe { check_scan_head(&path, storage[base..].as_ptr()) }?;
+        }
+
+        // And up to the end of a page whose next page is inaccessible.
+        #[test]
+        fn scan_head_agrees_with_bytewise_check_at_the_page_end(
+            names in proptest::collection::vec("[a-z][a-z.]{0,11}", 1..8),
+            len in 0usize..300,
+            special in prop_oneof!["", "//", "/[.]", "/[.][.]"],
+            at in 0usize..320,
+        ) {
+            let path = path_with(&names, len, true, &special, at);
+            let mut page = GuardedPage::new();
+            let start = page.place_at_end(&path);
+            // SAFETY: `start` points to `path` and its NUL.
+            unsafe { check_scan_head(&path, start) }?;
         }
 
         // Normalisation is idempotent and never leaves dot components.
