@@ -390,8 +390,7 @@ async fn attach_once(url: &str, node: &str, stages: usize) -> bool {
                     .map(|stage_id| proto::StageUsage {
                         stage_id,
                         resources: vec![proto::ResourceUsage {
-                            mount: "/scratch".into(),
-                            class: "metadata".into(),
+                            resource: 0, // its only resource, /scratch:metadata
                             rate: 1000.0 + stage_id as f64,
                             limit: 2000,
                             latency: Vec::new(),

@@ -42,11 +42,13 @@ pub mod proto {
     tonic::include_proto!("cheferd.v1");
 
     /// The version of this protocol, exchanged in `Register` / `Registered`; a peer of
-    /// another version is refused at `Register`, naming both. 4: a node acknowledges an
+    /// another version is refused at `Register`, naming both. 5: usage names its
+    /// resource by index into `Registered.resources`, as rules do (4 sent mount and class
+    /// strings for every stage and resource in every report). 4: a node acknowledges an
     /// `Enforce` in its next `Usage` (`applied`), and `Registered`/`Enforce` carry the
     /// leader's term (a 3 node would look unacknowledged to a 4 global and be re-sent
     /// everything each cycle). 3: rules name their resource by index into
     /// `Registered.resources` (2 sent its mount and class in every rule); since 2, usage
     /// is pushed on a `Schedule` (1 answered `Collect` requests).
-    pub const VERSION: u32 = 4;
+    pub const VERSION: u32 = 5;
 }

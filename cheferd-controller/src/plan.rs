@@ -50,8 +50,9 @@ pub struct StageView {
     pub job_size: u32,
     /// Its mountpoints.
     pub mountpoints: Vec<String>,
-    /// Its usage per resource over the last interval.
-    pub usage: Vec<(Resource, StageUsage)>,
+    /// Its usage per resource over the last interval, by index into the configured
+    /// resources.
+    pub usage: Vec<(usize, StageUsage)>,
 }
 
 /// Where each stage's usage of each configured resource is, resolved once for a set of
@@ -81,14 +82,14 @@ impl Layout {
         let resources = config.resources.len();
         let mut slots = Vec::with_capacity(stages.len() * resources);
         for stage in stages {
-            slots.extend(config.resources.iter().map(|r| {
+            slots.extend(config.resources.iter().enumerate().map(|(ri, r)| {
                 if !stage.mountpoints.contains(&r.resource.mount) {
                     return NOT_USED;
                 }
                 stage
                     .usage
                     .iter()
-                    .position(|(u, _)| *u == r.resource)
+                    .position(|&(u, _)| u == ri)
                     .map_or(NO_USAGE, |i| i as u32)
             }));
         }
@@ -457,7 +458,7 @@ mod tests {
         node: usize,
         job: JobKey,
         mounts: Vec<String>,
-        usage: Vec<(Resource, StageUsage)>,
+        usage: Vec<(usize, StageUsage)>,
     }
 
     fn stage(node: usize, job: JobKey, rate: f64, limit: u64) -> Owned {
@@ -465,7 +466,7 @@ mod tests {
             node,
             job,
             mounts: vec!["/scratch".into()],
-            usage: vec![(metadata(), StageUsage { rate, limit })],
+            usage: vec![(0, StageUsage { rate, limit })],
         }
     }
 

@@ -614,8 +614,11 @@ fn garble_global_port(cluster: &Cluster) {
     };
     for (first, needle) in [
         (register("intruder", 99), "protocol version 99"),
-        // Version 2 local controllers expect mount and class strings in every rule.
-        (register("old", proto::VERSION - 1), "protocol version 3"),
+        // Version 4 local controllers send mount and class strings in every report.
+        (
+            register("old", 4),
+            "protocol version 4 (or empty node name) not supported; expected 5",
+        ),
         (register("", proto::VERSION), "empty node name"),
         (
             local_message::Body::StageLeft(proto::StageLeft { stage_id: 1 }),

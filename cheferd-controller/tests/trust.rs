@@ -622,8 +622,8 @@ fn attack06_node_certificate_cannot_register_as_another_node() {
     );
 }
 
-/// Attack 7: usage `NaN` / `inf` over gRPC. Refused at the registry: `ctl jobs` works
-/// and the stage still gets its rules.
+/// Attack 7: usage `NaN` / `inf`, and of a resource index past the table, over gRPC.
+/// Refused at the registry: `ctl jobs` works and the stage still gets its rules.
 #[test]
 fn attack07_non_finite_usage_is_refused() {
     let _turn = alone();
@@ -644,7 +644,12 @@ fn attack07_non_finite_usage_is_refused() {
             node: "evil".into(),
             version: proto::VERSION,
         }));
-        for (id, job) in [(1, "nan-job"), (2, "inf-job"), (3, "neg-job")] {
+        for (id, job) in [
+            (1, "nan-job"),
+            (2, "inf-job"),
+            (3, "neg-job"),
+            (4, "far-job"),
+        ] {
             send(local_message::Body::StageJoined(proto::StageJoined {
                 stage: Some(proto::Stage {
                     stage_id: id,
@@ -672,19 +677,24 @@ fn attack07_non_finite_usage_is_refused() {
         let mut cycle = 0;
         loop {
             cycle += 1;
-            let stages = [(1, f64::NAN), (2, f64::INFINITY), (3, -5.0)]
-                .into_iter()
-                .map(|(id, rate)| proto::StageUsage {
-                    stage_id: id,
-                    resources: vec![proto::ResourceUsage {
-                        mount: mount.clone(),
-                        class: "metadata".into(),
-                        rate,
-                        limit: 0,
-                        latency: Vec::new(),
-                    }],
-                })
-                .collect();
+            // The configuration's one resource is index 0; stage 4 names one past it.
+            let stages = [
+                (1, 0, f64::NAN),
+                (2, 0, f64::INFINITY),
+                (3, 0, -5.0),
+                (4, 1, 1.0),
+            ]
+            .into_iter()
+            .map(|(id, index, rate)| proto::StageUsage {
+                stage_id: id,
+                resources: vec![proto::ResourceUsage {
+                    resource: index,
+                    rate,
+                    limit: 0,
+                    latency: Vec::new(),
+                }],
+            })
+            .collect();
             send(local_message::Body::Usage(proto::Usage {
                 cycle,
                 stages,
@@ -702,7 +712,7 @@ fn attack07_non_finite_usage_is_refused() {
                 Err(_) => {}
             }
             let now = tokio::time::Instant::now();
-            let all_ruled = [1, 2, 3]
+            let all_ruled = [1, 2, 3, 4]
                 .iter()
                 .all(|id| rules_seen.get(id).is_some_and(|n| *n > 0));
             if now > deadline || (now > enough && all_ruled) {
@@ -717,18 +727,22 @@ fn attack07_non_finite_usage_is_refused() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    for id in [1, 2, 3] {
+    for id in [1, 2, 3, 4] {
         assert!(
             rules_seen.get(&id).is_some_and(|n| *n > 0),
             "stage {id}: {rules_seen:?}"
         );
     }
     let snapshot = cluster.snapshot();
-    for job in ["nan-job", "inf-job", "neg-job"] {
+    for job in ["nan-job", "inf-job", "neg-job", "far-job"] {
         assert!(assigned(&snapshot, job) > 0.0, "{job} has no share");
     }
     let log = cluster.global_log();
     assert!(log.contains("ignored a usage report"), "refusal not logged");
+    assert!(
+        log.contains("resource 1 is not configured (the table has 1 resources)"),
+        "{log}"
+    );
     assert_rate_limited(&log, "ignored a usage report", attack.elapsed());
 }
 

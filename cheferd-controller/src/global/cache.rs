@@ -8,7 +8,6 @@
 
 use super::node::{Node, Slot};
 use crate::config::GlobalConfig;
-use crate::config::Resource;
 use crate::plan::{self, Plan, StageUsage, StageView};
 use crate::proto;
 use std::collections::BTreeMap;
@@ -96,7 +95,7 @@ impl PlanCache {
     /// Sets the usage of the stage at `slot` in its view, while the views are current (a
     /// stage's usage report updates it in place; stale views are rebuilt from the
     /// records).
-    pub(super) fn update_usage(&mut self, slot: &Slot, usage: &[(Resource, StageUsage)]) {
+    pub(super) fn update_usage(&mut self, slot: &Slot, usage: &[(usize, StageUsage)]) {
         let Slot::Cached(view) = *slot else {
             return;
         };

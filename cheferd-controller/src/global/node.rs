@@ -1,7 +1,6 @@
 //! The registry's records: a local controller (node) with its stages and orphans, and
 //! where the rates each stage was last sent are kept.
 
-use crate::config::Resource;
 use crate::outbox;
 use crate::plan::StageUsage;
 use crate::policy::JobKey;
@@ -50,9 +49,9 @@ pub(super) struct StageRecord {
     pub(super) stage: proto::Stage,
     /// Its job id, interned.
     pub(super) job: JobKey,
-    /// Its last reported usage per resource (updated in place: reports of a stage
-    /// name the same resources cycle after cycle).
-    pub(super) usage: Vec<(Resource, StageUsage)>,
+    /// Its last reported usage per resource, by index into the configured resources
+    /// (updated in place: reports of a stage name the same resources cycle after cycle).
+    pub(super) usage: Vec<(usize, StageUsage)>,
     /// Where the rates it was last sent are.
     pub(super) slot: Slot,
 }

@@ -13,7 +13,6 @@ use crate::plan::StageUsage;
 use crate::policy::JobKey;
 use crate::proto::{self, global_message, local_message, GlobalMessage, LocalMessage};
 use padll_wire::latency::BUCKETS;
-use padll_wire::ops::Class;
 use prost::Message;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -366,8 +365,10 @@ fn forget_job(jobs: &mut HashMap<JobKey, usize>, job: JobKey) {
 }
 
 /// Updates a stage's usage from a report, and its planner's view if current. Reports
-/// name the same resources in the same order cycle after cycle, so both are updated in
-/// place; anything else is rebuilt (and so are the views, next cycle).
+/// name the same resources (by index into the configured ones) in the same order cycle
+/// after cycle, so both are updated in place; anything else is rebuilt (and so are the
+/// views, next cycle). A report that names a resource not configured, one resource
+/// twice, or carries a rate or service times that cannot be, is refused whole.
 fn record_usage(
     record: &mut StageRecord,
     reported: &[proto::ResourceUsage],
@@ -375,98 +376,76 @@ fn record_usage(
     cache: &mut PlanCache,
     service: &mut ServiceTimes,
 ) -> Result<(), BadUsage> {
-    // Rates are tokens per second: finite, not negative, within what a channel can do.
-    if let Some(bad) = reported
-        .iter()
-        .find(|u| !(u.rate.is_finite() && u.rate >= 0.0 && u.rate <= MAX_REPORTED_RATE))
-    {
-        return Err(BadUsage::Rate {
-            rate: bad.rate,
-            mount: bad.mount.clone(),
-            class: bad.class.clone(),
-        });
-    }
-    if let Some(bad) = reported.iter().find(|u| u.latency.len() > BUCKETS) {
-        return Err(BadUsage::Latency {
-            buckets: bad.latency.len(),
-            mount: bad.mount.clone(),
-            class: bad.class.clone(),
-        });
-    }
-    // Only configured resources are kept (a report cannot make the record grow).
-    let position = |u: &proto::ResourceUsage| {
-        configured.iter().position(|r| {
-            let r = &r.resource;
-            r.mount == u.mount && r.class.name() == u.class
-        })
-    };
-    let mut kept = 0;
-    for u in reported {
-        if let Some(resource) = position(u) {
-            kept += 1;
-            // Within the layout: checked above.
-            let _ = service.add(resource, &u.latency);
+    for (i, u) in reported.iter().enumerate() {
+        let Some(resource) = configured.get(u.resource as usize) else {
+            return Err(BadUsage::Resource {
+                index: u.resource,
+                configured: configured.len(),
+            });
+        };
+        let resource = || resource.resource.clone();
+        // Rates are tokens per second: finite, not negative, within what a channel can do.
+        if !(u.rate.is_finite() && u.rate >= 0.0 && u.rate <= MAX_REPORTED_RATE) {
+            return Err(BadUsage::Rate {
+                rate: u.rate,
+                resource: resource(),
+            });
+        }
+        if u.latency.len() > BUCKETS {
+            return Err(BadUsage::Latency {
+                buckets: u.latency.len(),
+                resource: resource(),
+            });
+        }
+        // At most one entry per configured resource, so the record cannot grow past them.
+        if reported[..i].iter().any(|p| p.resource == u.resource) {
+            return Err(BadUsage::Repeated(resource()));
         }
     }
-    let reported = || reported.iter().filter(|u| position(u).is_some());
+    for u in reported {
+        // Within the layout: checked above.
+        let _ = service.add(u.resource as usize, &u.latency);
+    }
+    let usage_of = |u: &proto::ResourceUsage| StageUsage {
+        rate: u.rate,
+        limit: u.limit,
+    };
     let usage = &mut record.usage;
-    let same = usage.len() == kept
+    let same = usage.len() == reported.len()
         && usage
             .iter()
-            .zip(reported())
-            .all(|((r, _), u)| r.mount == u.mount && r.class.name() == u.class);
+            .zip(reported)
+            .all(|(&(r, _), u)| r == u.resource as usize);
     if same {
-        for ((_, value), u) in usage.iter_mut().zip(reported()) {
-            *value = StageUsage {
-                rate: u.rate,
-                limit: u.limit,
-            };
+        for ((_, value), u) in usage.iter_mut().zip(reported) {
+            *value = usage_of(u);
         }
         cache.update_usage(&record.slot, usage);
         return Ok(());
     }
     usage.clear();
-    usage.extend(reported().filter_map(|r| {
-        Some((
-            Resource {
-                mount: r.mount.clone(),
-                class: Class::from_name(&r.class)?,
-            },
-            StageUsage {
-                rate: r.rate,
-                limit: r.limit,
-            },
-        ))
-    }));
+    usage.extend(reported.iter().map(|u| (u.resource as usize, usage_of(u))));
     cache.invalidate();
     Ok(())
 }
 
-/// A usage report refused (the resource as the node named it, shown shortened).
+/// A usage report refused.
 #[derive(Debug, thiserror::Error)]
 enum BadUsage {
+    /// A resource index past the table sent in `Registered`.
+    #[error("resource {index} is not configured (the table has {configured} resources)")]
+    Resource { index: u32, configured: usize },
     /// A rate that is no number of tokens per second.
     #[error(
-        "rate {rate} of {}:{} is not a number of tokens per second (0 to {MAX_REPORTED_RATE})",
-        padll_wire::control::short(mount),
-        padll_wire::control::short(class)
+        "rate {rate} of {resource} is not a number of tokens per second (0 to {MAX_REPORTED_RATE})"
     )]
-    Rate {
-        rate: f64,
-        mount: String,
-        class: String,
-    },
+    Rate { rate: f64, resource: Resource },
     /// Service times in more buckets than the layout has.
-    #[error(
-        "service times of {}:{} in {buckets} buckets (the layout has {BUCKETS})",
-        padll_wire::control::short(mount),
-        padll_wire::control::short(class)
-    )]
-    Latency {
-        buckets: usize,
-        mount: String,
-        class: String,
-    },
+    #[error("service times of {resource} in {buckets} buckets (the layout has {BUCKETS})")]
+    Latency { buckets: usize, resource: Resource },
+    /// The same resource twice in one stage's report.
+    #[error("{0} reported twice")]
+    Repeated(Resource),
 }
 
 /// The highest usage rate a report may carry (a channel's maximum rate).

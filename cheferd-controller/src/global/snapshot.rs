@@ -51,6 +51,7 @@ impl Controller {
             .map(|p| p.latency.as_secs_f64() * 1e3)
             .collect();
         latencies.sort_by(f64::total_cmp);
+        let resources = &state.config.resources;
         Snapshot {
             cycle: state.cycle,
             uptime_s: self.started.elapsed().as_secs_f64(),
@@ -115,7 +116,7 @@ impl Controller {
                             usage: record
                                 .usage
                                 .iter()
-                                .map(|(r, v)| (r.to_string(), v.rate))
+                                .map(|&(r, v)| (resources[r].resource.to_string(), v.rate))
                                 .collect(),
                         }
                     })

@@ -92,8 +92,7 @@ fn report_timed(
         .map(|(stage_id, rate, latency)| proto::StageUsage {
             stage_id: *stage_id,
             resources: vec![proto::ResourceUsage {
-                mount: "/scratch".into(),
-                class: "metadata".into(),
+                resource: 0, // /scratch:metadata
                 rate: *rate,
                 limit: 0,
                 latency: latency.clone(),
@@ -438,6 +437,43 @@ async fn the_control_loop_runs_a_cycle_per_interval_and_the_metrics_count_each()
     ] {
         assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
     }
+}
+
+#[tokio::test]
+async fn a_report_naming_a_resource_not_configured_is_refused_and_the_next_is_taken() {
+    let controller = controller();
+    let (session, _inbox) = attach(&controller, "a");
+    join(&controller, "a", session, 1, 100, "A");
+    report(&controller, "a", session, 1, &[(1, 80.0)]);
+    let usage = |controller: &Controller| controller.snapshot().stages[0].usage.clone();
+    let before = usage(&controller);
+    assert_eq!(before["/scratch:metadata"], 80.0);
+    // Index 1 is past the one configured resource; index 0 twice names it twice.
+    for resources in [vec![1], vec![0, 1], vec![0, 0], vec![u32::MAX]] {
+        let stages = vec![proto::StageUsage {
+            stage_id: 1,
+            resources: resources
+                .into_iter()
+                .map(|resource| proto::ResourceUsage {
+                    resource,
+                    rate: 5.0,
+                    ..Default::default()
+                })
+                .collect(),
+        }];
+        let body = local_message::Body::Usage(proto::Usage {
+            cycle: 2,
+            stages,
+            applied: 0,
+        });
+        send(&controller, "a", session, body);
+        assert_eq!(usage(&controller), before);
+    }
+    // The stage keeps its place: its next good report is taken, and it is planned.
+    report(&controller, "a", session, 3, &[(1, 40.0)]);
+    assert_eq!(usage(&controller)["/scratch:metadata"], 40.0);
+    controller.cycle().await;
+    assert_eq!(controller.snapshot().shares.len(), 1);
 }
 
 #[tokio::test]
@@ -833,8 +869,7 @@ async fn four_thousand_nodes_report_spread_in_their_slots_and_ack_within_the_int
                             stages: vec![proto::StageUsage {
                                 stage_id: 1,
                                 resources: vec![proto::ResourceUsage {
-                                    mount: "/scratch".into(),
-                                    class: "metadata".into(),
+                                    resource: 0,
                                     rate: 1.0,
                                     ..Default::default()
                                 }],

@@ -1,7 +1,9 @@
 //! When and what usage is pushed to the global controller: the report clock the global
 //! controller schedules, and the usage of every stage over the interval that ends.
 
+use super::rules::TableResource;
 use super::Local;
+use crate::config::Resource;
 use crate::proto::{self, local_message, LocalMessage};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -46,13 +48,21 @@ impl ReportClock {
 }
 
 /// Pushes the usage of every stage over the control interval that ends now, with the
-/// acknowledgement of the latest `Enforce` applied.
+/// acknowledgement of the latest `Enforce` applied. Each resource is named by its index
+/// in the stream's resource table (`Registered`); usage of a resource not in it is left
+/// out (the global controller plans only the resources it has).
 pub(super) fn report_usage(
     local: &Local,
     upstream: &mpsc::UnboundedSender<LocalMessage>,
     cycle: u64,
     applied: u64,
+    table: &[Option<TableResource>],
 ) {
+    let index = |resource: &Resource| {
+        table
+            .iter()
+            .position(|r| r.as_ref().is_some_and(|r| r.resource == *resource))
+    };
     let mut stages = local.lock_stages();
     let usage = proto::Usage {
         cycle,
@@ -66,14 +76,15 @@ pub(super) fn report_usage(
                     stage_id: entry.info.stage_id,
                     resources: rates
                         .iter()
-                        .map(|(resource, rate)| proto::ResourceUsage {
-                            mount: resource.mount.clone(),
-                            class: resource.class.name().to_string(),
-                            rate: *rate,
-                            limit: entry.usage.limit(resource).unwrap_or(0),
-                            latency: latency
-                                .remove(resource)
-                                .map_or_else(Vec::new, |h| h.counts().to_vec()),
+                        .filter_map(|(resource, rate)| {
+                            Some(proto::ResourceUsage {
+                                resource: index(resource)? as u32,
+                                rate: *rate,
+                                limit: entry.usage.limit(resource).unwrap_or(0),
+                                latency: latency
+                                    .remove(resource)
+                                    .map_or_else(Vec::new, |h| h.counts().to_vec()),
+                            })
                         })
                         .collect(),
                 }

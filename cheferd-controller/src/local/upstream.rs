@@ -138,7 +138,7 @@ async fn follow(
                     return ended;
                 }
             }
-            cycle = session.clock.next() => report_usage(local, upstream, cycle, session.applied),
+            cycle = session.clock.next() => report_usage(local, upstream, cycle, session.applied, &session.resources),
         }
     }
 }
