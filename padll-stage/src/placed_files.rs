@@ -136,6 +136,11 @@ pub(crate) fn report_open() {
 #[cold]
 #[inline(never)]
 fn closing_cold(fd: c_int) {
+    // A negative number (`dup2(fd, -1)`, a stream without a descriptor) names no entry:
+    // it must not match a free one.
+    if fd < 0 {
+        return;
+    }
     let last = locked(|| {
         let at = entry_of(fd)?;
         let file = FILES[at].load(Ordering::Relaxed);
@@ -175,4 +180,25 @@ pub(crate) fn forget_all() {
     }
     OPEN.store(0, Ordering::Relaxed);
     BUSY.store(false, Ordering::Release);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Closing a negative number (a failing `dup2(fd, -1)`, `fclose` of a stream without
+    /// a descriptor) leaves the placed file tracked until its own close.
+    #[test]
+    fn a_negative_descriptor_closes_nothing() {
+        created(900, 0);
+        closing(-1);
+        assert_eq!(OPEN.load(Ordering::Relaxed), 1);
+        assert!(entry_of(900).is_some());
+        duplicated(900, 901);
+        closing(900);
+        assert_eq!(OPEN.load(Ordering::Relaxed), 1);
+        closing(901);
+        assert_eq!(OPEN.load(Ordering::Relaxed), 0);
+        assert!(entry_of(900).is_none() && entry_of(901).is_none());
+    }
 }
