@@ -1030,3 +1030,42 @@ async fn a_schedule_tells_its_wait_as_it_leaves_not_as_it_was_queued() {
     controller.as_sent(a, &mut schedule);
     assert_eq!(schedule.report_in_ms, 0);
 }
+
+/// A stream replaced by its node's new one, or whose node is gone, is heard no more:
+/// not even once another node took the place its node had.
+#[tokio::test(start_paused = true)]
+async fn a_replaced_or_ended_stream_reaches_no_node() {
+    let controller = controller();
+    let (first, _old_inbox) = attach(&controller, "a");
+    let (second, _inbox) = attach(&controller, "a");
+    join(&controller, "a", first, 1, 100, "A");
+    assert_eq!(node(&controller, "a").stages, 0);
+    join(&controller, "a", second, 2, 200, "A");
+    assert_eq!(node(&controller, "a").stages, 1);
+    controller.detach_node("a", first);
+    assert!(node(&controller, "a").attached);
+
+    // b ended without stages: forgotten at the next cycle, and c registers after.
+    let (b, _inbox_b) = attach(&controller, "b");
+    controller.detach_node("b", b);
+    controller.cycle().await;
+    assert!(controller.snapshot().nodes.iter().all(|n| n.node != "b"));
+    let (c, _inbox_c) = attach(&controller, "c");
+    join(&controller, "c", c, 3, 300, "C");
+    let before = node(&controller, "c");
+    assert_eq!((before.attached, before.stages), (true, 1));
+    join(&controller, "b", b, 4, 400, "B");
+    send(
+        &controller,
+        "b",
+        b,
+        local_message::Body::StageLeft(proto::StageLeft { stage_id: 3 }),
+    );
+    controller.detach_node("b", b);
+    let after = node(&controller, "c");
+    assert_eq!(
+        (after.attached, after.stages, after.bytes_in),
+        (true, 1, before.bytes_in)
+    );
+    assert!(controller.snapshot().nodes.iter().all(|n| n.node != "b"));
+}
