@@ -1,5 +1,6 @@
-//! The registry's records: a local controller (node) with its stages and orphans, and
-//! where the rates each stage was last sent are kept.
+//! The registry's records: a local controller (node) with its stages and orphans,
+//! where the rates each stage was last sent are kept, and the nodes, found by name or
+//! by their stream's handle.
 
 use crate::outbox;
 use crate::plan::StageUsage;
