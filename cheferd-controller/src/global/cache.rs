@@ -6,11 +6,10 @@
 //! [`PlanCache::invalidate`] — called whenever a stage or node comes or goes — has
 //! them rebuilt at the next cycle, carrying over what each stage was sent.
 
-use super::node::{Node, Slot};
+use super::node::{Nodes, Slot};
 use crate::config::GlobalConfig;
 use crate::plan::{self, Plan, StageUsage, StageView};
 use crate::proto;
-use std::collections::BTreeMap;
 use std::ops::Range;
 
 /// The planner's stage views and the rates last sent, kept between cycles.
@@ -45,7 +44,7 @@ impl PlanCache {
     pub(super) fn views(
         &mut self,
         config: &GlobalConfig,
-        nodes: &mut BTreeMap<String, Node>,
+        nodes: &mut Nodes,
     ) -> (&[StageView], &plan::Layout) {
         if !self.current {
             self.rebuild(config, nodes);
@@ -53,7 +52,7 @@ impl PlanCache {
         (&self.views, &self.layout)
     }
 
-    fn rebuild(&mut self, config: &GlobalConfig, nodes: &mut BTreeMap<String, Node>) {
+    fn rebuild(&mut self, config: &GlobalConfig, nodes: &mut Nodes) {
         let resources = config.resources.len();
         let previous_rates = std::mem::take(&mut self.sent);
         let previous_was_sent = std::mem::take(&mut self.was_sent);

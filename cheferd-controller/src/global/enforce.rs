@@ -3,14 +3,13 @@
 //! provisional rules of a stage that joins between cycles.
 
 use super::cache::PlanCache;
-use super::node::Node;
+use super::node::Nodes;
 use super::State;
 use crate::config::GlobalConfig;
 use crate::plan;
 use crate::policy::JobKey;
 use crate::proto::{self, global_message, GlobalMessage};
 use prost::Message;
-use std::collections::BTreeMap;
 use tracing::warn;
 
 /// Share of `Max_R` a stage of a brand-new job gets until the next cycle; also the
@@ -23,7 +22,7 @@ pub const PROVISIONAL_SHARE: f64 = 0.01;
 /// last ones; returns how many nodes were sent an `Enforce`.
 pub(super) fn enforce(
     config: &GlobalConfig,
-    nodes: &mut BTreeMap<String, Node>,
+    nodes: &mut Nodes,
     plan: &plan::Plan,
     cache: &mut PlanCache,
     cycle: u64,

@@ -31,14 +31,15 @@
 //! (then they are presumed gone with their node).
 //!
 //! One concept per module: `service` (the gRPC endpoint), `node` (the records of a node
-//! and its stages), `registry` (what each message of a stream does to them: nodes,
-//! stages, orphans), `jobs` (job-id interning and the terms in force), `schedule`
-//! (report slots and the collect wait), `cache` (the planner's views and the rates last
-//! sent, kept between cycles), `enforce` (the diff, acks and re-sends), `admin`
-//! (administrative changes), `snapshot` (what the admin CLI and metrics see),
-//! `latency` (every cycle's latency, for the metrics), `service_times` (the file
-//! system's service times per resource, from the stages' reports) and `capacity`
-//! (`max_rate = "auto"`: `Max_R` moved by those service times, before compute).
+//! and its stages, found by name or by stream), `registry` (what each message of a
+//! stream does to them: nodes, stages, orphans), `jobs` (job-id interning and the terms
+//! in force), `schedule` (report slots and the collect wait), `cache` (the planner's
+//! views and the rates last sent, kept between cycles), `enforce` (the diff, acks and
+//! re-sends), `admin` (administrative changes), `snapshot` (what the admin CLI and
+//! metrics see), `latency` (every cycle's latency, for the metrics), `service_times`
+//! (the file system's service times per resource, from the stages' reports) and
+//! `capacity` (`max_rate = "auto"`: `Max_R` moved by those service times, before
+//! compute).
 //!
 //! Time is tokio's clock ([`tokio::time::Instant`]): the system's in production, paused
 //! and advanced by the tests of report slots, orphan grace and scheduled rules.
@@ -80,7 +81,7 @@ use crate::config::Resource;
 use crate::config::{ConfigError, GlobalConfig};
 use crate::plan::{self, Share};
 use crate::policy::PolicyRunner;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -90,7 +91,7 @@ use tracing::debug;
 struct State {
     config: GlobalConfig,
     policies: HashMap<Resource, PolicyRunner>,
-    nodes: BTreeMap<String, node::Node>,
+    nodes: node::Nodes,
     jobs: jobs::JobIds,
     next_session: u64,
     cycle: u64,
@@ -157,7 +158,7 @@ impl Controller {
             state: Mutex::new(State {
                 config,
                 policies,
-                nodes: BTreeMap::new(),
+                nodes: node::Nodes::default(),
                 jobs: jobs::JobIds::default(),
                 next_session: 1,
                 cycle: 0,

@@ -1,5 +1,6 @@
-//! The registry's records: a local controller (node) with its stages and orphans, and
-//! where the rates each stage was last sent are kept.
+//! The registry's records: a local controller (node) with its stages and orphans,
+//! where the rates each stage was last sent are kept, and the nodes, found by name or
+//! by their stream's handle.
 
 use crate::outbox;
 use crate::plan::StageUsage;
@@ -64,4 +65,109 @@ pub(super) enum Slot {
     New(Option<Vec<u64>>),
     /// Its index in the cache (as last built, current or not).
     Cached(usize),
+}
+
+/// How a stream finds its node without looking its name up: the slot the node was put
+/// in, and the stream's session. A slot is reused once its node is gone, sessions never
+/// are, so the handle of a replaced or ended stream finds nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct NodeHandle {
+    slot: usize,
+    pub(super) session: u64,
+}
+
+/// The nodes, in slots their streams reach directly ([`NodeHandle`]), walked in name
+/// order through a name index.
+#[derive(Default)]
+pub(super) struct Nodes {
+    slots: Vec<Option<Node>>,
+    /// Slots freed by a node removed, to reuse.
+    free: Vec<usize>,
+    by_name: BTreeMap<String, usize>,
+}
+
+impl Nodes {
+    pub(super) fn len(&self) -> usize {
+        self.by_name.len()
+    }
+
+    pub(super) fn contains_key(&self, name: &str) -> bool {
+        self.by_name.contains_key(name)
+    }
+
+    /// The node of `handle`'s stream, if that stream is still its node's.
+    pub(super) fn get(&self, handle: NodeHandle) -> Option<&Node> {
+        let node = self.slots.get(handle.slot)?.as_ref()?;
+        (node.session == handle.session).then_some(node)
+    }
+
+    /// [`Nodes::get`], to change.
+    pub(super) fn get_mut(&mut self, handle: NodeHandle) -> Option<&mut Node> {
+        let node = self.slots.get_mut(handle.slot)?.as_mut()?;
+        (node.session == handle.session).then_some(node)
+    }
+
+    /// Adds `node` as `name` (which has none) and returns its stream's handle.
+    pub(super) fn insert(&mut self, name: &str, node: Node) -> NodeHandle {
+        let session = node.session;
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.slots[slot] = Some(node);
+                slot
+            }
+            None => {
+                self.slots.push(Some(node));
+                self.slots.len() - 1
+            }
+        };
+        self.by_name.insert(name.to_string(), slot);
+        NodeHandle { slot, session }
+    }
+
+    pub(super) fn remove(&mut self, name: &str) -> Option<Node> {
+        let slot = self.by_name.remove(name)?;
+        self.free.push(slot);
+        self.slots[slot].take()
+    }
+
+    /// Keeps the nodes `keep` is true for, in name order.
+    pub(super) fn retain(&mut self, mut keep: impl FnMut(&str, &mut Node) -> bool) {
+        let Nodes {
+            slots,
+            free,
+            by_name,
+        } = self;
+        by_name.retain(|name, &mut slot| {
+            let kept = slots[slot].as_mut().is_some_and(|node| keep(name, node));
+            if !kept {
+                slots[slot] = None;
+                free.push(slot);
+            }
+            kept
+        });
+    }
+
+    /// The nodes by name, in name order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&String, &Node)> {
+        self.by_name
+            .iter()
+            .filter_map(|(name, &slot)| Some((name, self.slots[slot].as_ref()?)))
+    }
+
+    /// [`Nodes::iter`], to change.
+    pub(super) fn iter_mut(&mut self) -> impl Iterator<Item = (&String, &mut Node)> {
+        // Each slot lent once, in the order of the names.
+        let mut lent: Vec<Option<&mut Node>> = self.slots.iter_mut().map(Option::as_mut).collect();
+        self.by_name
+            .iter()
+            .filter_map(move |(name, &slot)| Some((name, lent[slot].take()?)))
+    }
+
+    pub(super) fn values(&self) -> impl Iterator<Item = &Node> {
+        self.iter().map(|(_, node)| node)
+    }
+
+    pub(super) fn values_mut(&mut self) -> impl Iterator<Item = &mut Node> {
+        self.iter_mut().map(|(_, node)| node)
+    }
 }

@@ -4,7 +4,7 @@
 //! message of a node's stream does to it.
 
 use super::cache::{self, PlanCache};
-use super::node::{Node, Outbox, Slot, StageRecord};
+use super::node::{Node, NodeHandle, Nodes, Outbox, Slot, StageRecord};
 use super::service::GRPC_LOG;
 use super::service_times::ServiceTimes;
 use super::{enforce, schedule, Controller, State};
@@ -27,9 +27,9 @@ pub const ORPHAN_GRACE: Duration = Duration::from_secs(30);
 
 impl Controller {
     /// Registers the node `name` whose stream queues to `outbox` (replacing its previous
-    /// stream, whose stages become orphans); returns the session that tells this
-    /// stream's messages from a replaced one's.
-    pub(super) fn attach_node(&self, name: &str, outbox: Outbox) -> Result<u64, Status> {
+    /// stream, whose stages become orphans); returns the handle this stream's messages
+    /// find the node by (nothing, once the stream is replaced).
+    pub(super) fn attach_node(&self, name: &str, outbox: Outbox) -> Result<NodeHandle, Status> {
         let mut state = self.lock();
         let max_nodes = state.config.limits.max_nodes;
         if !state.nodes.contains_key(name) && state.nodes.len() >= max_nodes {
@@ -102,22 +102,22 @@ impl Controller {
         let now = Instant::now();
         let (cycle, report_in) = schedule::Ticks::of(&state).next_slot(now, session);
         schedule::schedule(&mut node, cycle, now, report_in, interval_ms);
-        state.nodes.insert(name.to_string(), node);
+        let handle = state.nodes.insert(name, node);
         state.cache.invalidate();
         info!(node = name, "local controller attached");
-        Ok(session)
+        Ok(handle)
     }
 
-    /// What a message of `session`'s stream from node `name` does.
-    pub(super) fn handle(&self, name: &str, session: u64, message: LocalMessage) {
+    /// What a message of the `stream` of node `name` does.
+    pub(super) fn handle(&self, name: &str, stream: NodeHandle, message: LocalMessage) {
         let size = message.encoded_len() as u64;
         // Placement reads its feed: chosen outside the state lock.
         let placed = match (&message.body, &self.placement) {
             (Some(local_message::Body::PlaceRequest(request)), Some(service)) => {
-                Some((request.request, self.place(name, session, service, request)))
+                Some((request.request, self.place(stream, service, request)))
             }
             (Some(local_message::Body::FileSizes(sizes)), _) => {
-                return self.file_sizes(name, session, size, sizes);
+                return self.file_sizes(name, stream, size, sizes);
             }
             (Some(local_message::Body::PlaceRequest(request)), None) => {
                 Some((request.request, Vec::new()))
@@ -126,7 +126,7 @@ impl Controller {
         };
         let mut state = self.lock();
         if let Some((request, targets)) = placed {
-            if let Some(node) = state.nodes.get_mut(name).filter(|n| n.session == session) {
+            if let Some(node) = state.nodes.get_mut(stream) {
                 node.bytes_in += size;
                 let reply =
                     global_message::Body::PlaceReply(proto::PlaceReply { request, targets });
@@ -144,14 +144,14 @@ impl Controller {
             announced,
         })) = &message.body
         {
-            if let Err(why) = admit_stage(&state, name, session, stage) {
+            if let Err(why) = admit_stage(&state, stream, stage) {
                 crate::limited_warn!(
                     GRPC_LOG,
                     node = %name,
                     stage = stage.stage_id,
                     "ignored a stage: {why}"
                 );
-                if let Some(node) = state.nodes.get_mut(name).filter(|n| n.session == session) {
+                if let Some(node) = state.nodes.get_mut(stream) {
                     node.bytes_in += size;
                 }
                 return;
@@ -160,7 +160,7 @@ impl Controller {
             if !announced
                 && !state
                     .nodes
-                    .get(name)
+                    .get(stream)
                     .is_some_and(|n| n.orphans.contains_key(&stage.pid))
             {
                 provisional = Some(enforce::provisional_rates(&state, stage, job));
@@ -178,7 +178,7 @@ impl Controller {
             service,
             ..
         } = &mut *state;
-        let Some(node) = nodes.get_mut(name).filter(|n| n.session == session) else {
+        let Some(node) = nodes.get_mut(stream) else {
             return;
         };
         node.bytes_in += size;
@@ -275,12 +275,12 @@ impl Controller {
         }
     }
 
-    /// `session`'s stream from node `name` ended: its stages become orphans, and what
-    /// the running cycle waits for from it is owed no longer.
-    pub(super) fn detach_node(&self, name: &str, session: u64) {
+    /// The `stream` of node `name` ended: its stages become orphans, and what the
+    /// running cycle waits for from it is owed no longer.
+    pub(super) fn detach_node(&self, name: &str, stream: NodeHandle) {
         let mut state = self.lock();
         let last_cycle = state.cycle;
-        let Some(node) = state.nodes.get_mut(name).filter(|n| n.session == session) else {
+        let Some(node) = state.nodes.get_mut(stream) else {
             return;
         };
         node.detached = true;
@@ -324,11 +324,7 @@ fn orphan_stages(node: &mut Node) {
 
 /// Releases the share of orphans not seen again within [`ORPHAN_GRACE`] of `now`, and
 /// forgets detached nodes left without any.
-pub(super) fn release_expired_orphans(
-    nodes: &mut BTreeMap<String, Node>,
-    cache: &mut PlanCache,
-    now: Instant,
-) {
+pub(super) fn release_expired_orphans(nodes: &mut Nodes, cache: &mut PlanCache, now: Instant) {
     let count = nodes.len();
     let mut released = false;
     nodes.retain(|name, node| {
@@ -455,12 +451,11 @@ const MAX_REPORTED_RATE: f64 = padll_wire::channel::MAX_RATE as f64;
 /// within `max_stages_per_node` and `max_jobs_per_node`.
 fn admit_stage(
     state: &State,
-    name: &str,
-    session: u64,
+    stream: NodeHandle,
     stage: &proto::Stage,
 ) -> Result<(), StageRefused> {
     crate::bounds::check_stage(stage)?;
-    let Some(node) = state.nodes.get(name).filter(|n| n.session == session) else {
+    let Some(node) = state.nodes.get(stream) else {
         return Ok(()); // dropped later: the stream was replaced
     };
     let limits = &state.config.limits;

@@ -2,7 +2,7 @@
 //! tick (told in a `Schedule`); a cycle waits, bounded, only for reports due and
 //! missing, and re-schedules nodes whose reports miss their slot.
 
-use super::node::Node;
+use super::node::{Node, NodeHandle};
 use super::{Controller, State};
 use crate::proto::{self, global_message, GlobalMessage};
 use prost::Message;
@@ -152,15 +152,15 @@ pub(super) fn answered(state: &mut State, replies: &Notify) {
 }
 
 impl Controller {
-    /// `schedule` as it leaves for node `name`'s stream `session`: how long to wait
+    /// `schedule` as it leaves on a node's `stream`: how long to wait
     /// counted from now, not from when it was queued. Re-spreading 10 000 nodes queued
     /// 10 000 `Schedule`s at once, which took ≈ 150 ms to go out; counted from the
     /// queueing, each node would have kept its message's wait in that queue as a lag of
     /// its slot, cycle after cycle (its reports still came before the tick, so nothing
     /// re-scheduled them), and the last ones came at the tick.
-    pub(super) fn as_sent(&self, name: &str, session: u64, schedule: &mut proto::Schedule) {
+    pub(super) fn as_sent(&self, stream: NodeHandle, schedule: &mut proto::Schedule) {
         let state = self.lock();
-        let Some(node) = state.nodes.get(name).filter(|n| n.session == session) else {
+        let Some(node) = state.nodes.get(stream) else {
             return;
         };
         // An older `Schedule` still queued keeps its own wait (the latest one overrides it).

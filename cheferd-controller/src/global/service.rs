@@ -96,12 +96,11 @@ impl proto::global_server::Global for Service {
         self.controller.leadership().admit()?;
         let (outbox, receiver) = outbox::channel();
         let controller = self.controller.clone();
-        let session = controller.attach_node(&name, outbox)?;
-        let node = name.clone();
+        let stream = controller.attach_node(&name, outbox)?;
         tokio::spawn(async move {
             loop {
                 match inbound.message().await {
-                    Ok(Some(message)) => controller.handle(&name, session, message),
+                    Ok(Some(message)) => controller.handle(&name, stream, message),
                     Ok(None) => break,
                     Err(status) => {
                         debug!(node = %name, "stream error: {status}");
@@ -109,7 +108,7 @@ impl proto::global_server::Global for Service {
                     }
                 }
             }
-            controller.detach_node(&name, session);
+            controller.detach_node(&name, stream);
         });
         // Every message goes out with the leader's term (fencing, `crate::standby`), a
         // `Schedule` with its wait counted from now.
@@ -117,7 +116,7 @@ impl proto::global_server::Global for Service {
         let stamped = tokio_stream::StreamExt::filter_map(receiver, move |message| match message {
             Ok(mut message) => {
                 if let Some(global_message::Body::Schedule(schedule)) = &mut message.body {
-                    controller.as_sent(&node, session, schedule);
+                    controller.as_sent(stream, schedule);
                 }
                 controller.leadership().stamp(message).map(Ok)
             }
@@ -220,11 +219,11 @@ impl Controller {
         let mut messages = messages.into_iter();
         let name = register_name(messages.next())?;
         let (outbox, receiver) = outbox::channel();
-        let session = self.attach_node(&name, outbox)?;
+        let stream = self.attach_node(&name, outbox)?;
         for message in messages {
-            self.handle(&name, session, message);
+            self.handle(&name, stream, message);
         }
-        self.detach_node(&name, session);
+        self.detach_node(&name, stream);
         drop(receiver);
         Ok(())
     }

@@ -2,6 +2,7 @@
 //! knows each stage by the id its `StageJoined` gave, and the placement service names
 //! its application (`[placement] application`, [`crate::placement_history`]).
 
+use super::node::NodeHandle;
 use super::service::GRPC_LOG;
 use super::Controller;
 use crate::placement_history::{SavedSizes, SizesRefused};
@@ -9,56 +10,49 @@ use crate::placement_service::PlacementService;
 use crate::proto;
 
 impl Controller {
-    /// The targets for `request` of node `name`'s stream `session`, with its stage's
-    /// application's predicted size (none for a stage not known).
+    /// The targets for `request` of a node's `stream`, with its stage's application's
+    /// predicted size (none for a stage not known).
     pub(super) fn place(
         &self,
-        name: &str,
-        session: u64,
+        stream: NodeHandle,
         service: &PlacementService,
         request: &proto::PlaceRequest,
     ) -> Vec<u32> {
-        let app = self.application(name, session, request.stage_id, service);
+        let app = self.application(stream, request.stage_id, service);
         service.answer(request, app.as_deref())
     }
 
-    /// Adds a `FileSizes` message of node `name`'s stream `session` (of `encoded`
+    /// Adds a `FileSizes` message of the `stream` of node `name` (of `encoded`
     /// bytes) to its stage's application's history; refused (one line) when out of
     /// bounds or from a stage not known.
     pub(super) fn file_sizes(
         &self,
         name: &str,
-        session: u64,
+        stream: NodeHandle,
         encoded: u64,
         sizes: &proto::FileSizes,
     ) {
         let recorded = match &self.placement {
-            Some(service) => self.record_sizes(name, session, service, sizes),
+            Some(service) => self.record_sizes(stream, service, sizes),
             None => Ok(()),
         };
         if let Err(why) = recorded {
             crate::limited_warn!(GRPC_LOG, node = %padll_wire::control::short(name), "dropped file sizes: {why}");
         }
-        if let Some(node) = self
-            .lock()
-            .nodes
-            .get_mut(name)
-            .filter(|n| n.session == session)
-        {
+        if let Some(node) = self.lock().nodes.get_mut(stream) {
             node.bytes_in += encoded;
         }
     }
 
     fn record_sizes(
         &self,
-        name: &str,
-        session: u64,
+        stream: NodeHandle,
         service: &PlacementService,
         sizes: &proto::FileSizes,
     ) -> Result<(), SizesRefused> {
         crate::placement_history::check(&sizes.bytes)?;
         let app = self
-            .application(name, session, sizes.stage_id, service)
+            .application(stream, sizes.stage_id, service)
             .ok_or(SizesRefused::UnknownStage(sizes.stage_id))?;
         service.record_sizes(&app, &sizes.mount, &sizes.bytes)
     }
@@ -83,16 +77,15 @@ impl Controller {
         Ok(apps)
     }
 
-    /// The application of stage `stage_id` of node `name`'s stream `session`.
+    /// The application of stage `stage_id` of a node's `stream`.
     fn application(
         &self,
-        name: &str,
-        session: u64,
+        stream: NodeHandle,
         stage_id: u64,
         service: &PlacementService,
     ) -> Option<String> {
         let state = self.lock();
-        let node = state.nodes.get(name).filter(|n| n.session == session)?;
+        let node = state.nodes.get(stream)?;
         let record = node.stages.get(&stage_id)?;
         Some(service.application_of(&record.stage))
     }

@@ -2,6 +2,7 @@
 //! directly: streams are outboxes read in the test, time is tokio's clock, paused and
 //! advanced by the test (no processes, no network).
 
+use super::node::NodeHandle;
 use super::*;
 use crate::config::{RateOfError, ResourceConfig};
 use crate::outbox;
@@ -28,17 +29,24 @@ fn controller() -> Arc<Controller> {
     .unwrap()
 }
 
-/// A node's stream: its session and what the controller queues to it.
-fn attach(controller: &Controller, node: &str) -> (u64, Inbox) {
+/// A node's stream: its handle and what the controller queues to it.
+fn attach(controller: &Controller, node: &str) -> (NodeHandle, Inbox) {
     let (outbox, inbox) = outbox::channel();
     (controller.attach_node(node, outbox).unwrap(), inbox)
 }
 
-fn send(controller: &Controller, node: &str, session: u64, body: local_message::Body) {
+fn send(controller: &Controller, node: &str, session: NodeHandle, body: local_message::Body) {
     controller.handle(node, session, LocalMessage { body: Some(body) });
 }
 
-fn join(controller: &Controller, node: &str, session: u64, stage_id: u64, pid: u32, job: &str) {
+fn join(
+    controller: &Controller,
+    node: &str,
+    session: NodeHandle,
+    stage_id: u64,
+    pid: u32,
+    job: &str,
+) {
     join_as(controller, node, session, stage_id, pid, job, false);
 }
 
@@ -46,7 +54,7 @@ fn join(controller: &Controller, node: &str, session: u64, stage_id: u64, pid: u
 fn join_as(
     controller: &Controller,
     node: &str,
-    session: u64,
+    session: NodeHandle,
     stage_id: u64,
     pid: u32,
     job: &str,
@@ -74,7 +82,13 @@ fn join_as(
 }
 
 /// Reports usage for `cycle`: ops/s of `/scratch:metadata` per stage.
-fn report(controller: &Controller, node: &str, session: u64, cycle: u64, rates: &[(u64, f64)]) {
+fn report(
+    controller: &Controller,
+    node: &str,
+    session: NodeHandle,
+    cycle: u64,
+    rates: &[(u64, f64)],
+) {
     let with_latency: Vec<_> = rates.iter().map(|&(s, r)| (s, r, Vec::new())).collect();
     report_timed(controller, node, session, cycle, &with_latency);
 }
@@ -83,7 +97,7 @@ fn report(controller: &Controller, node: &str, session: u64, cycle: u64, rates: 
 fn report_timed(
     controller: &Controller,
     node: &str,
-    session: u64,
+    session: NodeHandle,
     cycle: u64,
     rates: &[(u64, f64, Vec<u64>)],
 ) {
@@ -111,7 +125,7 @@ fn report_timed(
     );
 }
 
-fn ack(controller: &Controller, node: &str, session: u64, cycle: u64) {
+fn ack(controller: &Controller, node: &str, session: NodeHandle, cycle: u64) {
     send(
         controller,
         node,
@@ -172,10 +186,10 @@ fn slot(cycle: u64, report_in: Duration) -> (u64, u64) {
     (cycle, report_in.as_millis() as u64)
 }
 
-/// How long before a tick the node of `session` reports (a few nodes attached: their
+/// How long before a tick the node of `stream` reports (a few nodes attached: their
 /// reports spread over ⅛ interval).
-fn lead(interval: Duration, session: u64) -> Duration {
-    schedule::report_lead(interval) + schedule::report_spread(interval / 8, session)
+fn lead(interval: Duration, stream: NodeHandle) -> Duration {
+    schedule::report_lead(interval) + schedule::report_spread(interval / 8, stream.session)
 }
 
 /// Moves the paused clock on to `at`.
@@ -358,7 +372,7 @@ async fn a_missing_report_is_waited_for_once_within_the_deadline_then_re_schedul
 /// after `started`, their usage reported for it.
 async fn busy_cycle_at(
     controller: &Controller,
-    session: u64,
+    session: NodeHandle,
     started: Instant,
     at: Duration,
 ) -> (f64, f64) {
@@ -1007,12 +1021,51 @@ async fn a_schedule_tells_its_wait_as_it_leaves_not_as_it_was_queued() {
         cycle: schedule.cycle - 1,
         ..schedule
     };
-    controller.as_sent("a", a, &mut schedule);
-    controller.as_sent("a", a, &mut older);
+    controller.as_sent(a, &mut schedule);
+    controller.as_sent(a, &mut older);
     assert_eq!(schedule.report_in_ms, (wait - 150 * MS).as_millis() as u64);
     assert_eq!(older.report_in_ms, wait.as_millis() as u64);
     // Past its slot: report at once (and be re-scheduled if that is late).
     tokio::time::advance(interval).await;
-    controller.as_sent("a", a, &mut schedule);
+    controller.as_sent(a, &mut schedule);
     assert_eq!(schedule.report_in_ms, 0);
+}
+
+/// A stream replaced by its node's new one, or whose node is gone, is heard no more:
+/// not even once another node took the place its node had.
+#[tokio::test(start_paused = true)]
+async fn a_replaced_or_ended_stream_reaches_no_node() {
+    let controller = controller();
+    let (first, _old_inbox) = attach(&controller, "a");
+    let (second, _inbox) = attach(&controller, "a");
+    join(&controller, "a", first, 1, 100, "A");
+    assert_eq!(node(&controller, "a").stages, 0);
+    join(&controller, "a", second, 2, 200, "A");
+    assert_eq!(node(&controller, "a").stages, 1);
+    controller.detach_node("a", first);
+    assert!(node(&controller, "a").attached);
+
+    // b ended without stages: forgotten at the next cycle, and c registers after.
+    let (b, _inbox_b) = attach(&controller, "b");
+    controller.detach_node("b", b);
+    controller.cycle().await;
+    assert!(controller.snapshot().nodes.iter().all(|n| n.node != "b"));
+    let (c, _inbox_c) = attach(&controller, "c");
+    join(&controller, "c", c, 3, 300, "C");
+    let before = node(&controller, "c");
+    assert_eq!((before.attached, before.stages), (true, 1));
+    join(&controller, "b", b, 4, 400, "B");
+    send(
+        &controller,
+        "b",
+        b,
+        local_message::Body::StageLeft(proto::StageLeft { stage_id: 3 }),
+    );
+    controller.detach_node("b", b);
+    let after = node(&controller, "c");
+    assert_eq!(
+        (after.attached, after.stages, after.bytes_in),
+        (true, 1, before.bytes_in)
+    );
+    assert!(controller.snapshot().nodes.iter().all(|n| n.node != "b"));
 }
