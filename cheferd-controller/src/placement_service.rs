@@ -31,9 +31,10 @@
 //! new one over it (`lctl get_param … > feed.new && mv feed.new feed`): a file rewritten in
 //! place can be read half-written, and is then what it says. `simulated:OSSES:TARGETS`
 //! instead makes a feed of `OSSES × TARGETS` 1 TiB targets, target `i` being
-//! `(i mod 10) × 5 %` full (for tests and demos). Between refreshes every placed stripe counts as used on
-//! its target (its share of the predicted size, or one stripe size), so consecutive files
-//! do not all go to the target that looked emptiest at the last refresh.
+//! `(i mod 10) × 5 %` full (for tests and demos). Between refreshes every placed stripe
+//! counts as used on its target (its share of the predicted size, or one stripe size),
+//! so consecutive files do not all go to the target that looked emptiest at the last
+//! refresh.
 //!
 //! **Sizes**: a stage cannot know a file's size at `open`; it reports the size each file
 //! it placed ends with (`FileSizes`), kept per application
