@@ -1,7 +1,7 @@
 //! `cheferd-lab bench`: the control cycle's latency and cost with simulated local
 //! controllers on loopback (`cheferd_controller::bench`).
 
-use crate::common::{failed, runtime, usage, Failure};
+use crate::common::{failed, global_runtime, usage, Failure};
 use cheferd_controller::policy;
 use clap::Args;
 use padll_wire::flags::whole;
@@ -44,7 +44,8 @@ pub struct BenchLocalsArgs {
     stages: usize,
 }
 
-/// Each row runs in a runtime of its own, so nothing of one row lingers in the next.
+/// Each row runs in a runtime of its own, so nothing of one row lingers in the next: the
+/// global controller's (`global_runtime`), as `cheferd global` runs it.
 pub fn run(args: BenchArgs) -> Result<(), Failure> {
     let BenchArgs {
         locals,
@@ -58,7 +59,7 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
     let mut rows = Vec::new();
     for n in locals {
         rows.extend(
-            runtime()?
+            global_runtime()?
                 .block_on(cheferd_controller::bench::run(
                     n, stages, cycles, interval, &name,
                 ))

@@ -16,7 +16,7 @@ mod global;
 mod local;
 mod man_pages;
 
-use common::{in_runtime, usage, Failure};
+use common::{global_runtime, in_runtime, usage, Failure};
 
 /// The global controller's admin socket by default: systemd makes its directory
 /// (`RuntimeDirectory=cheferd` in `etc/systemd/`); elsewhere give the path.
@@ -66,7 +66,7 @@ fn default_level(cli: &Cli) -> &'static str {
 /// the others are plain code.
 fn dispatch(cli: Cli) -> Result<(), Failure> {
     match cli.command {
-        Command::Global(args) => in_runtime(global::run(args)),
+        Command::Global(args) => global_runtime()?.block_on(global::run(args)),
         Command::Local(args) => in_runtime(local::run(args)),
         Command::Certs(command) => certs::certs(command),
         Command::Ctl(args) => in_runtime(async {

@@ -152,10 +152,24 @@ impl From<policies::cli::FailureKind> for Kind {
     }
 }
 
-/// A runtime for the controllers and tools (two worker threads).
+/// A runtime for the local controller and the tools: two worker threads.
 pub fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    runtime_with(2)
+}
+
+/// A runtime for the global controller: one worker thread. Its work is tens of
+/// thousands of short events a second (a report in, an `Enforce` out, per node) and
+/// one cycle: a second worker mostly woke to take single events from the first, paying
+/// thread wake-ups and moving nodes' state between cores — at 10 000 nodes it cost
+/// ≈ 2 points of a core more (docs/benchmarks.md). A placement decision (≤ 5 ms at
+/// 1 000 targets) holds the worker while it runs.
+pub fn global_runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    runtime_with(1)
+}
+
+fn runtime_with(workers: usize) -> Result<tokio::runtime::Runtime, Failure> {
     tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers)
         .enable_all()
         .build()
         .map_err(|e| failed(format!("cannot start the runtime: {e}")))
