@@ -363,18 +363,13 @@ fn with_the_program_as_application_its_runs_share_a_history() {
 #[test]
 #[cfg_attr(not(has_etcd), ignore = "etcd not installed")]
 fn the_size_history_survives_a_standby_takeover() {
-    use crate::standby::{Etcd, Global, ETCD_PREFIX};
+    use crate::standby::{leader_and_standby, Etcd, ETCD_PREFIX};
     let _turn = alone();
     let feed = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(feed.path(), NEARLY_FULL).unwrap();
     let mut cluster = unstarted(&placement_section(feed.path(), "program"));
     let etcd = Etcd::start(cluster.dir.path(), 1, None);
-    let a = Global::start(&cluster, "a", &etcd);
-    a.wait_for_log(START_TIMEOUT, "elected leader");
-    let b = Global::start(&cluster, "b", &etcd);
-    b.wait_for_log(START_TIMEOUT, "following");
-    cluster.admin = a.admin.clone();
-    cluster.global_urls = format!("{},{}", b.url(), a.url());
+    let (a, b) = leader_and_standby(&mut cluster, &etcd);
     cluster.start_local("n1");
     let mount = cluster.scratch.clone();
     let socket = cluster.local_socket("n1");

@@ -414,6 +414,19 @@ pub(crate) fn new_cluster(policy: &str) -> Cluster {
     ))
 }
 
+/// Global controller A elected on `etcd`, then B standing by; `cluster`'s admin
+/// commands go to A, and local controllers started after are given B's URL first (B
+/// refuses them and they follow it to A).
+pub(crate) fn leader_and_standby(cluster: &mut Cluster, etcd: &Etcd) -> (Global, Global) {
+    let a = Global::start(cluster, "a", etcd);
+    a.wait_for_log(START_TIMEOUT, "elected leader");
+    let b = Global::start(cluster, "b", etcd);
+    b.wait_for_log(START_TIMEOUT, "following");
+    cluster.admin = a.admin.clone();
+    cluster.global_urls = format!("{},{}", b.url(), a.url());
+    (a, b)
+}
+
 /// etcd, global controller A elected, B standing by, both nodes' local controllers
 /// (given both URLs) attached to A, and two jobs offering more than `Max_R` on both
 /// nodes under `policy`, past their warm-up.
@@ -428,13 +441,7 @@ pub(crate) fn cluster(
         etcd_members,
         etcd_tls.then(|| cluster.tls.clone()),
     );
-    let a = Global::start(&cluster, "a", &etcd);
-    a.wait_for_log(START_TIMEOUT, "elected leader");
-    let b = Global::start(&cluster, "b", &etcd);
-    b.wait_for_log(START_TIMEOUT, "following");
-    cluster.admin = a.admin.clone();
-    // B first: the locals are refused by it and follow it to A.
-    cluster.global_urls = format!("{},{}", b.url(), a.url());
+    let (a, b) = leader_and_standby(&mut cluster, &etcd);
     for node in NODES {
         cluster.start_local(node);
     }
