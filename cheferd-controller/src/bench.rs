@@ -126,9 +126,17 @@ pub async fn run(
         })?,
     );
 
+    // The cycles run on the runtime's worker, as `cheferd global`'s control loop does
+    // (sharing its one thread with the streams), not on this thread beside it.
+    let measuring = tokio::spawn(async move {
+        measure(&controller, &resource, locals, stages, cycles, interval).await
+    });
     // The global controller's failure (its gRPC server's) ends the benchmark.
     let rows = tokio::select! {
-        rows = measure(&controller, &resource, locals, stages, cycles, interval) => rows?,
+        rows = measuring => match rows {
+            Ok(rows) => rows?,
+            Err(failed) => std::panic::resume_unwind(failed.into_panic()),
+        },
         error = global.ended() => return Err(BenchError::Global(error)),
     };
     drop(child);
@@ -167,6 +175,7 @@ async fn measure(
         let mut max_rate = 1e6;
         let mut run_cycle = async |tick: &mut tokio::time::Instant| {
             tokio::time::sleep_until(*tick).await;
+            let this = *tick;
             *tick += interval;
             if changing {
                 max_rate = if max_rate == 1e6 { 0.9e6 } else { 1e6 };
@@ -177,7 +186,7 @@ async fn measure(
                     })
                     .map_err(BenchError::Change)?;
             }
-            controller.cycle().await;
+            controller.cycle_at(this).await;
             Ok::<_, BenchError>(())
         };
         // The warm-up also sends the rules of the new stages.
@@ -185,7 +194,7 @@ async fn measure(
             run_cycle(&mut tick).await?;
         }
         tokio::time::sleep_until(tick).await;
-        let bytes_before = protocol_bytes(controller);
+        let bytes_before = controller.protocol_bytes();
         let cpu_before = cpu_time();
         for _ in 0..cycles {
             run_cycle(&mut tick).await?;
@@ -193,7 +202,7 @@ async fn measure(
         // Whole intervals: the last cycle's acks and the next reports are received.
         tokio::time::sleep_until(tick).await;
         let cpu = cpu_time() - cpu_before;
-        let bytes = protocol_bytes(controller) - bytes_before;
+        let bytes = controller.protocol_bytes() - bytes_before;
         let phases = controller.phases(cycles);
         let median = |f: &dyn Fn(&global::Phases) -> f64| {
             let mut values: Vec<f64> = phases.iter().map(f).collect();
@@ -286,15 +295,6 @@ fn ms(duration: Duration) -> f64 {
 fn percentile(values: &mut [f64], q: f64) -> f64 {
     values.sort_by(f64::total_cmp);
     values[((values.len() - 1) as f64 * q).round() as usize]
-}
-
-fn protocol_bytes(controller: &Controller) -> u64 {
-    controller
-        .snapshot()
-        .nodes
-        .iter()
-        .map(|n| n.bytes_in + n.bytes_out)
-        .sum()
 }
 
 /// This process's CPU time (user + system).

@@ -84,10 +84,10 @@ pub(super) fn acked(state: &mut State) {
     if state.unacked > 0 {
         return;
     }
-    let since_tick = state.tick.map(|tick| tick.elapsed());
+    let since_start = state.cycle_started.map(|started| started.elapsed());
     let cycle = state.cycle;
     if let Some(last) = state.history.back_mut().filter(|p| p.cycle == cycle) {
-        last.acked = since_tick;
+        last.acked = since_start;
     }
 }
 

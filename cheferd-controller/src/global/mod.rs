@@ -16,11 +16,13 @@
 //!    unchanged ones are not re-sent). `Applied` is not waited for: acks are tracked as
 //!    they come, and a local controller that has not acknowledged by the next cycle is
 //!    logged, shown in the snapshot, and sent all its stages' rules again;
-//! 4. **sleep** until the next tick.
+//! 4. **sleep** until the next tick (an interval after the last one, not after the
+//!    wake-up for it: [`Controller::next_tick`]).
 //!
-//! The cycle latency is from the tick until the last `Enforce` is queued on its stream
-//! (tonic encodes and writes it right after); the time until every acknowledgement
-//! arrived (in the next `Usage`, or an `Applied`) is recorded apart ([`Phases::acked`]).
+//! The cycle latency is from the wake-up for the tick until the last `Enforce` is
+//! queued on its stream (tonic encodes and writes it right after); the time until every
+//! acknowledgement arrived (in the next `Usage`, or an `Applied`) is recorded apart
+//! ([`Phases::acked`]).
 //!
 //! A stage that joins between cycles gets a provisional rule at once (1 % of `Max_R`
 //! for a new job, its job's current share otherwise), so no one runs unthrottled until
@@ -106,8 +108,9 @@ struct State {
     service: service_times::ServiceTimes,
     /// The `Max_R` of resources with `max_rate = "auto"`, moved by those service times.
     steering: capacity::Steering,
-    /// The last cycle's tick, and the next one expected.
-    tick: Option<Instant>,
+    /// When the last cycle started (its acknowledgements count from then), and the
+    /// next tick expected.
+    cycle_started: Option<Instant>,
     next_tick: Option<Instant>,
     /// The window the nodes' report slots spread over (`schedule::spread_window`).
     spread: Duration,
@@ -168,7 +171,7 @@ impl Controller {
                 latency: Default::default(),
                 service: service_times::ServiceTimes::new(resources),
                 steering,
-                tick: None,
+                cycle_started: None,
                 next_tick: None,
                 spread: schedule::spread_window(interval, 0, Duration::ZERO),
                 collecting: None,
@@ -198,19 +201,33 @@ impl Controller {
         padll_wire::sync::lock_or_panic(&self.state, "the global controller's state")
     }
 
-    /// The control loop: runs cycles forever at the configured interval.
+    /// The control loop: runs cycles forever, one per tick ([`Controller::next_tick`]).
     pub async fn run_loop(self: Arc<Self>) {
+        let mut tick = Instant::now();
         loop {
-            let interval = Duration::from_millis(self.lock().config.interval_ms);
-            let next = Instant::now() + interval;
-            self.cycle().await;
-            tokio::time::sleep_until(next).await;
+            self.cycle_at(tick).await;
+            tick = self.next_tick(tick);
+            tokio::time::sleep_until(tick).await;
         }
     }
 
-    /// One collect → compute → enforce cycle, ticking now (the next tick is expected one
-    /// interval later: reports are scheduled for it); returns its latency.
+    /// The tick after `tick`: an interval later, even when the wake-up for `tick` came
+    /// late (counted from the wake-up, the ticks drifted by each one's lateness, and
+    /// every node's report slot with them); now if that is past (a cycle overran).
+    pub fn next_tick(&self, tick: Instant) -> Instant {
+        (tick + self.interval()).max(Instant::now())
+    }
+
+    /// One collect → compute → enforce cycle, ticking now; returns its latency.
     pub async fn cycle(&self) -> Duration {
+        self.cycle_at(Instant::now()).await
+    }
+
+    /// One collect → compute → enforce cycle for `tick` (now or just past): reports are
+    /// judged by their slots before it, and the next tick is expected one interval
+    /// later (reports are scheduled for it). Returns its latency, counted from when it
+    /// starts (as its phases and acknowledgements are).
+    pub async fn cycle_at(&self, tick: Instant) -> Duration {
         let started = Instant::now();
         let (cycle, interval) = {
             let mut state = self.lock();
@@ -218,8 +235,8 @@ impl Controller {
             registry::release_expired_orphans(nodes, cache, started);
             let interval = Duration::from_millis(state.config.interval_ms);
             state.cycle += 1;
-            state.tick = Some(started);
-            state.next_tick = Some(started + interval);
+            state.cycle_started = Some(started);
+            state.next_tick = Some(tick + interval);
             let cycle = state.cycle;
             schedule::start_collect(&mut state, cycle);
             (cycle, interval)
@@ -230,7 +247,7 @@ impl Controller {
         let collected = Instant::now();
         let mut state = self.lock();
         state.collecting = None;
-        schedule::reschedule_off_slot(&mut state, cycle, started, collected);
+        schedule::reschedule_off_slot(&mut state, cycle, tick, collected);
         schedule::adapt_spread(&mut state, collected);
         state.service.close_interval();
         let elapsed = self.started.elapsed().as_secs_f64();

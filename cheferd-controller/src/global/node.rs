@@ -84,6 +84,9 @@ pub(super) struct Nodes {
     /// Slots freed by a node removed, to reuse.
     free: Vec<usize>,
     by_name: BTreeMap<String, usize>,
+    /// Some node may be detached or hold orphans: only then does a cycle walk them all
+    /// to release what expired (`registry::release_expired_orphans`).
+    pub(super) unsettled: bool,
 }
 
 impl Nodes {
@@ -136,6 +139,7 @@ impl Nodes {
             slots,
             free,
             by_name,
+            ..
         } = self;
         by_name.retain(|name, &mut slot| {
             let kept = slots[slot].as_mut().is_some_and(|node| keep(name, node));

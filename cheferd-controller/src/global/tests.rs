@@ -302,6 +302,43 @@ async fn a_report_within_half_a_lead_of_its_slot_keeps_it_and_a_later_one_is_re_
     );
 }
 
+/// Ticks stay on their grid: a wake-up that comes late moves neither the next tick nor
+/// what the cycle judges reports by. (Counted from each wake-up, the ticks drifted by
+/// its lateness; at 10 000 nodes thousands of reports then fell off their slots and
+/// were re-scheduled.)
+#[tokio::test(start_paused = true)]
+async fn a_cycle_woken_late_keeps_the_ticks_and_the_report_slots_on_their_grid() {
+    let controller = controller();
+    let interval = controller.interval();
+    let (a, mut inbox) = attach(&controller, "a");
+    let lead = lead(interval, a);
+    schedules(&mut inbox);
+    let first = Instant::now();
+    controller.cycle_at(first).await;
+
+    // Cycle 2's report comes in its slot; the wake-up for its tick comes 40 ms late.
+    let tick = controller.next_tick(first);
+    assert_eq!(tick, first + interval);
+    advance_to(tick - lead).await;
+    report(&controller, "a", a, 2, &[]);
+    advance_to(tick + 40 * MS).await;
+    controller.cycle_at(tick).await;
+    assert_eq!(schedules(&mut inbox), vec![]);
+
+    // Cycle 3's report comes in its slot on the grid, as does the tick.
+    let tick = controller.next_tick(tick);
+    assert_eq!(tick, first + 2 * interval);
+    advance_to(tick - lead).await;
+    report(&controller, "a", a, 3, &[]);
+    advance_to(tick).await;
+    controller.cycle_at(tick).await;
+    assert_eq!(schedules(&mut inbox), vec![]);
+
+    // After a cycle that overran its interval, the next one runs at once.
+    advance_to(tick + interval + MS).await;
+    assert_eq!(controller.next_tick(tick), Instant::now());
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_report_more_than_half_an_interval_before_its_tick_is_re_scheduled() {
     let controller = controller();

@@ -225,14 +225,14 @@ async fn control(controller: &Arc<Controller>) -> Infallible {
     tokio::time::sleep(grace).await;
     let leadership = controller.leadership();
     let mut frozen = false;
+    let mut tick = tokio::time::Instant::now();
     loop {
-        let next = tokio::time::Instant::now() + controller.interval();
         if leadership.enforcing() {
             if frozen {
                 info!("controlling again");
                 frozen = false;
             }
-            controller.cycle().await;
+            controller.cycle_at(tick).await;
         } else if !frozen {
             warn!(
                 "the lease has lapsed: no rules are sent, stages keep their last ones, until \
@@ -240,6 +240,7 @@ async fn control(controller: &Arc<Controller>) -> Infallible {
             );
             frozen = true;
         }
-        tokio::time::sleep_until(next).await;
+        tick = controller.next_tick(tick);
+        tokio::time::sleep_until(tick).await;
     }
 }
