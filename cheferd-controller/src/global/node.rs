@@ -167,11 +167,14 @@ impl Nodes {
             .filter_map(move |(name, &slot)| Some((name, lent[slot].take()?)))
     }
 
+    /// The nodes in the order of their slots, not of their names: one pass over the
+    /// slots, without the name index (for a walk whose order does not matter).
     pub(super) fn values(&self) -> impl Iterator<Item = &Node> {
-        self.iter().map(|(_, node)| node)
+        self.slots.iter().flatten()
     }
 
+    /// [`Nodes::values`], to change.
     pub(super) fn values_mut(&mut self) -> impl Iterator<Item = &mut Node> {
-        self.iter_mut().map(|(_, node)| node)
+        self.slots.iter_mut().flatten()
     }
 }
