@@ -218,8 +218,11 @@ fn node(controller: &Controller, name: &str) -> NodeSnapshot {
         .unwrap_or_else(|| panic!("no node {name}"))
 }
 
-#[tokio::test(start_paused = true)]
-async fn orphans_keep_their_share_until_exactly_the_grace_ends() {
+/// Node A's stage, orphaned by `orphan` (A's stream ended, or was replaced), keeps its
+/// job's share until exactly the grace ends; then B's job has it all.
+async fn orphan_released_at_the_grace(
+    orphan: impl FnOnce(&Controller, NodeHandle),
+) -> Arc<Controller> {
     let controller = controller();
     let (a, _inbox_a) = attach(&controller, "a");
     let (b, _inbox_b) = attach(&controller, "b");
@@ -228,27 +231,48 @@ async fn orphans_keep_their_share_until_exactly_the_grace_ends() {
     controller.cycle().await;
     assert_eq!(assigned(&controller, "B"), 500.0);
 
-    controller.detach_node("a", a);
-    let detached_at = Instant::now();
-    let detached = node(&controller, "a");
-    assert_eq!(
-        (detached.attached, detached.stages, detached.orphans),
-        (false, 0, 1)
-    );
+    orphan(&controller, a);
+    let orphaned_at = Instant::now();
     // A tick before the grace ends, A's stage still runs on its last rules: B cannot
     // have its share.
-    advance_to(detached_at + ORPHAN_GRACE - MS).await;
+    advance_to(orphaned_at + ORPHAN_GRACE - MS).await;
     report(&controller, "b", b, 2, &[(1, 10.0)]);
     controller.cycle().await;
     assert_eq!(assigned(&controller, "B"), 500.0);
     assert_eq!(node(&controller, "a").orphans, 1);
 
-    // At the grace, the orphan is presumed gone with its node.
-    advance_to(detached_at + ORPHAN_GRACE).await;
+    // At the grace, the orphan is presumed gone.
+    advance_to(orphaned_at + ORPHAN_GRACE).await;
     report(&controller, "b", b, 3, &[(1, 10.0)]);
     controller.cycle().await;
     assert_eq!(assigned(&controller, "B"), 1000.0);
+    controller
+}
+
+#[tokio::test(start_paused = true)]
+async fn orphans_keep_their_share_until_exactly_the_grace_ends() {
+    let controller = orphan_released_at_the_grace(|controller, a| {
+        controller.detach_node("a", a);
+        let detached = node(controller, "a");
+        assert_eq!(
+            (detached.attached, detached.stages, detached.orphans),
+            (false, 0, 1)
+        );
+    })
+    .await;
+    // A detached node is forgotten with its last orphan.
     assert!(controller.snapshot().nodes.iter().all(|n| n.node != "a"));
+}
+
+/// A node whose stream is replaced (re-attached while the old one seemed alive) leaves
+/// its stages as orphans too, released at the grace like a detached node's.
+#[tokio::test(start_paused = true)]
+async fn orphans_of_a_replaced_stream_are_released_at_the_grace() {
+    let controller = orphan_released_at_the_grace(|controller, _| {
+        attach(controller, "a");
+    })
+    .await;
+    assert_eq!(node(&controller, "a").orphans, 0);
 }
 
 /// Report slots: a node is told when to report; a report at most half a lead after its
@@ -316,12 +340,14 @@ async fn a_cycle_woken_late_keeps_the_ticks_and_the_report_slots_on_their_grid()
     let first = Instant::now();
     controller.cycle_at(first).await;
 
-    // Cycle 2's report comes in its slot; the wake-up for its tick comes 40 ms late.
+    // Cycle 2's report comes in its slot; the wake-up for its tick comes half an
+    // interval late (counted from then, the report would be more than half an interval
+    // old, and re-scheduled).
     let tick = controller.next_tick(first);
     assert_eq!(tick, first + interval);
     advance_to(tick - lead).await;
     report(&controller, "a", a, 2, &[]);
-    advance_to(tick + 40 * MS).await;
+    advance_to(tick + interval / 2).await;
     controller.cycle_at(tick).await;
     assert_eq!(schedules(&mut inbox), vec![]);
 
