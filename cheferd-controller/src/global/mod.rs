@@ -218,8 +218,10 @@ impl Controller {
         (tick + self.interval()).max(Instant::now())
     }
 
-    /// One collect → compute → enforce cycle, ticking now; returns its latency.
-    pub async fn cycle(&self) -> Duration {
+    /// One collect → compute → enforce cycle, ticking now; returns its latency (the
+    /// tests' shorthand: the control loops tick on their grid, `cycle_at`).
+    #[cfg(test)]
+    pub(crate) async fn cycle(&self) -> Duration {
         self.cycle_at(Instant::now()).await
     }
 

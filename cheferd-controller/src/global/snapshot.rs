@@ -44,7 +44,7 @@ impl Controller {
     /// The protocol bytes exchanged with the nodes registered, both ways: the sum of
     /// what [`Controller::snapshot`] shows per node, without building it (which takes
     /// milliseconds under the state lock at 10 000 nodes).
-    pub fn protocol_bytes(&self) -> u64 {
+    pub(crate) fn protocol_bytes(&self) -> u64 {
         self.lock()
             .nodes
             .values()
