@@ -42,7 +42,7 @@ pub enum Cycles {
     Loop,
     /// The standby, while this controller leads the etcd election (`crate::standby`).
     Standby(Box<StandbyOptions>),
-    /// The caller, one [`Controller::cycle`] at a time (the bench, which times each).
+    /// The caller, one [`Controller::cycle_at`] at a time (the bench, which times each).
     Caller,
 }
 
