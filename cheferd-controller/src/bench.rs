@@ -29,6 +29,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
+pub mod floor;
+
 /// The default control interval: short, for many cycles in little time, yet long enough
 /// for 1 000 local controllers' reports to be received between two cycles.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(200);
@@ -70,6 +72,9 @@ pub struct BenchRow {
     pub enforced: f64,
     /// Mean protocol bytes per local controller per interval (both directions).
     pub bytes_per_local: f64,
+    /// The same reads and writes on plain TCP connections ([`floor`]): CPU per control
+    /// interval, ms, once measured.
+    pub floor_cpu_ms: Option<f64>,
 }
 
 /// Runs the benchmark for `locals` local controllers ticking every `interval`, both
@@ -229,6 +234,7 @@ async fn measure(
             rss_mib: resident_mib(),
             enforced: phases.iter().map(|p| p.enforced).sum::<usize>() as f64 / cycles as f64,
             bytes_per_local: bytes as f64 / (cycles * locals) as f64,
+            floor_cpu_ms: None,
         });
     }
     Ok(rows)
@@ -432,11 +438,11 @@ fn raise_descriptor_limit(needed: usize) -> Result<(), BenchError> {
 /// The benchmark table in Markdown.
 pub fn table(rows: &[BenchRow]) -> String {
     let mut out = String::from(
-        "| local controllers | stages each | rules change | interval (ms) | cycles | p50 cycle (ms) | p99 (ms) | p50 collect wait (ms) | p50 compute + send (ms) | p50 until all acks (ms) | global CPU per interval (ms) | global CPU (% of a core) | global RSS (MiB) | locals sent rules | bytes per local per interval |\n|---:|---:|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| local controllers | stages each | rules change | interval (ms) | cycles | p50 cycle (ms) | p99 (ms) | p50 collect wait (ms) | p50 compute + send (ms) | p50 until all acks (ms) | global CPU per interval (ms) | global CPU (% of a core) | global RSS (MiB) | locals sent rules | bytes per local per interval | plain TCP floor (% of a core) |\n|---:|---:|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {:.3} | {:.1} | {:.0} | {:.0} | {:.0} |\n",
+            "| {} | {} | {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {:.3} | {:.1} | {:.0} | {:.0} | {:.0} | {} |\n",
             r.locals,
             r.stages,
             if r.changing { "every cycle" } else { "never" },
@@ -452,7 +458,11 @@ pub fn table(rows: &[BenchRow]) -> String {
             100.0 * r.global_cpu_ms / r.interval_ms as f64,
             r.rss_mib,
             r.enforced,
-            r.bytes_per_local
+            r.bytes_per_local,
+            r.floor_cpu_ms.map_or("-".to_string(), |floor| format!(
+                "{:.1}",
+                100.0 * floor / r.interval_ms as f64
+            )),
         ));
     }
     out

@@ -72,6 +72,8 @@ pub use latency::{LatencyHistogram, LATENCY_BUCKETS};
 pub(crate) use leadership::{utc, Role};
 pub use leadership::{Leader, Leadership, LeadershipStatus, RoleName, LEADER_METADATA};
 pub use registry::ORPHAN_GRACE;
+#[cfg(feature = "lab")]
+pub(crate) use schedule::spread_window;
 pub use service::{serve, ServeError, Service};
 pub use service_times::ServiceSummary;
 pub use snapshot::{

@@ -35,7 +35,7 @@ const REPORT_SPACING: Duration = Duration::from_micros(40);
 /// came after the next tick). It shrinks only once twice the nodes would fit in a
 /// narrower window, so a node count near a threshold does not re-schedule every node
 /// back and forth.
-pub(super) fn spread_window(interval: Duration, nodes: usize, current: Duration) -> Duration {
+pub(crate) fn spread_window(interval: Duration, nodes: usize, current: Duration) -> Duration {
     let widest = interval / 2 - report_lead(interval);
     let fitting = |nodes: usize| {
         let needed = REPORT_SPACING * nodes.min(u32::MAX as usize) as u32;

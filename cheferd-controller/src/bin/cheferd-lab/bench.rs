@@ -44,8 +44,26 @@ pub struct BenchLocalsArgs {
     stages: usize,
 }
 
+/// `cheferd-lab bench-floor-locals`.
+#[derive(Args)]
+pub struct BenchFloorLocalsArgs {
+    /// The floor's listening address.
+    #[arg(long)]
+    address: String,
+    /// Connections to open.
+    #[arg(long)]
+    locals: usize,
+    /// Bytes each connection writes per interval.
+    #[arg(long)]
+    report_bytes: usize,
+    /// The control interval, ms.
+    #[arg(long)]
+    interval_ms: u64,
+}
+
 /// Each row runs in a runtime of its own, so nothing of one row lingers in the next: the
-/// global controller's (`global_runtime`), as `cheferd global` runs it.
+/// global controller's (`global_runtime`), as `cheferd global` runs it; so does its
+/// transport floor, after it (`cheferd_controller::bench::floor`).
 pub fn run(args: BenchArgs) -> Result<(), Failure> {
     let BenchArgs {
         locals,
@@ -58,13 +76,15 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
     let interval = std::time::Duration::from_millis(interval_ms);
     let mut rows = Vec::new();
     for n in locals {
-        rows.extend(
-            global_runtime()?
-                .block_on(cheferd_controller::bench::run(
-                    n, stages, cycles, interval, &name,
-                ))
-                .map_err(failed)?,
-        );
+        let mut measured = global_runtime()?
+            .block_on(cheferd_controller::bench::run(
+                n, stages, cycles, interval, &name,
+            ))
+            .map_err(failed)?;
+        global_runtime()?
+            .block_on(cheferd_controller::bench::floor::measure(&mut measured))
+            .map_err(failed)?;
+        rows.extend(measured);
     }
     print!("{}", cheferd_controller::bench::table(&rows));
     Ok(())
@@ -75,4 +95,17 @@ pub async fn run_locals(args: BenchLocalsArgs) -> Result<(), Failure> {
     cheferd_controller::bench::run_locals(args.url, args.locals, args.stages)
         .await
         .map_err(failed)
+}
+
+/// The transport floor's connections, until killed.
+pub async fn run_floor_locals(args: BenchFloorLocalsArgs) -> Result<(), Failure> {
+    let interval = std::time::Duration::from_millis(args.interval_ms);
+    cheferd_controller::bench::floor::run_locals(
+        args.address,
+        args.locals,
+        args.report_bytes,
+        interval,
+    )
+    .await
+    .map_err(failed)
 }

@@ -39,6 +39,9 @@ enum Command {
     /// process's CPU time is the global controller's).
     #[command(hide = true)]
     BenchLocals(bench::BenchLocalsArgs),
+    /// The plain TCP connections of `bench`'s transport floor, in their own process.
+    #[command(hide = true)]
+    BenchFloorLocals(bench::BenchFloorLocalsArgs),
     /// Replay a metadata trace (or a constant load) against a directory, printing the
     /// achieved rate every second.
     Replay(replay::ReplayArgs),
@@ -63,7 +66,7 @@ fn main() -> ExitCode {
 /// The benchmark prints its table alone; the other tools what goes wrong.
 fn default_level(cli: &Cli) -> &'static str {
     match cli.command {
-        Command::Bench(_) | Command::BenchLocals(_) => "error",
+        Command::Bench(_) | Command::BenchLocals(_) | Command::BenchFloorLocals(_) => "error",
         _ => "warn",
     }
 }
@@ -75,6 +78,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::Demo(args) => in_runtime(demo::run(args)),
         Command::Bench(args) => bench::run(args),
         Command::BenchLocals(args) => in_runtime(bench::run_locals(args)),
+        Command::BenchFloorLocals(args) => in_runtime(bench::run_floor_locals(args)),
         Command::Replay(args) => replay::run(args),
         Command::Simulate(args) => run_policies(policies::cli::Command::Simulate(args)),
         Command::Allocate(args) => run_policies(policies::cli::Command::Allocate(args)),
