@@ -58,8 +58,8 @@ impl PlanCache {
         let previous_was_sent = std::mem::take(&mut self.was_sent);
         self.views.clear();
         self.ids.clear();
-        // In name order, as the enforce step walks them.
-        for (index, (_, node)) in nodes.iter_mut().enumerate() {
+        // In slot order, as the enforce step walks them.
+        for (index, node) in nodes.values_mut().enumerate() {
             for record in node.stages.values_mut().chain(node.orphans.values_mut()) {
                 let view = self.views.len();
                 let slot = std::mem::replace(&mut record.slot, Slot::Cached(view));

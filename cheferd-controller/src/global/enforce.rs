@@ -32,16 +32,16 @@ pub(super) fn enforce(
     // that encodes and writes it, whose work on the other core slowed the building of
     // the rest down.
     let mut messages = Vec::with_capacity(nodes.len());
-    // The cache's views are in registry order: node by node, its live stages then its
+    // The cache's views are in slot order: node by node, its live stages then its
     // orphans (in the plan, but unreachable).
-    for (name, node) in nodes.iter_mut() {
+    for node in nodes.values_mut() {
         let live = index..index + node.stages.len();
         index = live.end + node.orphans.len();
         if let Some(unacked) = node.unacked.take() {
             // Rules may have been lost with it (a stalled stream): the declarative
             // full set again costs little and cannot do harm.
             warn!(
-                node = %name,
+                node = %node.name,
                 cycle = unacked,
                 "no acknowledgement of its rules within a cycle; sending them all again"
             );

@@ -15,6 +15,8 @@ pub(super) type Outbox = outbox::Sender<Result<GlobalMessage, Status>>;
 
 /// One local controller.
 pub(super) struct Node {
+    /// The name it registered with (its key in [`Nodes`]), for the log.
+    pub(super) name: Box<str>,
     pub(super) session: u64,
     pub(super) outbox: Outbox,
     pub(super) stages: BTreeMap<u64, StageRecord>,
@@ -76,8 +78,11 @@ pub(super) struct NodeHandle {
     pub(super) session: u64,
 }
 
-/// The nodes, in slots their streams reach directly ([`NodeHandle`]), walked in name
-/// order through a name index.
+/// The nodes, in slots their streams reach directly ([`NodeHandle`]), found by name
+/// through a name index. The cycle walks them in slot order ([`Nodes::values_mut`]):
+/// one pass over the slots, where a walk in name order reached each node at random
+/// (2.5 ms of a 10 000-node cycle for the report slots alone on a VM whose memory
+/// is slow).
 #[derive(Default)]
 pub(super) struct Nodes {
     slots: Vec<Option<Node>>,
@@ -158,17 +163,10 @@ impl Nodes {
             .filter_map(|(name, &slot)| Some((name, self.slots[slot].as_ref()?)))
     }
 
-    /// [`Nodes::iter`], to change.
-    pub(super) fn iter_mut(&mut self) -> impl Iterator<Item = (&String, &mut Node)> {
-        // Each slot lent once, in the order of the names.
-        let mut lent: Vec<Option<&mut Node>> = self.slots.iter_mut().map(Option::as_mut).collect();
-        self.by_name
-            .iter()
-            .filter_map(move |(name, &slot)| Some((name, lent[slot].take()?)))
-    }
-
     /// The nodes in the order of their slots, not of their names: one pass over the
-    /// slots, without the name index (for a walk whose order does not matter).
+    /// slots, without the name index. The planner's views and the enforce step both
+    /// walk them so (they must agree); the order is the slots', stable until a node is
+    /// added or removed, which invalidates the views.
     pub(super) fn values(&self) -> impl Iterator<Item = &Node> {
         self.slots.iter().flatten()
     }

@@ -69,6 +69,7 @@ impl Controller {
         };
         let _ = outbox.send(Ok(registered));
         let mut node = Node {
+            name: name.into(),
             session,
             outbox,
             stages: BTreeMap::new(),

@@ -227,13 +227,13 @@ fn in_slot(node: &Node, cycle: u64, tick: Instant, ticks: Ticks) -> bool {
 pub(super) fn reschedule_off_slot(state: &mut State, cycle: u64, tick: Instant, now: Instant) {
     let interval_ms = state.config.interval_ms;
     let ticks = Ticks::of(state);
-    for (name, node) in state.nodes.iter_mut() {
+    for node in state.nodes.values_mut() {
         if node.detached || node.due > cycle {
             continue;
         }
         node.missed = node.reported < cycle;
         if !in_slot(node, cycle, tick, ticks) {
-            debug!(node = %name, cycle, "usage report off its slot; re-scheduled");
+            debug!(node = %node.name, cycle, "usage report off its slot; re-scheduled");
             let (next, report_in) = ticks.next_slot(now, node.session);
             schedule(node, next, now, report_in, interval_ms);
         }
