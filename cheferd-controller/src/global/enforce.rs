@@ -28,9 +28,10 @@ pub(super) fn enforce(
     cycle: u64,
 ) -> usize {
     let mut index = 0;
-    // Every message is built before any is queued: a queued message wakes the task
-    // that encodes and writes it, whose work on the other core slowed the building of
-    // the rest down.
+    // Every message is built before any is queued, and all are queued before any
+    // stream's task is woken: three passes, each over one kind of data, measured
+    // faster than one pass doing all three (p50 cycle at 10 000 nodes 12.7–13.4 ms
+    // against 16.3–16.8 ms, `cheferd-lab bench --locals 10000 --interval-ms 1000`).
     let mut messages = Vec::with_capacity(nodes.len());
     // The cache's views are in slot order: node by node, its live stages then its
     // orphans (in the plan, but unreachable).
@@ -61,7 +62,6 @@ pub(super) fn enforce(
         node.bytes_out += enforce.encoded_len() as u64;
         messages.push((node, enforce));
     }
-    // Likewise, all are queued before any stream's task is woken.
     let mut wakers = Vec::with_capacity(messages.len());
     let mut sent = 0;
     for (node, enforce) in messages {
