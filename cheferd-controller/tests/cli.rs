@@ -203,6 +203,28 @@ fn numeric_flags_out_of_range_or_negative_name_the_flag() {
         (&["demo"], "--stagger", "-1"),
         (&["demo"], "--stagger", "100000"),
         (&["bench"], "--interval-ms", "-1"),
+        (
+            &[
+                "bench-floor-locals",
+                "--address",
+                "127.0.0.1:1",
+                "--locals",
+                "1",
+            ],
+            "--report-bytes",
+            "0",
+        ),
+        (
+            &[
+                "bench-floor-locals",
+                "--address",
+                "127.0.0.1:1",
+                "--report-bytes",
+                "1",
+            ],
+            "--locals",
+            "100001",
+        ),
         (&["replay", "--dir", "/"], "--rate", "-5"),
         (&["replay", "--rate", "5", "--dir", "/"], "--threads", "-2"),
     ];

@@ -51,13 +51,13 @@ pub struct BenchFloorLocalsArgs {
     #[arg(long)]
     address: String,
     /// Connections to open.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = whole(1..=100_000usize))]
     locals: usize,
     /// Bytes each connection writes per interval.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = whole(1..=1usize << 20))]
     report_bytes: usize,
     /// The control interval, ms.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = whole(1..=60_000u64))]
     interval_ms: u64,
 }
 
