@@ -20,6 +20,7 @@ pub mod placement_history;
 pub mod placement_service;
 mod plan;
 pub mod policy;
+mod prefetch;
 #[cfg(feature = "lab")]
 pub mod replay;
 pub mod standby;

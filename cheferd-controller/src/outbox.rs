@@ -68,6 +68,12 @@ impl<T> Sender<T> {
         queue.items.push_back(item);
         Ok(queue.waker.take())
     }
+
+    /// Asks the CPU to bring the queue into cache ([`crate::prefetch`]), for a loop
+    /// that queues to thousands of streams.
+    pub fn prefetch(&self) {
+        crate::prefetch::prefetch(Arc::as_ptr(&self.0));
+    }
 }
 
 impl<T> Drop for Sender<T> {

@@ -21,6 +21,7 @@
 use crate::config::Resource;
 use crate::config::{GlobalConfig, JobConfig};
 use crate::policy::{JobInput, JobKey, PolicyRunner};
+use crate::prefetch::prefetch;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::ops::Range;
@@ -113,6 +114,16 @@ impl Layout {
                 NOT_USED | NO_USAGE => StageUsage::default(),
                 slot => stages[i].usage[slot as usize].1,
             };
+        }
+    }
+
+    /// Asks for stage `i`'s row ([`crate::prefetch`]), which [`Layout::refresh`] will
+    /// write.
+    pub fn prefetch_row(&self, i: usize) {
+        let at = i * self.resources;
+        if at < self.slots.len() {
+            prefetch(&self.slots[at]);
+            prefetch(&self.usage[at]);
         }
     }
 

@@ -9,6 +9,7 @@
 use super::node::{Nodes, Slot};
 use crate::config::GlobalConfig;
 use crate::plan::{self, Plan, StageUsage, StageView};
+use crate::prefetch::prefetch;
 use crate::proto;
 use std::ops::Range;
 
@@ -106,6 +107,18 @@ impl PlanCache {
             *value = *u;
         }
         self.layout.refresh(&self.views, view);
+    }
+
+    /// Asks for what [`PlanCache::update_usage`] will write for the stage at `slot`
+    /// ([`crate::prefetch`]): the view's usage and its row of the layout.
+    pub(super) fn prefetch_usage(&self, slot: &Slot) {
+        let Slot::Cached(view) = *slot else {
+            return;
+        };
+        if let Some(kept) = self.views.get(view).filter(|_| self.current) {
+            prefetch(kept.usage.as_ptr());
+            self.layout.prefetch_row(view);
+        }
     }
 
     /// Forgets what the stages at `views` were sent, so all their rules go out again.

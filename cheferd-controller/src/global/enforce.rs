@@ -8,6 +8,7 @@ use super::State;
 use crate::config::GlobalConfig;
 use crate::plan;
 use crate::policy::JobKey;
+use crate::prefetch::{prefetch, AHEAD};
 use crate::proto::{self, global_message, GlobalMessage};
 use prost::Message;
 use tracing::warn;
@@ -62,16 +63,26 @@ pub(super) fn enforce(
         node.bytes_out += enforce.encoded_len() as u64;
         messages.push((node, enforce));
     }
+    // Each node's queue and task is a cache miss of its own: each loop asks for the
+    // one a few nodes ahead, so that the misses overlap.
     let mut wakers = Vec::with_capacity(messages.len());
     let mut sent = 0;
-    for (node, enforce) in messages {
+    let mut messages = messages.into_iter();
+    while let Some((node, enforce)) = messages.next() {
+        if let Some((ahead, _)) = messages.as_slice().get(AHEAD - 1) {
+            ahead.outbox.prefetch();
+        }
         if let Ok(waker) = node.outbox.queue(Ok(enforce)) {
             wakers.extend(waker);
             node.unacked = Some(cycle);
             sent += 1;
         }
     }
-    for waker in wakers {
+    let mut wakers = wakers.into_iter();
+    while let Some(waker) = wakers.next() {
+        if let Some(ahead) = wakers.as_slice().get(AHEAD - 1) {
+            prefetch(ahead.data());
+        }
         waker.wake();
     }
     sent

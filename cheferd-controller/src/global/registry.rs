@@ -11,6 +11,7 @@ use super::{enforce, schedule, Controller, State};
 use crate::config::{Resource, ResourceConfig};
 use crate::plan::StageUsage;
 use crate::policy::JobKey;
+use crate::prefetch::prefetch;
 use crate::proto::{self, global_message, local_message, GlobalMessage, LocalMessage};
 use padll_wire::latency::BUCKETS;
 use prost::Message;
@@ -230,6 +231,15 @@ impl Controller {
                 cache.invalidate();
             }
             Some(local_message::Body::Usage(usage)) => {
+                // Each stage's usage is kept in three places far apart in memory (its
+                // record, its planner's view and the view's row of the layout): ask for
+                // all of them first, so that their cache misses overlap.
+                for stage in &usage.stages {
+                    if let Some(record) = node.stages.get(&stage.stage_id) {
+                        prefetch(record.usage.as_ptr());
+                        cache.prefetch_usage(&record.slot);
+                    }
+                }
                 for stage in &usage.stages {
                     if let Some(record) = node.stages.get_mut(&stage.stage_id) {
                         if let Err(why) = record_usage(
