@@ -1,6 +1,7 @@
-//! A cache prefetch hint for loops over thousands of nodes' heap objects (their
-//! streams' queues, their tasks): asking for the object a few steps ahead lets the
-//! cache misses overlap instead of following one another.
+//! A cache prefetch hint for the global controller's walks over objects scattered on
+//! the heap (thousands of nodes' stream queues and tasks, a report's stages' usage):
+//! asking for them ahead of their use lets the cache misses overlap instead of
+//! following one another.
 
 /// How many steps ahead such a loop asks.
 pub const AHEAD: usize = 8;
