@@ -11,7 +11,7 @@
 use cheferd_controller::admin::AdminRequest;
 use cheferd_controller::config::GlobalConfig;
 use cheferd_controller::global::Controller;
-use cheferd_controller::proto::LocalMessage;
+use cheferd_controller::proto::{LocalMessage, RelayUp};
 use padll_wire::channel::{MAX_CHANNELS, MAX_RATE};
 use padll_wire::control::{self, ControlMessage, LastRules, StageMessage};
 use prost::Message;
@@ -27,6 +27,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("stats_report", stats_report),
     ("admin_request", admin_request),
     ("grpc_stream", grpc_stream),
+    ("relay_stream", relay_stream),
     ("global_config", global_config),
     ("stage_config", stage_config),
     ("rate_selector", rate_selector),
@@ -187,6 +188,33 @@ pub fn grpc_stream(data: &[u8]) {
                 node.orphans
             );
         }
+    }
+}
+
+/// Bytes on a relay's stream: length-delimited `RelayUp`s, each many nodes' messages
+/// by link, fed through one relay stream and then its end. The node and stage caps
+/// hold, and no node stays attached once the relay's stream ended.
+pub fn relay_stream(data: &[u8]) {
+    let mut rest = data;
+    let mut batches = Vec::new();
+    while !rest.is_empty() && batches.len() < 256 {
+        match RelayUp::decode_length_delimited(&mut rest) {
+            Ok(up) => batches.push(up),
+            Err(_) => break,
+        }
+    }
+    let controller = controller();
+    let limits = controller.config().limits;
+    controller.feed_relay(batches);
+    let snapshot = controller.snapshot();
+    assert!(snapshot.nodes.len() <= limits.max_nodes);
+    for node in &snapshot.nodes {
+        assert!(
+            !node.attached,
+            "{} attached after its relay left",
+            node.node
+        );
+        assert!(node.stages + node.orphans <= limits.max_stages_per_node);
     }
 }
 

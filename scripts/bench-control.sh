@@ -6,7 +6,8 @@
 # Prints one Markdown table: run, load, the machine's 1-minute load average before the
 # run, then the benchmark's columns for both modes (rules steady, rules changing every
 # cycle). Settings (environment): RUNS (5), LOAD (1: both conditions; 0: quiet only),
-# LOCALS (10000), CYCLES (10), INTERVAL_MS (1000).
+# LOCALS (10000), CYCLES (10), INTERVAL_MS (1000), RELAYS (0: every local controller
+# attached directly; N: through N relays, `--relays N`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-5}
@@ -14,9 +15,11 @@ LOAD=${LOAD:-1}
 LOCALS=${LOCALS:-10000}
 CYCLES=${CYCLES:-10}
 INTERVAL_MS=${INTERVAL_MS:-1000}
+RELAYS=${RELAYS:-0}
 for setting in RUNS LOCALS CYCLES INTERVAL_MS; do
   [[ ${!setting} =~ ^[1-9][0-9]*$ ]] || { echo "bench-control: $setting='${!setting}' is not a positive whole number" >&2; exit 2; }
 done
+[[ $RELAYS =~ ^(0|[1-9][0-9]*)$ ]] || { echo "bench-control: RELAYS='$RELAYS' is not a whole number" >&2; exit 2; }
 [[ $LOAD == 0 || $LOAD == 1 ]] || { echo "bench-control: LOAD='$LOAD' must be 0 or 1" >&2; exit 2; }
 if [[ $LOAD == 1 ]] && ! command -v stress-ng >/dev/null; then
   echo "bench-control: LOAD=1 needs stress-ng (apt-get install stress-ng), or run with LOAD=0" >&2
@@ -38,7 +41,7 @@ for run in $(seq 1 "$RUNS"); do
       sleep 2
     fi
     load=$(cut -d' ' -f1 /proc/loadavg)
-    table=$("$lab" bench --locals "$LOCALS" --cycles "$CYCLES" --interval-ms "$INTERVAL_MS")
+    table=$("$lab" bench --locals "$LOCALS" --relays "$RELAYS" --cycles "$CYCLES" --interval-ms "$INTERVAL_MS")
     if [[ -n $stress ]]; then
       kill "$stress"
       wait "$stress" 2>/dev/null || true

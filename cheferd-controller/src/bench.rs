@@ -75,12 +75,15 @@ pub struct BenchRow {
     /// The same reads and writes on plain TCP connections ([`floor`]): CPU per control
     /// interval, ms, once measured.
     pub floor_cpu_ms: Option<f64>,
+    /// Relays the local controllers attached through (0: each attached directly).
+    pub relays: usize,
 }
 
 /// Runs the benchmark for `locals` local controllers ticking every `interval`, both
 /// modes.
 pub async fn run(
     locals: usize,
+    relays: usize,
     stages: usize,
     cycles: usize,
     interval: Duration,
@@ -115,26 +118,52 @@ pub async fn run(
     .await?;
     let controller = global.controller().clone();
     let url = format!("http://{}", global.grpc_address());
+    let this = std::env::current_exe().map_err(|error| BenchError::Io {
+        what: "locate this executable",
+        error,
+    })?;
+    // Relays run in a process of their own (as on a rack's node), the local
+    // controllers attached to them: each process needs a descriptor per connection.
+    let (relays_process, urls) = if relays > 0 {
+        let mut child = Command::new(&this)
+            .args(["bench-relays", "--url", &url])
+            .args(["--relays", &relays.to_string()])
+            .args(["--locals", &locals.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|error| BenchError::Io {
+                what: "start the relays",
+                error,
+            })?;
+        let mut urls = String::new();
+        if let Some(stdout) = child.stdout.take() {
+            use std::io::BufRead;
+            let _ = std::io::BufReader::new(stdout).read_line(&mut urls);
+        }
+        (Some(LocalsProcess(child)), urls.trim().to_string())
+    } else {
+        (None, url)
+    };
     let child = LocalsProcess(
-        Command::new(std::env::current_exe().map_err(|error| BenchError::Io {
-            what: "locate this executable",
-            error,
-        })?)
-        .args(["bench-locals", "--url", &url])
-        .args(["--locals", &locals.to_string()])
-        .args(["--stages", &stages.to_string()])
-        .stdin(Stdio::null())
-        .spawn()
-        .map_err(|error| BenchError::Io {
-            what: "start the simulated local controllers",
-            error,
-        })?,
+        Command::new(&this)
+            .args(["bench-locals", "--url", &urls])
+            .args(["--locals", &locals.to_string()])
+            .args(["--stages", &stages.to_string()])
+            .stdin(Stdio::null())
+            .spawn()
+            .map_err(|error| BenchError::Io {
+                what: "start the simulated local controllers",
+                error,
+            })?,
     );
 
     // The cycles run on the runtime's worker, as `cheferd global`'s control loop does
     // (sharing its one thread with the streams), not on this thread beside it.
     let measuring = tokio::spawn(async move {
-        measure(&controller, &resource, locals, stages, cycles, interval).await
+        let mut rows = measure(&controller, &resource, locals, stages, cycles, interval).await?;
+        rows.iter_mut().for_each(|row| row.relays = relays);
+        Ok::<_, BenchError>(rows)
     });
     // The global controller's failure (its gRPC server's) ends the benchmark.
     let rows = tokio::select! {
@@ -145,6 +174,7 @@ pub async fn run(
         error = global.ended() => return Err(BenchError::Global(error)),
     };
     drop(child);
+    drop(relays_process);
     Ok(rows)
 }
 
@@ -235,6 +265,7 @@ async fn measure(
             enforced: phases.iter().map(|p| p.enforced).sum::<usize>() as f64 / cycles as f64,
             bytes_per_local: bytes as f64 / (cycles * locals) as f64,
             floor_cpu_ms: None,
+            relays: 0,
         });
     }
     Ok(rows)
@@ -326,12 +357,45 @@ fn resident_mib() -> f64 {
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
-/// `cheferd-lab bench-locals`: `locals` simulated local controllers attached to `url`, until
-/// killed.
-pub async fn run_locals(url: String, locals: usize, stages: usize) -> Result<(), BenchError> {
+/// `cheferd-lab bench-relays`: `relays` relays attached to `url` for `locals` local
+/// controllers, until killed; prints their URLs first, comma-separated, on one line.
+pub async fn run_relays(url: String, relays: usize, locals: usize) -> Result<(), BenchError> {
+    raise_descriptor_limit(locals + relays + 256)?;
+    let mut urls = Vec::new();
+    let mut running = Vec::new();
+    for _ in 0..relays {
+        let listen = |error| BenchError::Io {
+            what: "listen for a relay",
+            error,
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(listen)?;
+        urls.push(format!("http://{}", listener.local_addr().map_err(listen)?));
+        let options = crate::relay::RelayOptions {
+            global: url.clone(),
+            upstream_tls: None,
+            downstream_tls: None,
+        };
+        running.push(tokio::spawn(crate::relay::run(listener, options)));
+    }
+    println!("{}", urls.join(","));
+    for relay in running {
+        let _ = relay.await;
+    }
+    Ok(())
+}
+
+/// `cheferd-lab bench-locals`: `locals` simulated local controllers attached to `urls`
+/// (comma-separated: local controller i to the i-th mod their number), until killed.
+pub async fn run_locals(urls: String, locals: usize, stages: usize) -> Result<(), BenchError> {
     raise_descriptor_limit(locals + 256)?;
+    let urls: Vec<&str> = urls.split(',').collect();
     let tasks: Vec<_> = (0..locals)
-        .map(|i| tokio::spawn(simulated_local(url.clone(), format!("node{i:04}"), stages)))
+        .map(|i| {
+            let url = urls[i % urls.len()].to_string();
+            tokio::spawn(simulated_local(url, format!("node{i:04}"), stages))
+        })
         .collect();
     for task in tasks {
         let _ = task.await;
@@ -421,16 +485,17 @@ fn raise_descriptor_limit(needed: usize) -> Result<(), BenchError> {
     if limit.rlim_cur as usize >= needed {
         return Ok(());
     }
-    if (limit.rlim_max as usize) < needed {
-        return Err(BenchError::HardLimit {
-            needed,
-            hard: limit.rlim_max,
-        });
-    }
+    let hard = limit.rlim_max;
     limit.rlim_cur = needed as libc::rlim_t;
+    // Raising the hard limit too takes privilege (root may).
+    limit.rlim_max = limit.rlim_max.max(limit.rlim_cur);
     // SAFETY: valid pointer; raising the soft limit up to the hard one is allowed.
     if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
-        return Err(BenchError::RaiseLimit(needed));
+        return Err(if (hard as usize) < needed {
+            BenchError::HardLimit { needed, hard }
+        } else {
+            BenchError::RaiseLimit(needed)
+        });
     }
     Ok(())
 }
@@ -438,11 +503,11 @@ fn raise_descriptor_limit(needed: usize) -> Result<(), BenchError> {
 /// The benchmark table in Markdown.
 pub fn table(rows: &[BenchRow]) -> String {
     let mut out = String::from(
-        "| local controllers | stages each | rules change | interval (ms) | cycles | p50 cycle (ms) | p99 (ms) | p50 collect wait (ms) | p50 compute + send (ms) | p50 until all acks (ms) | global CPU per interval (ms) | global CPU (% of a core) | global RSS (MiB) | locals sent rules | bytes per local per interval | plain TCP floor (% of a core) |\n|---:|---:|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| local controllers | stages each | rules change | interval (ms) | cycles | p50 cycle (ms) | p99 (ms) | p50 collect wait (ms) | p50 compute + send (ms) | p50 until all acks (ms) | global CPU per interval (ms) | global CPU (% of a core) | global RSS (MiB) | locals sent rules | bytes per local per interval | plain TCP floor (% of a core) | relays |\n|---:|---:|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {:.3} | {:.1} | {:.0} | {:.0} | {:.0} | {} |\n",
+            "| {} | {} | {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {:.3} | {:.1} | {:.0} | {:.0} | {:.0} | {} | {} |\n",
             r.locals,
             r.stages,
             if r.changing { "every cycle" } else { "never" },
@@ -463,6 +528,7 @@ pub fn table(rows: &[BenchRow]) -> String {
                 "{:.1}",
                 100.0 * floor / r.interval_ms as f64
             )),
+            r.relays,
         ));
     }
     out

@@ -153,6 +153,9 @@ pub enum ConfigError {
         /// Why (it keeps the text).
         error: ResourceError,
     },
+    /// A `relays` entry that is no node name.
+    #[error("relays: {0}")]
+    BadRelay(crate::tls::NameError),
     /// A resource configured twice.
     #[error("{key}: '{name}' is configured twice")]
     Duplicate {
@@ -314,6 +317,9 @@ pub struct GlobalConfig {
     pub stage_floor: f64,
     /// Uids allowed to change settings through the admin socket (root always is).
     pub admins: Vec<u32>,
+    /// Node names whose certificates may open a relay stream (`cheferd relay`) and so
+    /// speak for the nodes attached through it.
+    pub relays: Vec<String>,
     /// The shared resources.
     pub resources: Vec<ResourceConfig>,
     /// Per-job settings, by job id.
@@ -378,6 +384,7 @@ impl Default for GlobalConfig {
             burst_ms: 10,
             stage_floor: 0.1,
             admins: Vec::new(),
+            relays: Vec::new(),
             resources: Vec::new(),
             jobs: BTreeMap::new(),
             rules: Vec::new(),
@@ -396,6 +403,8 @@ struct RawConfig {
     stage_floor: Option<f64>,
     #[serde(default)]
     admins: Vec<u32>,
+    #[serde(default)]
+    relays: Vec<String>,
     max_nodes: Option<usize>,
     max_stages_per_node: Option<usize>,
     max_jobs_per_node: Option<usize>,
@@ -612,6 +621,10 @@ impl GlobalConfig {
             config.stage_floor = floor;
         }
         config.admins = raw.admins;
+        for name in &raw.relays {
+            crate::tls::check_name(name).map_err(ConfigError::BadRelay)?;
+        }
+        config.relays = raw.relays;
         config.tls = raw.tls;
         if let Some(placement) = &raw.placement {
             placement.validate()?;

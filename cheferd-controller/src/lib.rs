@@ -22,6 +22,7 @@ mod plan;
 pub mod policy;
 mod prefetch;
 #[cfg(feature = "lab")]
+pub mod relay;
 pub mod replay;
 pub mod standby;
 mod supervise;

@@ -16,6 +16,7 @@ use tokio_stream::Stream;
 
 struct Queue<T> {
     items: VecDeque<T>,
+    capacity: usize,
     waker: Option<Waker>,
     sender_gone: bool,
     receiver_gone: bool,
@@ -38,10 +39,16 @@ pub struct Receiver<T>(Shared<T>);
 #[derive(Debug)]
 pub struct Closed;
 
-/// A new channel.
+/// A new channel that holds up to [`MAX_QUEUED`] messages.
 pub fn channel<T>() -> (Sender<T>, Receiver<T>) {
+    bounded(MAX_QUEUED)
+}
+
+/// A new channel that holds up to `capacity` messages.
+pub fn bounded<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
     let shared = Arc::new(Mutex::new(Queue {
         items: VecDeque::new(),
+        capacity,
         waker: None,
         sender_gone: false,
         receiver_gone: false,
@@ -62,7 +69,7 @@ impl<T> Sender<T> {
     /// returned (if any) once it is done queueing.
     pub fn queue(&self, item: T) -> Result<Option<Waker>, Closed> {
         let mut queue = lock(&self.0);
-        if queue.receiver_gone || queue.items.len() >= MAX_QUEUED {
+        if queue.receiver_gone || queue.items.len() >= queue.capacity {
             return Err(Closed);
         }
         queue.items.push_back(item);

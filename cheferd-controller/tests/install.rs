@@ -130,6 +130,7 @@ fn man_pages_and_completions_are_installed() {
         "cheferd",
         "cheferd-local",
         "cheferd-global",
+        "cheferd-relay",
         "cheferd-ctl",
         "cheferd-certs-node",
         "cheferd-lab",
@@ -190,6 +191,7 @@ fn man_pages_say_exit_status_files_and_examples() {
         "padll-run",
         "cheferd-global",
         "cheferd-local",
+        "cheferd-relay",
         "cheferd-ctl",
     ] {
         let text = std::fs::read_to_string(installed.path(&format!("share/man/man1/{page}.1")))
@@ -286,10 +288,14 @@ fn collect_keys(table: &toml::Table, keys: &mut Vec<String>) {
 fn installed_units_pass_systemd_analyze_verify() {
     let _turn = crate::util::together();
     let installed = Installed::new();
-    let units: Vec<PathBuf> = ["cheferd-local.service", "cheferd-global.service"]
-        .iter()
-        .map(|u| installed.path(&format!("lib/systemd/system/{u}")))
-        .collect();
+    let units: Vec<PathBuf> = [
+        "cheferd-local.service",
+        "cheferd-global.service",
+        "cheferd-relay.service",
+    ]
+    .iter()
+    .map(|u| installed.path(&format!("lib/systemd/system/{u}")))
+    .collect();
     // `verify` checks that ExecStart= exists and Documentation=man:… pages are found.
     let out = run(Command::new("systemd-analyze")
         .arg("verify")

@@ -23,6 +23,7 @@ mod node_default;
 mod placement;
 mod ports;
 mod prometheus;
+mod relay;
 mod schedule_and_metrics;
 mod services;
 mod slurm;

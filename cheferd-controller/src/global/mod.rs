@@ -32,8 +32,9 @@
 //! they keep their rules, so they get no provisional ones) or for [`ORPHAN_GRACE`]
 //! (then they are presumed gone with their node).
 //!
-//! One concept per module: `service` (the gRPC endpoint), `node` (the records of a node
-//! and its stages, found by name or by stream), `registry` (what each message of a
+//! One concept per module: `service` (the gRPC endpoint), `relay` (a relay's stream:
+//! many nodes' streams in one), `node` (the records of a node and its stages, found by
+//! name or by stream), `registry` (what each message of a
 //! stream does to them: nodes, stages, orphans), `jobs` (job-id interning and the terms
 //! in force), `schedule` (report slots and the collect wait), `cache` (the planner's
 //! views and the rates last sent, kept between cycles), `enforce` (the diff, acks and
@@ -56,6 +57,7 @@ mod latency;
 mod leadership;
 mod node;
 mod registry;
+mod relay;
 mod schedule;
 mod service;
 mod service_times;
@@ -72,8 +74,10 @@ pub use latency::{LatencyHistogram, LATENCY_BUCKETS};
 pub(crate) use leadership::{utc, Role};
 pub use leadership::{Leader, Leadership, LeadershipStatus, RoleName, LEADER_METADATA};
 pub use registry::ORPHAN_GRACE;
+pub use relay::{MAX_BATCH_BYTES as MAX_RELAY_BATCH_BYTES, MAX_LINKS as MAX_RELAY_LINKS};
 #[cfg(feature = "lab")]
 pub(crate) use schedule::spread_window;
+pub(crate) use service::registered;
 pub use service::{serve, ServeError, Service};
 pub use service_times::ServiceSummary;
 pub use snapshot::{

@@ -7,17 +7,74 @@ use crate::plan::StageUsage;
 use crate::policy::JobKey;
 use crate::proto::{self, GlobalMessage};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::task::Waker;
 use tokio::time::Instant;
 use tonic::Status;
 
-/// The queue to one node's stream.
-pub(super) type Outbox = outbox::Sender<Result<GlobalMessage, Status>>;
+/// A message to a node's stream, or the status that ends it.
+pub(super) type Outgoing = Result<GlobalMessage, Status>;
+
+/// The queue to one node's stream: its own `Attach` stream's, or its share of the
+/// `Relay` stream of the relay it is attached through (`super::relay`).
+pub(super) enum Outbox {
+    Direct(outbox::Sender<Outgoing>),
+    Relayed { link: u32, relay: Arc<RelayOutbox> },
+}
+
+/// The queue of a relay's stream, which its nodes share: each message with the link
+/// of the node it is for.
+pub(super) struct RelayOutbox {
+    /// The relay stream's session: its nodes' report slots are its (one place in the
+    /// spread for all of them, so that the relay receives their reports together and
+    /// passes them on in one message).
+    pub(super) session: u64,
+    pub(super) queue: outbox::Sender<(u32, Outgoing)>,
+}
+
+impl Outbox {
+    /// Queues `message` and wakes the stream's task.
+    pub(super) fn send(&self, message: Outgoing) -> Result<(), outbox::Closed> {
+        match self {
+            Outbox::Direct(queue) => queue.send(message),
+            Outbox::Relayed { link, relay } => relay.queue.send((*link, message)),
+        }
+    }
+
+    /// Queues `message` without waking the stream's task ([`outbox::Sender::queue`]).
+    pub(super) fn queue(&self, message: Outgoing) -> Result<Option<Waker>, outbox::Closed> {
+        match self {
+            Outbox::Direct(queue) => queue.queue(message),
+            Outbox::Relayed { link, relay } => relay.queue.queue((*link, message)),
+        }
+    }
+
+    /// [`outbox::Sender::prefetch`].
+    pub(super) fn prefetch(&self) {
+        match self {
+            Outbox::Direct(queue) => queue.prefetch(),
+            Outbox::Relayed { relay, .. } => relay.queue.prefetch(),
+        }
+    }
+
+    /// Whose place in the report slots' spread the node of stream `session` takes:
+    /// its own, or its relay's.
+    pub(super) fn slot_session(&self, session: u64) -> u64 {
+        match self {
+            Outbox::Direct(_) => session,
+            Outbox::Relayed { relay, .. } => relay.session,
+        }
+    }
+}
 
 /// One local controller.
 pub(super) struct Node {
     /// The name it registered with (its key in [`Nodes`]), for the log.
     pub(super) name: Box<str>,
     pub(super) session: u64,
+    /// Where its report slot is in the spread: its session, or its relay's
+    /// ([`Outbox::slot_session`]).
+    pub(super) slot_session: u64,
     pub(super) outbox: Outbox,
     pub(super) stages: BTreeMap<u64, StageRecord>,
     /// Its stream ended.

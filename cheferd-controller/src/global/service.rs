@@ -10,6 +10,7 @@
 //! needs. Plaintext (`--insecure-plaintext`) tells no one apart: only the total cap and
 //! the lifetime hold there.
 
+use super::node::Outbox;
 use super::Controller;
 use crate::bounds::Admission;
 use crate::outbox;
@@ -43,60 +44,17 @@ impl proto::global_server::Global for Service {
     type AttachStream =
         Pin<Box<dyn tokio_stream::Stream<Item = Result<GlobalMessage, Status>> + Send>>;
 
+    type RelayStream = super::relay::Downlinks;
+
     async fn attach(
         &self,
         request: Request<Streaming<LocalMessage>>,
     ) -> Result<Response<Self::AttachStream>, Status> {
-        // The node names the client's certificate speaks for (verified against the
-        // site CA in the handshake).
-        let certified = if self.authenticate {
-            let certs = request
-                .extensions()
-                .get::<TlsConnectInfo<Admission>>()
-                .and_then(|info| info.peer_certs())
-                .filter(|c| !c.is_empty());
-            let Some(certs) = certs else {
-                return Err(Status::unauthenticated(
-                    "a node certificate is required (mutual TLS)",
-                ));
-            };
-            let names = crate::tls::node_names(&certs[0])
-                .map_err(|e| Status::unauthenticated(e.to_string()))?;
-            Some(names)
-        } else {
-            None
-        };
-        // A node's connection stays open for good.
-        let kept = request
-            .extensions()
-            .get::<Admission>()
-            .is_none_or(Admission::keep);
-        if !kept {
-            return Err(Status::unavailable("the connection was closed"));
-        }
-        let mut inbound = request.into_inner();
-        let first = tokio::time::timeout(Duration::from_secs(10), inbound.message())
-            .await
-            .map_err(|_| Status::deadline_exceeded("no register message within 10 s"))??;
-        let name = register_name(first)?;
-        if let Some(names) = certified.filter(|names| !names.contains(&name)) {
-            let short = |n: &str| padll_wire::control::short(n).to_string();
-            crate::limited_warn!(
-                GRPC_LOG,
-                "refused a local controller: its certificate is for node '{}', it registered as '{}'",
-                short(&names[0]),
-                short(&name)
-            );
-            return Err(Status::permission_denied(format!(
-                "the client certificate is for node '{}'; it cannot register as '{}'",
-                short(&names[0]),
-                short(&name)
-            )));
-        }
+        let (name, mut inbound) = registered(request, self.authenticate).await?;
         self.controller.leadership().admit()?;
         let (outbox, receiver) = outbox::channel();
         let controller = self.controller.clone();
-        let stream = controller.attach_node(&name, outbox)?;
+        let stream = controller.attach_node(&name, Outbox::Direct(outbox))?;
         tokio::spawn(async move {
             loop {
                 match inbound.message().await {
@@ -125,6 +83,47 @@ impl proto::global_server::Global for Service {
         Ok(Response::new(Box::pin(stamped)))
     }
 
+    /// A relay's stream: the `Attach` streams of the nodes attached to it, in one
+    /// (`super::relay`). Under TLS only a relay whose certificate carries a name in the
+    /// configuration's `relays` may open one: it vouches for the nodes it carries, whose
+    /// certificates it checked.
+    async fn relay(
+        &self,
+        request: Request<Streaming<proto::RelayUp>>,
+    ) -> Result<Response<Self::RelayStream>, Status> {
+        if let Some(names) = certified(&request, self.authenticate)? {
+            let relays = self.controller.config().relays;
+            if !names.iter().any(|name| relays.contains(name)) {
+                let name = padll_wire::control::short(&names[0]).to_string();
+                crate::limited_warn!(
+                    GRPC_LOG,
+                    "refused a relay: its certificate is for node '{name}', which `relays` does not name"
+                );
+                return Err(Status::permission_denied(format!(
+                    "node '{name}' is not a relay (`relays` in the global controller's configuration)"
+                )));
+            }
+        }
+        self.controller.leadership().admit()?;
+        let mut inbound = request.into_inner();
+        let (relay, downlinks) = self.controller.open_relay();
+        let controller = self.controller.clone();
+        tokio::spawn(async move {
+            loop {
+                match inbound.message().await {
+                    Ok(Some(up)) => controller.relayed(&relay, up),
+                    Ok(None) => break,
+                    Err(status) => {
+                        debug!("relay stream error: {status}");
+                        break;
+                    }
+                }
+            }
+            controller.close_relay(relay);
+        });
+        Ok(Response::new(downlinks))
+    }
+
     /// Public facts (who leads, in which term, whether etcd answers): asked by a leader
     /// whose lease lapsed, with or without a client certificate (the only request a
     /// client without one can make).
@@ -136,9 +135,71 @@ impl proto::global_server::Global for Service {
     }
 }
 
+/// The node names the client's certificate speaks for (verified against the site CA
+/// in the handshake); `None` without TLS (`authenticate` false). A stream on a kept
+/// connection only.
+fn certified<T>(request: &Request<T>, authenticate: bool) -> Result<Option<Vec<String>>, Status> {
+    let certified = if authenticate {
+        let certs = request
+            .extensions()
+            .get::<TlsConnectInfo<Admission>>()
+            .and_then(|info| info.peer_certs())
+            .filter(|c| !c.is_empty());
+        let Some(certs) = certs else {
+            return Err(Status::unauthenticated(
+                "a node certificate is required (mutual TLS)",
+            ));
+        };
+        let names = crate::tls::node_names(&certs[0])
+            .map_err(|e| Status::unauthenticated(e.to_string()))?;
+        Some(names)
+    } else {
+        None
+    };
+    // A node's or relay's connection stays open for good.
+    let kept = request
+        .extensions()
+        .get::<Admission>()
+        .is_none_or(Admission::keep);
+    if !kept {
+        return Err(Status::unavailable("the connection was closed"));
+    }
+    Ok(certified)
+}
+
+/// An `Attach` stream once its first message registered a node its certificate (if
+/// `authenticate`) speaks for: the node's name, and the rest of the stream. Both a
+/// global controller and a relay take a local controller's stream so.
+pub(crate) async fn registered(
+    request: Request<Streaming<LocalMessage>>,
+    authenticate: bool,
+) -> Result<(String, Streaming<LocalMessage>), Status> {
+    let certified = certified(&request, authenticate)?;
+    let mut inbound = request.into_inner();
+    let first = tokio::time::timeout(Duration::from_secs(10), inbound.message())
+        .await
+        .map_err(|_| Status::deadline_exceeded("no register message within 10 s"))??;
+    let name = register_name(first)?;
+    if let Some(names) = certified.filter(|names| !names.contains(&name)) {
+        let short = |n: &str| padll_wire::control::short(n).to_string();
+        crate::limited_warn!(
+            GRPC_LOG,
+            "refused a local controller: its certificate is for node '{}', it registered as '{}'",
+            short(&names[0]),
+            short(&name)
+        );
+        return Err(Status::permission_denied(format!(
+            "the client certificate is for node '{}'; it cannot register as '{}'",
+            short(&names[0]),
+            short(&name)
+        )));
+    }
+    Ok((name, inbound))
+}
+
 /// The node name of a stream's first message: a `Register` of this protocol version
 /// with a name of 1 to [`crate::bounds::MAX_NAME_BYTES`] bytes.
-fn register_name(first: Option<LocalMessage>) -> Result<String, Status> {
+pub(super) fn register_name(first: Option<LocalMessage>) -> Result<String, Status> {
     match first.and_then(|m| m.body) {
         Some(local_message::Body::Register(proto::Register { node, version }))
             if version == proto::VERSION && node.len() > crate::bounds::MAX_NAME_BYTES =>
@@ -219,7 +280,7 @@ impl Controller {
         let mut messages = messages.into_iter();
         let name = register_name(messages.next())?;
         let (outbox, receiver) = outbox::channel();
-        let stream = self.attach_node(&name, outbox)?;
+        let stream = self.attach_node(&name, Outbox::Direct(outbox))?;
         for message in messages {
             self.handle(&name, stream, message);
         }

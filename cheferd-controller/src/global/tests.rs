@@ -2,7 +2,7 @@
 //! directly: streams are outboxes read in the test, time is tokio's clock, paused and
 //! advanced by the test (no processes, no network).
 
-use super::node::NodeHandle;
+use super::node::{NodeHandle, Outbox};
 use super::*;
 use crate::config::{RateOfError, ResourceConfig};
 use crate::outbox;
@@ -14,7 +14,7 @@ use tokio_stream::Stream;
 
 type Inbox = outbox::Receiver<Result<GlobalMessage, tonic::Status>>;
 
-fn controller() -> Arc<Controller> {
+pub(super) fn controller() -> Arc<Controller> {
     let resource = Resource::parse("/scratch:metadata").unwrap();
     Controller::new(GlobalConfig {
         resources: vec![ResourceConfig {
@@ -32,7 +32,12 @@ fn controller() -> Arc<Controller> {
 /// A node's stream: its handle and what the controller queues to it.
 fn attach(controller: &Controller, node: &str) -> (NodeHandle, Inbox) {
     let (outbox, inbox) = outbox::channel();
-    (controller.attach_node(node, outbox).unwrap(), inbox)
+    (
+        controller
+            .attach_node(node, Outbox::Direct(outbox))
+            .unwrap(),
+        inbox,
+    )
 }
 
 fn send(controller: &Controller, node: &str, session: NodeHandle, body: local_message::Body) {

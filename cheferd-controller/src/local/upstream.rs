@@ -8,10 +8,9 @@ use super::{rules, Local};
 use crate::proto::{
     self, global_client::GlobalClient, global_message, local_message, GlobalMessage, LocalMessage,
 };
-use crate::standby::follow::{Globals, Verdict, MAX_RECONNECT_BACKOFF};
+use crate::standby::follow::{reconnecting, Globals, Verdict};
 use std::ops::ControlFlow;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::Channel;
@@ -19,37 +18,15 @@ use tonic::{Status, Streaming};
 use tracing::{debug, info, warn};
 
 /// Keeps one stream to the global controller, re-establishing it with backoff.
-pub(super) async fn upstream_loop(local: Arc<Local>, mut globals: Globals) {
-    let mut backoff = Duration::from_millis(100);
-    let mut reported_unreachable = false;
-    loop {
-        // Whether the whole list was tried without a stream (then back off longer).
-        let wrapped = match globals.endpoint().connect().await {
-            Ok(channel) => {
-                let (attached, wrapped) = attach(&local, &mut globals, channel).await;
-                if attached {
-                    backoff = Duration::from_millis(100);
-                    reported_unreachable = false;
-                }
-                wrapped
-            }
-            Err(e) => {
-                if !reported_unreachable {
-                    warn!(
-                        global = %globals.url(),
-                        "cannot reach the global controller ({}); retrying",
-                        crate::tls::error_chain(&e)
-                    );
-                    reported_unreachable = true;
-                }
-                globals.move_on()
-            }
-        };
-        tokio::time::sleep(backoff).await;
-        if wrapped {
-            backoff = (backoff * 2).min(MAX_RECONNECT_BACKOFF);
+pub(super) async fn upstream_loop(local: Arc<Local>, globals: Globals) {
+    reconnecting(globals, |mut globals, channel| {
+        let local = local.clone();
+        async move {
+            let (attached, wrapped) = attach(&local, &mut globals, channel).await;
+            (globals, attached, wrapped)
         }
-    }
+    })
+    .await;
 }
 
 /// One stream on `channel`, until it ends. Returns whether the global controller took

@@ -4,9 +4,11 @@
 
 use crate::global::{LeaderTerm, LEADER_METADATA};
 use crate::proto::{global_message::Body, GlobalMessage};
+use std::future::Future;
 use std::time::Duration;
-use tonic::transport::{ClientTlsConfig, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic::Status;
+use tracing::warn;
 
 /// The longest a local controller waits between attempts to reach a global one (the
 /// backoff doubles from 100 ms): a new leader waits as long before its first cycle
@@ -31,6 +33,51 @@ pub enum Verdict {
     /// A `Registered` of an older term: this global controller was deposed; leave its
     /// stream, saying why.
     Leave(String),
+}
+
+/// Keeps one stream to the global controllers in `globals` (a local controller's or a
+/// relay's): connects to the current one and runs `stream` on the channel until it
+/// ends; it hands `globals` back and says whether the global controller took the
+/// stream and whether the list wrapped in moving on. Backs off 100 ms, doubling to
+/// [`MAX_RECONNECT_BACKOFF`] while the whole list fails.
+pub async fn reconnecting<F>(
+    mut globals: Globals,
+    mut stream: impl FnMut(Globals, Channel) -> F,
+) -> std::convert::Infallible
+where
+    F: Future<Output = (Globals, bool, bool)>,
+{
+    let mut backoff = Duration::from_millis(100);
+    let mut reported_unreachable = false;
+    loop {
+        // Whether the whole list was tried without a stream (then back off longer).
+        let wrapped = match globals.endpoint().connect().await {
+            Ok(channel) => {
+                let (taken, wrapped);
+                (globals, taken, wrapped) = stream(globals, channel).await;
+                if taken {
+                    backoff = Duration::from_millis(100);
+                    reported_unreachable = false;
+                }
+                wrapped
+            }
+            Err(e) => {
+                if !reported_unreachable {
+                    warn!(
+                        global = %globals.url(),
+                        "cannot reach the global controller ({}); retrying",
+                        crate::tls::error_chain(&e)
+                    );
+                    reported_unreachable = true;
+                }
+                globals.move_on()
+            }
+        };
+        tokio::time::sleep(backoff).await;
+        if wrapped {
+            backoff = (backoff * 2).min(MAX_RECONNECT_BACKOFF);
+        }
+    }
 }
 
 impl Globals {

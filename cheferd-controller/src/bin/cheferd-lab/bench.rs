@@ -17,6 +17,12 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 4)]
     #[arg(allow_negative_numbers = true, value_parser = whole(1..=1000usize))]
     stages: usize,
+    /// Relays the local controllers attach through (`cheferd relay`, run in the
+    /// simulated local controllers' process), 0 for none; the plain TCP floor is
+    /// measured only without.
+    #[arg(long, default_value_t = 0)]
+    #[arg(allow_negative_numbers = true, value_parser = whole(0..=10_000usize))]
+    relays: usize,
     /// Measured cycles per row.
     #[arg(long, default_value_t = 50)]
     #[arg(allow_negative_numbers = true, value_parser = whole(1..=100_000usize))]
@@ -44,6 +50,20 @@ pub struct BenchLocalsArgs {
     stages: usize,
 }
 
+/// `cheferd-lab bench-relays`.
+#[derive(Args)]
+pub struct BenchRelaysArgs {
+    /// The global controller.
+    #[arg(long)]
+    url: String,
+    /// Relays to run.
+    #[arg(long)]
+    relays: usize,
+    /// Local controllers that will attach to them (for the descriptor limit).
+    #[arg(long)]
+    locals: usize,
+}
+
 /// `cheferd-lab bench-floor-locals`.
 #[derive(Args)]
 pub struct BenchFloorLocalsArgs {
@@ -68,6 +88,7 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
     let BenchArgs {
         locals,
         stages,
+        relays,
         cycles,
         interval_ms,
         policy: name,
@@ -78,12 +99,14 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
     for n in locals {
         let mut measured = global_runtime()?
             .block_on(cheferd_controller::bench::run(
-                n, stages, cycles, interval, &name,
+                n, relays, stages, cycles, interval, &name,
             ))
             .map_err(failed)?;
-        global_runtime()?
-            .block_on(cheferd_controller::bench::floor::measure(&mut measured))
-            .map_err(failed)?;
+        if relays == 0 {
+            global_runtime()?
+                .block_on(cheferd_controller::bench::floor::measure(&mut measured))
+                .map_err(failed)?;
+        }
         rows.extend(measured);
     }
     print!("{}", cheferd_controller::bench::table(&rows));
@@ -93,6 +116,13 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
 /// The simulated local controllers, until killed.
 pub async fn run_locals(args: BenchLocalsArgs) -> Result<(), Failure> {
     cheferd_controller::bench::run_locals(args.url, args.locals, args.stages)
+        .await
+        .map_err(failed)
+}
+
+/// The relays, until killed.
+pub async fn run_relays(args: BenchRelaysArgs) -> Result<(), Failure> {
+    cheferd_controller::bench::run_relays(args.url, args.relays, args.locals)
         .await
         .map_err(failed)
 }

@@ -16,7 +16,7 @@ mod demo;
 mod man_pages;
 mod replay;
 
-use common::{in_runtime, usage, Failure};
+use common::{global_runtime, in_runtime, usage, Failure};
 
 #[derive(Parser)]
 #[command(
@@ -39,6 +39,9 @@ enum Command {
     /// process's CPU time is the global controller's).
     #[command(hide = true)]
     BenchLocals(bench::BenchLocalsArgs),
+    /// The relays of `bench --relays`, in their own process.
+    #[command(hide = true)]
+    BenchRelays(bench::BenchRelaysArgs),
     /// The plain TCP connections of `bench`'s transport floor, in their own process.
     #[command(hide = true)]
     BenchFloorLocals(bench::BenchFloorLocalsArgs),
@@ -66,7 +69,10 @@ fn main() -> ExitCode {
 /// The benchmark prints its table alone; the other tools what goes wrong.
 fn default_level(cli: &Cli) -> &'static str {
     match cli.command {
-        Command::Bench(_) | Command::BenchLocals(_) | Command::BenchFloorLocals(_) => "error",
+        Command::Bench(_)
+        | Command::BenchLocals(_)
+        | Command::BenchRelays(_)
+        | Command::BenchFloorLocals(_) => "error",
         _ => "warn",
     }
 }
@@ -78,6 +84,8 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::Demo(args) => in_runtime(demo::run(args)),
         Command::Bench(args) => bench::run(args),
         Command::BenchLocals(args) => in_runtime(bench::run_locals(args)),
+        // One worker, as `cheferd relay` runs.
+        Command::BenchRelays(args) => global_runtime()?.block_on(bench::run_relays(args)),
         Command::BenchFloorLocals(args) => in_runtime(bench::run_floor_locals(args)),
         Command::Replay(args) => replay::run(args),
         Command::Simulate(args) => run_policies(policies::cli::Command::Simulate(args)),

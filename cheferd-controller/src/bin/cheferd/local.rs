@@ -91,6 +91,19 @@ struct LocalTlsArgs {
     insecure_plaintext: bool,
 }
 
+/// `--global` of a local controller or a relay: URLs, comma-separated.
+pub fn check_global(global: &str) -> Result<(), Failure> {
+    if global
+        .split(',')
+        .all(|url| url.starts_with("http://") || url.starts_with("https://"))
+    {
+        return Ok(());
+    }
+    Err(usage(format!(
+        "--global '{global}' must be a URL such as http://10.0.0.1:50051"
+    )))
+}
+
 /// Runs the local controller until it fails, or a stop signal (then exits 0).
 pub async fn run(args: LocalArgs) -> Result<(), Failure> {
     let LocalArgs {
@@ -113,14 +126,7 @@ pub async fn run(args: LocalArgs) -> Result<(), Failure> {
         max_pending_bytes,
         max_pending_bytes_per_uid,
     };
-    if !global
-        .split(',')
-        .all(|url| url.starts_with("http://") || url.starts_with("https://"))
-    {
-        return Err(usage(format!(
-            "--global '{global}' must be a URL such as http://10.0.0.1:50051"
-        )));
-    }
+    check_global(&global)?;
     let tls = local_tls(tls)?;
     // With a certificate, the node is who the certificate says (its first DNS name).
     let certified = match &tls {

@@ -15,6 +15,7 @@ mod ctl;
 mod global;
 mod local;
 mod man_pages;
+mod relay;
 
 use common::{global_runtime, in_runtime, usage, Failure};
 
@@ -39,6 +40,9 @@ enum Command {
     Global(global::GlobalArgs),
     /// Run a local controller (one per compute node).
     Local(local::LocalArgs),
+    /// Run a relay: local controllers attach to it, and it carries all their streams
+    /// to the global controller in one (one per rack, say).
+    Relay(relay::RelayArgs),
     /// Make the site CA and the certificates of the global and local controllers
     /// (mutual TLS; no openssl needed).
     #[command(subcommand)]
@@ -57,7 +61,7 @@ fn main() -> ExitCode {
 /// Daemons log their lifecycle; one-shot commands only what goes wrong.
 fn default_level(cli: &Cli) -> &'static str {
     match cli.command {
-        Command::Global(_) | Command::Local(_) => "info",
+        Command::Global(_) | Command::Local(_) | Command::Relay(_) => "info",
         _ => "warn",
     }
 }
@@ -68,6 +72,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Global(args) => global_runtime()?.block_on(global::run(args)),
         Command::Local(args) => in_runtime(local::run(args)),
+        Command::Relay(args) => global_runtime()?.block_on(relay::run(args)),
         Command::Certs(command) => certs::certs(command),
         Command::Ctl(args) => in_runtime(async {
             ctl::ctl(args)

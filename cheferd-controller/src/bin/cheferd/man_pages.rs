@@ -45,6 +45,21 @@ const LOCAL_FILES: &[(&str, &str)] = &[
     ),
 ];
 
+const RELAY_FILES: &[(&str, &str)] = &[
+    (
+        "/etc/cheferd/tls/server.pem, server.key",
+        "Its server certificate and key, which the local controllers check (cheferd certs server).",
+    ),
+    (
+        "/etc/cheferd/tls/relay.pem, relay.key, ca.pem",
+        "Its node certificate and key, which the global controller checks against `relays` (cheferd certs node), and the site CA.",
+    ),
+    (
+        "/etc/default/cheferd-relay",
+        "The systemd unit's settings (CHEFERD_RELAY_LISTEN, CHEFERD_GLOBAL, CHEFERD_RELAY_OPTIONS).",
+    ),
+];
+
 const PAGES: &[Page] = &[
     Page {
         name: "cheferd",
@@ -76,6 +91,15 @@ const PAGES: &[Page] = &[
         ), (
             "The same, holding a job to 2000 metadata operations/s on /scratch while it has no rules from the global controller:",
             "cheferd local --global https://head:50051 ... \\\n    --default-limit /scratch:metadata=2000/s",
+        )],
+    },
+    Page {
+        name: "cheferd-relay",
+        exit_status: None,
+        files: RELAY_FILES,
+        examples: &[(
+            "The relay of rack 1 (`relays = [\"rack1\"]` in the global controller's global.toml); its nodes run `cheferd local --global https://rack1:50052 ...`:",
+            "cheferd relay --listen 0.0.0.0:50052 --global https://head:50051 \\\n    --tls-cert server.pem --tls-key server.key \\\n    --node-cert node-rack1.pem --node-key node-rack1.key --tls-ca ca.pem",
         )],
     },
     Page {
