@@ -112,8 +112,10 @@ pub enum TlsFileErrorKind {
     #[error(transparent)]
     NoNodeName(#[from] NodeNameError),
     /// A certificate rustls refuses with its key (e.g. a key of another certificate).
-    #[error("unusable with --tls-key {} ({reason})", key.display())]
+    #[error("unusable with {key_flag} {} ({reason})", key.display())]
     Unusable {
+        /// The flag that gave the key.
+        key_flag: &'static str,
         /// The key file.
         key: PathBuf,
         /// Why (rustls's error chain).
@@ -186,9 +188,15 @@ impl ServerTls {
     /// a client certificate against `client_ca`. The handshake accepts a client without
     /// one (a standby global controller asking `Standing`); `Attach` refuses it.
     pub fn load(&self) -> Result<ServerTlsConfig, TlsFileError> {
-        let (cert, _) = read_certs("--tls-cert", &self.cert)?;
-        let key = read_key("--tls-key", &self.key)?;
-        let (ca, _) = read_certs("--tls-client-ca", &self.client_ca)?;
+        self.load_as(["--tls-cert", "--tls-key", "--tls-client-ca"])
+    }
+
+    /// [`ServerTls::load`], naming the certificate, key and CA by `flags` in errors.
+    pub fn load_as(&self, flags: [&'static str; 3]) -> Result<ServerTlsConfig, TlsFileError> {
+        let [cert_flag, key_flag, ca_flag] = flags;
+        let (cert, _) = read_certs(cert_flag, &self.cert)?;
+        let key = read_key(key_flag, &self.key)?;
+        let (ca, _) = read_certs(ca_flag, &self.client_ca)?;
         let config = ServerTlsConfig::new()
             .identity(Identity::from_pem(cert, key))
             .client_ca_root(Certificate::from_pem(ca))
@@ -198,33 +206,45 @@ impl ServerTls {
         // certificate is reported at start, not at the first handshake.
         tonic::transport::Server::builder()
             .tls_config(config.clone())
-            .map_err(|e| unusable(&self.cert, &self.key, &e))?;
+            .map_err(|e| unusable([cert_flag, key_flag], &self.cert, &self.key, &e))?;
         Ok(config)
     }
 }
 
 /// The error of a certificate rustls refuses with its key: both files named.
-fn unusable(cert: &Path, key: &Path, error: &dyn std::error::Error) -> TlsFileError {
+fn unusable(
+    [cert_flag, key_flag]: [&'static str; 2],
+    cert: &Path,
+    key: &Path,
+    error: &dyn std::error::Error,
+) -> TlsFileError {
     let kind = TlsFileErrorKind::Unusable {
+        key_flag,
         key: key.to_path_buf(),
         reason: error_chain(error),
     };
-    file_error("--tls-cert", cert, kind)
+    file_error(cert_flag, cert, kind)
 }
 
 impl ClientTls {
     /// Loads and checks the files.
     pub fn load(&self) -> Result<ClientTlsConfig, TlsFileError> {
-        let (cert, _) = read_certs("--tls-cert", &self.cert)?;
-        let key = read_key("--tls-key", &self.key)?;
-        let (ca, _) = read_certs("--tls-ca", &self.ca)?;
+        self.load_as(["--tls-cert", "--tls-key", "--tls-ca"])
+    }
+
+    /// [`ClientTls::load`], naming the certificate, key and CA by `flags` in errors.
+    pub fn load_as(&self, flags: [&'static str; 3]) -> Result<ClientTlsConfig, TlsFileError> {
+        let [cert_flag, key_flag, ca_flag] = flags;
+        let (cert, _) = read_certs(cert_flag, &self.cert)?;
+        let key = read_key(key_flag, &self.key)?;
+        let (ca, _) = read_certs(ca_flag, &self.ca)?;
         let identity = Identity::from_pem(cert, key);
         // Builds a rustls configuration with the identity alone now, so a key that does
         // not match its certificate is reported at start naming both files, not as a
         // failure of the connection to the global controller.
         Endpoint::from_static("https://localhost")
             .tls_config(ClientTlsConfig::new().identity(identity.clone()))
-            .map_err(|e| unusable(&self.cert, &self.key, &e))?;
+            .map_err(|e| unusable([cert_flag, key_flag], &self.cert, &self.key, &e))?;
         let mut config = ClientTlsConfig::new()
             .identity(identity)
             .ca_certificate(Certificate::from_pem(ca))

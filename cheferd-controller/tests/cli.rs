@@ -331,6 +331,74 @@ fn local_names_the_files_of_a_key_that_does_not_match_as_global_does() {
         let expected = format!("--tls-cert {cert}: unusable with --tls-key {key} (");
         assert_usage_error(args, &run(args), &expected);
     }
+    // A relay has both: each named by its own flags.
+    let relay = |server_key: &str, node_key: &str| -> Vec<String> {
+        [
+            "relay",
+            "--listen",
+            "127.0.0.1:0",
+            "--tls-cert",
+            &server_cert,
+            "--tls-key",
+            server_key,
+            "--node-cert",
+            &node_cert,
+            "--node-key",
+            node_key,
+            "--tls-ca",
+            &ca_cert,
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let (server_key, node_key) = (path("server/server.key"), path("nodes/node-n1.key"));
+    for (args, expected) in [
+        (
+            relay(&key, &node_key),
+            format!("--tls-cert {server_cert}: unusable with --tls-key {key} ("),
+        ),
+        (
+            relay(&server_key, &key),
+            format!("--node-cert {node_cert}: unusable with --node-key {key} ("),
+        ),
+    ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_usage_error(&args, &run(&args), &expected);
+    }
+}
+
+#[test]
+fn relay_usage_errors_name_the_flag() {
+    let _turn = crate::util::together();
+    for (args, expected) in [
+        (
+            &["relay", "--insecure-plaintext", "--global", "ftp://head"][..],
+            "--global 'ftp://head' must be a URL",
+        ),
+        (&["relay"][..], "--insecure-plaintext"),
+        (
+            &["relay", "--insecure-plaintext", "--tls-ca", "ca.pem"][..],
+            "--insecure-plaintext conflicts with the TLS files given",
+        ),
+        (
+            &[
+                "relay",
+                "--tls-cert",
+                "a",
+                "--tls-key",
+                "b",
+                "--tls-ca",
+                "c",
+            ][..],
+            "mutual TLS needs --node-cert as well",
+        ),
+        (
+            &["relay", "--insecure-plaintext", "--listen", "nowhere"][..],
+            "--listen nowhere:",
+        ),
+    ] {
+        assert_usage_error(args, &run(args), expected);
+    }
 }
 
 #[test]

@@ -72,9 +72,6 @@ pub(super) struct Node {
     /// The name it registered with (its key in [`Nodes`]), for the log.
     pub(super) name: Box<str>,
     pub(super) session: u64,
-    /// Where its report slot is in the spread: its session, or its relay's
-    /// ([`Outbox::slot_session`]).
-    pub(super) slot_session: u64,
     pub(super) outbox: Outbox,
     pub(super) stages: BTreeMap<u64, StageRecord>,
     /// Its stream ended.
@@ -102,6 +99,13 @@ pub(super) struct Node {
     pub(super) jobs: HashMap<JobKey, usize>,
     /// Its report for the last cycle it was due was missing, and none came since.
     pub(super) missed: bool,
+}
+
+impl Node {
+    /// Where its report slot is in the spread: its session's place, or its relay's.
+    pub(super) fn slot_session(&self) -> u64 {
+        self.outbox.slot_session(self.session)
+    }
 }
 
 /// A registered stage.

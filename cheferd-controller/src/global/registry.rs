@@ -72,7 +72,6 @@ impl Controller {
         let mut node = Node {
             name: name.into(),
             session,
-            slot_session: outbox.slot_session(session),
             outbox,
             stages: BTreeMap::new(),
             detached: false,
@@ -104,7 +103,7 @@ impl Controller {
             state.nodes.unsettled = true;
         }
         let now = Instant::now();
-        let (cycle, report_in) = schedule::Ticks::of(&state).next_slot(now, node.slot_session);
+        let (cycle, report_in) = schedule::Ticks::of(&state).next_slot(now, node.slot_session());
         schedule::schedule(&mut node, cycle, now, report_in, interval_ms);
         let handle = state.nodes.insert(name, node);
         state.cache.invalidate();

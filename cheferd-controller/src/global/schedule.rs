@@ -202,7 +202,7 @@ pub(super) fn adapt_spread(state: &mut State, now: Instant) {
     state.spread = window;
     let ticks = Ticks::of(state);
     for node in state.nodes.values_mut().filter(|n| !n.detached) {
-        let (next, report_in) = ticks.next_slot(now, node.slot_session);
+        let (next, report_in) = ticks.next_slot(now, node.slot_session());
         schedule(node, next, now, report_in, interval_ms);
     }
 }
@@ -213,7 +213,7 @@ pub(super) fn adapt_spread(state: &mut State, now: Instant) {
 /// good), and at most half an interval before the tick (older usage would be stale).
 fn in_slot(node: &Node, cycle: u64, tick: Instant, ticks: Ticks) -> bool {
     let lead = report_lead(ticks.interval);
-    let slot = tick - lead - report_spread(ticks.spread, node.slot_session);
+    let slot = tick - lead - report_spread(ticks.spread, node.slot_session());
     node.reported >= cycle
         && node
             .reported_at
@@ -234,7 +234,7 @@ pub(super) fn reschedule_off_slot(state: &mut State, cycle: u64, tick: Instant, 
         node.missed = node.reported < cycle;
         if !in_slot(node, cycle, tick, ticks) {
             debug!(node = %node.name, cycle, "usage report off its slot; re-scheduled");
-            let (next, report_in) = ticks.next_slot(now, node.slot_session);
+            let (next, report_in) = ticks.next_slot(now, node.slot_session());
             schedule(node, next, now, report_in, interval_ms);
         }
         node.pending = false;

@@ -68,14 +68,27 @@ pub async fn run(args: RelayArgs) -> Result<(), Failure> {
     crate::local::check_global(&global)?;
     let (downstream_tls, upstream_tls) = match relay_tls(tls)? {
         Some((server, client)) => (
-            Some(server.load().map_err(usage)?),
-            Some(client.load().map_err(usage)?),
+            Some(
+                server
+                    .load_as(["--tls-cert", "--tls-key", "--tls-ca"])
+                    .map_err(usage)?,
+            ),
+            Some(
+                client
+                    .load_as(["--node-cert", "--node-key", "--tls-ca"])
+                    .map_err(usage)?,
+            ),
         ),
         None => (None, None),
     };
     let listener = tokio::net::TcpListener::bind(&listen)
         .await
         .map_err(|e| usage(format!("--listen {listen}: {e}")))?;
+    if downstream_tls.is_none() {
+        tracing::warn!(
+            "--insecure-plaintext: the relay's streams are neither encrypted nor authenticated"
+        );
+    }
     tracing::info!(listen = %listener.local_addr().map_err(failed)?, %global, "relay started");
     let mut stop = bounds::StopSignals::install().map_err(failed)?;
     let options = RelayOptions {
@@ -107,9 +120,6 @@ fn relay_tls(flags: RelayTlsArgs) -> Result<Option<(ServerTls, ClientTls)>, Fail
                 "--insecure-plaintext conflicts with the TLS files given",
             ));
         }
-        tracing::warn!(
-            "--insecure-plaintext: the relay's streams are neither encrypted nor authenticated"
-        );
         return Ok(None);
     }
     if let Some((missing, _)) = files.iter().find(|(_, file)| file.is_none()) {
