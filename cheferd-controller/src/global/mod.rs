@@ -32,7 +32,8 @@
 //! they keep their rules, so they get no provisional ones) or for [`ORPHAN_GRACE`]
 //! (then they are presumed gone with their node).
 //!
-//! One concept per module: `service` (the gRPC endpoint), `relay` (a relay's stream:
+//! One concept per module: `service` (the gRPC endpoint), `admit` (who may open a
+//! stream: certificate names, the first message), `relay` (a relay's stream:
 //! many nodes' streams in one), `node` (the records of a node and its stages, found by
 //! name or by stream), `registry` (what each message of a
 //! stream does to them: nodes, stages, orphans), `jobs` (job-id interning and the terms
@@ -48,6 +49,7 @@
 //! and advanced by the tests of report slots, orphan grace and scheduled rules.
 
 mod admin;
+mod admit;
 mod cache;
 mod capacity;
 mod durable;
@@ -68,6 +70,7 @@ mod term;
 mod tests;
 
 pub use admin::{Change, ChangeError, ChangeRefused};
+pub(crate) use admit::registered;
 pub use durable::{PolicyState, SavedJob};
 pub use enforce::PROVISIONAL_SHARE;
 pub use latency::{LatencyHistogram, LATENCY_BUCKETS};
@@ -77,7 +80,6 @@ pub use registry::ORPHAN_GRACE;
 pub use relay::{MAX_BATCH_BYTES as MAX_RELAY_BATCH_BYTES, MAX_LINKS as MAX_RELAY_LINKS};
 #[cfg(feature = "lab")]
 pub(crate) use schedule::spread_window;
-pub(crate) use service::registered;
 pub use service::{serve, ServeError, Service};
 pub use service_times::ServiceSummary;
 pub use snapshot::{

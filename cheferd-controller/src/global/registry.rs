@@ -3,9 +3,9 @@
 //! with their share until they re-register or [`ORPHAN_GRACE`] passes); what each
 //! message of a node's stream does to it.
 
+use super::admit::GRPC_LOG;
 use super::cache::{self, PlanCache};
 use super::node::{Node, NodeHandle, Nodes, Outbox, Slot, StageRecord};
-use super::service::GRPC_LOG;
 use super::service_times::ServiceTimes;
 use super::{enforce, schedule, Controller, State};
 use crate::config::{Resource, ResourceConfig};

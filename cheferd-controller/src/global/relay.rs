@@ -4,8 +4,8 @@
 //! messages travel together, and its report slot is its relay's, so that the relay
 //! receives its nodes' reports together and passes them on in one message.
 
+use super::admit::{register_name, GRPC_LOG};
 use super::node::{NodeHandle, Outbox, Outgoing, RelayOutbox};
-use super::service::{register_name, GRPC_LOG};
 use super::Controller;
 use crate::outbox;
 use crate::proto::{self, global_message, RelayDown, RelayUp, Uplink};

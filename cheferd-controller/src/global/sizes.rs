@@ -2,8 +2,8 @@
 //! knows each stage by the id its `StageJoined` gave, and the placement service names
 //! its application (`[placement] application`, [`crate::placement_history`]).
 
+use super::admit::GRPC_LOG;
 use super::node::NodeHandle;
-use super::service::GRPC_LOG;
 use super::Controller;
 use crate::placement_history::{SavedSizes, SizesRefused};
 use crate::placement_service::PlacementService;
