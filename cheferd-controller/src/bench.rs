@@ -141,7 +141,11 @@ pub async fn run(
             use std::io::BufRead;
             let _ = std::io::BufReader::new(stdout).read_line(&mut urls);
         }
-        (Some(LocalsProcess(child)), urls.trim().to_string())
+        let relays_process = LocalsProcess(child);
+        if urls.trim().is_empty() {
+            return Err(BenchError::NoRelays);
+        }
+        (Some(relays_process), urls.trim().to_string())
     } else {
         (None, url)
     };
@@ -307,6 +311,10 @@ pub enum BenchError {
         /// How many were started.
         locals: usize,
     },
+    /// The relays' process ended before it said where they listen (its error is on
+    /// stderr).
+    #[error("the relays did not start")]
+    NoRelays,
     /// The global controller did not start, or stopped.
     #[error(transparent)]
     Global(#[from] crate::global_process::GlobalError),
@@ -485,17 +493,16 @@ fn raise_descriptor_limit(needed: usize) -> Result<(), BenchError> {
     if limit.rlim_cur as usize >= needed {
         return Ok(());
     }
-    let hard = limit.rlim_max;
+    if (limit.rlim_max as usize) < needed {
+        return Err(BenchError::HardLimit {
+            needed,
+            hard: limit.rlim_max,
+        });
+    }
     limit.rlim_cur = needed as libc::rlim_t;
-    // Raising the hard limit too takes privilege (root may).
-    limit.rlim_max = limit.rlim_max.max(limit.rlim_cur);
     // SAFETY: valid pointer; raising the soft limit up to the hard one is allowed.
     if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
-        return Err(if (hard as usize) < needed {
-            BenchError::HardLimit { needed, hard }
-        } else {
-            BenchError::RaiseLimit(needed)
-        });
+        return Err(BenchError::RaiseLimit(needed));
     }
     Ok(())
 }
