@@ -194,11 +194,10 @@ impl ServerTls {
     /// [`ServerTls::load`], naming the certificate, key and CA by `flags` in errors.
     pub fn load_as(&self, flags: [&'static str; 3]) -> Result<ServerTlsConfig, TlsFileError> {
         let [cert_flag, key_flag, ca_flag] = flags;
-        let (cert, _) = read_certs(cert_flag, &self.cert)?;
-        let key = read_key(key_flag, &self.key)?;
+        let identity = identity(cert_flag, &self.cert, key_flag, &self.key)?;
         let (ca, _) = read_certs(ca_flag, &self.client_ca)?;
         let config = ServerTlsConfig::new()
-            .identity(Identity::from_pem(cert, key))
+            .identity(identity)
             .client_ca_root(Certificate::from_pem(ca))
             .client_auth_optional(true)
             .timeout(HANDSHAKE_TIMEOUT);
@@ -235,10 +234,8 @@ impl ClientTls {
     /// [`ClientTls::load`], naming the certificate, key and CA by `flags` in errors.
     pub fn load_as(&self, flags: [&'static str; 3]) -> Result<ClientTlsConfig, TlsFileError> {
         let [cert_flag, key_flag, ca_flag] = flags;
-        let (cert, _) = read_certs(cert_flag, &self.cert)?;
-        let key = read_key(key_flag, &self.key)?;
+        let identity = identity(cert_flag, &self.cert, key_flag, &self.key)?;
         let (ca, _) = read_certs(ca_flag, &self.ca)?;
-        let identity = Identity::from_pem(cert, key);
         // Builds a rustls configuration with the identity alone now, so a key that does
         // not match its certificate is reported at start naming both files, not as a
         // failure of the connection to the global controller.
