@@ -12,3 +12,4 @@ mod moosefs;
 mod placement;
 mod programs;
 mod util;
+mod vfork;

@@ -3,7 +3,8 @@
 //! everything else happens here).
 //!
 //! One intercepted call:
-//! 1. not initialised or nothing registered → the real call, nothing else;
+//! 1. not initialised, nothing registered, or a vfork child (`vfork.rs`) → the real
+//!    call, nothing else;
 //! 2. find where the target lies (`resolve.rs`: path → lexical resolution, fd → fd
 //!    table);
 //! 3. unmanaged → count it, call the real function, keep the fd table right
@@ -22,7 +23,7 @@ use crate::effects::{after_cold, after_managed, after_unrelated, before};
 use crate::guard::{guarded, in_stage_io};
 use crate::paths::Place;
 use crate::resolve::{quick_resolve, resolve, Resolved, UNRELATED};
-use crate::{channels, errno, fdtable, stats, tsc};
+use crate::{channels, errno, fdtable, stats, tsc, vfork};
 use padll_wire::ops::Op;
 
 /// The fast path of every hook, inlined into it and specialised for its target and
@@ -64,6 +65,10 @@ pub unsafe fn dispatch<R: Returned>(
             Some(counters) => counters.passthrough(op),
             None => return slow(0),
         }
+    } else if vfork::in_child() {
+        // Calls with an operation get here only with a cached shard, which a vfork
+        // child never has; these only keep the descriptor table right: the parent's.
+        return real();
     }
     match (effect, target) {
         // The descriptor was just read as unrelated: nothing to forget.
@@ -174,6 +179,10 @@ pub unsafe fn intercept_rest<R: Returned>(
     account: impl FnOnce(&R) -> Account,
     real: impl FnOnce() -> R,
 ) -> R {
+    if vfork::in_child() {
+        // Every bit of the stage's state is the parent's (see `vfork.rs`).
+        return real();
+    }
     let Call {
         op,
         target,
@@ -375,6 +384,9 @@ impl Roles {
 /// # Safety
 /// As for [`intercept`].
 pub unsafe fn admit_only(op: Op, target: Target, bytes: u64) {
+    if vfork::in_child() {
+        return;
+    }
     let counters = stats::local();
     if !crate::is_active() || in_stage_io(counters) {
         return;

@@ -33,6 +33,7 @@ mod resolve;
 mod shared;
 mod stats;
 mod tsc;
+mod vfork;
 
 pub use channels::{add as add_channel, list as channel_list, remove as remove_channel, set_limit};
 pub use padll_wire::channel::{ChannelId, ChannelInfo, ChannelSpec, Scope, Unit};

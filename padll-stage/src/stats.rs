@@ -303,6 +303,22 @@ fn find() -> Counters {
     counters
 }
 
+/// Clears the calling thread's shard cache and returns what it held (0 if nothing),
+/// for `vfork` (`crate::vfork`): the child finds the cache clear, and keeps it so, as
+/// its hooks never reach [`local`].
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub(crate) fn take_cached_shard() -> u64 {
+    let shard = cache::get();
+    cache::set(std::ptr::null());
+    shard as u64
+}
+
+/// Puts back what [`take_cached_shard`] returned, once the vfork child has left.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub(crate) fn restore_cached_shard(shard: u64) {
+    cache::set(shard as *const Shard);
+}
+
 /// The calling thread's claimed shard, in one word of initial-exec TLS.
 ///
 /// Rust's `thread_local!` in a shared library uses the general-dynamic model: a call to
