@@ -1,6 +1,7 @@
 //! The stage's behaviour on the calls a program makes, checked with `padll-probe`, which
 //! makes exactly the libc calls a scenario names: rate accuracy per operation, class and
-//! bytes; unmanaged paths not slowed; relative paths, `*at`, dup/fcntl, `FILE*`, `DIR*`;
+//! bytes; unmanaged paths not slowed; relative paths, `*at`, dup/fcntl, descriptors
+//! closed where no hook sees it, `FILE*`, `DIR*`;
 //! errno; `mmap`; fork; exec; 256 threads; signals interrupting a throttled call; a bad
 //! configuration.
 //!
@@ -181,6 +182,25 @@ fn duplicated_descriptors_stay_managed() {
     let getattr = op(&reports, "getattr");
     assert_eq!(getattr.managed, 4, "{getattr:?}");
     assert_eq!(op(&reports, "close").managed, 4);
+}
+
+#[test]
+fn a_descriptor_closed_unseen_does_not_make_its_successor_managed() {
+    let _turn = crate::util::together();
+    let dir = mountpoint("stale");
+    let reports = scenario(&dir, "stale");
+    // The file is opened 14 times, and closed by `closefrom` once and by a raw system
+    // call 13 times; the pipe, sockets, eventfd, … that reuse its number are not it.
+    assert_eq!(op(&reports, "open").managed, 14);
+    let read = op(&reports, "read");
+    assert_eq!(read.managed, 0, "the pipe's read was managed: {read:?}");
+    assert_eq!(op(&reports, "write").managed, 0);
+    let getattr = op(&reports, "getattr");
+    assert_eq!(
+        getattr.managed, 0,
+        "an fstat of a new descriptor was managed: {getattr:?}"
+    );
+    assert_eq!(getattr.passthrough, 13, "{getattr:?}");
 }
 
 #[test]

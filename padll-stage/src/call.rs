@@ -71,6 +71,9 @@ pub enum Effect {
         /// The mode of a file created.
         mode: libc::mode_t,
     },
+    /// Fills a pair of new descriptors (`pipe`, `socketpair`): the array the
+    /// application passed.
+    NewFds(*mut c_int),
     /// Returns a stream on a new descriptor (fopen).
     NewStream,
     /// Returns a directory stream on a new descriptor (opendir).

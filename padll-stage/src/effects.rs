@@ -83,6 +83,7 @@ pub fn after_unrelated<R: Returned>(effect: Effect, result: &R) {
         | Effect::NewStream
         | Effect::NewDirStream
         | Effect::Reopen(_) => fdtable::forget(result.descriptor_or_negative()),
+        Effect::NewFds(fds) => forget_pair(fds, result),
         Effect::None
         | Effect::Close(_)
         | Effect::CloseRange(..)
@@ -137,11 +138,24 @@ fn after<R: Returned>(effect: Effect, target: Target, place: Place, result: &R) 
                 guarded(refresh_current_dir);
             }
         }
+        Effect::NewFds(fds) => forget_pair(fds, result),
         Effect::None
         | Effect::Close(_)
         | Effect::CloseRange(..)
         | Effect::CloseStream(_)
         | Effect::CloseDirStream(_) => {}
+    }
+}
+
+/// A pair of new descriptors (`pipe`, `socketpair`: 0 returned) is no file of a
+/// mountpoint, whatever their numbers were before a close no hook saw.
+fn forget_pair<R: Returned>(fds: *mut c_int, result: &R) {
+    if result.descriptor() == Some(0) && !fds.is_null() {
+        // SAFETY: the application's array of two descriptors, which the real call
+        // just filled (it returned 0).
+        let (a, b) = unsafe { (*fds, *fds.add(1)) };
+        fdtable::forget(a);
+        fdtable::forget(b);
     }
 }
 

@@ -207,12 +207,29 @@ hooks! {
     fn mkostemps64(template: MutStr, suffix: c_int, flags: c_int) -> c_int => O::Open, T::Path(template), E::NewFd { flags }, 0, status;
     fn close(fd: c_int) -> c_int => O::Close, T::Fd(fd), E::Close(fd), 0, status;
     fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int => TRACK, T::None, E::CloseRange(first, last, flags), 0, status;
+    fn closefrom(first: c_int) -> () => TRACK, T::None, E::CloseRange(first.max(0) as c_uint, c_uint::MAX, 0), 0, nothing;
     fn dup(fd: c_int) -> c_int => TRACK, T::None, E::Dup(fd), 0, status;
     fn dup2(fd: c_int, new: c_int) -> c_int => TRACK, T::None, E::DupTo(fd, new), 0, status;
     fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_int => TRACK, T::None, E::DupTo(fd, new), 0, status;
     fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int => fcntl_op(cmd), T::Fd(fd), E::Fcntl(fd, cmd), 0, status;
     fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int => fcntl_op(cmd), T::Fd(fd), E::Fcntl(fd, cmd), 0, status;
     fn open_by_handle_at(mount_fd: c_int, handle: Buf, flags: c_int) -> c_int => O::Open, T::Fd(mount_fd), E::NewFd { flags }, 0, status;
+    // ---- descriptors of no file: their number may be one a close no hook saw (a raw
+    // system call) left in the table, which they must not inherit --------------------
+    fn pipe(fds: *mut c_int) -> c_int => TRACK, T::None, E::NewFds(fds), 0, status;
+    fn pipe2(fds: *mut c_int, flags: c_int) -> c_int => TRACK, T::None, E::NewFds(fds), 0, status;
+    fn socketpair(domain: c_int, kind: c_int, protocol: c_int, fds: *mut c_int) -> c_int => TRACK, T::None, E::NewFds(fds), 0, status;
+    fn socket(domain: c_int, kind: c_int, protocol: c_int) -> c_int => TRACK, T::None, E::NewFd { flags: 0 }, 0, status;
+    fn accept(fd: c_int, address: *mut libc::sockaddr, length: *mut libc::socklen_t) -> c_int => TRACK, T::None, E::NewFd { flags: 0 }, 0, status;
+    fn accept4(fd: c_int, address: *mut libc::sockaddr, length: *mut libc::socklen_t, flags: c_int) -> c_int => TRACK, T::None, E::NewFd { flags: 0 }, 0, status;
+    fn eventfd(initial: c_uint, flags: c_int) -> c_int => TRACK, T::None, E::NewFd { flags: 0 }, 0, status;
+    fn epoll_create(size: c_int) -> c_int => TRACK, T::None, E::NewFd { flags: 0 }, 0, status;
+    fn epoll_create1(flags: c_int) -> c_int => TRACK, T::None, E::NewFd { flags: 0 }, 0, status;
+    fn memfd_create(name: Str, flags: c_uint) -> c_int => TRACK, T::None, E::NewFd { flags: 0 }, 0, status;
+    fn timerfd_create(clock: c_int, flags: c_int) -> c_int => TRACK, T::None, E::NewFd { flags: 0 }, 0, status;
+    fn signalfd(fd: c_int, mask: *const libc::sigset_t, flags: c_int) -> c_int => TRACK, T::None, E::NewFd { flags: 0 }, 0, status;
+    fn inotify_init() -> c_int => TRACK, T::None, E::NewFd { flags: 0 }, 0, status;
+    fn inotify_init1(flags: c_int) -> c_int => TRACK, T::None, E::NewFd { flags: 0 }, 0, status;
 
     // ---- data ----------------------------------------------------------------------------
     fn read(fd: c_int, buf: Buf, count: size_t) -> ssize_t => O::Read, T::Fd(fd), E::None, count, transfer;

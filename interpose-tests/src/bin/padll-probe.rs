@@ -52,6 +52,34 @@ fn timed(seconds: f64, ops_per_call: u64, mut op: impl FnMut()) -> (u64, f64) {
     (n, start.elapsed().as_secs_f64())
 }
 
+/// A listening Unix socket (abstract name `padll-probe-<pid>-<n>`) with one client
+/// connected to it, waiting to be accepted: (listener, client).
+///
+/// # Safety
+/// Plain socket calls on descriptors made here.
+unsafe fn listener_with_client(n: usize) -> (libc::c_int, libc::c_int) {
+    // SAFETY: socket calls on descriptors made here, with an address of the stated size.
+    unsafe {
+        let mut address: libc::sockaddr_un = std::mem::zeroed();
+        address.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        let name = format!("padll-probe-{}-{n}", std::process::id());
+        // Abstract: a NUL first, nothing in the file system.
+        for (slot, byte) in address.sun_path[1..].iter_mut().zip(name.bytes()) {
+            *slot = byte as libc::c_char;
+        }
+        let length = (std::mem::size_of::<libc::sa_family_t>() + 1 + name.len()) as libc::socklen_t;
+        let address = (&address as *const libc::sockaddr_un).cast::<libc::sockaddr>();
+        let listener = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+        check(listener >= 0, "socket (listener)");
+        check(libc::bind(listener, address, length) == 0, "bind");
+        check(libc::listen(listener, 1) == 0, "listen");
+        let client = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+        check(client >= 0, "socket (client)");
+        check(libc::connect(client, address, length) == 0, "connect");
+        (listener, client)
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 3 {
@@ -368,6 +396,92 @@ fn main() {
                 );
                 libc::munmap(mapped, 4096);
                 libc::close(fd);
+                println!("ok=1");
+            }
+            "stale" => {
+                // A managed descriptor closed where no hook sees it (`closefrom`'s
+                // internal `close_range` before the hook existed, a raw system call),
+                // then its number reused by a call that makes a descriptor of no file:
+                // the new descriptor is not the old file.
+                extern "C" {
+                    fn closefrom(first: libc::c_int);
+                }
+                let managed = || {
+                    let fd = libc::open(file.as_ptr(), libc::O_RDONLY);
+                    check(fd >= 0, "open");
+                    fd
+                };
+                let fd = managed();
+                closefrom(fd);
+                let mut pair = [-1; 2];
+                check(libc::pipe(pair.as_mut_ptr()) == 0, "pipe");
+                check(pair[0] == fd, "pipe reuses the closed number");
+                let mut byte = [b'x'];
+                check(
+                    libc::write(pair[1], byte.as_ptr().cast(), 1) == 1,
+                    "write pipe",
+                );
+                check(
+                    libc::read(pair[0], byte.as_mut_ptr().cast(), 1) == 1,
+                    "read pipe",
+                );
+                libc::close(pair[0]);
+                libc::close(pair[1]);
+                let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+                // Each maker is handed a listening socket with a client waiting.
+                type Maker<'a> = &'a dyn Fn(libc::c_int) -> libc::c_int;
+                let pair = |make: &dyn Fn(*mut libc::c_int) -> libc::c_int| {
+                    let mut pair = [-1; 2];
+                    check(make(pair.as_mut_ptr()) == 0, "pair");
+                    pair[0]
+                };
+                let makers: [(&str, Maker); 13] = [
+                    ("socket", &|_| {
+                        libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0)
+                    }),
+                    ("accept", &|l| {
+                        libc::accept(l, std::ptr::null_mut(), std::ptr::null_mut())
+                    }),
+                    ("accept4", &|l| {
+                        libc::accept4(l, std::ptr::null_mut(), std::ptr::null_mut(), 0)
+                    }),
+                    ("socketpair", &|_| {
+                        pair(&|fds| libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, fds))
+                    }),
+                    ("pipe2", &|_| pair(&|fds| libc::pipe2(fds, 0))),
+                    ("eventfd", &|_| libc::eventfd(0, 0)),
+                    ("epoll_create", &|_| libc::epoll_create(1)),
+                    ("epoll_create1", &|_| libc::epoll_create1(0)),
+                    ("memfd_create", &|_| {
+                        libc::memfd_create(c"probe".as_ptr(), 0)
+                    }),
+                    ("timerfd_create", &|_| {
+                        libc::timerfd_create(libc::CLOCK_MONOTONIC, 0)
+                    }),
+                    ("inotify_init", &|_| libc::inotify_init()),
+                    ("inotify_init1", &|_| libc::inotify_init1(0)),
+                    ("signalfd", &|_| {
+                        let mut mask = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+                        libc::sigemptyset(mask.as_mut_ptr());
+                        libc::signalfd(-1, mask.as_ptr(), 0)
+                    }),
+                ];
+                for (n, (name, make)) in makers.into_iter().enumerate() {
+                    let (listener, client) = listener_with_client(n);
+                    let fd = managed();
+                    check(libc::syscall(libc::SYS_close, fd) == 0, "raw close");
+                    let made = make(listener);
+                    check(made == fd, &format!("{name} reuses the closed number"));
+                    // An unmanaged call, unless the old file's entry was kept.
+                    check(
+                        libc::fstat(made, st.as_mut_ptr()) == 0,
+                        &format!("fstat {name}"),
+                    );
+                    // The maker's descriptors are `made` and above; the socket's below.
+                    libc::close_range(made as libc::c_uint, libc::c_uint::MAX, 0);
+                    libc::close(client);
+                    libc::close(listener);
+                }
                 println!("ok=1");
             }
             "fork" => {
