@@ -6,7 +6,7 @@ use crate::util::{cheferd, run_with_timeout, wait_for};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A controller started by a test, its stderr in `log`; killed if the test ends first.
 struct Controller {
@@ -33,13 +33,18 @@ impl Controller {
     }
 
     /// Its log has a line with `message`, the version and commit, and every one of
-    /// `needles`.
+    /// `needles`. The socket answers before the line is written, and on a busy
+    /// machine the line may come a while later: it is waited for (30 s at most).
     fn assert_start_line(&self, message: &str, needles: &[&str]) {
-        let log = self.log();
-        let line = log
-            .lines()
-            .find(|l| l.contains(message))
-            .unwrap_or_else(|| panic!("no '{message}' in:\n{log}"));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let line = loop {
+            let log = self.log();
+            if let Some(line) = log.lines().find(|l| l.contains(message)) {
+                break line.to_string();
+            }
+            assert!(Instant::now() < deadline, "no '{message}' in:\n{log}");
+            std::thread::sleep(Duration::from_millis(100));
+        };
         let version = format!("version=\"{} (commit ", env!("CARGO_PKG_VERSION"));
         for needle in needles.iter().chain([&version.as_str()]) {
             assert!(line.contains(needle), "{needle} missing from: {line}");
