@@ -2,14 +2,32 @@
 //! the installed `padll` preloads the installed stage, `--version` names the commit,
 //! the man pages and completions are there, the units pass `systemd-analyze verify`.
 
-use crate::util::{cheferd, repository, run_with_timeout, stage_library};
-use std::path::PathBuf;
+use crate::util::{cheferd, repository, run_with_timeout, stage_library, wait_for};
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
 /// Runs `command` (2 minutes at most).
 fn run(command: &mut Command) -> Output {
     run_with_timeout(command, Duration::from_secs(120))
+}
+
+/// Copies the program `from` to `to`, and returns once `to` can be executed. A child
+/// that another test's thread forked while the copy was being written holds the copy's
+/// descriptor until its own `exec` (or exit), and until then executing the copy fails
+/// with `ETXTBSY` ("Text file busy").
+fn copy_executable(from: &Path, to: &Path) {
+    std::fs::copy(from, to).unwrap();
+    wait_for(Duration::from_secs(30), "the copy to be executable", || {
+        let ran = Command::new(to)
+            .arg("--version")
+            .stdout(std::process::Stdio::null())
+            .status();
+        match ran {
+            Err(error) if error.kind() == std::io::ErrorKind::ExecutableFileBusy => None,
+            _ => Some(()),
+        }
+    });
 }
 
 /// The profile directory, with `cheferd`, `padll` and `libpadll.so` built in it.
@@ -325,7 +343,7 @@ fn padll_without_its_library_says_where_it_looked() {
     let bin = dir.path().join("bin");
     std::fs::create_dir(&bin).unwrap();
     let padll = bin.join("padll");
-    std::fs::copy(profile_dir().join("padll"), &padll).unwrap();
+    copy_executable(&profile_dir().join("padll"), &padll);
     let out = run(Command::new(&padll)
         .args(["run", "--mount", "/tmp", "--", "true"])
         .env_remove("PADLL_LIBRARY"));
