@@ -243,10 +243,10 @@ pub fn local() -> Counters {
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     {
         let cached = cache::get();
-        if !cached.is_null() {
+        if cached as usize > VFORK_CHILD {
             return Counters {
                 // SAFETY: the cache only ever holds a shard of `OWNED` (a static) this
-                // thread owns; it is non-null here.
+                // thread owns, null or the vfork mark; it is neither here.
                 shard: unsafe { &*cached },
                 owned: true,
             };
@@ -274,9 +274,9 @@ pub fn cached() -> Option<Counters> {
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     {
         let cached = cache::get();
-        (!cached.is_null()).then(|| Counters {
+        (cached as usize > VFORK_CHILD).then(|| Counters {
             // SAFETY: the cache only ever holds a shard of `OWNED` (a static) this thread
-            // owns; it is non-null here.
+            // owns, null or the vfork mark; it is neither here.
             shard: unsafe { &*cached },
             owned: true,
         })
@@ -303,20 +303,31 @@ fn find() -> Counters {
     counters
 }
 
-/// Clears the calling thread's shard cache and returns what it held (0 if nothing),
-/// for `vfork` (`crate::vfork`): the child finds the cache clear, and keeps it so, as
-/// its hooks never reach [`local`].
+/// The cache word of a thread whose vfork child runs (`crate::vfork`): no shard, so
+/// the child's hooks all leave the fast path, where they find the mark first (and so
+/// never reach [`local`], which would cache a shard again). Shards are 128-byte
+/// aligned: no shard is here.
+const VFORK_CHILD: usize = 1;
+
+/// Marks the calling thread's cache for its vfork child; returns the word it held.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub(crate) fn take_cached_shard() -> u64 {
-    let shard = cache::get();
-    cache::set(std::ptr::null());
-    shard as u64
+pub(crate) fn enter_vfork_child() -> u64 {
+    let word = cache::get();
+    cache::set(VFORK_CHILD as *const Shard);
+    word as u64
 }
 
-/// Puts back what [`take_cached_shard`] returned, once the vfork child has left.
+/// Puts back what [`enter_vfork_child`] returned, once the vfork child has left.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub(crate) fn restore_cached_shard(shard: u64) {
-    cache::set(shard as *const Shard);
+pub(crate) fn leave_vfork_child(word: u64) {
+    cache::set(word as *const Shard);
+}
+
+/// Whether the calling thread is a vfork child that has not left yet.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+pub(crate) fn in_vfork_child() -> bool {
+    cache::get() as usize == VFORK_CHILD
 }
 
 /// The calling thread's claimed shard, in one word of initial-exec TLS.

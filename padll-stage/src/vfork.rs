@@ -8,17 +8,16 @@
 //! child closed would pass unmanaged in the parent for the rest of its life.
 //!
 //! So the stage exports its own `vfork`: the same system call as glibc's, which marks
-//! the calling thread as *in a vfork child* for the child (the mark lives in the
-//! thread's TLS, which the child shares) and clears it in the parent once the child
-//! has left. While it is set, every hook calls the real function and nothing else: the
-//! thread's cached counter shard is cleared too, so the hooks' fast path (which does not
-//! look at the mark) sends every call to the out-of-line path, which looks at it before
-//! anything else (before finding the thread's counters, which would cache the shard
-//! again). The child's calls are neither throttled nor counted; after `exec` the new
-//! program loads its own stage. `posix_spawn` (and so `system` and `popen`) needs none
-//! of this: glibc's child makes only internal calls, which no hook sees.
+//! the calling thread as *in a vfork child* for the child and restores it in the parent
+//! once the child has left. The mark is a value of the thread's shard-cache word
+//! (initial-exec TLS, which the child shares) that is no shard, so the hooks' fast path
+//! (which does not look for the mark) sends every call to the out-of-line path, which
+//! looks for it before anything else and then calls the real function, nothing more.
+//! The child's calls are neither throttled nor counted; after `exec` the new program
+//! loads its own stage. `posix_spawn` (and so `system` and `popen`) needs none of this:
+//! glibc's child makes only internal calls, which no hook sees.
 //!
-//! x86-64 only, like the shard cache it clears; elsewhere `vfork` is glibc's and a
+//! x86-64 only, like the shard cache that holds the mark; elsewhere `vfork` is glibc's and a
 //! vfork child's calls act on the parent's state as before (docs/stage.md).
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
@@ -26,62 +25,23 @@ mod imp {
     use crate::{errno, stats};
     use libc::{c_int, pid_t};
 
-    // One byte of initial-exec TLS (see `stats::cache` for why not `thread_local!`):
-    // non-zero while the thread's vfork child runs. Hidden: never exported.
-    std::arch::global_asm!(
-        ".pushsection .tbss,\"awT\",@nobits",
-        ".globl __padll_stage_vforked",
-        ".hidden __padll_stage_vforked",
-        ".type __padll_stage_vforked, @object",
-        ".size __padll_stage_vforked, 1",
-        "__padll_stage_vforked:",
-        ".zero 1",
-        ".popsection",
-    );
-
     /// Whether the calling thread is a vfork child that has not left yet.
     #[inline(always)]
     pub(crate) fn in_child() -> bool {
-        let flag: u64;
-        // SAFETY: reads the calling thread's own TLS byte; no side effects.
-        unsafe {
-            std::arch::asm!(
-                "mov {f}, qword ptr [rip + __padll_stage_vforked@GOTTPOFF]",
-                "movzx {f:e}, byte ptr fs:[{f}]",
-                f = out(reg) flag,
-                options(nostack, readonly, preserves_flags),
-            )
-        };
-        flag != 0
+        stats::in_vfork_child()
     }
 
-    fn set_in_child(on: bool) {
-        // SAFETY: writes the calling thread's own TLS byte.
-        unsafe {
-            std::arch::asm!(
-                "mov {t}, qword ptr [rip + __padll_stage_vforked@GOTTPOFF]",
-                "mov byte ptr fs:[{t}], {v}",
-                t = out(reg) _,
-                v = in(reg_byte) on as u8,
-                options(nostack, preserves_flags),
-            )
-        };
-    }
-
-    /// Before the system call: marks the thread and clears its shard cache; returns what
-    /// [`leave`] restores (the cached shard, 128-byte aligned, with the previous mark in
-    /// bit 0: a vfork child may call `vfork` too).
+    /// Before the system call: marks the thread for the child (in its shard-cache word,
+    /// which the child shares); returns what [`leave`] restores (a vfork child may call
+    /// `vfork` too: then the mark itself).
     extern "C" fn enter() -> u64 {
-        let saved = stats::take_cached_shard() | in_child() as u64;
-        set_in_child(true);
-        saved
+        stats::enter_vfork_child()
     }
 
     /// In the parent, once the child has left (or `vfork` failed): restores [`enter`]'s
     /// `saved`.
     extern "C" fn leave(saved: u64) {
-        set_in_child(saved & 1 != 0);
-        stats::restore_cached_shard(saved & !1);
+        stats::leave_vfork_child(saved);
     }
 
     /// `vfork` failed with `code`: `errno`, and -1, as glibc's.
