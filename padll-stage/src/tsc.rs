@@ -16,7 +16,8 @@
 //!   CPUs, so a thread that migrates reads no earlier value;
 //! - the tick deadline counts from a counter value read *before* the clock read that
 //!   the expiry counts from, at a rate measured against `CLOCK_MONOTONIC` over ≥ 10 ms
-//!   and then lowered by 1/64 (far more than the measurement's error), and 1 µs is
+//!   (from a counter read after the clock to one read before it, so that a pause
+//!   between the reads can only lower it) and then lowered by 1/64, and 1 µs is
 //!   taken off (more than an unordered `rdtsc` can run ahead of the code around it):
 //!   the deadline is reached at or before `expires`.
 //!
@@ -32,7 +33,7 @@
 //! 10 ms are not timed); it measures the rate itself ([`timing_ready`]) on the first
 //! managed call 10 ms after load, whether or not a channel serves the call.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
 /// Ticks per nanosecond, 32.32 fixed point, lowered by 1/64; 0 = not usable (yet).
 static TICKS_PER_NS: AtomicU64 = AtomicU64::new(0);
@@ -46,6 +47,8 @@ const UNUSABLE: u8 = 2;
 /// The counter and the clock read together at load (or at the first calibration).
 static ORIGIN_TICKS: AtomicU64 = AtomicU64::new(0);
 static ORIGIN_NS: AtomicU64 = AtomicU64::new(0);
+/// Set by the thread that records the origin.
+static ORIGIN_CLAIMED: AtomicBool = AtomicBool::new(false);
 /// How long the rate is measured over.
 const CALIBRATION_NS: u64 = 10_000_000;
 /// Taken off every deadline: more than `rdtsc` may run ahead of the code around it.
@@ -64,12 +67,16 @@ pub fn ticks() -> u64 {
     0
 }
 
-/// Records the origin of the rate measurement (the library constructor).
+/// Records the origin of the rate measurement (the library constructor). The clock is
+/// read before the counter here and after it at the end ([`calibrate`]): a pause
+/// between either pair lengthens the nanoseconds measured, never the ticks, so it can
+/// only lower the rate (a deadline earlier, never later). One thread records it (the
+/// constructor, or an early call racing it), so the pair is never two threads' halves.
 pub fn start() {
-    if cfg!(all(target_arch = "x86_64", not(miri))) && ORIGIN_TICKS.load(Ordering::Relaxed) == 0 {
-        let ticks = ticks();
+    if cfg!(all(target_arch = "x86_64", not(miri))) && !ORIGIN_CLAIMED.swap(true, Ordering::Relaxed)
+    {
         ORIGIN_NS.store(crate::bucket::now_ns(), Ordering::Relaxed);
-        ORIGIN_TICKS.store(ticks, Ordering::Release);
+        ORIGIN_TICKS.store(ticks(), Ordering::Release);
     }
 }
 
