@@ -5,7 +5,7 @@
 //! mistakes get one clear line (nothing to set, a negative priority, the wrong socket)
 //! and its views read well in a pipe.
 
-use crate::util::{cheferd, cheferd_lab, run_with_timeout, wait_for, Cluster};
+use crate::util::{cheferd, cheferd_lab, run_with_timeout, wait_for, Cluster, START_TIMEOUT};
 use cheferd_controller::config::GlobalConfig;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -406,7 +406,7 @@ fn global_without_resources_warns_at_start() {
     let _turn = crate::util::alone();
     let mut cluster = Cluster::new("interval_ms = 1000\n");
     cluster.start_global();
-    wait_for(Duration::from_secs(10), "the warning", || {
+    wait_for(START_TIMEOUT, "the warning", || {
         cluster
             .global_log()
             .lines()

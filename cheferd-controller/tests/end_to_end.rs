@@ -34,8 +34,13 @@ const INTERVAL: Duration = Duration::from_secs(1);
 /// A change must show within two control cycles; plus slack for a loaded machine
 /// (process start-up, a late cycle, polling the admin socket).
 const REBALANCE_DEADLINE: Duration = Duration::from_millis(2 * 1000 + 1500);
-/// A job's achieved rate must match its computed rate this closely.
+/// A job's achieved rate must match its computed rate this closely, as a mean of
+/// [`MEASURED`] seconds.
 const RATE_TOLERANCE: f64 = 0.10;
+/// Seconds an achieved rate is measured over: five whole windows of a replayer. One
+/// window can hold more than a second of operations (ended late by a loaded machine)
+/// and a batch of credit more than its rate; over two windows that broke +10 %.
+const MEASURED: u32 = 6;
 /// The lower bounds are only there to catch a job stopped or starved: a loaded 2-core
 /// machine that deschedules the replayers can only make them slower, so upper bounds
 /// protect the file system and lower ones are generous.
@@ -162,7 +167,7 @@ fn psfa_caps_and_rebalances(cluster: Cluster) -> Cluster {
     let mut cluster = cluster_with_jobs(cluster);
     let ids = job_ids();
     let names: Vec<&str> = ids.iter().map(String::as_str).collect();
-    let computed = assert_policy_enforced(&cluster, &names, MAX_RATE, 6);
+    let computed = assert_policy_enforced(&cluster, &names, MAX_RATE, MEASURED);
     // Demands sum to Max_R and every job is saturated: PSFA gives each its demand.
     for ((job, demand), rate) in JOBS.iter().zip(computed) {
         assert!(
@@ -183,12 +188,14 @@ fn psfa_caps_and_rebalances(cluster: Cluster) -> Cluster {
     });
     eprintln!("job-4 left: rebalanced in {:?}", left.elapsed());
     std::thread::sleep(2 * INTERVAL);
-    assert_policy_enforced(&cluster, &names[..3], MAX_RATE, 3);
+    assert_policy_enforced(&cluster, &names[..3], MAX_RATE, MEASURED);
 
     // job-5 joins: it gets a share and the others shrink within two cycles.
     let before = cluster.snapshot();
     let late = job_id(LATE_JOB.0);
     cluster.start_job(&late, &NODES, OFFERED_PER_PROCESS);
+    // Its processes' start-up (the stage, the first rules) is not the controller's.
+    cluster.wait_for_stages(START_TIMEOUT, &[("n1", 4), ("n2", 4)]);
     let joined = Instant::now();
     wait_rebalanced(&cluster, "job-5 joining", |snapshot| {
         assigned(snapshot, &late) > 0.0
@@ -202,7 +209,7 @@ fn psfa_caps_and_rebalances(cluster: Cluster) -> Cluster {
         &cluster,
         &[names[0], names[1], names[2], &late],
         MAX_RATE,
-        4,
+        MEASURED,
     );
     assert!(cluster.controllers_alive(), "a controller died");
     cluster
@@ -289,7 +296,7 @@ fn controllers_killed_leave_rates_in_force_and_control_resumes_after_restart() {
     // The local controller of n1 dies: its stages keep their rates, and the global
     // controller keeps their share for them (handing it to their jobs' other stages
     // would overload the file system by as much).
-    let (_, _, before) = measure_processes(&cluster, 3);
+    let (_, _, before) = measure_processes(&cluster, MEASURED);
     let in_force = cluster.snapshot();
     cluster.kill_local("n1");
     cluster.wait_for_stages(REBALANCE_DEADLINE, &[("n2", 4)]);
@@ -303,7 +310,7 @@ fn controllers_killed_leave_rates_in_force_and_control_resumes_after_restart() {
         snapshot.nodes
     );
     std::thread::sleep(2 * INTERVAL);
-    let (from, to, after) = measure_processes(&cluster, 3);
+    let (from, to, after) = measure_processes(&cluster, MEASURED);
     cluster.assert_aggregate_capped(from, to, MAX_RATE);
     assert_rates_kept(
         &mut cluster,
@@ -343,14 +350,14 @@ fn controllers_killed_leave_rates_in_force_and_control_resumes_after_restart() {
     let output = cluster.ctl(&["set-max-rate", &cluster.metadata(), &halved.to_string()]);
     assert!(output.status.success(), "set-max-rate: {output:?}");
     std::thread::sleep(3 * INTERVAL);
-    assert_policy_enforced(&cluster, &names, halved, 3);
+    assert_policy_enforced(&cluster, &names, halved, MEASURED);
 
     // The global controller dies: every stage keeps its rate, the locals keep serving.
     let (_, _, before) = measure_processes(&cluster, 2);
     let in_force = cluster.snapshot();
     cluster.kill_global();
     std::thread::sleep(INTERVAL);
-    let (from, to, after) = measure_processes(&cluster, 3);
+    let (from, to, after) = measure_processes(&cluster, MEASURED);
     assert_rates_kept(
         &mut cluster,
         &in_force,
@@ -378,7 +385,7 @@ fn controllers_killed_leave_rates_in_force_and_control_resumes_after_restart() {
         restarted.elapsed()
     );
     std::thread::sleep(3 * INTERVAL);
-    assert_policy_enforced(&cluster, &names, MAX_RATE, 3);
+    assert_policy_enforced(&cluster, &names, MAX_RATE, MEASURED);
     assert!(cluster.controllers_alive(), "a controller died");
 }
 

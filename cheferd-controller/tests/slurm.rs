@@ -395,22 +395,33 @@ fn slurm_jobs_under_the_plugin_carry_slurms_identity_and_follow_the_policy() {
     let (want_a, want_b) = (DEMAND_A, DEMAND_B);
     let jobs = wait_for_rates(want_a, want_b);
     assert_eq!(share(&jobs, &b).unwrap()["stages"], 2);
-    // Usage settles on the new rates within a few cycles.
-    std::thread::sleep(Duration::from_secs(4));
-    let jobs = ctl_json(&cluster, &["jobs"]);
-    let usage = |job: &str| share(&jobs, job).unwrap()["usage"].as_f64().unwrap();
+    // Usage settles on the new rates within a few cycles. One cycle's usage, like one
+    // replayer window, may hold a batch of credit more than its rate: both are means of
+    // several.
+    std::thread::sleep(Duration::from_secs(2));
+    let samples: Vec<Value> = (0..5)
+        .map(|_| {
+            std::thread::sleep(Duration::from_secs(1));
+            ctl_json(&cluster, &["jobs"])
+        })
+        .collect();
+    let usage = |job: &str| {
+        let used = |jobs: &Value| share(jobs, job).unwrap()["usage"].as_f64().unwrap();
+        samples.iter().map(used).sum::<f64>() / samples.len() as f64
+    };
+    let jobs = samples.last().expect("five samples");
     for (job, want) in [(&a, want_a), (&b, want_b)] {
         let used = usage(job);
         assert!(
             used <= 1.15 * want && used >= 0.5 * want,
-            "job {job} used {used:.0} ops/s of its {want:.0}: {jobs}"
+            "job {job} used {used:.0} ops/s of its {want:.0} (a mean of 5 cycles): {jobs}"
         );
     }
     assert!(usage(&a) + usage(&b) <= 1.1 * MAX_RATE, "{jobs}");
     // What the replayers themselves counted: B's two processes together within B's rate.
     let file = |name: &str, job: &str| out.join(format!("{name}-{job}.out"));
-    let replayed_a = replayed_rate(&file("a", &a), 3);
-    let replayed_b = replayed_rate(&file("b", &b), 3) + replayed_rate(&out.join("claimer.out"), 3);
+    let replayed_a = replayed_rate(&file("a", &a), 4);
+    let replayed_b = replayed_rate(&file("b", &b), 4) + replayed_rate(&out.join("claimer.out"), 4);
     assert!(replayed_a <= 1.15 * want_a, "A replayed {replayed_a:.0}/s");
     assert!(replayed_b <= 1.15 * want_b, "B replayed {replayed_b:.0}/s");
     assert!(replayed_a >= 0.5 * want_a && replayed_b >= 0.5 * want_b);

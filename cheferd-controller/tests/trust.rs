@@ -955,10 +955,11 @@ fn attack14_stage_joined_flood_is_bounded() {
         "peak {peak} KiB (before {before})"
     );
     // A node that never reports is waited for once (its first due cycle), not again: a
-    // cycle that waits for its reports takes half an interval (250 ms), one that does
-    // not a few ms, even stretched by a loaded machine.
+    // cycle that waits for its reports takes half an interval (250 ms) or more, one
+    // that does not a few ms; one such cycle a loaded machine may stretch a long way,
+    // their median not.
     assert!(
-        snapshot.latency_ms_p50 < 125.0 && snapshot.latency_ms_last < 125.0,
+        snapshot.latency_ms_p50 < 125.0 && snapshot.latency_ms_last < 250.0,
         "cycle p50 {} ms, last {} ms",
         snapshot.latency_ms_p50,
         snapshot.latency_ms_last
@@ -1015,11 +1016,9 @@ fn attack15_socket_paths_are_created_safely() {
     // A stale socket (its listener is gone): replaced.
     drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
     let mut live = start(&socket);
-    wait_for(
-        Duration::from_secs(10),
-        "the controller on the stale socket",
-        || UnixStream::connect(&socket).ok(),
-    );
+    wait_for(START_TIMEOUT, "the controller on the stale socket", || {
+        UnixStream::connect(&socket).ok()
+    });
     // A live controller is never taken over.
     refused(&socket, "answers on it");
     assert!(UnixStream::connect(&socket).is_ok());

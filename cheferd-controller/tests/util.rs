@@ -602,6 +602,12 @@ impl Cluster {
         self.jobs.iter().filter_map(|p| p.rate_at(t)).sum()
     }
 
+    /// [`Cluster::aggregate_at`], once every process has reported its window containing
+    /// `t` (a process not yet heard from would read as a lower aggregate).
+    pub fn whole_aggregate_at(&self, t: Instant) -> Option<f64> {
+        self.jobs.iter().map(|p| p.rate_at(t)).sum()
+    }
+
     /// A job's achieved rate over `from..=to` (sum of its processes' mean rates).
     pub fn job_rate(&self, job: &str, from: Instant, to: Instant) -> f64 {
         self.processes(job)

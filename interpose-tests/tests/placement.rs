@@ -249,6 +249,9 @@ impl Setup {
         if let Some(vars) = stage {
             env = stage_env(self.scratch.path(), "", None);
             env.push(("PADLL_CONTROLLER".into(), self.socket.display().to_string()));
+            // The scripted controller answers at once, but runs beside other tests:
+            // a creation waits for it as long as a loaded machine may need.
+            env.push(("PADLL_PLACEMENT_WAIT_MS".into(), "10000".into()));
             env.extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         }
         if double {

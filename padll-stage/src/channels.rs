@@ -986,8 +986,11 @@ mod tests {
 
         // A limiting bucket leases nothing (62 tokens at this burst): the request waits,
         // and what it reserves beyond its cost is a batch (≤ a lease's cap, 256).
+        // (200 ms of debt: a thread descheduled meanwhile still finds it unpaid.)
         set_limit(id, 100_000, 1_000).unwrap();
-        SLOTS[index].bucket().reserve(2_000, 0, 0, bucket::now_ns());
+        SLOTS[index]
+            .bucket()
+            .reserve(20_000, 0, 0, bucket::now_ns());
         assert!(stat() > 5_000_000);
         assert!(credit() <= 256, "credit {}", credit());
 

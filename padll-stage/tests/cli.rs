@@ -357,8 +357,10 @@ fn run_throttles_and_stats_prints_the_table() {
     let out = run_mdloop(&dir, &flags, "2", &[]);
     assert!(out.status.success(), "{}", stderr(&out));
     let rate: f64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    // Above the rule (+5 %) it was not held; below half of it, starved (a loaded
+    // machine only slows it).
     assert!(
-        rate <= 420.0 && rate > 250.0,
+        rate <= 420.0 && rate > 200.0,
         "mdloop ran at {rate:.0} ops/s under 400/s"
     );
 

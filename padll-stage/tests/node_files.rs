@@ -23,7 +23,8 @@ fn run_job(dir: &Path, name: &str, flags: &[&str]) -> String {
     let applied = controller_stub(&socket, vec![metadata_rule(dir, 100_000, 100)]);
     let padll = crate::util::padll();
     let script = format!(
-        "{padll} mdloop {dir} 1 >/dev/null & {padll} mdloop {dir} 2 >/dev/null; wait",
+        // The job outlives the check below by seconds, however late the test wakes.
+        "{padll} mdloop {dir} 1 >/dev/null & {padll} mdloop {dir} 5 >/dev/null; wait",
         padll = padll.display(),
         dir = dir.display()
     );
