@@ -67,16 +67,40 @@ pub fn ticks() -> u64 {
     0
 }
 
-/// Records the origin of the rate measurement (the library constructor). The clock is
-/// read before the counter here and after it at the end ([`calibrate`]): a pause
-/// between either pair lengthens the nanoseconds measured, never the ticks, so it can
-/// only lower the rate (a deadline earlier, never later). One thread records it (the
-/// constructor, or an early call racing it), so the pair is never two threads' halves.
+/// The counter and the clock read together, in the order that makes a pause between
+/// the two reads lengthen the nanoseconds measured and never the ticks, so that it can
+/// only lower the rate (a deadline earlier, never later): at the origin the clock
+/// first, at the end the counter first.
+#[derive(Clone, Copy, Debug)]
+struct Reading {
+    ticks: u64,
+    ns: u64,
+}
+
+impl Reading {
+    fn at_origin(clock: impl Fn() -> u64, counter: impl Fn() -> u64) -> Reading {
+        let ns = clock();
+        Reading {
+            ticks: counter(),
+            ns,
+        }
+    }
+
+    fn at_end(clock: impl Fn() -> u64, counter: impl Fn() -> u64) -> Reading {
+        let ticks = counter();
+        Reading { ticks, ns: clock() }
+    }
+}
+
+/// Records the origin of the rate measurement (the library constructor). One thread
+/// records it (the constructor, or an early call racing it), so the pair is never two
+/// threads' halves.
 pub fn start() {
     if cfg!(all(target_arch = "x86_64", not(miri))) && !ORIGIN_CLAIMED.swap(true, Ordering::Relaxed)
     {
-        ORIGIN_NS.store(crate::bucket::now_ns(), Ordering::Relaxed);
-        ORIGIN_TICKS.store(ticks(), Ordering::Release);
+        let origin = Reading::at_origin(crate::bucket::now_ns, ticks);
+        ORIGIN_NS.store(origin.ns, Ordering::Relaxed);
+        ORIGIN_TICKS.store(origin.ticks, Ordering::Release);
     }
 }
 
@@ -141,8 +165,7 @@ fn calibrate() -> u64 {
         return 0;
     }
     let origin_ns = ORIGIN_NS.load(Ordering::Relaxed);
-    let ticks = ticks();
-    let now = crate::bucket::now_ns();
+    let Reading { ticks, ns: now } = Reading::at_end(crate::bucket::now_ns, ticks);
     let elapsed = now.saturating_sub(origin_ns);
     if elapsed < CALIBRATION_NS || ticks <= origin_ticks {
         return 0;
@@ -180,6 +203,31 @@ fn kernel_uses_tsc() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pause_between_the_two_reads_only_lowers_the_rate() {
+        // A fake time source at 3 ticks a nanosecond, the thread paused for 1 ms after
+        // one of the four reads.
+        for paused_after in 0..4 {
+            let (now, reads) = (std::cell::Cell::new(1_000_000u64), std::cell::Cell::new(0));
+            let read = |scale: u64| {
+                let value = now.get() * scale;
+                if reads.replace(reads.get() + 1) == paused_after {
+                    now.set(now.get() + 1_000_000);
+                }
+                value
+            };
+            let (clock, counter) = (|| read(1), || read(3));
+            let origin = Reading::at_origin(clock, counter);
+            now.set(now.get() + CALIBRATION_NS);
+            let end = Reading::at_end(clock, counter);
+            let rate = (end.ticks - origin.ticks) as f64 / (end.ns - origin.ns) as f64;
+            assert!(
+                rate <= 3.0,
+                "paused after read {paused_after}: {rate} ticks/ns at 3 ({origin:?}, {end:?})"
+            );
+        }
+    }
 
     #[test]
     fn deadlines_come_no_later_than_the_expiry() {
