@@ -33,7 +33,7 @@
 //! 10 ms are not timed); it measures the rate itself ([`timing_ready`]) on the first
 //! managed call 10 ms after load, whether or not a channel serves the call.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 /// Ticks per nanosecond, 32.32 fixed point, lowered by 1/64; 0 = not usable (yet).
 static TICKS_PER_NS: AtomicU64 = AtomicU64::new(0);
@@ -47,8 +47,6 @@ const UNUSABLE: u8 = 2;
 /// The counter and the clock read together at load (or at the first calibration).
 static ORIGIN_TICKS: AtomicU64 = AtomicU64::new(0);
 static ORIGIN_NS: AtomicU64 = AtomicU64::new(0);
-/// Set by the thread that records the origin.
-static ORIGIN_CLAIMED: AtomicBool = AtomicBool::new(false);
 /// How long the rate is measured over.
 const CALIBRATION_NS: u64 = 10_000_000;
 /// Taken off every deadline: more than `rdtsc` may run ahead of the code around it.
@@ -92,15 +90,16 @@ impl Reading {
     }
 }
 
-/// Records the origin of the rate measurement (the library constructor). One thread
-/// records it (the constructor, or an early call racing it), so the pair is never two
-/// threads' halves.
+/// Records the origin of the rate measurement (the library constructor). The thread
+/// whose clock reading is stored first (the constructor, or an early call racing it)
+/// stores its counter reading too, so the pair is never two threads' halves.
 pub fn start() {
-    if cfg!(all(target_arch = "x86_64", not(miri))) && !ORIGIN_CLAIMED.swap(true, Ordering::Relaxed)
-    {
+    if cfg!(all(target_arch = "x86_64", not(miri))) && ORIGIN_NS.load(Ordering::Relaxed) == 0 {
         let origin = Reading::at_origin(crate::bucket::now_ns, ticks);
-        ORIGIN_NS.store(origin.ns, Ordering::Relaxed);
-        ORIGIN_TICKS.store(origin.ticks, Ordering::Release);
+        let first = ORIGIN_NS.compare_exchange(0, origin.ns, Ordering::Relaxed, Ordering::Relaxed);
+        if first.is_ok() {
+            ORIGIN_TICKS.store(origin.ticks, Ordering::Release);
+        }
     }
 }
 

@@ -17,8 +17,8 @@
 //! loads its own stage. `posix_spawn` (and so `system` and `popen`) needs none of this:
 //! glibc's child makes only internal calls, which no hook sees.
 //!
-//! x86-64 only, like the shard cache that holds the mark; elsewhere `vfork` is glibc's and a
-//! vfork child's calls act on the parent's state as before (docs/stage.md).
+//! x86-64 only, like the shard cache that holds the mark; elsewhere `vfork` is glibc's
+//! and a vfork child's calls act on the parent's state as before (docs/stage.md).
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod imp {
