@@ -161,52 +161,9 @@ pub fn set_mounts(mounts: &[String]) -> Result<(), ChannelError> {
 /// Adds a channel with a bucket of this process' own and routes matching requests
 /// through it from the next request on.
 pub fn add(spec: ChannelSpec) -> Result<ChannelId, ChannelError> {
-    add_with(spec, None)
-}
-
-/// Adds a channel whose bucket is `bucket`, shared with the job's other processes on
-/// this node (already configured: joining it must not refill it).
-pub fn add_shared(
-    spec: ChannelSpec,
-    bucket: &'static TokenBucket,
-) -> Result<ChannelId, ChannelError> {
-    add_with(spec, Some(bucket))
-}
-
-fn add_with(
-    spec: ChannelSpec,
-    shared: Option<&'static TokenBucket>,
-) -> Result<ChannelId, ChannelError> {
     let mut reg = registry();
-    if let Some(mount) = &spec.mount {
-        if !reg.mounts.contains(mount) {
-            return Err(ChannelError::UnknownMount(mount.clone()));
-        }
-    }
-    validate(&spec)?;
-    let free = (0..MAX_CHANNELS)
-        .find(|i| reg.specs.get(*i).is_none_or(|s| s.is_none()))
-        .ok_or(ChannelError::NoFreeSlot)?;
-    if reg.specs.len() <= free {
-        reg.specs.resize(free + 1, None);
-    }
-    reg.specs[free] = Some(spec.clone());
-    if let Err(e) = rebuild_routes(&reg) {
-        reg.specs[free] = None;
-        return Err(e);
-    }
-    let slot = &SLOTS[free];
-    slot.counts_bytes
-        .store(spec.unit == Unit::Bytes, Ordering::Relaxed);
-    slot.set_unit_costs(&spec);
-    slot.configure(&spec, shared);
-    let (admitted, tokens) = stats::channel_totals(free);
-    slot.counted_before[0].store(admitted, Ordering::Relaxed);
-    slot.counted_before[1].store(tokens, Ordering::Relaxed);
-    slot.in_use.store(true, Ordering::Release);
-    slot.changed();
-    publish_routes(&reg);
-    Ok(ChannelId(free as u8))
+    let added = change(&mut reg, &[], &[], &[(spec, None)])?;
+    Ok(added[0])
 }
 
 /// Removes a channel; requests waiting in it are released. False if it did not exist.
@@ -216,16 +173,8 @@ pub fn remove(id: ChannelId) -> bool {
     if reg.specs.get(index).is_none_or(|s| s.is_none()) {
         return false;
     }
-    reg.specs[index] = None;
-    // Routes can only shrink here, so rebuilding cannot fail.
-    let _ = rebuild_routes(&reg);
-    publish_routes(&reg);
-    SLOTS[index].in_use.store(false, Ordering::Release);
-    SLOTS[index]
-        .shared
-        .store(std::ptr::null_mut(), Ordering::Release);
-    SLOTS[index].changed();
-    true
+    // Routes can only shrink here, so the change cannot fail.
+    change(&mut reg, &[index], &[], &[]).is_ok()
 }
 
 /// Changes a channel's rate and burst; effective for the next request on every thread
@@ -237,29 +186,162 @@ pub fn remove(id: ChannelId) -> bool {
 pub fn set_limit(id: ChannelId, rate: u64, burst: u64) -> Result<(), ChannelError> {
     let mut reg = registry();
     let index = id.0 as usize;
-    let Some(Some(spec)) = reg.specs.get_mut(index) else {
+    let Some(Some(spec)) = reg.specs.get(index) else {
         return Err(ChannelError::NoChannel(id.0));
     };
-    let mut updated = spec.clone();
-    updated.rate = rate;
-    updated.burst = burst;
-    validate(&updated)?;
-    *spec = updated;
-    let slot = &SLOTS[index];
-    // Credit of the old rule is void before the bucket changes (it would be spent on
-    // top of the new burst), and credit leased while it changes is void after.
-    slot.generation.fetch_add(1, Ordering::AcqRel);
-    slot.rerate(spec);
-    slot.changed();
-    Ok(())
+    let updated = ChannelSpec {
+        rate,
+        burst,
+        ..spec.clone()
+    };
+    change(&mut reg, &[], &[(index, updated)], &[]).map(|_| ())
 }
 
 /// Removes every channel.
 pub fn clear() {
-    let ids: Vec<ChannelId> = list().into_iter().map(|c| c.id).collect();
-    for id in ids {
-        remove(id);
+    let mut reg = registry();
+    let in_use = in_use(&reg);
+    // Routes can only shrink here, so the change cannot fail.
+    let _ = change(&mut reg, &in_use, &[], &[]);
+}
+
+/// Makes the channel set exactly `channels` (each with the job's bucket it waits in, or
+/// `None` for a bucket of this process' own), all or nothing: every channel in force
+/// is replaced, in one hold of the registry (a `fork` sees the old set or the new one).
+pub fn install(
+    channels: &[(ChannelSpec, Option<&'static TokenBucket>)],
+) -> Result<(), ChannelError> {
+    let mut reg = registry();
+    let in_use = in_use(&reg);
+    change(&mut reg, &in_use, &[], channels).map(|_| ())
+}
+
+/// Makes the channel set exactly `rules`, all or nothing and in one hold of the
+/// registry (a `fork` sees the old set or the new one): a channel in force that
+/// matches a rule (same mountpoint, scope, unit and costs) is re-rated in place, so its
+/// waiters and counters carry on; the rest are added or removed. A channel given other
+/// costs is replaced: its bucket and counters are in other units (or charge other
+/// amounts) from then on.
+pub fn update(rules: &[ChannelSpec]) -> Result<(), ChannelError> {
+    let same = |a: &ChannelSpec, b: &ChannelSpec| {
+        a.mount == b.mount && a.scope == b.scope && a.unit == b.unit && a.costs == b.costs
+    };
+    let mut reg = registry();
+    let mut remove = Vec::new();
+    let mut rerate = Vec::new();
+    let mut add = Vec::new();
+    for (index, spec) in reg.specs.iter().enumerate() {
+        if let Some(spec) = spec {
+            if !rules.iter().any(|rule| same(rule, spec)) {
+                remove.push(index);
+            }
+        }
     }
+    for rule in rules {
+        let current = reg.specs.iter().enumerate().find_map(|(index, spec)| {
+            spec.as_ref()
+                .filter(|spec| same(rule, spec))
+                .map(|spec| (index, spec))
+        });
+        match current {
+            Some((_, spec)) if spec.rate == rule.rate && spec.burst == rule.burst => {}
+            Some((index, _)) => rerate.push((index, rule.clone())),
+            None => add.push((rule.clone(), None)),
+        }
+    }
+    change(&mut reg, &remove, &rerate, &add).map(|_| ())
+}
+
+/// The slots of every channel in force.
+fn in_use(reg: &Registry) -> Vec<usize> {
+    (0..reg.specs.len())
+        .filter(|i| reg.specs[*i].is_some())
+        .collect()
+}
+
+/// Removes the channels of slots `remove`, re-rates `rerate` (slot, its spec with the
+/// new rate and burst) and adds `add` (each waiting in the job's bucket given, or one
+/// of its own), all or nothing: the whole new set is checked first (mountpoints,
+/// rates, free slots, at most four channels per request), so an error changes
+/// nothing. The routes are published once, for the whole set. Returns the added
+/// channels' ids.
+fn change(
+    reg: &mut Registry,
+    remove: &[usize],
+    rerate: &[(usize, ChannelSpec)],
+    add: &[(ChannelSpec, Option<&'static TokenBucket>)],
+) -> Result<Vec<ChannelId>, ChannelError> {
+    for (spec, _) in add {
+        if let Some(mount) = &spec.mount {
+            if !reg.mounts.contains(mount) {
+                return Err(ChannelError::UnknownMount(mount.clone()));
+            }
+        }
+    }
+    for spec in rerate
+        .iter()
+        .map(|(_, s)| s)
+        .chain(add.iter().map(|(s, _)| s))
+    {
+        validate(spec)?;
+    }
+    let mut specs = reg.specs.clone();
+    for index in remove {
+        specs[*index] = None;
+    }
+    for (index, spec) in rerate {
+        specs[*index] = Some(spec.clone());
+    }
+    // New channels take slots free before this change first: a slot freed by it is
+    // reused only when no other is left (requests still routed to it would meet the
+    // new channel until the routes are published).
+    let was_free = |i: &usize| reg.specs.get(*i).is_none_or(|s| s.is_none());
+    let free = (0..MAX_CHANNELS)
+        .filter(was_free)
+        .chain(remove.iter().copied())
+        .take(add.len())
+        .collect::<Vec<_>>();
+    if free.len() < add.len() {
+        return Err(ChannelError::NoFreeSlot);
+    }
+    let needed = free.iter().max().map_or(0, |last| last + 1);
+    if specs.len() < needed {
+        specs.resize(needed, None);
+    }
+    for (index, (spec, _)) in free.iter().zip(add) {
+        specs[*index] = Some(spec.clone());
+    }
+    let routes = compute_routes(&specs, &reg.mounts)?;
+
+    reg.specs = specs;
+    for (index, spec) in rerate {
+        let slot = &SLOTS[*index];
+        // Credit of the old rule is void before the bucket changes (it would be spent on
+        // top of the new burst), and credit leased while it changes is void after.
+        slot.generation.fetch_add(1, Ordering::AcqRel);
+        slot.rerate(spec);
+        slot.changed();
+    }
+    for (index, (spec, shared)) in free.iter().zip(add) {
+        let slot = &SLOTS[*index];
+        slot.counts_bytes
+            .store(spec.unit == Unit::Bytes, Ordering::Relaxed);
+        slot.set_unit_costs(spec);
+        slot.configure(spec, *shared);
+        let (admitted, tokens) = stats::channel_totals(*index);
+        slot.counted_before[0].store(admitted, Ordering::Relaxed);
+        slot.counted_before[1].store(tokens, Ordering::Relaxed);
+        slot.in_use.store(true, Ordering::Release);
+        slot.changed();
+    }
+    publish_routes(&routes);
+    for index in remove.iter().filter(|i| !free.contains(i)) {
+        let slot = &SLOTS[*index];
+        slot.in_use.store(false, Ordering::Release);
+        slot.shared.store(std::ptr::null_mut(), Ordering::Release);
+        slot.changed();
+    }
+    Ok(free.iter().map(|i| ChannelId(*i as u8)).collect())
 }
 
 /// Every channel with its counters.
@@ -311,21 +393,21 @@ pub(crate) fn validate(spec: &ChannelSpec) -> Result<(), ChannelError> {
     Ok(())
 }
 
-/// Computes every route; fails if some request would need more than four channels.
-fn rebuild_routes(reg: &Registry) -> Result<(), ChannelError> {
-    compute_routes(reg).map(|_| ())
-}
-
-fn compute_routes(reg: &Registry) -> Result<Vec<[u64; Op::COUNT]>, ChannelError> {
-    let mut routes = vec![[0u64; Op::COUNT]; reg.mounts.len()];
-    for (mount_index, mount_name) in reg.mounts.iter().enumerate() {
+/// Every route of the channels `specs` (by slot) over `mounts`; fails if some request
+/// would need more than four channels.
+fn compute_routes(
+    specs: &[Option<ChannelSpec>],
+    mounts: &[String],
+) -> Result<Vec<[u64; Op::COUNT]>, ChannelError> {
+    let mut routes = vec![[0u64; Op::COUNT]; mounts.len()];
+    for (mount_index, mount_name) in mounts.iter().enumerate() {
         for op in Op::ALL {
             let mut requests = 0u32;
             let mut bytes = 0u32;
             let mut count = 0;
             let mut request_count = 0;
             let mut byte_count = 0;
-            for (slot, spec) in reg.specs.iter().enumerate() {
+            for (slot, spec) in specs.iter().enumerate() {
                 let Some(spec) = spec else { continue };
                 let mount_matches = spec.mount.as_ref().is_none_or(|m| m == mount_name);
                 // An operation a weighted channel charges nothing passes it freely: it
@@ -354,10 +436,7 @@ fn compute_routes(reg: &Registry) -> Result<Vec<[u64; Op::COUNT]>, ChannelError>
     Ok(routes)
 }
 
-fn publish_routes(reg: &Registry) {
-    let Ok(routes) = compute_routes(reg) else {
-        return;
-    };
+fn publish_routes(routes: &[[u64; Op::COUNT]]) {
     for (mount, row) in routes.iter().enumerate() {
         for (op, packed) in row.iter().enumerate() {
             ROUTES[op][mount].store(*packed, Ordering::Release);
@@ -561,10 +640,7 @@ fn pass_reserving(
             reservation.start_ns,
             now,
         );
-        if let Some(credit) = counters.owned_credit(index) {
-            slot.terms
-                .relet_after_waking(credit, generation, reservation.leased);
-        }
+        slot.relet_after_waking(counters, index, generation, reservation.leased);
         waited
     })
     .unwrap_or(0)
@@ -681,6 +757,23 @@ impl Slot {
             .take(self.bucket(), credit, generation, cost, now, ticks)
     }
 
+    /// Makes the `leased` tokens the calling thread reserved with the request it waited
+    /// for spendable, now that it woke ([`Terms::relet_after_waking`]).
+    fn relet_after_waking(
+        &self,
+        counters: stats::Counters,
+        index: usize,
+        generation: u64,
+        leased: u64,
+    ) {
+        if let Some(credit) = counters.owned_credit(index) {
+            let ticks = tsc::ticks();
+            let now = bucket::now_ns();
+            self.terms
+                .relet_after_waking(credit, generation, leased, now, ticks);
+        }
+    }
+
     /// The most tokens a thread that must wait at `now` may reserve ahead.
     #[cfg(test)]
     fn max_batch(&self, now: u64) -> u64 {
@@ -795,18 +888,20 @@ fn pass_bytes_only(counters: stats::Counters, index: usize, bytes: u64) -> u64 {
     let ticks = tsc::ticks();
     let entered = bucket::now_ns();
     let generation = slot.generation.load(Ordering::Acquire);
-    let start = slot
-        .take(counters, index, generation, bytes, entered, ticks)
-        .start_ns;
+    let reservation = slot.take(counters, index, generation, bytes, entered, ticks);
     counters.adjust_tokens(index, bytes as i64);
-    loop {
+    let waited = loop {
         let seen = slot.changes.load(Ordering::Acquire);
         let now = bucket::now_ns();
-        if now >= start {
-            return now.saturating_sub(entered);
+        if now >= reservation.start_ns {
+            break now.saturating_sub(entered);
         }
-        slot.sleep_until(seen, start);
+        slot.sleep_until(seen, reservation.start_ns);
+    };
+    if reservation.start_ns > entered {
+        slot.relet_after_waking(counters, index, generation, reservation.leased);
     }
+    waited
 }
 
 impl Slot {
@@ -1079,6 +1174,29 @@ mod tests {
         clear();
     }
 
+    /// A thread's request of `cost` at `now` on a clock passed in: it takes its tokens
+    /// and, if it must wait, wakes when the request may start, with its batch (as
+    /// [`pass_reserving`] does). Returns when the request starts.
+    fn take_waking(
+        slot: &Slot,
+        counters: stats::Counters,
+        index: usize,
+        generation: u64,
+        cost: u64,
+        now: u64,
+    ) -> u64 {
+        let reservation = slot.take(counters, index, generation, cost, now, 0);
+        if reservation.start_ns <= now {
+            return now;
+        }
+        if let Some(credit) = counters.owned_credit(index) {
+            let woken = reservation.start_ns;
+            slot.terms
+                .relet_after_waking(credit, generation, reservation.leased, woken, 0);
+        }
+        reservation.start_ns
+    }
+
     #[test]
     fn a_thread_gets_its_rate_on_a_clock_passed_in() {
         let _tables = tables();
@@ -1094,7 +1212,7 @@ mod tests {
         let end = t0 + 1_000_000_000;
         let (mut now, mut admitted) = (t0, 0u64);
         while now < end {
-            now = now.max(slot.take(counters, index, generation, 1, now, 0).start_ns);
+            now = take_waking(slot, counters, index, generation, 1, now);
             admitted += 1;
             now += 1_000;
         }
@@ -1183,10 +1301,7 @@ mod tests {
         let end = t0 + 1_000_000_000;
         let (mut now, mut admitted) = (t0, 0u64);
         while now < end {
-            now = now.max(
-                slot.take(counters, index, generation, cost, now, 0)
-                    .start_ns,
-            );
+            now = take_waking(slot, counters, index, generation, cost, now);
             admitted += 1;
             now += 1_000;
         }
@@ -1259,6 +1374,103 @@ mod tests {
         admit(counters, 0, Op::Open, 0);
         assert_eq!((list()[0].spec.costs.is_empty(), tokens()), (true, 1));
         clear();
+    }
+
+    /// A request channel of `scope` at `rate` on every mountpoint.
+    fn rule(scope: Scope, rate: u64, costs: Costs) -> ChannelSpec {
+        ChannelSpec {
+            mount: None,
+            scope,
+            rate,
+            unit: Unit::Requests,
+            burst: 10,
+            costs,
+        }
+    }
+
+    #[test]
+    fn a_rule_set_refused_by_the_channel_table_changes_nothing() {
+        let _tables = tables();
+        set_mounts(&["/scratch".into()]).unwrap();
+        let old = rule(Scope::Op(Op::Open), 1000, Costs::default());
+        crate::control::apply(std::slice::from_ref(&old)).unwrap();
+        // Five channels on `getattr`: the fifth is refused by the routes, once the
+        // other four are known.
+        let weighted = || Costs::new([(Op::Getattr, 2000)]).unwrap();
+        let five = [
+            rule(Scope::All, 1000, Costs::default()),
+            rule(Scope::All, 1000, weighted()),
+            rule(Scope::Class(Class::Metadata), 1000, Costs::default()),
+            rule(Scope::Class(Class::Metadata), 1000, weighted()),
+            rule(Scope::Op(Op::Getattr), 1000, Costs::default()),
+        ];
+        let refused = crate::control::apply(&five).unwrap_err();
+        assert!(
+            refused.to_string().contains("more than 4 channels"),
+            "{refused}"
+        );
+        let in_force: Vec<ChannelSpec> = list().into_iter().map(|c| c.spec).collect();
+        assert_eq!(
+            in_force,
+            std::slice::from_ref(&old),
+            "refused, yet the rules changed"
+        );
+        assert!(has_route(0, Op::Open) && !has_route(0, Op::Getattr));
+        // Nor does an installation (the fallback's, the start's) that cannot be made.
+        let with_own_buckets: Vec<_> = five.iter().map(|s| (s.clone(), None)).collect();
+        assert!(install(&with_own_buckets).is_err());
+        let in_force: Vec<ChannelSpec> = list().into_iter().map(|c| c.spec).collect();
+        assert_eq!(in_force, [old]);
+        clear();
+    }
+
+    /// A `fork` while the control thread replaces the rules gives the child the old set
+    /// or the new one, never a part (the fork handlers wait for the registry, which an
+    /// update holds from start to end).
+    #[test]
+    fn a_fork_during_a_rules_update_sees_a_whole_set() {
+        let _tables = tables();
+        set_mounts(&["/scratch".into()]).unwrap();
+        let a = rule(Scope::Op(Op::Getattr), 1000, Costs::default());
+        let b = rule(Scope::Op(Op::Open), 1000, Costs::default());
+        crate::control::apply(std::slice::from_ref(&a)).unwrap();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let updater = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    crate::control::apply(std::slice::from_ref(&b)).unwrap();
+                    crate::control::apply(std::slice::from_ref(&a)).unwrap();
+                }
+            })
+        };
+        let mut partial = 0;
+        for _ in 0..300 {
+            // What `pthread_atfork` runs around the stage's `fork`s.
+            crate::before_fork();
+            // SAFETY: the child only reads the channel list and exits.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                crate::after_fork_in_child();
+                let channels = list().len() as i32;
+                // SAFETY: ends the child without running the parent's destructors.
+                unsafe { libc::_exit(channels) };
+            }
+            crate::after_fork_in_parent();
+            let mut status = 0;
+            // SAFETY: our own child; a valid status pointer.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            if libc::WEXITSTATUS(status) != 1 {
+                partial += 1;
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        updater.join().unwrap();
+        clear();
+        assert_eq!(
+            partial, 0,
+            "children that started with a part of a rule set"
+        );
     }
 
     #[test]

@@ -259,12 +259,9 @@ fn fall_back(target: &Target, level: LogLevel, why: &str) {
     let running = match chosen {
         None => "its configured limits".to_string(),
         Some((rules, source)) => {
-            channels::clear();
             match crate::install_limits(&rules, fallback.job.as_ref()) {
-                Err(e) => {
-                    channels::clear();
-                    format!("no limit: {source} cannot be applied ({e})")
-                }
+                // Nothing changed (an installation is all or nothing).
+                Err(e) => format!("its configured limits, as {source} cannot be applied ({e})"),
                 Ok(_) if rules.is_empty() => format!("{source}: none"),
                 Ok(_) => format!(
                     "{source}: {}",
@@ -701,32 +698,12 @@ pub fn release_after_fork() {
     let _ = HELD_FOR_FORK.try_with(|h| h.borrow_mut().take());
 }
 
-/// Makes the channel set exactly `rules`: matching channels (same mountpoint, scope,
-/// unit and costs) are re-rated in place so their waiters and counters carry on; the
-/// rest are added or removed. A channel given other costs is replaced: its bucket and
-/// counters are in other units (or charge other amounts) from then on. All rules are
-/// validated first, so a bad set changes nothing.
+/// Makes the channel set exactly `rules` ([`channels::update`]: matching channels are
+/// re-rated in place, the rest added or removed), all or nothing: a set this stage
+/// cannot hold changes nothing.
 pub fn apply(rules: &[ChannelSpec]) -> Result<(), RulesError> {
     check(rules)?;
-    let same = |a: &ChannelSpec, b: &ChannelSpec| {
-        a.mount == b.mount && a.scope == b.scope && a.unit == b.unit && a.costs == b.costs
-    };
-    let current = channels::list();
-    for channel in &current {
-        if !rules.iter().any(|rule| same(rule, &channel.spec)) {
-            channels::remove(channel.id);
-        }
-    }
-    for rule in rules {
-        match current.iter().find(|c| same(rule, &c.spec)) {
-            Some(channel) if channel.spec.rate == rule.rate && channel.spec.burst == rule.burst => {
-            }
-            Some(channel) => channels::set_limit(channel.id, rule.rate, rule.burst)?,
-            None => {
-                channels::add(rule.clone())?;
-            }
-        }
-    }
+    channels::update(rules)?;
     Ok(())
 }
 

@@ -27,7 +27,9 @@
 //! **Batches.** A thread that must wait anyway reserves tokens for its next requests
 //! too and sleeps until the last of them conforms (one wake-up per batch, see
 //! [`Terms::take`] and docs/stage-internals.md, "Throttled threads"); a batch's tokens are spent
-//! no earlier than GCRA would admit them, and within τ/4 of its thread's waking.
+//! no earlier than GCRA would admit them (they become credit when the thread wakes, so
+//! a signal handler on the sleeping thread cannot spend them), and within τ/4 of its
+//! thread's waking.
 //!
 //! Credit is tagged with the channel's generation, so a re-rate or removal voids it.
 //! Expired or insufficient credit of the current generation goes back to the bucket when
@@ -284,7 +286,15 @@ impl Terms {
         let reservation = bucket.reserve(cost, lease, batch, now);
         let expires = reservation.start_ns.max(now).saturating_add(ttl);
         let until = tsc::deadline(ticks, now, expires);
-        credit.lease(generation, reservation.leased, expires, until);
+        // A batch becomes spendable when its thread wakes ([`Self::relet_after_waking`]),
+        // not while it sleeps: a signal handler on that thread would spend tokens that
+        // do not conform yet, and the waking would hand them out again.
+        let spendable = if reservation.start_ns > now {
+            0
+        } else {
+            reservation.leased
+        };
+        credit.lease(generation, spendable, expires, until);
         if reservation.leased != 0 {
             crate::return_credit_at_thread_exit();
         }
@@ -309,9 +319,15 @@ impl Terms {
     /// would read as the time of its calls, and a thread given no batch once (its first
     /// wait, behind another process's batch) would then ask for batches too small to
     /// be granted behind it, and sleep once per call.
-    pub fn relet_after_waking(&self, credit: &Credit, generation: u64, tokens: u64) {
-        let ticks = tsc::ticks();
-        let now = crate::bucket::now_ns();
+    /// `ticks` is a [`tsc::ticks`] value read before `now`, as for [`Self::take`].
+    pub fn relet_after_waking(
+        &self,
+        credit: &Credit,
+        generation: u64,
+        tokens: u64,
+        now: u64,
+        ticks: u64,
+    ) {
         let expires = now.saturating_add(self.ttl_ns.load(Ordering::Relaxed));
         let until = tsc::deadline(ticks, now, expires);
         credit.lease(generation, tokens, expires, until);
@@ -366,6 +382,44 @@ mod tests {
             assert_eq!(bucket.reserve(1, 0, 0, now).start_ns, now, "given back");
         }
         assert!(bucket.reserve(1, 0, 0, now).start_ns > now, "empty again");
+    }
+
+    /// A signal handler on a thread asleep for its batch must find nothing to spend:
+    /// the batch's tokens do not conform yet, and the thread gets them when it wakes.
+    #[test]
+    fn a_batch_is_spendable_only_once_its_thread_wakes() {
+        let t0 = 1_000_000_000;
+        let bucket = TokenBucket::new();
+        let limit = Limit {
+            rate: 1000,
+            burst: 10,
+        };
+        bucket.configure_at(limit, t0);
+        let terms = Terms::new();
+        terms.configure(limit.rate, limit.burst, false, 1);
+        let credit = Credit::new();
+        // One request every 100 µs (ten times the rate): the bucket empties, and the
+        // thread's pace earns it a batch when it must wait.
+        let waiting = (0..100)
+            .map(|k| {
+                let now = t0 + k * 100_000;
+                (now, terms.take(&bucket, Some(&credit), 7, 1, now, 0))
+            })
+            .find(|(now, reservation)| reservation.start_ns > *now);
+        let Some((now, reservation)) = waiting else {
+            panic!("a bucket of 1000/s took 100 requests in 10 ms without a wait");
+        };
+        assert!(
+            reservation.leased > 0,
+            "a thread this fast waits for a batch"
+        );
+        assert_eq!(credit.unspent(), 0, "nothing spendable while it sleeps");
+        assert!(!credit.spend(7, 1, now), "a handler's request is not paid");
+
+        let woken = reservation.start_ns + 50_000;
+        terms.relet_after_waking(&credit, 7, reservation.leased, woken, 0);
+        assert_eq!(credit.unspent(), reservation.leased);
+        assert!(credit.spend(7, 1, woken), "paid once awake");
     }
 
     #[test]

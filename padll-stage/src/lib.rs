@@ -264,9 +264,10 @@ fn start(config: &Config) -> Result<(), StartError> {
     Ok(())
 }
 
-/// Installs `specs` as channels: in the shared buckets of `job` (uid, id) when given and
-/// its segment can be used, else in buckets of this process. `Ok(true)` if they bind
-/// the job.
+/// Installs `specs` as the channels, in place of those in force (all or nothing, see
+/// [`channels::install`]): in the shared buckets of `job` (uid, id) when given and its
+/// segment can be used, else in buckets of this process. `Ok(true)` if they bind the
+/// job.
 ///
 /// A process of a job that cannot share its job's buckets (another user occupies the
 /// segment's name in a `/dev/shm` without the uid's directory, `/dev/shm` is full…) does
@@ -291,12 +292,15 @@ pub(crate) fn install_limits(
             })
             .ok()
     });
-    for (i, spec) in specs.iter().enumerate() {
-        match &job_buckets {
-            Some(buckets) => channels::add_shared(spec.clone(), buckets[i])?,
-            None => channels::add(share_of(spec, share))?,
-        };
-    }
+    let channels: Vec<_> = specs
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| match &job_buckets {
+            Some(buckets) => (spec.clone(), Some(buckets[i])),
+            None => (share_of(spec, share), None),
+        })
+        .collect();
+    channels::install(&channels)?;
     Ok(job_buckets.is_some())
 }
 

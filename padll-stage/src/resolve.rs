@@ -5,7 +5,7 @@
 use crate::call::{dir_fd, stream_fd, Target};
 use crate::channels::MAX_MOUNTS;
 use crate::fdtable::{self, PathSlot};
-use crate::guard::guarded;
+use crate::guard::shielded;
 use crate::paths::{self, MountTable, PathBuffer, Place, PATH_CAPACITY};
 use libc::{c_char, c_int};
 use std::ffi::{CStr, CString};
@@ -203,7 +203,9 @@ unsafe fn place_of_path(dirfd: c_int, path: *const c_char) -> Place {
             _ => {}
         }
     }
-    guarded(|| place_of_unclean_path(dirfd, bytes)).unwrap_or(Place::Unrelated)
+    // Shielded: finding the current directory or a descriptor's path may fail in the
+    // kernel (a deleted directory, a path too long), which sets `errno`.
+    shielded(|| place_of_unclean_path(dirfd, bytes)).unwrap_or(Place::Unrelated)
 }
 
 #[inline(never)]

@@ -266,6 +266,18 @@ fn main() {
                 let fd = libc::open(file.as_ptr(), libc::O_RDONLY);
                 libc::close(fd);
                 check(errno() == 54321, "errno untouched by open+close");
+                // A relative path that is not clean, from a current directory that was
+                // removed: the stage's own look at the directory fails in the kernel.
+                let gone = c(&format!("{dir}.gone-{}", std::process::id()));
+                check(libc::mkdir(gone.as_ptr(), 0o755) == 0, "mkdir beside");
+                check(libc::chdir(gone.as_ptr()) == 0, "chdir beside");
+                check(
+                    libc::rmdir(gone.as_ptr()) == 0,
+                    "rmdir the current directory",
+                );
+                *libc::__errno_location() = 777;
+                check(stat(&c("./")) == 0, "stat ./ in a removed directory");
+                check(errno() == 777, "errno untouched in a removed directory");
                 println!("ok=1");
             }
             "load" => {
