@@ -166,8 +166,9 @@ fn at_calls_resolve_against_their_directory_descriptor() {
     let _turn = crate::util::together();
     let dir = mountpoint("at");
     let reports = scenario(&dir, "at");
-    // fstatat(dirfd, "file"), fstatat(parent, "<name>/file"), fstatat(dirfd, "", EMPTY_PATH).
-    assert_eq!(op(&reports, "getattr").managed, 3);
+    // fstatat(dirfd, "file"), fstatat(parent, "<name>/file") with the parent opened as
+    // `parent` and as `parent/`, fstatat(dirfd, "", EMPTY_PATH).
+    assert_eq!(op(&reports, "getattr").managed, 4);
     // The mountpoint's own directory and the openat through it; not the parent.
     assert_eq!(op(&reports, "open").managed, 2);
 }
@@ -201,6 +202,18 @@ fn a_descriptor_closed_unseen_does_not_make_its_successor_managed() {
         "an fstat of a new descriptor was managed: {getattr:?}"
     );
     assert_eq!(getattr.passthrough, 13, "{getattr:?}");
+}
+
+#[test]
+fn a_close_range_that_closes_nothing_for_the_process_keeps_its_files_managed() {
+    let _turn = crate::util::together();
+    let dir = mountpoint("close-range");
+    let reports = scenario(&dir, "close_range");
+    // One `pread` after a refused flag, after first > last, and after another thread's
+    // close in its own copy of the table (`CLOSE_RANGE_UNSHARE`).
+    let read = op(&reports, "read");
+    assert_eq!((read.managed, read.passthrough), (3, 0), "{read:?}");
+    assert_eq!(op(&reports, "close").managed, 1);
 }
 
 #[test]

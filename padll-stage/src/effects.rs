@@ -56,7 +56,7 @@ pub(crate) fn before(effect: Effect) {
         match effect {
             Effect::Close(fd) => fdtable::forget(fd),
             Effect::CloseRange(first, last, flags)
-                if flags as c_uint & libc::CLOSE_RANGE_CLOEXEC == 0 =>
+                if closes_for_every_thread(first, last, flags) =>
             {
                 placed_files::closing_range(first, last);
                 fdtable::forget_range(first, last)
@@ -71,6 +71,15 @@ pub(crate) fn before(effect: Effect) {
             _ => {}
         }
     }
+}
+
+/// Whether `close_range(first, last, flags)` closes the descriptors for every thread
+/// of the process. Not with a flag: `CLOSE_RANGE_CLOEXEC` only marks them,
+/// `CLOSE_RANGE_UNSHARE` closes them in a copy of the table that the calling thread
+/// alone then uses (the other threads keep them open), and the kernel refuses any other
+/// flag; nor when `first > last`, which it refuses too.
+fn closes_for_every_thread(first: c_uint, last: c_uint, flags: c_int) -> bool {
+    flags == 0 && first <= last
 }
 
 /// [`after`] for a call whose target is unrelated to every mountpoint: new descriptors

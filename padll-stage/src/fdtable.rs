@@ -204,12 +204,20 @@ pub fn with_path<R>(fd: i32, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
 }
 
 /// An owned, replaceable path readable without locks and without use-after-free: a
-/// reader *takes* the string (swapping in a busy marker), reads it and puts it back;
-/// a writer swaps in a new string and frees what it took out. A reader that finds the
-/// slot busy gets `None` and uses a slower fallback (`/proc/self/fd`, `getcwd`).
+/// reader *takes* the string (putting its own busy marker in its place), reads it and
+/// puts it back unless the marker is gone; a writer swaps in a new string and frees
+/// what it took out. A reader that finds the slot busy gets `None` and uses a slower
+/// fallback (`/proc/self/fd`, `getcwd`).
+///
+/// Each reader's marker is its own (an address on its stack with the low bit set, which
+/// no string has): with one marker for all, a reader could put back a path that a
+/// writer had replaced meanwhile, when a second reader had taken the new one.
 pub struct PathSlot(AtomicPtr<c_char>);
 
-const BUSY: *mut c_char = ptr::dangling_mut::<c_char>();
+/// Whether `p` is a reader's busy marker (strings come from the allocator, aligned).
+fn is_marker(p: *mut c_char) -> bool {
+    p as usize & 1 != 0
+}
 
 impl PathSlot {
     /// An empty slot.
@@ -229,24 +237,31 @@ impl PathSlot {
 
     /// Runs `f` on the stored path; `None` if empty or busy.
     pub fn with<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
-        let taken = self.0.swap(BUSY, Ordering::Acquire);
-        if taken == BUSY {
-            return None;
-        }
-        if taken.is_null() {
-            let _ = self.0.compare_exchange(
-                BUSY,
-                ptr::null_mut(),
-                Ordering::Release,
-                Ordering::Relaxed,
-            );
-            return None;
+        // An aligned local: its address + 1 is odd, and no other live reader's.
+        let anchor = 0u64;
+        let marker = std::ptr::from_ref(&anchor)
+            .cast::<c_char>()
+            .cast_mut()
+            .wrapping_byte_add(1);
+        debug_assert!(is_marker(marker));
+        let mut taken = self.0.load(Ordering::Acquire);
+        loop {
+            if taken.is_null() || is_marker(taken) {
+                return None;
+            }
+            match self
+                .0
+                .compare_exchange_weak(taken, marker, Ordering::Acquire, Ordering::Acquire)
+            {
+                Ok(_) => break,
+                Err(now) => taken = now,
+            }
         }
         // SAFETY: we own `taken` until we put it back or free it.
         let result = f(unsafe { CStr::from_ptr(taken) }.to_bytes());
         if self
             .0
-            .compare_exchange(BUSY, taken, Ordering::Release, Ordering::Relaxed)
+            .compare_exchange(marker, taken, Ordering::Release, Ordering::Relaxed)
             .is_err()
         {
             // A writer replaced the path while we read; ours is stale and ours to free.
@@ -257,8 +272,8 @@ impl PathSlot {
 }
 
 fn free(p: *mut c_char) {
-    if !p.is_null() && p != BUSY {
-        // SAFETY: every real pointer in a slot came from CString::into_raw.
+    if !p.is_null() && !is_marker(p) {
+        // SAFETY: every string in a slot came from CString::into_raw.
         drop(unsafe { CString::from_raw(p) });
     }
 }
@@ -289,6 +304,41 @@ mod tests {
 
     // Descriptor numbers far from the ones the test process really uses.
     const BASE: i32 = 500_000;
+
+    /// A reader holds the old path while the slot is given a new one, which a second
+    /// reader takes; the first must not put the old one back.
+    #[test]
+    fn overlapping_readers_never_put_back_a_replaced_path() {
+        use std::sync::mpsc::channel;
+        let slot: &'static PathSlot = Box::leak(Box::new(PathSlot::empty()));
+        slot.set(Some(CString::new("/mnt/a/old-dir").unwrap()));
+        // A reader that says what it holds, then waits to be let go.
+        let reader = || {
+            let (held, holding) = channel();
+            let (release, released) = channel::<()>();
+            let thread = std::thread::spawn(move || {
+                slot.with(|p| {
+                    held.send(p.to_vec()).unwrap();
+                    released.recv().unwrap();
+                })
+            });
+            (holding.recv().unwrap(), release, thread)
+        };
+        let (first_held, release_first, first) = reader();
+        assert_eq!(first_held, b"/mnt/a/old-dir");
+        // The descriptor is closed and its number reused by another directory.
+        slot.set(Some(CString::new("/other/new-dir").unwrap()));
+        let (second_held, release_second, second) = reader();
+        assert_eq!(second_held, b"/other/new-dir");
+        release_first.send(()).unwrap();
+        first.join().unwrap();
+        release_second.send(()).unwrap();
+        second.join().unwrap();
+        assert_eq!(
+            slot.with(<[u8]>::to_vec).as_deref(),
+            Some(&b"/other/new-dir"[..])
+        );
+    }
 
     #[test]
     fn record_duplicate_forget() {

@@ -397,6 +397,12 @@ impl MountTable {
     #[inline(never)]
     fn compare(&self, path: &[u8]) -> Place {
         let head = prefix_word(path);
+        // Above a mountpoint is a test on whole components: `/scratch/` is above
+        // `/scratch/a` as `/scratch` is.
+        let directory = match path {
+            [rest @ .., b'/'] if !rest.is_empty() => rest,
+            _ => path,
+        };
         let mut ancestor = false;
         for (mount, index) in &self.entries {
             // Within or above each other, the two share their first min(len, 8) bytes:
@@ -413,7 +419,7 @@ impl MountTable {
             if is_within(path, mount) {
                 return Place::Managed(*index);
             }
-            ancestor |= is_within(mount, path);
+            ancestor |= is_within(mount, directory);
         }
         if ancestor {
             Place::Ancestor
@@ -1069,7 +1075,17 @@ mod tests {
         assert_eq!(table.place_of(b"/scratchy"), Place::Unrelated);
         assert_eq!(table.place_of(b"/"), Place::Ancestor);
         assert_eq!(table.place_of(b"/data"), Place::Ancestor);
+        assert_eq!(
+            table.place_of(b"/data/"),
+            Place::Ancestor,
+            "as `find /data/` says it"
+        );
+        assert_eq!(table.place_of(b"/scratch/"), Place::Managed(0));
         assert_eq!(table.place_of(b"/data/y"), Place::Unrelated);
+        assert_eq!(table.place_of(b"/data/x/"), Place::Managed(2));
+        // SAFETY: NUL-terminated, starting with `/`.
+        let quick = unsafe { table.quick_absolute(c"/data/".as_ptr().cast()) };
+        assert!(quick.is_none_or(|place| place == Place::Ancestor));
         assert!(MountTable::new(&["relative".into()]).is_err());
     }
 
@@ -1348,6 +1364,61 @@ mod tests {
             let once = normalize("/base/dir", &path);
             prop_assert_eq!(normalize("/", &once), once.clone());
             prop_assert!(is_clean(once.as_bytes()));
+        }
+    }
+
+    /// Where a clean absolute path lies, component by component: under the mountpoint
+    /// with the most components it starts with, else above one whose components start
+    /// with all of its own, else unrelated.
+    fn place_by_components(mounts: &[&str], path: &str) -> Place {
+        let components = |p: &str| {
+            p.split('/')
+                .filter(|c| !c.is_empty())
+                .map(String::from)
+                .collect::<Vec<_>>()
+        };
+        let path = components(path);
+        let mut under: Option<(usize, u16)> = None;
+        let mut above = false;
+        for (index, mount) in mounts.iter().enumerate() {
+            let mount = components(mount);
+            if path.starts_with(&mount) {
+                if under.is_none_or(|(depth, _)| mount.len() > depth) {
+                    under = Some((mount.len(), index as u16));
+                }
+            } else if mount.starts_with(&path) {
+                above = true;
+            }
+        }
+        match under {
+            Some((_, index)) => Place::Managed(index),
+            None if above => Place::Ancestor,
+            None => Place::Unrelated,
+        }
+    }
+
+    proptest! {
+        // Mountpoints of repeated short names, some the prefix of another's name, and
+        // paths cut from them at any byte, with or without a trailing `/`.
+        #[test]
+        fn place_of_agrees_with_components(
+            names in proptest::collection::vec(("[ab][ab]{0,3}", 1usize..4), 1..5),
+            pick in 0usize..4,
+            cut in 1usize..40,
+            suffix in "[ab/]{0,8}",
+        ) {
+            let mut mounts: Vec<String> = names
+                .iter()
+                .map(|(name, times)| format!("/{name}").repeat(*times))
+                .collect();
+            mounts.sort();
+            mounts.dedup();
+            let table = MountTable::new(&mounts).unwrap();
+            let spelling = &mounts[pick % mounts.len()];
+            let path = format!("{}{suffix}", &spelling[..cut.min(spelling.len())]);
+            prop_assume!(is_clean(path.as_bytes()));
+            let mounts: Vec<&str> = mounts.iter().map(String::as_str).collect();
+            prop_assert_eq!(table.place_of(path.as_bytes()), place_by_components(&mounts, &path));
         }
     }
 

@@ -182,6 +182,22 @@ fn main() {
                     ) == 0,
                     "fstatat via ancestor",
                 );
+                // The parent spelled with a trailing `/`, as `find <parent>/` opens it.
+                let slashed = libc::open(
+                    c(&format!("{}/", path.parent().unwrap().display())).as_ptr(),
+                    libc::O_RDONLY | libc::O_DIRECTORY,
+                );
+                check(slashed >= 0, "open parent/");
+                check(
+                    libc::fstatat(
+                        slashed,
+                        c(&format!("{name}/file")).as_ptr(),
+                        st.as_mut_ptr(),
+                        0,
+                    ) == 0,
+                    "fstatat via ancestor/",
+                );
+                libc::close(slashed);
                 // AT_EMPTY_PATH on the directory descriptor itself.
                 check(
                     libc::fstatat(dirfd, c("").as_ptr(), st.as_mut_ptr(), libc::AT_EMPTY_PATH) == 0,
@@ -408,6 +424,49 @@ fn main() {
                 );
                 libc::munmap(mapped, 4096);
                 libc::close(fd);
+                println!("ok=1");
+            }
+            "close_range" => {
+                // Calls of `close_range` that close nothing for the process: refused by
+                // the kernel (an unknown flag, first > last), or closing in the calling
+                // thread's own copy of the table (`CLOSE_RANGE_UNSHARE`). The file stays
+                // open, and managed: one `pread` after each.
+                let fd = libc::open(file.as_ptr(), libc::O_RDONLY);
+                check(fd >= 0, "open");
+                extern "C" {
+                    fn close_range(
+                        first: libc::c_uint,
+                        last: libc::c_uint,
+                        flags: libc::c_int,
+                    ) -> libc::c_int;
+                }
+                let fd_u = fd as libc::c_uint;
+                let mut byte = [0u8; 1];
+                let mut read = || {
+                    check(
+                        libc::pread(fd, byte.as_mut_ptr().cast(), 1, 0) == 1,
+                        "pread",
+                    )
+                };
+                check(
+                    close_range(fd_u, fd_u, 0x4000_0000) == -1 && errno() == libc::EINVAL,
+                    "unknown flag refused",
+                );
+                read();
+                check(
+                    close_range(fd_u + 1, fd_u, 0) == -1 && errno() == libc::EINVAL,
+                    "first > last refused",
+                );
+                read();
+                let unshared = std::thread::spawn(move || {
+                    close_range(fd_u, fd_u, libc::CLOSE_RANGE_UNSHARE as libc::c_int)
+                });
+                check(
+                    unshared.join().unwrap() == 0,
+                    "close_range with CLOSE_RANGE_UNSHARE in a thread",
+                );
+                read();
+                check(libc::close(fd) == 0, "close");
                 println!("ok=1");
             }
             "stale" => {
