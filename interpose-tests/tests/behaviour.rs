@@ -1,8 +1,8 @@
 //! The stage's behaviour on the calls a program makes, checked with `padll-probe`, which
 //! makes exactly the libc calls a scenario names: rate accuracy per operation, class and
 //! bytes; unmanaged paths not slowed; relative paths, `*at`, dup/fcntl, descriptors
-//! closed where no hook sees it, `FILE*`, `DIR*`;
-//! errno; `mmap`; fork; exec; 256 threads; signals interrupting a throttled call; a bad
+//! closed where no hook sees it, `FILE*`, `DIR*`; errno; `mmap`; fork; exec; 256
+//! threads; signals interrupting a throttled call, and a handler's own calls; a bad
 //! configuration.
 //!
 //! Rates are measured over ≥ 2 s windows by the probe itself (operations / elapsed).
@@ -361,6 +361,21 @@ fn signals_interrupting_a_throttled_call_do_not_fail_it() {
         "the handler ran {} times",
         out["signals"]
     );
+}
+
+#[test]
+fn a_signal_handlers_calls_are_throttled_with_its_threads() {
+    let _turn = crate::util::together();
+    let dir = mountpoint("handler-calls");
+    // A stat loop limited to 1000/s, and a handler stating the same file every 2 ms
+    // (500/s offered): together they get the limit, not more.
+    let (rate, reports) = rate_under(&dir, "stat-loop-signals", &["4"], "getattr=1000/s", "ops");
+    assert_accurate(
+        "a stat loop and its signal handler at getattr=1000/s",
+        rate,
+        1000.0,
+    );
+    assert_eq!(op(&reports, "getattr").passthrough, 0);
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! would.
 
 use std::ffi::CString;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::time::Instant;
 
 fn c(path: &str) -> CString {
@@ -102,6 +102,48 @@ fn main() {
                     check(stat(&file) == 0, "stat")
                 });
                 println!("ops={n} seconds={t:.3}");
+            }
+            "stat-loop-signals" => {
+                // The stat loop, while SIGALRM every 2 ms runs a handler that stats the
+                // same file (a handler's calls share the thread's bucket and credit).
+                static FILE: AtomicPtr<libc::c_char> = AtomicPtr::new(std::ptr::null_mut());
+                static HANDLED: AtomicU64 = AtomicU64::new(0);
+                extern "C" fn on_alarm(_: i32) {
+                    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+                    // SAFETY: the probe's file name, alive until the timer stops; stat is
+                    // async-signal-safe.
+                    if unsafe { libc::stat(FILE.load(Ordering::Relaxed), st.as_mut_ptr()) } == 0 {
+                        HANDLED.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                FILE.store(file.as_ptr().cast_mut(), Ordering::Relaxed);
+                let mut action: libc::sigaction = std::mem::zeroed();
+                action.sa_sigaction = on_alarm as *const () as usize;
+                action.sa_flags = libc::SA_RESTART;
+                check(
+                    libc::sigaction(libc::SIGALRM, &action, std::ptr::null_mut()) == 0,
+                    "sigaction",
+                );
+                let every = |usec| libc::itimerval {
+                    it_interval: libc::timeval {
+                        tv_sec: 0,
+                        tv_usec: usec,
+                    },
+                    it_value: libc::timeval {
+                        tv_sec: 0,
+                        tv_usec: usec,
+                    },
+                };
+                check(
+                    libc::setitimer(libc::ITIMER_REAL, &every(2000), std::ptr::null_mut()) == 0,
+                    "setitimer",
+                );
+                let (n, t) = timed(arg(3, "3").parse().unwrap(), 1, || {
+                    check(stat(&file) == 0, "stat")
+                });
+                libc::setitimer(libc::ITIMER_REAL, &every(0), std::ptr::null_mut());
+                let handled = HANDLED.load(Ordering::Relaxed);
+                println!("ops={} seconds={t:.3} handled={handled}", n + handled);
             }
             "open-loop" => {
                 let (n, t) = timed(arg(3, "2").parse().unwrap(), 1, || {
