@@ -315,20 +315,34 @@ impl JobSource for SlurmCgroups {
     }
 }
 
-/// The Slurm job (and, on cgroup v1, its owner) named by a `/proc/<pid>/cgroup` file:
-/// the first path with a `job_<digits>` component.
+/// The Slurm job (and, on cgroup v1, its owner) named by a `/proc/<pid>/cgroup` file,
+/// read only where Slurm's daemons (root) make a job's cgroups, from a hierarchy's root:
+/// `/slurm[_NODE]/uid_U/job_N/…` (cgroup v1) and
+/// `/system.slice/[NODE_]slurmstepd.scope/job_N/…` (cgroup v2). A `job_N` anywhere else
+/// proves nothing: a user names cgroups freely in a subtree systemd delegates to them
+/// (`user@UID.service`), and could so take another user's job id.
 fn parse_cgroup(text: &str) -> Option<(String, Option<u32>)> {
+    let job = |component: Option<&str>| {
+        component?
+            .strip_prefix("job_")
+            .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            .map(str::to_string)
+    };
     text.lines().find_map(|line| {
         let path = line.splitn(3, ':').nth(2)?;
-        let components: Vec<&str> = path.split('/').collect();
-        let id = components.iter().find_map(|c| {
-            c.strip_prefix("job_")
-                .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-        })?;
-        let owner = components
-            .iter()
-            .find_map(|c| c.strip_prefix("uid_").and_then(|u| u.parse().ok()));
-        Some((id.to_string(), owner))
+        let mut components = path.strip_prefix('/')?.split('/');
+        match components.next()? {
+            "system.slice" => {
+                let scope = components.next()?;
+                let slurm = scope == "slurmstepd.scope" || scope.ends_with("_slurmstepd.scope");
+                Some((job(components.next().filter(|_| slurm))?, None))
+            }
+            top if top == "slurm" || top.starts_with("slurm_") => {
+                let owner = components.next()?.strip_prefix("uid_")?.parse().ok()?;
+                Some((job(components.next())?, Some(owner)))
+            }
+            _ => None,
+        }
     })
 }
 
@@ -397,6 +411,31 @@ mod tests {
         assert_eq!(parse_cgroup(V2), Some(("77".into(), None)));
         assert_eq!(parse_cgroup(NONE), None);
         assert_eq!(parse_cgroup("0::/x/job_/y\n0::/x/job_ab/y\n"), None);
+        assert_eq!(
+            parse_cgroup("0::/system.slice/node07_slurmstepd.scope/job_9/step_0/user/task_0\n"),
+            Some(("9".into(), None)),
+            "one of several slurmd on a host"
+        );
+    }
+
+    /// Cgroups a user may make and name (systemd delegates `user@UID.service` to
+    /// them): a job id or owner in them is no evidence.
+    #[test]
+    fn a_job_in_a_user_made_cgroup_is_not_believed() {
+        let delegated = "/user.slice/user-65534.slice/user@65534.service";
+        for forged in [
+            format!("0::{delegated}/uid_65534/job_5002\n"),
+            format!("0::{delegated}/job_5003\n"),
+            format!("1:name=systemd:{delegated}/slurm_node07/uid_1000/job_4242/step_0\n"),
+            format!("0::{delegated}/system.slice/slurmstepd.scope/job_77/step_0\n"),
+            "0::/system.slice/user-made.scope/job_77/step_0\n".to_string(),
+            "0::/slurm_node07/job_4242/step_0\n".to_string(),
+        ] {
+            assert_eq!(parse_cgroup(&forged), None, "{forged}");
+        }
+        // A forged line does not hide the real one after it.
+        let both = format!("1:name=systemd:{delegated}/job_5003\n{V1}");
+        assert_eq!(parse_cgroup(&both), Some(("4242".into(), Some(1000))));
     }
 
     #[test]
