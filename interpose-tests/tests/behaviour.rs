@@ -217,6 +217,29 @@ fn a_close_range_that_closes_nothing_for_the_process_keeps_its_files_managed() {
 }
 
 #[test]
+fn fortified_large_file_and_reentrant_entry_points_are_managed() {
+    let _turn = crate::util::together();
+    let dir = mountpoint("entry-points");
+    let reports = scenario(&dir, "entry_points");
+    assert_eq!(op(&reports, "readlink").managed, 1, "__readlink_chk");
+    assert_eq!(op(&reports, "setattr").managed, 1, "lchmod");
+    // getdents64, scandirat64, readdir_r.
+    let readdir = op(&reports, "readdir");
+    assert_eq!(readdir.managed, 3, "{readdir:?}");
+    let read = op(&reports, "read");
+    assert_eq!(
+        (read.managed, read.errors),
+        (3, 0),
+        "getline to the end: {read:?}"
+    );
+    // `remove` of a directory is its refused `unlink` and its `rmdir`; of a link, an
+    // `unlink`.
+    let unlink = op(&reports, "unlink");
+    assert_eq!((unlink.managed, unlink.errors), (2, 1), "{unlink:?}");
+    assert_eq!(op(&reports, "rmdir").managed, 1);
+}
+
+#[test]
 fn streams_and_directory_streams_are_followed() {
     let _turn = crate::util::together();
     let dir = mountpoint("streams");

@@ -151,7 +151,7 @@ impl Returned for *mut FILE {
     fn descriptor(&self) -> Option<c_int> {
         // SAFETY: a non-null stream just returned by libc.
         (!self.is_null())
-            .then(|| unsafe { fileno_unlocked(*self) })
+            .then(|| unsafe { stream_fd(*self) })
             .filter(|fd| *fd >= 0)
     }
 }
@@ -164,18 +164,28 @@ impl Returned for *mut DIR {
     }
 }
 
-/// A stream's descriptor, -1 for null.
+/// A stream's descriptor, -1 for null or for a stream of no file (`open_memstream`,
+/// `fmemopen`, `fopencookie`), with `errno` untouched: glibc's `fileno` sets `EBADF`
+/// for those, which a hook must not leave behind.
 ///
 /// # Safety
 /// `stream` is null or an open stream (the application's argument).
+#[inline(always)]
 pub(crate) unsafe fn stream_fd(stream: *mut FILE) -> c_int {
     if stream.is_null() {
-        -1
-    } else {
-        // SAFETY: the application's non-null, open stream, valid for the duration of
-        // the hook; `fileno_unlocked` only reads it.
-        unsafe { fileno_unlocked(stream) }
+        return -1;
     }
+    let errno = crate::errno::location();
+    // SAFETY: the calling thread's errno slot, valid for its lifetime.
+    let saved = unsafe { *errno };
+    // SAFETY: the application's non-null, open stream, valid for the duration of the
+    // hook; `fileno_unlocked` only reads it.
+    let fd = unsafe { fileno_unlocked(stream) };
+    if fd < 0 {
+        // SAFETY: as above.
+        unsafe { *errno = saved };
+    }
+    fd
 }
 
 /// A directory stream's descriptor, -1 for null.

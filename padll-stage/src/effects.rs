@@ -3,7 +3,7 @@
 //! descriptors are recorded (with their place, and their path when they can be the base
 //! of `*at` calls), duplicates take their original's place and `chdir` is followed.
 
-use crate::call::{dir_fd, fileno_unlocked, Effect, Returned, Target};
+use crate::call::{dir_fd, stream_fd, Effect, Returned, Target};
 use crate::errno;
 use crate::fdtable;
 use crate::guard::{guarded, shielded};
@@ -62,7 +62,7 @@ pub(crate) fn before(effect: Effect) {
                 fdtable::forget_range(first, last)
             }
             Effect::CloseStream(stream) | Effect::Reopen(stream) if !stream.is_null() => {
-                let fd = fileno_unlocked(stream);
+                let fd = stream_fd(stream);
                 placed_files::closing(fd);
                 fdtable::forget(fd)
             }

@@ -304,9 +304,9 @@ hooks! {
     fn fputc_unlocked(c: c_int, stream: Stream) -> c_int => O::Write, T::Stream(stream), E::None, 1, put(1);
     fn putc_unlocked(c: c_int, stream: Stream) -> c_int => O::Write, T::Stream(stream), E::None, 1, put(1);
     fn _IO_putc(c: c_int, stream: Stream) -> c_int => O::Write, T::Stream(stream), E::None, 1, put(1);
-    fn getline(line: *mut MutStr, n: *mut size_t, stream: Stream) -> ssize_t => O::Read, T::Stream(stream), E::None, 0, transfer;
-    fn getdelim(line: *mut MutStr, n: *mut size_t, delim: c_int, stream: Stream) -> ssize_t => O::Read, T::Stream(stream), E::None, 0, transfer;
-    fn __getdelim(line: *mut MutStr, n: *mut size_t, delim: c_int, stream: Stream) -> ssize_t => O::Read, T::Stream(stream), E::None, 0, transfer;
+    fn getline(line: *mut MutStr, n: *mut size_t, stream: Stream) -> ssize_t => O::Read, T::Stream(stream), E::None, 0, delimited(stream);
+    fn getdelim(line: *mut MutStr, n: *mut size_t, delim: c_int, stream: Stream) -> ssize_t => O::Read, T::Stream(stream), E::None, 0, delimited(stream);
+    fn __getdelim(line: *mut MutStr, n: *mut size_t, delim: c_int, stream: Stream) -> ssize_t => O::Read, T::Stream(stream), E::None, 0, delimited(stream);
     fn fflush(stream: Stream) -> c_int => flush_op(stream), T::Stream(stream), E::None, 0, status;
     fn fflush_unlocked(stream: Stream) -> c_int => flush_op(stream), T::Stream(stream), E::None, 0, status;
 
@@ -338,7 +338,6 @@ hooks! {
     fn rmdir(path: Str) -> c_int => O::Rmdir, T::Path(path), E::None, 0, status;
     fn unlink(path: Str) -> c_int => O::Unlink, T::Path(path), E::None, 0, status;
     fn unlinkat(dirfd: c_int, path: Str, flags: c_int) -> c_int => unlinkat_op(flags), T::At(dirfd, path), E::None, 0, status;
-    fn remove(path: Str) -> c_int => O::Unlink, T::Path(path), E::None, 0, status;
     fn rename(old: Str, new: Str) -> c_int => O::Rename, T::Paths(old, new), E::None, 0, status;
     fn renameat(old_dir: c_int, old: Str, new_dir: c_int, new: Str) -> c_int => O::Rename, T::AtPaths(old_dir, old, new_dir, new), E::None, 0, status;
     fn renameat2(old_dir: c_int, old: Str, new_dir: c_int, new: Str, flags: c_uint) -> c_int => O::Rename, T::AtPaths(old_dir, old, new_dir, new), E::None, 0, status;
@@ -348,11 +347,14 @@ hooks! {
     fn symlinkat(target: Str, dirfd: c_int, path: Str) -> c_int => O::Symlink, T::At(dirfd, path), E::None, 0, status;
     fn readlink(path: Str, buf: MutStr, size: size_t) -> ssize_t => O::Readlink, T::Path(path), E::None, 0, failed_if_negative;
     fn readlinkat(dirfd: c_int, path: Str, buf: MutStr, size: size_t) -> ssize_t => O::Readlink, T::At(dirfd, path), E::None, 0, failed_if_negative;
+    fn __readlink_chk(path: Str, buf: MutStr, size: size_t, buflen: size_t) -> ssize_t => O::Readlink, T::Path(path), E::None, 0, failed_if_negative;
+    fn __readlinkat_chk(dirfd: c_int, path: Str, buf: MutStr, size: size_t, buflen: size_t) -> ssize_t => O::Readlink, T::At(dirfd, path), E::None, 0, failed_if_negative;
     fn chmod(path: Str, mode: mode_t) -> c_int => O::Setattr, T::Path(path), E::None, 0, status;
     fn fchmod(fd: c_int, mode: mode_t) -> c_int => O::Setattr, T::Fd(fd), E::None, 0, status;
     fn fchmodat(dirfd: c_int, path: Str, mode: mode_t, flags: c_int) -> c_int => O::Setattr, T::At(dirfd, path), E::None, 0, status;
     fn chown(path: Str, uid: uid_t, gid: gid_t) -> c_int => O::Setattr, T::Path(path), E::None, 0, status;
     fn lchown(path: Str, uid: uid_t, gid: gid_t) -> c_int => O::Setattr, T::Path(path), E::None, 0, status;
+    fn lchmod(path: Str, mode: mode_t) -> c_int => O::Setattr, T::Path(path), E::None, 0, status;
     fn fchown(fd: c_int, uid: uid_t, gid: gid_t) -> c_int => O::Setattr, T::Fd(fd), E::None, 0, status;
     fn fchownat(dirfd: c_int, path: Str, uid: uid_t, gid: gid_t, flags: c_int) -> c_int => O::Setattr, T::At(dirfd, path), E::None, 0, status;
     fn utime(path: Str, times: ConstBuf) -> c_int => O::Setattr, T::Path(path), E::None, 0, status;
@@ -391,12 +393,18 @@ hooks! {
     fn fdopendir(fd: c_int) -> DirStream => O::Opendir, T::Fd(fd), E::None, 0, handle;
     fn readdir(dir: DirStream) -> *mut libc::dirent => O::Readdir, T::Dir(dir), E::None, 0, listing;
     fn readdir64(dir: DirStream) -> *mut libc::dirent64 => O::Readdir, T::Dir(dir), E::None, 0, listing;
+    fn readdir_r(dir: DirStream, entry: *mut libc::dirent, found: *mut *mut libc::dirent) -> c_int => O::Readdir, T::Dir(dir), E::None, 0, error_number;
+    fn readdir64_r(dir: DirStream, entry: *mut libc::dirent64, found: *mut *mut libc::dirent64) -> c_int => O::Readdir, T::Dir(dir), E::None, 0, error_number;
+    fn getdents64(fd: c_int, entries: Buf, size: size_t) -> ssize_t => O::Readdir, T::Fd(fd), E::None, 0, failed_if_negative;
+    fn getdirentries(fd: c_int, entries: MutStr, size: size_t, base: *mut off_t) -> ssize_t => O::Readdir, T::Fd(fd), E::None, 0, failed_if_negative;
+    fn getdirentries64(fd: c_int, entries: MutStr, size: size_t, base: *mut off64_t) -> ssize_t => O::Readdir, T::Fd(fd), E::None, 0, failed_if_negative;
     fn closedir(dir: DirStream) -> c_int => O::Closedir, T::Dir(dir), E::CloseDirStream(dir), 0, status;
     fn scandir(path: Str, list: Buf, filter: ConstBuf, compare: ConstBuf) -> c_int => O::Readdir, T::Path(path), E::None, 0, status;
     fn scandir64(path: Str, list: Buf, filter: ConstBuf, compare: ConstBuf) -> c_int => O::Readdir, T::Path(path), E::None, 0, status;
     fn glob(pattern: Str, flags: c_int, on_error: ConstBuf, found: Buf) -> c_int => O::Readdir, T::Path(pattern), E::None, 0, error_number;
     fn glob64(pattern: Str, flags: c_int, on_error: ConstBuf, found: Buf) -> c_int => O::Readdir, T::Path(pattern), E::None, 0, error_number;
     fn scandirat(dirfd: c_int, path: Str, list: Buf, filter: ConstBuf, compare: ConstBuf) -> c_int => O::Readdir, T::At(dirfd, path), E::None, 0, status;
+    fn scandirat64(dirfd: c_int, path: Str, list: Buf, filter: ConstBuf, compare: ConstBuf) -> c_int => O::Readdir, T::At(dirfd, path), E::None, 0, status;
 
     // ---- extended attributes -------------------------------------------------------------
     fn getxattr(path: Str, name: Str, value: Buf, size: size_t) -> ssize_t => O::Getxattr, T::Path(path), E::None, 0, failed_if_negative;
@@ -440,6 +448,8 @@ fn fcntl_op(cmd: c_int) -> Option<Op> {
 extern "C" {
     /// glibc: bytes in a stream's output buffer (reads two pointers; no lock).
     fn __fpending(stream: Stream) -> size_t;
+    /// glibc: a stream's error flag (reads it; no lock).
+    fn ferror_unlocked(stream: Stream) -> c_int;
 }
 
 /// `fflush` is a write only when the stream has output waiting: shells call it after
@@ -453,6 +463,39 @@ extern "C" {
 unsafe fn flush_op(stream: Stream) -> Option<Op> {
     // SAFETY: the application's non-null stream, valid for the duration of the hook.
     (!stream.is_null() && unsafe { __fpending(stream) } > 0).then_some(Op::Write)
+}
+
+/// `getline`/`getdelim`: -1 is the end of the stream (as for `fgets`), a failure only
+/// when the stream's error flag is set.
+fn delimited(stream: Stream) -> impl FnOnce(&ssize_t) -> Account {
+    move |result| Account {
+        // SAFETY: the application's stream, which the call just read (and so is open);
+        // `ferror_unlocked` reads one flag.
+        failed: *result < 0 && unsafe { ferror_unlocked(stream) } != 0,
+        bytes: (*result).max(0) as u64,
+    }
+}
+
+/// The exported `remove`, as glibc's: `unlink`, then `rmdir` if the path is a directory
+/// (`EISDIR`), each through its own hook, so that removing a directory is counted (and
+/// limited) as the `rmdir` it is, beside the refused `unlink` the file system saw too.
+///
+/// # Safety
+/// The contract of libc's `remove`.
+#[no_mangle]
+pub unsafe extern "C" fn remove(path: Str) -> c_int {
+    // SAFETY: the application's argument, passed on as `remove` does.
+    unsafe {
+        if unlink(path) == 0 {
+            0
+        } else if crate::errno::get() != libc::EISDIR {
+            -1
+        } else if rmdir(path) == 0 {
+            0
+        } else {
+            -1
+        }
+    }
 }
 
 fn unlinkat_op(flags: c_int) -> Op {

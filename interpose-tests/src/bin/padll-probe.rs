@@ -324,6 +324,28 @@ fn main() {
                 let fd = libc::open(file.as_ptr(), libc::O_RDONLY);
                 libc::close(fd);
                 check(errno() == 54321, "errno untouched by open+close");
+                // Streams of no file: glibc's `fileno` fails on them (setting EBADF).
+                let mut text: *mut libc::c_char = std::ptr::null_mut();
+                let mut size = 0;
+                let memory = libc::open_memstream(&mut text, &mut size);
+                check(!memory.is_null(), "open_memstream");
+                *libc::__errno_location() = 4242;
+                check(libc::fputs(c("in memory\n").as_ptr(), memory) >= 0, "fputs");
+                check(libc::fflush(memory) == 0, "fflush");
+                check(libc::fclose(memory) == 0, "fclose");
+                libc::free(text.cast());
+                let mut source = *b"a\nbc";
+                let memory =
+                    libc::fmemopen(source.as_mut_ptr().cast(), source.len(), c("r").as_ptr());
+                check(!memory.is_null(), "fmemopen");
+                let mut line = [0 as libc::c_char; 8];
+                check(
+                    !libc::fgets(line.as_mut_ptr(), 8, memory).is_null(),
+                    "fgets",
+                );
+                check(libc::fgetc(memory) == b'b' as i32, "fgetc");
+                check(libc::fclose(memory) == 0, "fclose");
+                check(errno() == 4242, "errno untouched by streams of no file");
                 // A relative path that is not clean, from a current directory that was
                 // removed: the stage's own look at the directory fails in the kernel.
                 let gone = c(&format!("{dir}.gone-{}", std::process::id()));
@@ -509,6 +531,85 @@ fn main() {
                 );
                 read();
                 check(libc::close(fd) == 0, "close");
+                println!("ok=1");
+            }
+            "entry_points" => {
+                // Entry points reached by fortified, large-file or older code, each once
+                // on the mountpoint.
+                extern "C" {
+                    fn __readlink_chk(
+                        path: *const libc::c_char,
+                        buf: *mut libc::c_char,
+                        len: usize,
+                        buflen: usize,
+                    ) -> isize;
+                    fn lchmod(path: *const libc::c_char, mode: libc::mode_t) -> libc::c_int;
+                    fn getdents64(fd: libc::c_int, buf: *mut libc::c_void, len: usize) -> isize;
+                    fn scandirat64(
+                        dirfd: libc::c_int,
+                        path: *const libc::c_char,
+                        list: *mut *mut *mut libc::dirent64,
+                        filter: *const libc::c_void,
+                        compare: *const libc::c_void,
+                    ) -> libc::c_int;
+                }
+                let link = c(&format!("{dir}/link"));
+                check(
+                    libc::symlink(c("file").as_ptr(), link.as_ptr()) == 0,
+                    "symlink",
+                );
+                let mut target = [0 as libc::c_char; 64];
+                check(
+                    __readlink_chk(link.as_ptr(), target.as_mut_ptr(), 64, 64) == 4,
+                    "__readlink_chk",
+                );
+                check(lchmod(file.as_ptr(), 0o644) == 0, "lchmod");
+                let listed = libc::open(c(&dir).as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY);
+                check(listed >= 0, "open dir");
+                let mut entries = [0u8; 4096];
+                check(
+                    getdents64(listed, entries.as_mut_ptr().cast(), entries.len()) > 0,
+                    "getdents64",
+                );
+                let mut list: *mut *mut libc::dirent64 = std::ptr::null_mut();
+                let n = scandirat64(
+                    listed,
+                    c(".").as_ptr(),
+                    &mut list,
+                    std::ptr::null(),
+                    std::ptr::null(),
+                );
+                check(n >= 3, "scandirat64");
+                for i in 0..n as usize {
+                    libc::free((*list.add(i)).cast());
+                }
+                libc::free(list.cast());
+                libc::close(listed);
+                let stream = libc::opendir(c(&dir).as_ptr());
+                let mut entry: libc::dirent = std::mem::zeroed();
+                let mut found: *mut libc::dirent = std::ptr::null_mut();
+                check(
+                    libc::readdir_r(stream, &mut entry, &mut found) == 0 && !found.is_null(),
+                    "readdir_r",
+                );
+                libc::closedir(stream);
+                // `getline` to the end: the end is no failure.
+                let lines = c(&format!("{dir}/lines"));
+                std::fs::write(format!("{dir}/lines"), "one\ntwo\n").expect("lines");
+                let stream = libc::fopen(lines.as_ptr(), c("r").as_ptr());
+                let (mut line, mut size) = (std::ptr::null_mut(), 0);
+                let mut read = 0;
+                while libc::getline(&mut line, &mut size, stream) >= 0 {
+                    read += 1;
+                }
+                check(read == 2, "getline");
+                libc::free(line.cast());
+                libc::fclose(stream);
+                // `remove` of a directory: glibc's `unlink` (refused), then its `rmdir`.
+                let removed = c(&format!("{dir}/removed"));
+                check(libc::mkdir(removed.as_ptr(), 0o755) == 0, "mkdir");
+                check(libc::remove(removed.as_ptr()) == 0, "remove a directory");
+                check(libc::remove(link.as_ptr()) == 0, "remove a link");
                 println!("ok=1");
             }
             "stale" => {
