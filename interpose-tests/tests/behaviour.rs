@@ -240,6 +240,41 @@ fn fortified_large_file_and_reentrant_entry_points_are_managed() {
 }
 
 #[test]
+fn a_daemon_leaves_its_mountpoint_behind() {
+    let _turn = crate::util::together();
+    let dir = mountpoint("daemon");
+    let stats = dir.path().with_extension("daemon.json");
+    let _ = std::fs::remove_file(&stats);
+    let env = stage_env(dir.path(), "all=1M/s", Some(&stats));
+    let parent = run(
+        probe(),
+        &["daemon", dir.path().to_str().unwrap()],
+        dir.path(),
+        &env,
+    );
+    assert!(parent.status.success(), "{parent:?}");
+    // The detached child reports when it ends (its parent ends inside `daemon`).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !stats.exists() || std::fs::read_to_string(&stats).is_ok_and(|t| !t.ends_with('\n')) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the daemon never reported"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let reports = reports(&stats);
+    let write = op(&reports, "write");
+    assert_eq!((write.managed, write.passthrough), (0, 10), "{write:?}");
+    let getattr = op(&reports, "getattr");
+    assert_eq!(
+        (getattr.managed, getattr.passthrough),
+        (0, 1),
+        "{getattr:?}"
+    );
+    let _ = std::fs::remove_file(stats);
+}
+
+#[test]
 fn streams_and_directory_streams_are_followed() {
     let _turn = crate::util::together();
     let dir = mountpoint("streams");

@@ -96,6 +96,13 @@ pub enum Effect {
     Reopen(*mut FILE),
     /// Changes the current directory.
     Chdir,
+    /// Detaches the process (`daemon`): inside libc, where no hook sees it, it changes to
+    /// `/` unless told not to, and puts `/dev/null` on descriptors 0–2 unless
+    /// `keeps_descriptors`.
+    Daemon {
+        /// `daemon`'s `noclose`: descriptors 0–2 are left as they are.
+        keeps_descriptors: bool,
+    },
 }
 
 /// How a call went, for statistics and byte accounting.

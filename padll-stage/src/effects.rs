@@ -98,7 +98,11 @@ pub fn after_unrelated<R: Returned>(effect: Effect, result: &R) {
         | Effect::CloseRange(..)
         | Effect::CloseStream(_)
         | Effect::CloseDirStream(_) => {}
-        Effect::Dup(_) | Effect::DupTo(..) | Effect::Fcntl(..) | Effect::Chdir => {
+        Effect::Dup(_)
+        | Effect::DupTo(..)
+        | Effect::Fcntl(..)
+        | Effect::Chdir
+        | Effect::Daemon { .. } => {
             let saved = errno::get();
             after(effect, Target::None, Place::Unrelated, result);
             errno::set(saved);
@@ -145,6 +149,17 @@ fn after<R: Returned>(effect: Effect, target: Target, place: Place, result: &R) 
         Effect::Chdir => {
             if result.descriptor() == Some(0) {
                 guarded(refresh_current_dir);
+            }
+        }
+        Effect::Daemon { keeps_descriptors } => {
+            if result.descriptor() == Some(0) {
+                guarded(refresh_current_dir);
+                if !keeps_descriptors {
+                    for fd in 0..=2 {
+                        placed_files::closing(fd);
+                        fdtable::forget(fd);
+                    }
+                }
             }
         }
         Effect::NewFds(fds) => forget_pair(fds, result),

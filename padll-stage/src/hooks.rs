@@ -386,6 +386,7 @@ hooks! {
     fn lockf(fd: c_int, cmd: c_int, len: off_t) -> c_int => O::Lock, T::Fd(fd), E::None, 0, status;
     fn lockf64(fd: c_int, cmd: c_int, len: off64_t) -> c_int => O::Lock, T::Fd(fd), E::None, 0, status;
     fn chdir(path: Str) -> c_int => O::Chdir, T::Path(path), E::Chdir, 0, status;
+    fn daemon(nochdir: c_int, noclose: c_int) -> c_int => TRACK, T::None, E::Daemon { keeps_descriptors: noclose != 0 }, 0, status;
     fn fchdir(fd: c_int) -> c_int => O::Chdir, T::Fd(fd), E::Chdir, 0, status;
 
     // ---- directories ---------------------------------------------------------------------

@@ -612,6 +612,25 @@ fn main() {
                 check(libc::remove(link.as_ptr()) == 0, "remove a link");
                 println!("ok=1");
             }
+            "daemon" => {
+                // Standard output on a file of the mountpoint and the current directory
+                // in it, then `daemon(0, 0)`, which moves both inside libc: to `/dev/null`
+                // and `/`. The detached child writes 10 bytes to its standard output and
+                // stats `file` relatively, neither on the mountpoint any more; it prints
+                // nothing (its output is `/dev/null`), its statistics say it all.
+                let out = c(&format!("{dir}/daemon-out"));
+                let fd = libc::open(out.as_ptr(), libc::O_WRONLY | libc::O_CREAT, 0o644);
+                check(
+                    fd >= 0 && libc::dup2(fd, 1) == 1 && libc::close(fd) == 0,
+                    "stdout on the mount",
+                );
+                check(libc::chdir(c(&dir).as_ptr()) == 0, "chdir into the mount");
+                check(libc::daemon(0, 0) == 0, "daemon");
+                for _ in 0..10 {
+                    libc::write(1, b"x".as_ptr().cast(), 1);
+                }
+                check(stat(&c("file")) == -1, "file is not in /");
+            }
             "stale" => {
                 // A managed descriptor closed where no hook sees it (`closefrom`'s
                 // internal `close_range` before the hook existed, a raw system call),
