@@ -9,6 +9,8 @@
 mod behaviour;
 mod jobwide;
 mod moosefs;
+#[cfg(target_arch = "x86_64")]
+mod old_versions;
 mod placement;
 mod programs;
 mod util;

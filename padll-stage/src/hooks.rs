@@ -796,3 +796,128 @@ pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
     // SAFETY: `_Exit`'s own entry.
     unsafe { hooked_exit(&EXIT_UPPER.0, status) }
 }
+
+// ---- versioned entry points ---------------------------------------------------------------
+//
+// glibc keeps a function's old behaviour under its first symbol version for programs
+// linked before the change: `glob` before 2.27 calls `gl_stat` where the new one calls
+// `gl_lstat`, which old programs using `GLOB_ALTDIRFUNC` may leave unset (the new one
+// then crashes them); `realpath` before 2.3 refuses a null buffer. An unversioned hook
+// binds both kinds of callers and would take them all to the default version, so on
+// x86-64 the library exports these under both versions (the version nodes are in the
+// version script `build.rs` writes): the table's hook as the default version, and the
+// hook below as the old one, calling libc's old function.
+
+/// The real functions behind the old-version hooks, resolved with the table's.
+#[cfg(target_arch = "x86_64")]
+pub(crate) static OLD_VERSIONS: &[&Real] = &[&GLOB_2_2_5.0, &GLOB64_2_2_5.0, &REALPATH_2_2_5.0];
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) static OLD_VERSIONS: &[&Real] = &[];
+
+#[cfg(target_arch = "x86_64")]
+static GLOB_2_2_5: HandReal = HandReal(Real::versioned(c"glob", c"GLIBC_2.2.5"));
+#[cfg(target_arch = "x86_64")]
+static GLOB64_2_2_5: HandReal = HandReal(Real::versioned(c"glob64", c"GLIBC_2.2.5"));
+#[cfg(target_arch = "x86_64")]
+static REALPATH_2_2_5: HandReal = HandReal(Real::versioned(c"realpath", c"GLIBC_2.2.5"));
+
+#[cfg(target_arch = "x86_64")]
+std::arch::global_asm!(
+    ".symver glob, glob@@GLIBC_2.27",
+    ".symver padll_glob_2_2_5, glob@GLIBC_2.2.5",
+    ".symver glob64, glob64@@GLIBC_2.27",
+    ".symver padll_glob64_2_2_5, glob64@GLIBC_2.2.5",
+    ".symver realpath, realpath@@GLIBC_2.3",
+    ".symver padll_realpath_2_2_5, realpath@GLIBC_2.2.5",
+);
+
+type GlobFn = unsafe extern "C" fn(Str, c_int, ConstBuf, Buf) -> c_int;
+
+/// A `glob` of the old version: the table's accounting, libc's old function.
+///
+/// # Safety
+/// `real` is an old version of `glob` or `glob64`; the arguments are the application's.
+#[cfg(target_arch = "x86_64")]
+unsafe fn old_glob(
+    real: &Real,
+    pattern: Str,
+    flags: c_int,
+    on_error: ConstBuf,
+    found: Buf,
+) -> c_int {
+    let call = Call {
+        op: Some(Op::Readdir),
+        target: Target::Path(pattern),
+        effect: Effect::None,
+        requested: 0,
+    };
+    // SAFETY: the application's pattern (the target), and the closure calls libc's
+    // function of this signature with the application's arguments, unchanged.
+    unsafe {
+        intercept(call, error_number, || match real.address() {
+            Some(address) => {
+                std::mem::transmute::<*mut c_void, GlobFn>(address)(pattern, flags, on_error, found)
+            }
+            None => c_int::unavailable(),
+        })
+    }
+}
+
+/// `glob@GLIBC_2.2.5`.
+///
+/// # Safety
+/// The contract of libc's `glob`.
+#[cfg(target_arch = "x86_64")]
+#[no_mangle]
+pub unsafe extern "C" fn padll_glob_2_2_5(
+    pattern: Str,
+    flags: c_int,
+    on_error: ConstBuf,
+    found: Buf,
+) -> c_int {
+    // SAFETY: the old `glob` and the application's arguments, unchanged.
+    unsafe { old_glob(&GLOB_2_2_5.0, pattern, flags, on_error, found) }
+}
+
+/// `glob64@GLIBC_2.2.5`.
+///
+/// # Safety
+/// The contract of libc's `glob64`.
+#[cfg(target_arch = "x86_64")]
+#[no_mangle]
+pub unsafe extern "C" fn padll_glob64_2_2_5(
+    pattern: Str,
+    flags: c_int,
+    on_error: ConstBuf,
+    found: Buf,
+) -> c_int {
+    // SAFETY: the old `glob64` and the application's arguments, unchanged.
+    unsafe { old_glob(&GLOB64_2_2_5.0, pattern, flags, on_error, found) }
+}
+
+type RealpathFn = unsafe extern "C" fn(Str, MutStr) -> MutStr;
+
+/// `realpath@GLIBC_2.2.5`: the table's accounting, libc's old function.
+///
+/// # Safety
+/// The contract of libc's `realpath`.
+#[cfg(target_arch = "x86_64")]
+#[no_mangle]
+pub unsafe extern "C" fn padll_realpath_2_2_5(path: Str, resolved: MutStr) -> MutStr {
+    let call = Call {
+        op: Some(Op::Getattr),
+        target: Target::Path(path),
+        effect: Effect::None,
+        requested: 0,
+    };
+    // SAFETY: the application's path (the target), and the closure calls libc's old
+    // `realpath` with the application's arguments, unchanged.
+    unsafe {
+        intercept(call, handle, || match REALPATH_2_2_5.0.address() {
+            Some(address) => {
+                std::mem::transmute::<*mut c_void, RealpathFn>(address)(path, resolved)
+            }
+            None => MutStr::unavailable(),
+        })
+    }
+}

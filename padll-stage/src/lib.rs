@@ -144,7 +144,7 @@ pub(crate) fn return_credit_at_thread_exit() {
 extern "C" fn on_load() {
     let _ = std::panic::catch_unwind(|| {
         PID.store(current_pid(), Ordering::Relaxed);
-        for real in hooks::TABLE {
+        for real in hooks::TABLE.iter().chain(hooks::OLD_VERSIONS) {
             real.resolve();
         }
         tsc::start();

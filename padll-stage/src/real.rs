@@ -8,6 +8,10 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 /// One real function: its symbol name and, once resolved, its address.
 pub struct Real {
     name: &'static CStr,
+    /// The symbol version to resolve (a compatibility version, for the hook that old
+    /// programs bind to: see `hooks.rs`, "Versioned entry points"); `None` is the
+    /// default version.
+    version: Option<&'static CStr>,
     /// The real function once resolved; until then `unresolved`.
     address: AtomicPtr<c_void>,
     /// What `address` holds until the symbol is resolved: a function with the real
@@ -27,8 +31,17 @@ impl Real {
     pub const fn with_fallback(name: &'static CStr, unresolved: *mut c_void) -> Real {
         Real {
             name,
+            version: None,
             address: AtomicPtr::new(unresolved),
             unresolved: AtomicPtr::new(unresolved),
+        }
+    }
+
+    /// An unresolved entry for `name` at symbol version `version` (not the default).
+    pub const fn versioned(name: &'static CStr, version: &'static CStr) -> Real {
+        Real {
+            version: Some(version),
+            ..Real::new(name)
         }
     }
 
@@ -55,8 +68,15 @@ impl Real {
 
     /// Looks the symbol up in the objects loaded after this one (normally libc).
     pub fn resolve(&self) -> Option<*mut c_void> {
-        // SAFETY: name is NUL-terminated; RTLD_NEXT skips our own definitions.
-        let mut address = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) };
+        let mut address = match self.version {
+            // SAFETY: name and version are NUL-terminated; RTLD_NEXT skips our own
+            // definitions.
+            Some(version) => unsafe {
+                libc::dlvsym(libc::RTLD_NEXT, self.name.as_ptr(), version.as_ptr())
+            },
+            // SAFETY: name is NUL-terminated; RTLD_NEXT skips our own definitions.
+            None => unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) },
+        };
         if address.is_null() {
             // Compatibility-only symbols (`__xstat` since glibc 2.33) have no default
             // version and are found only by naming the base version.
