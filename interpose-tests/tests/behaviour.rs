@@ -210,9 +210,10 @@ fn a_close_range_that_closes_nothing_for_the_process_keeps_its_files_managed() {
     let dir = mountpoint("close-range");
     let reports = scenario(&dir, "close_range");
     // One `pread` after a refused flag, after first > last, and after another thread's
-    // close in its own copy of the table (`CLOSE_RANGE_UNSHARE`).
+    // close in its own copy of the table (`CLOSE_RANGE_UNSHARE`); and a forked child's,
+    // of one thread, after its own `CLOSE_RANGE_UNSHARE` closed the file for it.
     let read = op(&reports, "read");
-    assert_eq!((read.managed, read.passthrough), (3, 0), "{read:?}");
+    assert_eq!((read.managed, read.passthrough), (3, 1), "{read:?}");
     assert_eq!(op(&reports, "close").managed, 1);
 }
 
@@ -426,12 +427,18 @@ fn a_signal_handlers_calls_are_throttled_with_its_threads() {
     let _turn = crate::util::together();
     let dir = mountpoint("handler-calls");
     // A stat loop limited to 1000/s, and a handler stating the same file every 2 ms
-    // (500/s offered): together they get the limit, not more.
+    // (500/s offered): together they get the limit, not more, and not much less (a
+    // handler's token or batch lost while its thread sleeps would cost the thread its
+    // rate; the loop sleeps most of the time, so a loaded machine slows it little).
     let (rate, reports) = rate_under(&dir, "stat-loop-signals", &["4"], "getattr=1000/s", "ops");
     assert_accurate(
         "a stat loop and its signal handler at getattr=1000/s",
         rate,
         1000.0,
+    );
+    assert!(
+        rate >= 800.0,
+        "{rate:.0}/s: the handler's calls cost the thread its rate"
     );
     assert_eq!(op(&reports, "getattr").passthrough, 0);
 }

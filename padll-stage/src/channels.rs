@@ -17,7 +17,7 @@
 //! lease, or a batch when it must wait): its *credit*, whose rules are in `credit.rs`.
 
 use crate::bucket::{self, Limit, TokenBucket};
-use crate::credit::Terms;
+use crate::credit::{Credit, Terms};
 use crate::{stats, tsc};
 use padll_wire::channel::{
     ChannelId, ChannelInfo, ChannelSpec, LimitScope, Unit, MAX_CHANNELS, SLOT_COUNT,
@@ -626,6 +626,9 @@ fn pass_reserving(
         }
         let ticks = tsc::ticks();
         let now = bucket::now_ns();
+        // A signal handler on a thread asleep for its batch: the thread's row is the
+        // thread's to relet when it wakes.
+        let handler = counters.owned_credit(index).is_some_and(Credit::asleep);
         let reservation = slot.take(counters, index, generation, cost, now, ticks);
         if reservation.start_ns <= now {
             counters.admitted(index, cost);
@@ -640,7 +643,9 @@ fn pass_reserving(
             reservation.start_ns,
             now,
         );
-        slot.relet_after_waking(counters, index, generation, reservation.leased);
+        if !handler {
+            slot.relet_after_waking(counters, index, generation, reservation.leased);
+        }
         waited
     })
     .unwrap_or(0)
@@ -888,6 +893,7 @@ fn pass_bytes_only(counters: stats::Counters, index: usize, bytes: u64) -> u64 {
     let ticks = tsc::ticks();
     let entered = bucket::now_ns();
     let generation = slot.generation.load(Ordering::Acquire);
+    let handler = counters.owned_credit(index).is_some_and(Credit::asleep);
     let reservation = slot.take(counters, index, generation, bytes, entered, ticks);
     counters.adjust_tokens(index, bytes as i64);
     let waited = loop {
@@ -898,7 +904,7 @@ fn pass_bytes_only(counters: stats::Counters, index: usize, bytes: u64) -> u64 {
         }
         slot.sleep_until(seen, reservation.start_ns);
     };
-    if reservation.start_ns > entered {
+    if reservation.start_ns > entered && !handler {
         slot.relet_after_waking(counters, index, generation, reservation.leased);
     }
     waited
@@ -934,7 +940,6 @@ impl Slot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::credit::Credit;
     use padll_wire::channel::{Costs, Scope};
     use padll_wire::ops::Class;
 

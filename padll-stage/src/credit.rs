@@ -27,9 +27,9 @@
 //! **Batches.** A thread that must wait anyway reserves tokens for its next requests
 //! too and sleeps until the last of them conforms (one wake-up per batch, see
 //! [`Terms::take`] and docs/stage-internals.md, "Throttled threads"); a batch's tokens are spent
-//! no earlier than GCRA would admit them (they become credit when the thread wakes, so
-//! a signal handler on the sleeping thread cannot spend them), and within τ/4 of its
-//! thread's waking.
+//! no earlier than GCRA would admit them (they become credit when the thread wakes: a
+//! signal handler on the sleeping thread cannot spend them, and takes its own cost
+//! only, leaving the row to the thread), and within τ/4 of its thread's waking.
 //!
 //! Credit is tagged with the channel's generation, so a re-rate or removal voids it.
 //! Expired or insufficient credit of the current generation goes back to the bucket when
@@ -39,7 +39,7 @@
 
 use crate::bucket::{Reservation, TokenBucket};
 use crate::tsc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Largest lease of a request channel, in tokens (scaled to a weighted channel's
 /// thousandths): 256 requests per shared CAS is enough to make the CAS cheap next to
@@ -85,6 +85,10 @@ pub struct Credit {
     deadline: AtomicU64,
     /// Tokens of the last lease or batch (what `tokens` started from).
     granted: AtomicU64,
+    /// Whether the row's thread is asleep for a batch (between [`Terms::take`] and
+    /// [`Terms::relet_after_waking`]): only a signal handler on that thread takes
+    /// meanwhile, and it must leave the row to the thread.
+    asleep: AtomicBool,
     /// The thread's time per request in this channel (moving average, ns; 0 = unknown).
     call_ns: AtomicU64,
 }
@@ -98,6 +102,7 @@ impl Credit {
             expires: AtomicU64::new(0),
             deadline: AtomicU64::new(0),
             granted: AtomicU64::new(0),
+            asleep: AtomicBool::new(false),
             call_ns: AtomicU64::new(0),
         }
     }
@@ -170,6 +175,12 @@ impl Credit {
         (ttl / 2 / call_ns).saturating_mul(cost).min(max)
     }
 
+    /// Whether the row's thread is asleep for a batch: a call that finds it so is a
+    /// signal handler's, on that thread.
+    pub fn asleep(&self) -> bool {
+        self.asleep.load(Ordering::Relaxed)
+    }
+
     /// Gives the unspent credit back to `bucket` at `now` if it was charged under
     /// `generation` (spendable or expired: either way those tokens were charged and will
     /// not be spent), so it is not lost to the job.
@@ -196,6 +207,9 @@ impl Credit {
             if word.load(Ordering::Relaxed) != 0 {
                 word.store(0, Ordering::Relaxed);
             }
+        }
+        if self.asleep() {
+            self.asleep.store(false, Ordering::Relaxed);
         }
     }
 
@@ -278,6 +292,12 @@ impl Terms {
             };
         }
         let ttl = self.ttl_ns.load(Ordering::Relaxed);
+        if credit.asleep() {
+            // A signal handler on a thread asleep for its batch: it takes its own cost
+            // only (a batch or lease of its own would be overwritten, unspent, when the
+            // thread wakes), and leaves the row to the thread.
+            return bucket.reserve(cost, 0, 0, now);
+        }
         let batch = credit.next_batch(cost, now, ttl, self.max_batch(bucket, now));
         // What is left of the last grant (too little, or expired: a thread woken late
         // on a loaded machine) goes back to the bucket, so it is not lost to the job.
@@ -289,12 +309,14 @@ impl Terms {
         // A batch becomes spendable when its thread wakes ([`Self::relet_after_waking`]),
         // not while it sleeps: a signal handler on that thread would spend tokens that
         // do not conform yet, and the waking would hand them out again.
-        let spendable = if reservation.start_ns > now {
-            0
-        } else {
-            reservation.leased
-        };
-        credit.lease(generation, spendable, expires, until);
+        let asleep = reservation.start_ns > now;
+        credit.lease(
+            generation,
+            if asleep { 0 } else { reservation.leased },
+            expires,
+            until,
+        );
+        credit.asleep.store(asleep, Ordering::Relaxed);
         if reservation.leased != 0 {
             crate::return_credit_at_thread_exit();
         }
@@ -331,6 +353,7 @@ impl Terms {
         let expires = now.saturating_add(self.ttl_ns.load(Ordering::Relaxed));
         let until = tsc::deadline(ticks, now, expires);
         credit.lease(generation, tokens, expires, until);
+        credit.asleep.store(false, Ordering::Relaxed);
     }
 
     /// The lease size (tokens beyond a request's cost; 0 = none).
@@ -415,10 +438,19 @@ mod tests {
         );
         assert_eq!(credit.unspent(), 0, "nothing spendable while it sleeps");
         assert!(!credit.spend(7, 1, now), "a handler's request is not paid");
+        // The handler takes its own token, after the batch, and no batch of its own.
+        let handler = terms.take(&bucket, Some(&credit), 7, 1, now + 1_000, 0);
+        assert_eq!(handler.leased, 0, "a handler reserves no batch of its own");
+        assert!(
+            handler.start_ns > reservation.start_ns,
+            "after the thread's batch"
+        );
+        assert!(credit.asleep(), "the row is still the sleeping thread's");
 
         let woken = reservation.start_ns + 50_000;
         terms.relet_after_waking(&credit, 7, reservation.leased, woken, 0);
         assert_eq!(credit.unspent(), reservation.leased);
+        assert!(!credit.asleep());
         assert!(credit.spend(7, 1, woken), "paid once awake");
     }
 

@@ -74,12 +74,51 @@ pub(crate) fn before(effect: Effect) {
 }
 
 /// Whether `close_range(first, last, flags)` closes the descriptors for every thread
-/// of the process. Not with a flag: `CLOSE_RANGE_CLOEXEC` only marks them,
-/// `CLOSE_RANGE_UNSHARE` closes them in a copy of the table that the calling thread
-/// alone then uses (the other threads keep them open), and the kernel refuses any other
-/// flag; nor when `first > last`, which it refuses too.
+/// of the process. Not when the kernel refuses it (`first > last`, a flag it does not
+/// know), not with `CLOSE_RANGE_CLOEXEC` (which only marks them), and with
+/// `CLOSE_RANGE_UNSHARE` only in a process of one thread: it closes them in a copy of
+/// the table that the calling thread alone then uses, and other threads keep them open.
 fn closes_for_every_thread(first: c_uint, last: c_uint, flags: c_int) -> bool {
-    flags == 0 && first <= last
+    first <= last
+        && match flags as c_uint {
+            0 => true,
+            libc::CLOSE_RANGE_UNSHARE => crate::guard::shielded(single_threaded).unwrap_or(false),
+            _ => false,
+        }
+}
+
+/// Whether the process has one thread: the 20th field of `/proc/self/stat`, read with
+/// raw system calls (no hook sees them; nothing is allocated).
+fn single_threaded() -> bool {
+    let mut text = [0u8; 1024];
+    // SAFETY: a NUL-terminated path; raw system calls on a descriptor made here and a
+    // buffer of the length given.
+    let read = unsafe {
+        let fd = libc::syscall(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            c"/proc/self/stat".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return false;
+        }
+        let read = libc::syscall(libc::SYS_read, fd, text.as_mut_ptr(), text.len());
+        libc::syscall(libc::SYS_close, fd);
+        read
+    };
+    let Ok(length) = usize::try_from(read) else {
+        return false;
+    };
+    // The fields after the command's closing parenthesis start at the 3rd.
+    let Some(end_of_command) = text[..length].iter().rposition(|b| *b == b')') else {
+        return false;
+    };
+    text[end_of_command + 1..length]
+        .split(|b| *b == b' ')
+        .filter(|field| !field.is_empty())
+        .nth(17)
+        == Some(b"1")
 }
 
 /// [`after`] for a call whose target is unrelated to every mountpoint: new descriptors
@@ -152,13 +191,11 @@ fn after<R: Returned>(effect: Effect, target: Target, place: Place, result: &R) 
             }
         }
         Effect::Daemon { keeps_descriptors } => {
-            if result.descriptor() == Some(0) {
-                guarded(refresh_current_dir);
-                if !keeps_descriptors {
-                    for fd in 0..=2 {
-                        placed_files::closing(fd);
-                        fdtable::forget(fd);
-                    }
+            // Even a failed `daemon` may have changed directory before it failed.
+            guarded(refresh_current_dir);
+            if result.descriptor() == Some(0) && !keeps_descriptors {
+                for fd in 0..=2 {
+                    fdtable::forget(fd);
                 }
             }
         }

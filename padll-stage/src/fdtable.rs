@@ -231,7 +231,18 @@ impl PathSlot {
         if self.0.load(Ordering::Relaxed).is_null() && path.is_none() {
             return;
         }
-        let new = path.map_or(ptr::null_mut(), CString::into_raw);
+        let new = match path.map(CString::into_raw) {
+            // An allocator that gave an odd address (none that `malloc` may be does):
+            // it would read as a busy marker, so the path is not kept (readers fall
+            // back to the kernel's answer).
+            Some(odd) if is_marker(odd) => {
+                // SAFETY: just made by `CString::into_raw`, not shared.
+                drop(unsafe { CString::from_raw(odd) });
+                ptr::null_mut()
+            }
+            Some(string) => string,
+            None => ptr::null_mut(),
+        };
         free(self.0.swap(new, Ordering::AcqRel));
     }
 

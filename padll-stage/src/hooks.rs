@@ -449,8 +449,8 @@ fn fcntl_op(cmd: c_int) -> Option<Op> {
 extern "C" {
     /// glibc: bytes in a stream's output buffer (reads two pointers; no lock).
     fn __fpending(stream: Stream) -> size_t;
-    /// glibc: a stream's error flag (reads it; no lock).
-    fn ferror_unlocked(stream: Stream) -> c_int;
+    /// glibc: a stream's end-of-file flag (reads it; no lock).
+    fn feof_unlocked(stream: Stream) -> c_int;
 }
 
 /// `fflush` is a write only when the stream has output waiting: shells call it after
@@ -466,13 +466,13 @@ unsafe fn flush_op(stream: Stream) -> Option<Op> {
     (!stream.is_null() && unsafe { __fpending(stream) } > 0).then_some(Op::Write)
 }
 
-/// `getline`/`getdelim`: -1 is the end of the stream (as for `fgets`), a failure only
-/// when the stream's error flag is set.
+/// `getline`/`getdelim`: -1 at the end of the stream is no failure (as for `fgets`);
+/// any other -1 is.
 fn delimited(stream: Stream) -> impl FnOnce(&ssize_t) -> Account {
     move |result| Account {
         // SAFETY: the application's stream, which the call just read (and so is open);
-        // `ferror_unlocked` reads one flag.
-        failed: *result < 0 && unsafe { ferror_unlocked(stream) } != 0,
+        // `feof_unlocked` reads one flag.
+        failed: *result < 0 && unsafe { feof_unlocked(stream) } == 0,
         bytes: (*result).max(0) as u64,
     }
 }

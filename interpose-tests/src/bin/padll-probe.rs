@@ -530,6 +530,23 @@ fn main() {
                     "close_range with CLOSE_RANGE_UNSHARE in a thread",
                 );
                 read();
+                // A process of one thread (a forked child) closes with it for
+                // itself: the number is gone, and a read of it is no read of the file.
+                let child = libc::fork();
+                if child == 0 {
+                    let closed =
+                        close_range(fd_u, fd_u, libc::CLOSE_RANGE_UNSHARE as libc::c_int) == 0;
+                    let gone = libc::pread(fd, byte.as_mut_ptr().cast(), 1, 0) == -1
+                        && errno() == libc::EBADF;
+                    libc::exit(if closed && gone { 0 } else { 1 });
+                }
+                let mut status = 0;
+                check(
+                    libc::waitpid(child, &mut status, 0) == child
+                        && libc::WIFEXITED(status)
+                        && libc::WEXITSTATUS(status) == 0,
+                    "close_range with CLOSE_RANGE_UNSHARE in a process of one thread",
+                );
                 check(libc::close(fd) == 0, "close");
                 println!("ok=1");
             }
