@@ -418,6 +418,69 @@ mod tests {
         );
     }
 
+    /// Components of cgroup paths: Slurm's, and others a user may choose.
+    const COMPONENTS: &[&str] = &[
+        "slurm",
+        "slurm_n1",
+        "uid_7",
+        "uid_x",
+        "job_42",
+        "job_",
+        "system.slice",
+        "slurmstepd.scope",
+        "n1_slurmstepd.scope",
+        "user.slice",
+        "x:y",
+    ];
+
+    /// Whether `text` has a line whose path is Slurm's own for job `id` (and, on
+    /// cgroup v1, its `owner`): the only places a job may be read from.
+    fn has_slurm_path(text: &str, id: &str, owner: Option<u32>) -> bool {
+        text.lines().any(|line| {
+            let path = line.splitn(3, ':').nth(2).unwrap_or("");
+            let parts: Vec<&str> = path.split('/').collect();
+            let job = format!("job_{id}");
+            parts.len() > 3
+                && parts[3] == job
+                && match owner {
+                    Some(uid) => {
+                        (parts[1] == "slurm" || parts[1].starts_with("slurm_"))
+                            && parts[2] == format!("uid_{uid}")
+                    }
+                    None => parts[1] == "system.slice" && parts[2].ends_with("slurmstepd.scope"),
+                }
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+
+        // A `/proc/<pid>/cgroup` file whose paths a user named (any components, Slurm's
+        // among them): reading it never panics, and a job is only ever read from where
+        // Slurm's daemons make one, at a hierarchy's root.
+        #[test]
+        fn a_job_is_read_only_from_slurms_own_cgroups(
+            lines in proptest::collection::vec(
+                (
+                    proptest::sample::select(&["0:", "1:name=systemd", "4:pids", "x"][..]),
+                    proptest::collection::vec(proptest::sample::select(COMPONENTS), 0..6),
+                ),
+                0..4,
+            )
+        ) {
+            let text: String = lines
+                .iter()
+                .map(|(head, parts)| format!("{head}:/{}\n", parts.join("/")))
+                .collect();
+            if let Some((id, owner)) = parse_cgroup(&text) {
+                proptest::prop_assert!(
+                    has_slurm_path(&text, &id, owner),
+                    "{text:?} gave job {id}, owner {owner:?}"
+                );
+            }
+        }
+    }
+
     /// Cgroups a user may make and name (systemd delegates `user@UID.service` to
     /// them): a job id or owner in them is no evidence.
     #[test]
