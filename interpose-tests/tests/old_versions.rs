@@ -3,8 +3,7 @@
 //! reach those, not the new ones (`padll-stage/src/hooks.rs`, "Versioned entry
 //! points"). x86-64 only, as the versions named are.
 
-use crate::util::{op, reports, run, stage_env, together, Scratch};
-use std::process::Command;
+use crate::util::{compile_c, op, reports, run, stage_env, together, Scratch};
 
 const PROGRAM: &str = include_str!("old_versions.c");
 
@@ -15,16 +14,7 @@ fn a_program_bound_to_old_versions_gets_them() {
     let mount = Scratch::new("old-versions");
     std::fs::write(mount.join("file"), b"contents\n").unwrap();
     let build = Scratch::new("old-versions-build");
-    let source = build.join("old_versions.c");
-    std::fs::write(&source, PROGRAM).unwrap();
-    let program = build.join("old_versions");
-    let status = Command::new("cc")
-        .args(["-O1", "-o"])
-        .arg(&program)
-        .arg(&source)
-        .status()
-        .expect("cc");
-    assert!(status.success(), "cc old_versions.c failed");
+    let program = compile_c(PROGRAM, build.path(), "old_versions");
 
     let stats = mount.path().with_extension("json");
     let _ = std::fs::remove_file(&stats);

@@ -86,6 +86,21 @@ pub fn stage_env(mount: &Path, rules: &str, stats: Option<&Path>) -> Vec<(String
     env
 }
 
+/// The C program `source` (its text) compiled with `cc -O1` into `dir` as `name`.
+pub fn compile_c(source: &str, dir: &Path, name: &str) -> PathBuf {
+    let file = dir.join(format!("{name}.c"));
+    std::fs::write(&file, source).unwrap();
+    let program = dir.join(name);
+    let status = Command::new("cc")
+        .args(["-O1", "-o"])
+        .arg(&program)
+        .arg(&file)
+        .status()
+        .expect("cc");
+    assert!(status.success(), "cc {name}.c failed");
+    program
+}
+
 /// Runs `program args` in `cwd` with `env` added.
 pub fn run(program: &str, args: &[&str], cwd: &Path, env: &[(String, String)]) -> Output {
     Command::new(program)

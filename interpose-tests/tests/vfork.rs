@@ -1,26 +1,10 @@
 //! A vfork child runs in its parent's memory: what it does before `exec` must not change
 //! how the stage sees the parent (`padll-stage/src/vfork.rs`).
 
-use crate::util::{op, reports, run, stage_env, together, Scratch};
+use crate::util::{compile_c, op, reports, run, stage_env, together, Scratch};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 const PROBE: &str = include_str!("vfork_probe.c");
-
-/// `vfork_probe.c` compiled into `dir`.
-fn build_probe(dir: &Path) -> PathBuf {
-    let source = dir.join("vfork_probe.c");
-    std::fs::write(&source, PROBE).unwrap();
-    let probe = dir.join("vfork_probe");
-    let status = Command::new("cc")
-        .args(["-O1", "-o"])
-        .arg(&probe)
-        .arg(&source)
-        .status()
-        .expect("cc");
-    assert!(status.success(), "cc vfork_probe.c failed");
-    probe
-}
 
 /// A scratch directory holding `file` (world-readable), with the statistics file path
 /// beside it.
@@ -60,7 +44,7 @@ fn a_vfork_child_leaves_the_parents_descriptors_and_directory_alone() {
     let _turn = together();
     let (mount, stats) = mount_with_file("vfork-share");
     let build = Scratch::new("vfork-share-build");
-    let probe = build_probe(build.path());
+    let probe = compile_c(PROBE, build.path(), "vfork_probe");
     same_outcome(&probe, mount.path(), "share", &stats);
     let reports = reports(&stats);
     assert_eq!(reports.len(), 1, "the child wrote no statistics of its own");
@@ -89,7 +73,7 @@ fn a_failed_vfork_returns_glibcs_result_and_errno() {
     let _turn = together();
     let (mount, stats) = mount_with_file("vfork-fail");
     let build = Scratch::new("vfork-fail-build");
-    let probe = build_probe(build.path());
+    let probe = compile_c(PROBE, build.path(), "vfork_probe");
     let out = same_outcome(&probe, mount.path(), "fail", &stats);
     assert_eq!(out.trim(), format!("result=-1 errno={}", libc::EAGAIN));
     // The stage goes on after it: the stat that follows is managed.
