@@ -147,7 +147,11 @@ impl UsageTracker {
         self.limits.clear();
         for channel in channels {
             if let (Some(mount), Scope::Class(class)) = (&channel.spec.mount, channel.spec.scope) {
-                if (channel.spec.unit == Unit::Bytes) != (class == Class::Data) {
+                // A mountpoint the stage did not register would be a new key kept for
+                // as long as the stage lives: a stage could grow the controller at will.
+                if (channel.spec.unit == Unit::Bytes) != (class == Class::Data)
+                    || !mountpoints.contains(mount)
+                {
                     continue;
                 }
                 let resource = Resource {
@@ -400,6 +404,36 @@ mod tests {
         bytes.spec.unit = Unit::Bytes;
         tracker.record(at(16_500), &mounts, &[bytes], &[]);
         assert_eq!(tracker.collect()[&metadata], 0.0);
+    }
+
+    #[test]
+    fn channels_of_mountpoints_the_stage_did_not_register_are_not_kept() {
+        let mounts = vec!["/scratch".to_string()];
+        let t0 = Instant::now();
+        let mut tracker = UsageTracker::new(t0);
+        // Each report names a thousand new mountpoints: none is remembered.
+        for report in 0..10u64 {
+            let foreign: Vec<ChannelInfo> = (0..1000)
+                .map(|i| {
+                    let mut c = channel(5);
+                    c.spec.mount = Some(format!("/m{report}-{i}"));
+                    c
+                })
+                .collect();
+            tracker.record(
+                t0 + Duration::from_millis(250 * (report + 1)),
+                &mounts,
+                &foreign,
+                &ops(1),
+            );
+        }
+        assert_eq!(tracker.raw.len(), Class::ALL.len());
+        assert_eq!(tracker.available.len(), Class::ALL.len());
+        assert!(tracker.collect().keys().all(|r| r.mount == "/scratch"));
+        assert_eq!(
+            tracker.limit(&Resource::parse("/m0-0:metadata").unwrap()),
+            None
+        );
     }
 
     #[test]
