@@ -9,9 +9,12 @@
 //! while the control plane is away). The default is the job's on this node, as the
 //! global controller's share is: split evenly over the job's stages here, split anew
 //! (at most once a second) when their number changes. A stage of a job that already
-//! has rules from the global controller here gets the latest of them instead — the
-//! job's rules, which a starting process of the job would otherwise look for in the
-//! job's last rules file.
+//! has rules from the global controller here gets an even part of the job's share here
+//! instead: the sum of what the global controller gave the job's stages, over the
+//! job's stages now. Each of those rules is one stage's part of the job's share (each
+//! process has buckets of its own), so a copy to every new process would multiply the
+//! job's rate by its processes while the global controller is away. While it is away,
+//! that share is also split anew over the job's stages when their number changes.
 
 use super::rules::{self, rule_to_spec};
 use super::Local;
@@ -134,6 +137,50 @@ fn for_stage(rules: &[ChannelSpec], mountpoints: &[String], split: usize) -> Vec
         .collect()
 }
 
+/// A job with rules from the global controller here.
+#[derive(Debug, Default)]
+struct Governed {
+    /// The rules the global controller last gave each of the job's stages here.
+    given: HashMap<u64, Vec<ChannelSpec>>,
+    /// The job's share here: the sum of `given` (kept as the job's stages come and go
+    /// while the global controller is away).
+    share: Vec<ChannelSpec>,
+    /// Rules came from the global controller since the share was summed.
+    heard: bool,
+    /// The job's stages here when the share was last split (by the global controller,
+    /// or here while it is away).
+    split_for: usize,
+}
+
+impl Governed {
+    /// The job's share here, summed anew if rules came since.
+    fn share(&mut self) -> &[ChannelSpec] {
+        if self.heard {
+            self.share = sum(self.given.values().flatten());
+        }
+        &self.share
+    }
+}
+
+/// The rules summed per channel (mountpoint, operations and unit): rates and bursts
+/// added up.
+fn sum<'a>(rules: impl Iterator<Item = &'a ChannelSpec>) -> Vec<ChannelSpec> {
+    let mut total: Vec<ChannelSpec> = Vec::new();
+    for rule in rules {
+        let same = |t: &&mut ChannelSpec| {
+            t.mount == rule.mount && t.scope == rule.scope && t.unit == rule.unit
+        };
+        match total.iter_mut().find(same) {
+            Some(t) => {
+                t.rate = t.rate.saturating_add(rule.rate).min(MAX_RATE);
+                t.burst = t.burst.saturating_add(rule.burst);
+            }
+            None => total.push(rule.clone()),
+        }
+    }
+    total
+}
+
 /// A registered stage as the defaults see it: id, job and mountpoints.
 type StageView<'a> = (u64, &'a str, &'a [String]);
 
@@ -145,9 +192,8 @@ pub(super) struct Defaults(Mutex<State>);
 struct State {
     /// The built-in default from the global controller's last resource table.
     built_in: Vec<ChannelSpec>,
-    /// Jobs with rules from the global controller here: the latest one of their stages
-    /// was given.
-    governed: HashMap<String, Vec<ChannelSpec>>,
+    /// Jobs with rules from the global controller here.
+    governed: HashMap<String, Governed>,
     /// Stages holding a default: over how many of their job's stages it was split.
     defaulted: HashMap<u64, usize>,
 }
@@ -166,16 +212,16 @@ impl Defaults {
 
 impl State {
     /// The rules of a stage that just registered (the job's `stages` here counting it):
-    /// its job's from the global controller if it has some here, else `default` split
-    /// over its stages (recorded, to be split anew).
+    /// its job's share from the global controller if it has one here, else `default`;
+    /// split over the job's stages (a default is recorded, to be split anew).
     fn first_rules(
         &mut self,
         (stage_id, job, mountpoints): StageView,
         stages: usize,
         default: &[ChannelSpec],
     ) -> Vec<ChannelSpec> {
-        if let Some(rules) = self.governed.get(job) {
-            return for_stage(rules, mountpoints, 1);
+        if let Some(governed) = self.governed.get_mut(job) {
+            return for_stage(governed.share(), mountpoints, stages);
         }
         let rules = for_stage(default, mountpoints, stages);
         if !rules.is_empty() {
@@ -186,22 +232,24 @@ impl State {
 
     fn replaced(&mut self, stage_id: u64, job: &str, rules: &[ChannelSpec]) {
         self.defaulted.remove(&stage_id);
-        match self.governed.get_mut(job) {
-            Some(held) if held.as_slice() == rules => {}
-            Some(held) => *held = rules.to_vec(),
-            None => {
-                self.governed.insert(job.to_string(), rules.to_vec());
-            }
+        if !self.governed.contains_key(job) {
+            self.governed.insert(job.to_string(), Governed::default());
         }
+        let governed = self.governed.get_mut(job).expect("just inserted");
+        governed.given.insert(stage_id, rules.to_vec());
+        governed.heard = true;
     }
 
-    /// Forgets the stages and jobs gone, and returns the defaults to hand again: to the
-    /// stages holding one whose job (still without rules from the global controller)
-    /// has another number of stages here now.
+    /// Forgets the stages and jobs gone, and returns the rules to hand again: to the
+    /// stages holding a default whose job (still without rules from the global
+    /// controller) has another number of stages here now, and, while the global
+    /// controller is `away`, to every stage of a job with a share from it whose number
+    /// of stages here changed since that share was last split.
     fn resplit(
         &mut self,
         stages: &[StageView],
         default: &[ChannelSpec],
+        away: bool,
     ) -> Vec<(u64, Vec<ChannelSpec>)> {
         let mut per_job: HashMap<&str, usize> = HashMap::new();
         for (_, job, _) in stages {
@@ -212,6 +260,19 @@ impl State {
         self.governed
             .retain(|job, _| per_job.contains_key(job.as_str()));
         let mut again = Vec::new();
+        for (job, governed) in &mut self.governed {
+            let now = per_job[job.as_str()];
+            governed.share();
+            governed.given.retain(|id, _| live.contains(id));
+            if std::mem::take(&mut governed.heard) || !away {
+                governed.split_for = now;
+            } else if governed.split_for != now {
+                governed.split_for = now;
+                for &(stage_id, _, mountpoints) in stages.iter().filter(|s| s.1 == job) {
+                    again.push((stage_id, for_stage(&governed.share, mountpoints, now)));
+                }
+            }
+        }
         for &(stage_id, job, mountpoints) in stages {
             if self.governed.contains_key(job) {
                 continue;
@@ -276,6 +337,8 @@ impl Local {
 
     /// Splits the defaults anew where the number of a job's stages changed.
     fn resplit_defaults(&self) {
+        // Between streams: no stream is waiting to take a stage's rules over.
+        let away = self.lock_upstream().is_none();
         let mut stages = self.lock_stages();
         let views: Vec<StageView> = stages
             .iter()
@@ -283,7 +346,7 @@ impl Local {
             .collect();
         let mut state = self.defaults.lock();
         let default = self.default_rules(&state).to_vec();
-        let again = state.resplit(&views, &default);
+        let again = state.resplit(&views, &default, away);
         for (stage_id, rules) in again {
             if let Some(entry) = stages.get_mut(&stage_id) {
                 rules::give(entry, 0, rules);
@@ -415,28 +478,64 @@ mod tests {
         assert_eq!(second[0].rate, 600);
         // The first is split anew, once; stage 2 holds its share already.
         let stages = [(1, "j", m.as_slice()), (2, "j", m.as_slice())];
-        let again = state.resplit(&stages, &default);
+        let again = state.resplit(&stages, &default, true);
         assert_eq!(again.len(), 1);
         assert_eq!((again[0].0, again[0].1[0].rate), (1, 600));
-        assert!(state.resplit(&stages, &default).is_empty());
+        assert!(state.resplit(&stages, &default, true).is_empty());
         // Stage 2 leaves: stage 1 gets the whole default back.
-        let again = state.resplit(&stages[..1], &default);
+        let again = state.resplit(&stages[..1], &default, true);
         assert_eq!((again[0].0, again[0].1[0].rate), (1, 1200));
         assert_eq!(state.defaulted.len(), 1);
 
-        // The global controller's rules replace it, and are what a new stage of the job
-        // gets (not split: each stage's rules are its own).
+        // The global controller's rules replace it; a new stage of the job gets its part
+        // of the job's share here (the sum of what its stages were given).
         let global = limits("/s:metadata=5000/s,/t:data=1MiB/s");
         state.replaced(1, "j", &global);
         let third = state.first_rules((3, "j", &m), 2, &default);
-        assert_eq!(third, global[..1]);
+        assert_eq!((third.len(), third[0].rate), (1, 2500));
         let stages = [(1, "j", m.as_slice()), (3, "j", m.as_slice())];
-        assert!(state.resplit(&stages, &default).is_empty());
+        assert!(state.resplit(&stages, &default, true).is_empty());
         assert!(state.defaulted.is_empty());
         // Gone from the node, the job is forgotten: a new stage of it gets the default.
-        assert!(state.resplit(&[], &default).is_empty());
+        assert!(state.resplit(&[], &default, true).is_empty());
         assert!(state.governed.is_empty());
         assert_eq!(state.first_rules((4, "j", &m), 1, &default), default);
+    }
+
+    #[test]
+    fn new_processes_share_the_jobs_rules_while_the_global_is_away() {
+        let m = mounts(&["/s"]);
+        let mut state = State::default();
+        // The global controller gave the job's one stage here its whole share, 10 000/s.
+        state.replaced(1, "j", &limits("/s:metadata=10000/s"));
+        let mut stages = vec![(1, "j", m.as_slice())];
+        assert!(state.resplit(&stages, &[], true).is_empty());
+        // It is away; 30 processes of the job start: none gets more than its part.
+        let mut held = HashMap::from([(1, 10_000)]);
+        for id in 2..=31u64 {
+            stages.push((id, "j", m.as_slice()));
+            let rules = state.first_rules((id, "j", &m), stages.len(), &[]);
+            assert_eq!(rules[0].rate, 10_000 / id);
+            held.insert(id, rules[0].rate);
+        }
+        // The next split gives every stage an even part: the job holds its share.
+        for (id, rules) in state.resplit(&stages, &[], true) {
+            held.insert(id, rules[0].rate);
+        }
+        assert_eq!(held.values().sum::<u64>(), 31 * (10_000 / 31));
+        assert!(state.resplit(&stages, &[], true).is_empty());
+        // Stages leave: those left share it again.
+        stages.truncate(2);
+        let again = state.resplit(&stages, &[], true);
+        assert_eq!(again.len(), 2);
+        assert!(again.iter().all(|(_, rules)| rules[0].rate == 5000));
+        // While a stream to the global controller stands, it splits: nothing is handed.
+        stages.truncate(1);
+        assert!(state.resplit(&stages, &[], false).is_empty());
+        // Its rules come again and replace the share.
+        state.replaced(1, "j", &limits("/s:metadata=300/s"));
+        stages.push((2, "j", m.as_slice()));
+        assert_eq!(state.first_rules((2, "j", &m), 2, &[])[0].rate, 150);
     }
 
     #[test]
@@ -449,6 +548,6 @@ mod tests {
         assert!(state.first_rules((2, "j", &m), 2, &elsewhere).is_empty());
         assert!(state.defaulted.is_empty());
         let stages = [(1, "j", m.as_slice()), (2, "j", m.as_slice())];
-        assert!(state.resplit(&stages, &elsewhere).is_empty());
+        assert!(state.resplit(&stages, &elsewhere, true).is_empty());
     }
 }
