@@ -229,7 +229,7 @@ pub enum OptionsError {
         /// The file.
         path: PathBuf,
         /// Why.
-        error: std::io::Error,
+        error: padll_wire::config::ReadError,
     },
     /// The configuration file refused.
     #[error("{}: {error}", path.display())]
@@ -269,11 +269,18 @@ pub enum OptionsError {
     },
 }
 
-/// Reads and checks a configuration file, logging its warnings.
+/// The largest `--config` read: thousands of jobs' terms, far below what a FIFO or
+/// `/dev/zero` in its place would make of it.
+const MAX_CONFIG_BYTES: u64 = 16 << 20;
+
+/// Reads and checks a configuration file (with care: see
+/// [`padll_wire::config::read_text_file`]), logging its warnings.
 pub fn read_config(path: &Path) -> Result<GlobalConfig, OptionsError> {
-    let text = std::fs::read_to_string(path).map_err(|error| OptionsError::ReadConfig {
-        path: path.to_path_buf(),
-        error,
+    let text = padll_wire::config::read_text_file(path, MAX_CONFIG_BYTES).map_err(|error| {
+        OptionsError::ReadConfig {
+            path: path.to_path_buf(),
+            error,
+        }
     })?;
     let config = GlobalConfig::parse(&text, &crate::policy::check).map_err(|error| {
         OptionsError::Config {

@@ -159,11 +159,14 @@ fn read_key(flag: &'static str, path: &Path) -> Result<Vec<u8>, TlsFileError> {
     Ok(bytes)
 }
 
-/// Reads a regular file of at most 1 MiB.
+/// The largest PEM file read (a certificate chain, a key or a CA).
+const MAX_PEM_BYTES: u64 = 1 << 20;
+
+/// Reads a regular file of at most [`MAX_PEM_BYTES`].
 fn read_small(flag: &'static str, path: &Path) -> Result<Vec<u8>, TlsFileError> {
     let bad = |kind| file_error(flag, path, kind);
     let metadata = std::fs::metadata(path).map_err(|e| bad(TlsFileErrorKind::Unreadable(e)))?;
-    if !metadata.is_file() || metadata.len() > 1 << 20 {
+    if !metadata.is_file() || metadata.len() > MAX_PEM_BYTES {
         return Err(bad(TlsFileErrorKind::NotSmallFile));
     }
     std::fs::read(path).map_err(|e| bad(TlsFileErrorKind::Unreadable(e)))
@@ -398,6 +401,17 @@ pub enum CertsError {
         /// Why.
         error: std::io::Error,
     },
+    /// A CA file refused before it was read: a FIFO, a device, larger than
+    /// [`MAX_PEM_BYTES`] (the reason).
+    #[error("cannot {action} {}: {error}", path.display())]
+    Read {
+        /// What it is read as.
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: padll_wire::config::ReadError,
+    },
     /// No name given.
     #[error("give at least one name")]
     NoName,
@@ -431,6 +445,16 @@ fn io_error<'a>(
         path: path.to_path_buf(),
         error,
     }
+}
+
+/// Reads a PEM file of the CA with care (`/dev/zero` or a FIFO in its place is refused,
+/// not read until memory runs out or forever).
+fn read_pem(action: &'static str, path: &Path) -> Result<String, CertsError> {
+    padll_wire::config::read_text_file(path, MAX_PEM_BYTES).map_err(|error| CertsError::Read {
+        action,
+        path: path.to_path_buf(),
+        error,
+    })
 }
 
 fn crypto_error(what: &'static str) -> impl FnOnce(rcgen::Error) -> CertsError {
@@ -533,10 +557,8 @@ pub fn make_leaf(
         check_name(name)?;
     }
     let (ca_cert_path, ca_key_path) = (ca_dir.join(CA_CERT), ca_dir.join(CA_KEY));
-    let ca_cert = std::fs::read_to_string(&ca_cert_path)
-        .map_err(io_error("read the CA certificate", &ca_cert_path))?;
-    let ca_key_text =
-        std::fs::read_to_string(&ca_key_path).map_err(io_error("read the CA key", &ca_key_path))?;
+    let ca_cert = read_pem("read the CA certificate", &ca_cert_path)?;
+    let ca_key_text = read_pem("read the CA key", &ca_key_path)?;
     let not_ca = |path: &Path, why: String| CertsError::NotCa {
         path: path.to_path_buf(),
         why,
@@ -687,6 +709,29 @@ mod tests {
         let error = junk.load().unwrap_err().to_string();
         assert!(
             error.contains("junk.pem") && error.contains("no PEM"),
+            "{error}"
+        );
+        // A CA whose files are a device or a FIFO is refused, not read without end.
+        make_loopback_site(dir.path(), &["n0"]).unwrap();
+        let odd = dir.path().join("odd-ca");
+        std::fs::create_dir(&odd).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", odd.join(CA_CERT)).unwrap();
+        let fifo = std::ffi::CString::new(odd.join(CA_KEY).to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let out = dir.path().join("out");
+        let error = make_leaf(Role::Node, &["n1".into()], &odd, &out, 1).unwrap_err();
+        let error = error.to_string();
+        assert!(
+            error.contains(CA_CERT) && error.contains("not a regular file"),
+            "{error}"
+        );
+        std::fs::remove_file(odd.join(CA_CERT)).unwrap();
+        std::fs::copy(dir.path().join(CA_CERT), odd.join(CA_CERT)).unwrap();
+        let error = make_leaf(Role::Node, &["n1".into()], &odd, &out, 1).unwrap_err();
+        let error = error.to_string();
+        assert!(
+            error.contains(CA_KEY) && error.contains("not a regular file"),
             "{error}"
         );
         assert!(check_name("node 1").is_err());

@@ -102,6 +102,31 @@ fn global_refuses_bad_rates_naming_file_key_and_value() {
 }
 
 #[test]
+fn global_refuses_a_config_that_is_a_device_or_a_fifo_at_once() {
+    let _turn = crate::util::together();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fifo = dir.path().join("global.toml");
+    let fifo_c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo_c.as_ptr(), 0o600) }, 0);
+    let admin = dir.path().join("admin.sock");
+    for config in ["/dev/zero", fifo.to_str().unwrap()] {
+        let args = [
+            "global",
+            "--config",
+            config,
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-socket",
+            admin.to_str().unwrap(),
+            "--insecure-plaintext",
+        ];
+        let expected = format!("cannot read --config {config}: not a regular file");
+        assert_usage_error(&args, &run(&args), &expected);
+    }
+}
+
+#[test]
 fn ctl_usage_errors_are_one_clear_line() {
     let _turn = crate::util::together();
     for (args, expected) in [
