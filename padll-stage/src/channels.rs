@@ -311,7 +311,7 @@ fn change(
     for (index, (spec, _)) in free.iter().zip(add) {
         specs[*index] = Some(spec.clone());
     }
-    let routes = compute_routes(&specs, &reg.mounts)?;
+    let (routes, charged_nothing) = compute_routes(&specs, &reg.mounts)?;
 
     reg.specs = specs;
     for (index, spec) in rerate {
@@ -335,6 +335,7 @@ fn change(
         slot.changed();
     }
     publish_routes(&routes);
+    stats::set_free(&charged_nothing);
     for index in remove.iter().filter(|i| !free.contains(i)) {
         let slot = &SLOTS[*index];
         slot.in_use.store(false, Ordering::Release);
@@ -393,13 +394,15 @@ pub(crate) fn validate(spec: &ChannelSpec) -> Result<(), ChannelError> {
     Ok(())
 }
 
-/// Every route of the channels `specs` (by slot) over `mounts`; fails if some request
-/// would need more than four channels.
+/// Every route of the channels `specs` (by slot) over `mounts`, and per operation the
+/// mountpoints (a bit each) where a weighted channel charges it nothing; fails if some
+/// request would need more than four channels.
 fn compute_routes(
     specs: &[Option<ChannelSpec>],
     mounts: &[String],
-) -> Result<Vec<[u64; Op::COUNT]>, ChannelError> {
+) -> Result<(Vec<[u64; Op::COUNT]>, [u64; Op::COUNT]), ChannelError> {
     let mut routes = vec![[0u64; Op::COUNT]; mounts.len()];
+    let mut charged_nothing = [0u64; Op::COUNT];
     for (mount_index, mount_name) in mounts.iter().enumerate() {
         for op in Op::ALL {
             let mut requests = 0u32;
@@ -410,30 +413,34 @@ fn compute_routes(
             for (slot, spec) in specs.iter().enumerate() {
                 let Some(spec) = spec else { continue };
                 let mount_matches = spec.mount.as_ref().is_none_or(|m| m == mount_name);
+                if !mount_matches || !spec.scope.covers(*op) {
+                    continue;
+                }
                 // An operation a weighted channel charges nothing passes it freely: it
                 // is not routed through it at all.
-                let free = spec.units_per_token() != 1 && spec.costs.of(*op) == 0;
-                if mount_matches && spec.scope.covers(*op) && !free {
-                    if count == MAX_CHANNELS_PER_REQUEST {
-                        return Err(ChannelError::TooManyPerRequest {
-                            op: *op,
-                            mount: mount_name.clone(),
-                        });
-                    }
-                    count += 1;
-                    if spec.unit == Unit::Bytes {
-                        bytes |= (slot as u32 + 1) << (8 * byte_count);
-                        byte_count += 1;
-                    } else {
-                        requests |= (slot as u32 + 1) << (8 * request_count);
-                        request_count += 1;
-                    }
+                if spec.units_per_token() != 1 && spec.costs.of(*op) == 0 {
+                    charged_nothing[*op as usize] |= 1u64 << mount_index;
+                    continue;
+                }
+                if count == MAX_CHANNELS_PER_REQUEST {
+                    return Err(ChannelError::TooManyPerRequest {
+                        op: *op,
+                        mount: mount_name.clone(),
+                    });
+                }
+                count += 1;
+                if spec.unit == Unit::Bytes {
+                    bytes |= (slot as u32 + 1) << (8 * byte_count);
+                    byte_count += 1;
+                } else {
+                    requests |= (slot as u32 + 1) << (8 * request_count);
+                    request_count += 1;
                 }
             }
             routes[mount_index][*op as usize] = requests as u64 | (bytes as u64) << 32;
         }
     }
-    Ok(routes)
+    Ok((routes, charged_nothing))
 }
 
 fn publish_routes(routes: &[[u64; Op::COUNT]]) {
@@ -1287,6 +1294,40 @@ mod tests {
         assert_eq!((info(weighted).admitted, info(weighted).tokens), (17, 33));
         assert_eq!((info(plain).admitted, info(plain).tokens), (27, 27));
         clear();
+    }
+
+    #[test]
+    fn an_operation_a_weighted_channel_charges_nothing_is_not_timed_there() {
+        let _tables = tables();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while !tsc::timing_ready() {
+            if std::time::Instant::now() > deadline {
+                return; // nothing is timed here (stats' tests check that)
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        set_mounts(&["/scratch".into()]).unwrap();
+        add(weighted_metadata_channel(1_000_000, 10_000)).unwrap();
+        let timed = || -> u64 {
+            stats::latency_rows(&["/scratch".to_string()])
+                .iter()
+                .filter(|row| row.class == Class::Metadata)
+                .flat_map(|row| row.counts.iter())
+                .sum()
+        };
+        let before = timed();
+        let counters = stats::local();
+        counters.served(0, Op::Close, 1000);
+        assert_eq!(
+            timed(),
+            before,
+            "a close costs nothing: its time is not the server's"
+        );
+        counters.served(0, Op::Open, 1000);
+        assert_eq!(timed(), before + 1);
+        clear();
+        counters.served(0, Op::Close, 1000);
+        assert_eq!(timed(), before + 2, "with no weights, a close is timed");
     }
 
     #[test]

@@ -323,10 +323,10 @@ fn managed_with<R: Returned>(
     };
     let ticks = served.wrapping_sub(admitted);
     if let Some(mount) = main {
-        counters.served(mount, main_op.class(), ticks);
+        counters.served(mount, main_op, ticks);
     }
     if let Some(mount) = source {
-        counters.served(mount, source_op.class(), ticks);
+        counters.served(mount, source_op, ticks);
     }
     let outcome = account(&result);
     if main.is_some() {

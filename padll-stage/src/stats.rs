@@ -24,7 +24,10 @@
 //! Service times of managed calls are counted the same way, in the fixed histogram
 //! layout of [`padll_wire::latency`], per mountpoint and class of operation — for the
 //! first [`TIMED_MOUNTS`] registered mountpoints only (most stages have one or two): a
-//! shard holds 6 KiB of them, and a thread only touches the rows it counts in.
+//! shard holds 6 KiB of them, and a thread only touches the rows it counts in. An
+//! operation a weighted channel of its mountpoint charges nothing (`close` weighed 0)
+//! is not timed there: its calls cost the server nothing in the control plane's eyes,
+//! and a fast free call would otherwise pull the class's median under the server's.
 
 use crate::credit::Credit;
 use crate::tsc;
@@ -32,7 +35,7 @@ use padll_wire::channel::SLOT_COUNT;
 use padll_wire::latency::{bucket_of_f64, LatencyRow, BUCKETS};
 use padll_wire::ops::{Class, Op};
 pub use padll_wire::report::OpStats;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Number of owned shards.
 pub const SHARDS: usize = 256;
@@ -46,9 +49,41 @@ const CLASSES: usize = Class::ALL.len();
 type Latency = [[[AtomicU64; TIMED_MOUNTS]; BUCKETS]; CLASSES];
 /// The same, summed over shards.
 type LatencySums = [[[u64; TIMED_MOUNTS]; BUCKETS]; CLASSES];
-/// The mountpoints whose service times are counted now: [`TIMED_MOUNTS`] once the
-/// time-stamp counter's rate is known, 0 before.
-static TIMED: AtomicUsize = AtomicUsize::new(0);
+/// Per operation, the mountpoints (a bit each) whose calls' service times are counted
+/// now: once the time-stamp counter's rate is known, the first [`TIMED_MOUNTS`] less
+/// those of [`FREE`]; none before.
+static TIMED: [AtomicU64; Op::COUNT] = [const { AtomicU64::new(0) }; Op::COUNT];
+/// Per operation, the mountpoints where a weighted channel charges it nothing.
+static FREE: [AtomicU64; Op::COUNT] = [const { AtomicU64::new(0) }; Op::COUNT];
+/// The time-stamp counter's rate is known: [`TIMED`] follows [`FREE`].
+static TIMING: AtomicBool = AtomicBool::new(false);
+
+/// Sets, per operation, the mountpoints where a weighted channel charges it nothing
+/// (the channels' control path, on every change of the channels).
+pub fn set_free(free: &[u64; Op::COUNT]) {
+    for (op, mounts) in free.iter().enumerate() {
+        FREE[op].store(*mounts, Ordering::SeqCst);
+    }
+    if TIMING.load(Ordering::SeqCst) {
+        follow_free();
+    }
+}
+
+/// Makes [`TIMED`] follow [`FREE`]. Called by the control path and by the thread that
+/// finds the counter's rate known; whichever stores last re-reads [`FREE`] after, so
+/// the last value of [`FREE`] wins.
+fn follow_free() {
+    const FIRST: u64 = (1 << TIMED_MOUNTS) - 1;
+    for (timed, free) in TIMED.iter().zip(&FREE) {
+        loop {
+            let seen = free.load(Ordering::SeqCst);
+            timed.store(FIRST & !seen, Ordering::SeqCst);
+            if free.load(Ordering::SeqCst) == seen {
+                break;
+            }
+        }
+    }
+}
 
 #[repr(C)]
 struct OpCounters {
@@ -146,33 +181,37 @@ impl Counters {
         }
     }
 
-    /// Counts the service time of a managed call of `class` on mountpoint `mount`:
-    /// `ticks` of the time-stamp counter (`tsc`). Nothing is counted past the first
-    /// [`TIMED_MOUNTS`], nor while ticks cannot be converted into nanoseconds (the
-    /// managed path's one compare checks both; out of line, the first call after the
-    /// rate is measured opens the count).
+    /// Counts the service time of a managed call of `op` on mountpoint `mount` (below
+    /// [`MAX_MOUNTS`](crate::channels::MAX_MOUNTS)): `ticks` of the time-stamp counter
+    /// (`tsc`). Nothing is counted past the first [`TIMED_MOUNTS`], for an operation
+    /// charged nothing there, nor while ticks cannot be converted into nanoseconds (the
+    /// managed path's one bit test checks all three; out of line, the first call after
+    /// the rate is measured opens the count).
     #[inline(always)]
-    pub fn served(self, mount: u16, class: Class, ticks: u64) {
+    pub fn served(self, mount: u16, op: Op, ticks: u64) {
         let mount = mount as usize;
-        if mount < TIMED.load(Ordering::Relaxed) {
+        if TIMED[op as usize].load(Ordering::Relaxed) & (1 << (mount % 64)) != 0 {
             // Signed: a counter that went back (never, where the kernel trusts it)
             // counts as no time rather than as centuries.
             let ns = ticks as i64 as f64 * tsc::ns_per_tick();
-            let bucket = &self.shard.latency[class as usize][bucket_of_f64(ns)];
+            let bucket = &self.shard.latency[op.class() as usize][bucket_of_f64(ns)];
             self.add(&bucket[mount % TIMED_MOUNTS], 1);
         } else {
-            self.served_untimed(mount, class, ticks);
+            self.served_untimed(mount, op, ticks);
         }
     }
 
-    /// [`Self::served`] on a mountpoint not timed now: past the first
-    /// [`TIMED_MOUNTS`], or before the counter's rate is known.
+    /// [`Self::served`] of a call not timed now: past the first [`TIMED_MOUNTS`], of an
+    /// operation charged nothing, or before the counter's rate is known.
     #[cold]
     #[inline(never)]
-    fn served_untimed(self, mount: usize, class: Class, ticks: u64) {
-        if mount < TIMED_MOUNTS && tsc::timing_ready() {
-            TIMED.store(TIMED_MOUNTS, Ordering::Relaxed);
-            self.served(mount as u16, class, ticks);
+    fn served_untimed(self, mount: usize, op: Op, ticks: u64) {
+        if mount < TIMED_MOUNTS && !TIMING.load(Ordering::Relaxed) && tsc::timing_ready() {
+            TIMING.store(true, Ordering::SeqCst);
+            follow_free();
+            if TIMED[op as usize].load(Ordering::Relaxed) & (1 << mount) != 0 {
+                self.served(mount as u16, op, ticks);
+            }
         }
     }
 
@@ -612,17 +651,17 @@ mod tests {
         let ticks = |ns: f64| (ns / tsc::ns_per_tick()) as u64;
         if !ready {
             // Ticks are not usable here: nothing is timed.
-            counters.served(0, Class::Data, 1_000_000);
+            counters.served(0, Op::Read, 1_000_000);
             assert_eq!(latency_of(shard), [[[0; TIMED_MOUNTS]; BUCKETS]; CLASSES]);
             return;
         }
         for _ in 0..3 {
-            counters.served(1, Class::Data, ticks(5e6));
+            counters.served(1, Op::Read, ticks(5e6));
         }
-        counters.served(0, Class::Metadata, ticks(110e3));
-        counters.served(0, Class::Metadata, ticks(20e9));
+        counters.served(0, Op::Open, ticks(110e3));
+        counters.served(0, Op::Open, ticks(20e9));
         // Past the timed mountpoints: not counted.
-        counters.served(TIMED_MOUNTS as u16, Class::Metadata, ticks(110e3));
+        counters.served(TIMED_MOUNTS as u16, Op::Open, ticks(110e3));
         let sums = latency_of(shard);
         let data = Class::Data as usize;
         let metadata = Class::Metadata as usize;
@@ -658,8 +697,8 @@ mod tests {
         };
         assert!(rows_of_m3().is_empty());
         let ticks = (2_000.0 / tsc::ns_per_tick()) as u64;
-        local().served(3, Class::Xattr, ticks);
-        local().served(3, Class::Xattr, ticks);
+        local().served(3, Op::Getxattr, ticks);
+        local().served(3, Op::Getxattr, ticks);
         let rows = rows_of_m3();
         assert_eq!(rows.len(), 1, "{rows:?}");
         assert_eq!(rows[0].class, Class::Xattr);
