@@ -27,10 +27,10 @@ struct Setup {
 
 fn setup() -> impl Strategy<Value = Setup> {
     (
-        2.0..6.0f64,                          // log10 capacity: 100 … 1 M tokens/s
-        -4.0..-1.0f64,                        // log10 target: 0.1 ms … 100 ms
-        prop_oneof![Just(0.25), 0.5..4.0f64], // target / no-load p50 − 1
-        prop_oneof![Just(0.0), 0.0..1.0f64],  // noise, as a fraction of `max_noise`
+        2.0..6.0f64,   // log10 capacity: 100 … 1 M tokens/s
+        -4.0..-1.0f64, // log10 target: 0.1 ms … 100 ms
+        kappa(),
+        prop_oneof![Just(0.0), 0.0..1.0f64], // noise, as a fraction of `max_noise`
         any::<u64>(),
         prop_oneof![Just(0.0), 0.0..0.3f64],
     )
@@ -42,6 +42,12 @@ fn setup() -> impl Strategy<Value = Setup> {
             seed,
             lag,
         })
+}
+
+/// `κ` = target / no-load p50 − 1: a flat curve, the usual ones, and steep ones whose
+/// saturation rate is within 25 % … 3 % of the rate at the target (`k` stops at 10).
+fn kappa() -> impl Strategy<Value = f64> {
+    prop_oneof![Just(0.25), 0.5..4.0f64, 4.0..30.0f64]
 }
 
 /// The largest noise drawn (standard deviation of the log of each measured quantile):
@@ -278,6 +284,30 @@ fn the_quantile_furthest_over_its_target_decides() {
         rates[20..].iter().all(|&r| within_band(r)),
         "Max_R / capacity {rates:?}"
     );
+}
+
+/// A target far above the no-load latency (κ = 12 … 30: a steep curve, whose
+/// saturation rate is within 9 % of the rate-at-target) settles within ±10 % and stays:
+/// the intervals the file system limits teach the slope.
+#[test]
+fn a_target_far_above_the_no_load_latency_settles() {
+    for kappa in [12.0, 15.0, 20.0, 30.0] {
+        let s = Setup {
+            capacity: 10_000.0,
+            target_p50: 0.001,
+            kappa,
+            noise: 0.0,
+            seed: 7,
+            lag: 0.0,
+        };
+        let mut sim = closed_loop(&s);
+        saturated_rates(&mut sim, SETTLE, s.capacity);
+        let rates = saturated_rates(&mut sim, 40, s.capacity);
+        assert!(
+            rates.iter().all(|&r| within_band(r)),
+            "κ {kappa}: Max_R / capacity {rates:?}"
+        );
+    }
 }
 
 /// One interval of 10× the target latency (an outlier) costs at most `max_decrease`,

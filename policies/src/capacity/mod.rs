@@ -37,12 +37,20 @@
 //!   are set: the quantile furthest over its target decides. An interval with fewer than
 //!   `min_samples` samples (or no latency) says nothing: `Max_R` is held.
 //! * **Slope.** `k` starts at `initial_slope` (2: cautious, a target three times the
-//!   no-load latency). `du/dr` is then fitted by least squares over the last 6 intervals
-//!   that `Max_R` bound (served ≥ 90 % of it), and blended geometrically into `k` when the
-//!   fit is clear of the noise (served rates spread ≥ 5 %, slope ≥ 3 standard errors):
-//!   steady state and saturation leave `k` alone; an interval the jobs or the file
-//!   system limited empties the window, since the capacity may have moved meanwhile and
-//!   two curves in one fit give a wrong slope.
+//!   no-load latency) and stays within 0.1…10. `du/dr` is then fitted by least squares
+//!   over the last 6 intervals that `Max_R` or the file system bound (served ≥ 90 % of
+//!   `Max_R`, or less with the latency over the target), and blended geometrically into
+//!   `k` when the fit is clear of the noise (served rates spread ≥ 5 %, slope ≥ 3
+//!   standard errors): steady state and saturation leave `k` alone. An interval the jobs
+//!   limited (served < 90 % of `Max_R`, latency under the target) empties the window,
+//!   since the capacity may have moved meanwhile and two curves in one fit give a wrong
+//!   slope. One the file system limited stays: it is the steep side of the curve. Were
+//!   it dropped too, a steep curve (κ of 12 and more: a saturation rate within about
+//!   8 % of the rate at the target) would keep `k` at 2 and `Max_R` alternating between
+//!   about 0.85 and 1.25 × the capacity forever: each increase overshoots the
+//!   saturation rate and the next interval is the file system's. Beyond κ = 10, the
+//!   bound of `k`, the step overshoots by κ/10 and rings down; the properties are
+//!   tested up to κ = 30.
 //! * **Delay.** `Max_R` set at the end of interval `n` is in force during `n + 1`. The
 //!   step starts from the rate actually *served* in the observed interval (what produced
 //!   that latency), not from the `Max_R` set since, so the delay does not make the loop
@@ -315,10 +323,13 @@ impl CapacityEstimator {
     /// Fit `u` against the served rate over the last intervals (least squares) and
     /// blend the slope into `k` when the fit determines it.
     fn learn_slope(&mut self, served: f64, u: f64, in_force: f64) {
-        // Only intervals whose rate Max_R set fit one curve: an interval the jobs or the
-        // file system limited may sit on another curve (the capacity can change
-        // meanwhile), and mixing two curves makes a wrong slope.
-        if served < BINDING * in_force {
+        // An interval the jobs limited (under Max_R with the latency under the target)
+        // may sit on another curve (the capacity can change meanwhile), and mixing two
+        // curves makes a wrong slope. One the file system limited (under Max_R with the
+        // latency over the target: it served what it could) is the steep part of the
+        // curve the fit needs: without it a target far above the no-load latency never
+        // binds three intervals in a row and `k` stays at its first guess.
+        if served < BINDING * in_force && u >= 1.0 {
             self.history.clear();
             return;
         }
