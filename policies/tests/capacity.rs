@@ -310,6 +310,50 @@ fn a_target_far_above_the_no_load_latency_settles() {
     }
 }
 
+/// A steep knee teaches `k` its upper bound; a later climb on the flat part of the
+/// curve (latency half the target) brings it back: from the floor to the ceiling
+/// takes at most half again as many intervals as with a fresh estimator.
+#[test]
+fn a_slope_learned_at_a_knee_does_not_slow_a_later_climb() {
+    let settings = Settings::new(Some(0.001), None, 100.0, 10_000.0);
+    let at = |served: f64, p50: f64, max_rate: f64| Observation {
+        served,
+        p50: Some(p50),
+        p99: None,
+        samples: 1000,
+        max_rate,
+    };
+    let climb = |e: &mut CapacityEstimator| {
+        let mut intervals = 0;
+        while e.max_rate() < 10_000.0 && intervals < 1000 {
+            let m = e.max_rate();
+            e.update(&at(m, 0.0005, m));
+            intervals += 1;
+        }
+        intervals
+    };
+    let mut fresh = CapacityEstimator::new(settings.clone()).unwrap();
+    let mut knee = CapacityEstimator::new(settings).unwrap();
+    // Intervals that Max_R bound on either side of a knee at 1 000/s: u from 1.6 to 0.4
+    // for 12 % more rate.
+    for (r, u) in [(1000.0, 1.6), (1120.0, 0.4)].repeat(3) {
+        knee.update(&at(r, 0.001 / u, r));
+    }
+    // Both brought to the floor by a slow spell.
+    for e in [&mut fresh, &mut knee] {
+        for _ in 0..30 {
+            let m = e.max_rate();
+            e.update(&at(100.0, 0.01, m));
+        }
+        assert_eq!(e.max_rate(), 100.0);
+    }
+    let (fresh, knee) = (climb(&mut fresh), climb(&mut knee));
+    assert!(
+        2 * knee <= 3 * fresh,
+        "floor to ceiling: {knee} intervals after the knee, {fresh} fresh"
+    );
+}
+
 /// One interval of 10× the target latency (an outlier) costs at most `max_decrease`,
 /// even on a flat curve (a small slope, where the Newton step alone would cut to
 /// nothing), and normal intervals give it back: within 10 % after 3.

@@ -50,7 +50,12 @@
 //!   about 0.85 and 1.25 × the capacity forever: each increase overshoots the
 //!   saturation rate and the next interval is the file system's. Beyond κ = 10, the
 //!   bound of `k`, the step overshoots by κ/10 and rings down; the properties are
-//!   tested up to κ = 30.
+//!   tested up to κ = 30. A window whose rates spread but show no clear negative
+//!   slope, every interval under the target (the flat side of the curve), brings a `k`
+//!   above `initial_slope` back toward it by the same blend: a `k` learned at a knee
+//!   would otherwise make every later step small (a climb from the floor 4× slower).
+//!   Over the target a flat or rising fit is two curves (a capacity that moved) and
+//!   teaches nothing.
 //! * **Delay.** `Max_R` set at the end of interval `n` is in force during `n + 1`. The
 //!   step starts from the rate actually *served* in the observed interval (what produced
 //!   that latency), not from the `Max_R` set since, so the delay does not make the loop
@@ -321,7 +326,8 @@ impl CapacityEstimator {
     }
 
     /// Fit `u` against the served rate over the last intervals (least squares) and
-    /// blend the slope into `k` when the fit determines it.
+    /// blend the slope into `k` when the fit determines it, or `initial_slope` when a
+    /// flat fit shows a larger `k` stale.
     fn learn_slope(&mut self, served: f64, u: f64, in_force: f64) {
         // An interval the jobs limited (under Max_R with the latency under the target)
         // may sit on another curve (the capacity can change meanwhile), and mixing two
@@ -337,26 +343,49 @@ impl CapacityEstimator {
             self.history.remove(0);
         }
         self.history.push((served, u));
-        if let Some(slope) = fitted_slope(&self.history) {
-            let k = (-slope * served).clamp(SLOPE_RANGE.0, SLOPE_RANGE.1);
-            self.slope = self.slope.powf(1.0 - SLOPE_BLEND) * k.powf(SLOPE_BLEND);
-        }
+        let k = match fit(&self.history) {
+            Fit::Slope(slope) => (-slope * served).clamp(SLOPE_RANGE.0, SLOPE_RANGE.1),
+            // Rates spread enough to show a steep slope and none shows, all under the
+            // target: a `k` above the first guess was learned elsewhere on the curve (a
+            // knee) and would make every step small; it returns toward the guess. (Over
+            // the target, a flat or rising fit is two curves: a capacity that moved.)
+            Fit::Flat
+                if self.slope > self.settings.initial_slope
+                    && self.history.iter().all(|&(_, u)| u >= 1.0) =>
+            {
+                self.settings.initial_slope
+            }
+            Fit::Flat | Fit::Undetermined => return,
+        };
+        self.slope = self.slope.powf(1.0 - SLOPE_BLEND) * k.powf(SLOPE_BLEND);
     }
 }
 
-/// The least-squares slope `du/dr` of `points` (`(r, u)`), if it is negative, the
-/// rates spread enough and it stands clear of the noise.
-fn fitted_slope(points: &[(f64, f64)]) -> Option<f64> {
+/// What a window of `(r, u)` says about the slope `du/dr`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Fit {
+    /// Fewer than 3 points, or rates too close together to say anything.
+    Undetermined,
+    /// The rates spread, but no negative slope stands clear of the noise.
+    Flat,
+    /// A negative least-squares slope, clear of the noise.
+    Slope(f64),
+}
+
+/// The least-squares slope `du/dr` of `points` (`(r, u)`) if it is negative, the rates
+/// spread enough and it stands clear of the noise; [`Fit::Flat`] if only the first
+/// two hold.
+fn fit(points: &[(f64, f64)]) -> Fit {
     let n = points.len() as f64;
     if points.len() < 3 {
-        return None;
+        return Fit::Undetermined;
     }
     let mean_r = points.iter().map(|p| p.0).sum::<f64>() / n;
     let mean_u = points.iter().map(|p| p.1).sum::<f64>() / n;
     let srr: f64 = points.iter().map(|p| (p.0 - mean_r).powi(2)).sum();
     let sru: f64 = points.iter().map(|p| (p.0 - mean_r) * (p.1 - mean_u)).sum();
     if (srr / n).sqrt() < SLOPE_MIN_SPREAD * mean_r {
-        return None;
+        return Fit::Undetermined;
     }
     let slope = sru / srr;
     let residuals: f64 = points
@@ -364,5 +393,9 @@ fn fitted_slope(points: &[(f64, f64)]) -> Option<f64> {
         .map(|p| (p.1 - mean_u - slope * (p.0 - mean_r)).powi(2))
         .sum();
     let standard_error = (residuals / (n - 2.0) / srr).sqrt();
-    (slope < 0.0 && -slope >= SLOPE_MIN_T * standard_error).then_some(slope)
+    if slope < 0.0 && -slope >= SLOPE_MIN_T * standard_error {
+        Fit::Slope(slope)
+    } else {
+        Fit::Flat
+    }
 }
