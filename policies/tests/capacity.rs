@@ -394,7 +394,8 @@ fn one_slow_interval_does_not_halve_the_machine() {
     );
 }
 
-/// An interval with fewer samples than `min_samples`, or without latency, holds `Max_R`.
+/// An interval with fewer samples than `min_samples` holds `Max_R` (until the pool
+/// adds up), and so does one without latency.
 #[test]
 fn too_few_samples_hold_the_rate() {
     let settings = Settings::new(Some(0.002), None, 10.0, 1e6);
@@ -411,6 +412,69 @@ fn too_few_samples_hold_the_rate() {
     assert_eq!(estimator.update(&slow(min_samples - 1, Some(1.0))), before);
     assert_eq!(estimator.update(&slow(min_samples, None)), before);
     assert!(estimator.update(&slow(min_samples, Some(1.0))) < before);
+}
+
+/// A file system too slow to complete `min_samples` calls an interval (19, each
+/// taking 8.6 s against a 2 ms target) is still throttled: its intervals are pooled
+/// until their samples add up, and `Max_R` falls to the floor.
+#[test]
+fn intervals_short_of_min_samples_are_pooled() {
+    let settings = Settings::new(Some(0.002), None, 100.0, 1e6);
+    let min_samples = settings.min_samples;
+    let mut estimator = CapacityEstimator::new(settings).unwrap();
+    let slow = |max_rate| Observation {
+        served: 19.0,
+        p50: Some(8.6),
+        p99: None,
+        samples: min_samples - 1,
+        max_rate,
+    };
+    assert_eq!(
+        estimator.update(&slow(1e6)),
+        1e6,
+        "one interval says nothing"
+    );
+    let pooled = estimator.update(&slow(1e6));
+    assert!(pooled < 1e6, "two intervals add up: Max_R {pooled}");
+    for _ in 0..20 {
+        estimator.update(&slow(estimator.max_rate()));
+    }
+    assert_eq!(estimator.max_rate(), 100.0);
+}
+
+/// A pool's quantiles are not known, only its parts': its `u` is the value closest to
+/// 1 that they allow. Parts all over the target lower `Max_R` as the least slow of them
+/// alone would; parts on both sides of it lower nothing; parts more than 10 intervals
+/// apart are not pooled.
+#[test]
+fn a_pool_claims_no_more_than_its_parts_show() {
+    let settings = Settings::new(Some(0.002), None, 10.0, 1e6);
+    let half = settings.min_samples / 2;
+    let estimator = || CapacityEstimator::new(settings.clone()).unwrap();
+    let part = |p50: f64, samples: u64| Observation {
+        served: 1000.0,
+        p50: Some(p50),
+        p99: None,
+        samples,
+        max_rate: 1000.0,
+    };
+    let alone = estimator().update(&part(0.004, 2 * half));
+    let mut pool = estimator();
+    pool.update(&part(0.008, half));
+    assert_eq!(pool.update(&part(0.004, half)), alone);
+    assert!(alone < 1000.0, "{alone}");
+
+    let mut both_sides = estimator();
+    both_sides.update(&part(0.008, half));
+    assert_eq!(both_sides.update(&part(0.001, half)), 1000.0);
+
+    let mut apart = estimator();
+    apart.update(&part(0.008, half));
+    for _ in 0..9 {
+        apart.update(&part(0.008, 0));
+    }
+    assert_eq!(apart.update(&part(0.008, half)), 1e6, "11 intervals apart");
+    assert!(apart.update(&part(0.008, half)) < 1000.0);
 }
 
 #[test]

@@ -822,6 +822,26 @@ async fn service_times_of_every_node_merge_per_resource_and_interval() {
     assert_eq!(metrics.service_times[0].total(), 105);
 }
 
+/// Calls so slow (the histogram's last bucket, ≥ 8.6 s) that fewer than 20 complete an
+/// interval still bring an auto `Max_R` down from the ceiling to the floor.
+#[tokio::test(start_paused = true)]
+async fn an_auto_max_rate_falls_when_too_few_calls_complete_an_interval() {
+    let text = "[[resource]]\nname = \"/scratch:metadata\"\npolicy = \"uniform\"\n\
+                max_rate = \"auto\"\ntarget_p50_ms = 1\nfloor = 100\nceiling = 10000";
+    let config = GlobalConfig::parse(text, &crate::policy::check).unwrap();
+    let controller = Controller::new(config).unwrap();
+    let (a, _inbox) = attach(&controller, "a");
+    join(&controller, "a", a, 1, 100, "j1");
+    let mut slow = vec![0; padll_wire::latency::BUCKETS];
+    slow[padll_wire::latency::BUCKETS - 1] = 19;
+    for cycle in 1..=10 {
+        report_timed(&controller, "a", a, cycle, &[(1, 19.0, slow.clone())]);
+        controller.cycle().await;
+    }
+    let resource = &controller.snapshot().resources[0];
+    assert_eq!(resource.max_rate, 100.0, "{:?}", resource.service);
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_auto_max_rate_follows_the_service_times_and_an_administrator_can_fix_it() {
     let text = "[[resource]]\nname = \"/scratch:metadata\"\npolicy = \"uniform\"\n\

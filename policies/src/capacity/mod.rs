@@ -34,8 +34,19 @@
 //! `Max_R` is the one in force during the observed interval.
 //!
 //! * **Latency signal.** `u = min(target_p50/p50, target_p99/p99)` over the targets that
-//!   are set: the quantile furthest over its target decides. An interval with fewer than
-//!   `min_samples` samples (or no latency) says nothing: `Max_R` is held.
+//!   are set: the quantile furthest over its target decides. An interval without
+//!   latency says nothing. One with fewer than `min_samples` samples holds `Max_R` and
+//!   waits in a pool with the next ones until their samples add up, over at most 10
+//!   intervals (older ones leave it): a file system too slow to complete `min_samples`
+//!   calls an interval is still seen (it held `Max_R` at the ceiling forever). Only the
+//!   parts' quantiles are known, not the pool's; each quantile of the pool lies between
+//!   the parts' smallest and largest, so the pool's `u` is the value of that range
+//!   closest to 1 (parts all over the target count as the least slow of them, parts on
+//!   both sides as the target), its rate is the parts' mean, and it teaches the slope
+//!   nothing. Pooling keeps the noise bound `min_samples` sets (see *Noise*), where
+//!   acting on a short interval's quantile would not; the 10 intervals bound how stale
+//!   a decision's samples are. A resource completing fewer than `min_samples` calls in
+//!   10 intervals still holds its `Max_R`.
 //! * **Slope.** `k` starts at `initial_slope` (2: cautious, a target three times the
 //!   no-load latency) and stays within 0.1…10. `du/dr` is then fitted by least squares
 //!   over the last 6 intervals that `Max_R` or the file system bound (served ≥ 90 % of
@@ -96,6 +107,9 @@ const SLOPE_MIN_SPREAD: f64 = 0.05;
 const BINDING: f64 = 0.9;
 /// Bounds of the normalised slope `k`.
 const SLOPE_RANGE: (f64, f64) = (0.1, 10.0);
+/// Intervals with fewer than `min_samples` samples are pooled over at most this many
+/// intervals (the newest included).
+const POOL_INTERVALS: u64 = 10;
 
 /// What an administrator sets for one resource with `max_rate = "auto"`.
 #[derive(Debug, Clone, PartialEq)]
@@ -116,7 +130,8 @@ pub struct Settings {
     pub headroom: f64,
     /// Initial normalised slope `k = −r·du/dr` of `u = target/latency` (`> 0`).
     pub initial_slope: f64,
-    /// An interval with fewer latency samples than this leaves `Max_R` unchanged.
+    /// Latency samples that move `Max_R`: an interval with fewer leaves it unchanged
+    /// and is pooled with the next ones (at most 10 intervals) until they add up.
     pub min_samples: u64,
 }
 
@@ -244,6 +259,20 @@ pub struct CapacityEstimator {
     slope: f64,
     /// `(served, u)` of the last intervals that had a latency signal, oldest first.
     history: Vec<(f64, f64)>,
+    /// Intervals taken so far (numbers the pooled ones).
+    intervals: u64,
+    /// The recent intervals short of `min_samples`, oldest first, until they add up.
+    pool: Vec<Part>,
+}
+
+/// One interval with fewer than `min_samples` samples, waiting in the pool.
+#[derive(Debug, Clone, Copy)]
+struct Part {
+    interval: u64,
+    served: f64,
+    samples: u64,
+    p50: Option<f64>,
+    p99: Option<f64>,
 }
 
 impl CapacityEstimator {
@@ -254,6 +283,8 @@ impl CapacityEstimator {
             max_rate: settings.ceiling,
             slope: settings.initial_slope,
             history: Vec::with_capacity(SLOPE_WINDOW),
+            intervals: 0,
+            pool: Vec::new(),
             settings,
         })
     }
@@ -273,19 +304,19 @@ impl CapacityEstimator {
     /// (tokens/s, within `[floor, ceiling]`). Non-finite or negative numbers in the
     /// observation count as no signal.
     pub fn update(&mut self, obs: &Observation) -> f64 {
-        let served = obs.served;
+        self.intervals += 1;
         let in_force = if obs.max_rate.is_finite() && obs.max_rate > 0.0 {
             obs.max_rate
         } else {
             self.max_rate
         };
-        let Some(u) = self.gradient(obs) else {
+        let Some((served, u, pooled)) = self.signal(obs) else {
             return self.max_rate;
         };
-        if !(served.is_finite() && served > 0.0) {
-            return self.max_rate;
+        // A pooled `u` is a bound, not a measurement: it moves Max_R, not the fit.
+        if !pooled {
+            self.learn_slope(served, u, in_force);
         }
-        self.learn_slope(served, u, in_force);
         let s = &self.settings;
 
         let estimate = served * (1.0 + (u - 1.0) / self.slope);
@@ -306,18 +337,68 @@ impl CapacityEstimator {
         self.max_rate
     }
 
-    /// `u = target / latency` of the quantile furthest over its target, or `None` when
-    /// the interval carries no usable latency.
-    fn gradient(&self, obs: &Observation) -> Option<f64> {
-        if obs.samples < self.settings.min_samples {
+    /// The served rate and `u` the step starts from, and whether they come from a pool
+    /// of intervals; `None` while the interval (with the pool) says nothing.
+    fn signal(&mut self, obs: &Observation) -> Option<(f64, f64, bool)> {
+        let served = obs.served;
+        if obs.samples == 0 || !(served.is_finite() && served > 0.0) {
             return None;
         }
+        let u = self.gradient(obs.p50, obs.p99)?;
+        if obs.samples >= self.settings.min_samples {
+            self.pool.clear();
+            return Some((served, u, false));
+        }
+        let oldest = self.intervals.saturating_sub(POOL_INTERVALS - 1);
+        self.pool.retain(|part| part.interval >= oldest);
+        self.pool.push(Part {
+            interval: self.intervals,
+            served,
+            samples: obs.samples,
+            p50: obs.p50,
+            p99: obs.p99,
+        });
+        let samples: u64 = self.pool.iter().map(|part| part.samples).sum();
+        if samples < self.settings.min_samples {
+            return None;
+        }
+        let parts = std::mem::take(&mut self.pool);
+        let n = parts.len() as f64;
+        let served = parts.iter().map(|part| part.served / n).sum::<f64>();
+        // Each quantile of the pooled samples lies between the parts' smallest and
+        // largest: `u` is bounded by the ratios at those, and the value taken is the
+        // one of the bounds closest to 1 (no more excess nor room than is proved).
+        let bounds = |target: Option<f64>, quantile: fn(&Part) -> Option<f64>| {
+            let target = target?;
+            let measured = parts
+                .iter()
+                .filter_map(quantile)
+                .filter(|m| m.is_finite() && *m > 0.0);
+            let (least, most) = measured.fold(None, |acc: Option<(f64, f64)>, m| {
+                Some(acc.map_or((m, m), |(a, b)| (a.min(m), b.max(m))))
+            })?;
+            Some((target / most, target / least))
+        };
+        let (low, high) = match (
+            bounds(self.settings.target_p50, |part| part.p50),
+            bounds(self.settings.target_p99, |part| part.p99),
+        ) {
+            (Some(a), Some(b)) => (a.0.min(b.0), a.1.min(b.1)),
+            (a, b) => a.or(b)?,
+        };
+        let u = 1.0f64.clamp(low, high);
+        u.is_finite().then_some((served, u, true))
+    }
+
+    /// `u = target / latency` of the quantile furthest over its target, or `None`
+    /// without a usable latency.
+    fn gradient(&self, p50: Option<f64>, p99: Option<f64>) -> Option<f64> {
         let ratio = |target: Option<f64>, measured: Option<f64>| match (target, measured) {
             (Some(t), Some(m)) if m.is_finite() && m > 0.0 => Some(t / m),
             _ => None,
         };
-        let p50 = ratio(self.settings.target_p50, obs.p50);
-        let p99 = ratio(self.settings.target_p99, obs.p99);
+        let p50 = ratio(self.settings.target_p50, p50);
+        let p99 = ratio(self.settings.target_p99, p99);
         let u = match (p50, p99) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
