@@ -15,6 +15,16 @@ use tracing::warn;
 /// ([`super`]), so that every live node has re-attached by then.
 pub const MAX_RECONNECT_BACKOFF: Duration = Duration::from_secs(5);
 
+/// How long opening a TCP connection to a global controller may take (its TLS
+/// handshake has [`crate::tls::HANDSHAKE_TIMEOUT`]).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How long a connection to a global controller may stay silent before it is pinged.
+pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(2);
+
+/// How long a ping may go unanswered before the connection is given up.
+pub const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// The global controllers a local controller may attach to, the one it tries now, and
 /// the newest leader term it has seen.
 pub struct Globals {
@@ -82,30 +92,27 @@ where
 
 impl Globals {
     /// The comma-separated URLs of `--global`, each with `tls` (see
-    /// [`crate::tls::endpoint`]). With several, the connection is pinged (HTTP/2
-    /// keep-alive, 2 s) so a global controller that stopped answering is left within
-    /// 5 s for the next.
+    /// [`crate::tls::endpoint`]). Connecting gives up after [`CONNECT_TIMEOUT`], and each
+    /// connection is pinged (HTTP/2 keep-alive, [`KEEP_ALIVE_INTERVAL`]): a global
+    /// controller that stopped answering (a frozen process, a network dropping packets)
+    /// is left within [`KEEP_ALIVE_INTERVAL`] + [`KEEP_ALIVE_TIMEOUT`], for the next or,
+    /// with one, to connect to it again. Without pings its stream would never break:
+    /// the kernel keeps a stopped process's connections open.
     pub fn new(
         list: &str,
         tls: Option<ClientTlsConfig>,
     ) -> Result<Globals, crate::tls::EndpointError> {
-        let urls: Vec<&str> = list.split(',').map(str::trim).collect();
-        let several = urls.len() > 1;
-        let globals = urls
-            .into_iter()
+        let globals = list
+            .split(',')
+            .map(str::trim)
             .map(|url| {
                 if url.is_empty() {
                     return Err(crate::tls::EndpointError::EmptyInList(list.to_string()));
                 }
-                let endpoint = crate::tls::endpoint(url, tls.clone())?;
-                let endpoint = if several {
-                    endpoint
-                        .connect_timeout(Duration::from_secs(3))
-                        .http2_keep_alive_interval(Duration::from_secs(2))
-                        .keep_alive_timeout(Duration::from_secs(3))
-                } else {
-                    endpoint
-                };
+                let endpoint = crate::tls::endpoint(url, tls.clone())?
+                    .connect_timeout(CONNECT_TIMEOUT)
+                    .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
+                    .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
                 Ok((url.to_string(), endpoint))
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -256,6 +263,38 @@ mod tests {
         assert_eq!(g.url(), "http://a:1");
         assert!(!g.move_on());
         assert_eq!(g.url(), "http://b:2");
+    }
+
+    /// A lone global controller that stopped (`kill -STOP`: its kernel accepts the
+    /// connection and keeps it, the process never answers) is left within the pings'
+    /// timeout: without them the stream would wait forever.
+    #[tokio::test]
+    async fn a_lone_global_that_never_answers_is_left() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let held = tokio::spawn(async move {
+            let mut connections = Vec::new();
+            loop {
+                connections.push(listener.accept().await.unwrap().0);
+            }
+        });
+        let globals = Globals::new(&url, None).unwrap();
+        let attach = async {
+            let channel = globals.endpoint().connect().await?;
+            let mut client = crate::proto::global_client::GlobalClient::new(channel);
+            client
+                .attach(tokio_stream::pending::<crate::proto::LocalMessage>())
+                .await?;
+            Ok::<_, Box<dyn std::error::Error>>(())
+        };
+        let waited = KEEP_ALIVE_INTERVAL + KEEP_ALIVE_TIMEOUT;
+        let left = tokio::time::timeout(waited * 6, attach).await;
+        assert!(
+            matches!(left, Ok(Err(_))),
+            "still waiting for the global controller after {:?}",
+            waited * 6
+        );
+        held.abort();
     }
 
     #[test]
