@@ -75,7 +75,7 @@ fn wait_for_log(cluster: &Cluster, node: &str, needle: &str) {
 }
 
 /// Sends `signal` to the global controller.
-fn signal_global(cluster: &Cluster, signal: libc::c_int) {
+pub(crate) fn signal_global(cluster: &Cluster, signal: libc::c_int) {
     // SAFETY: kill(2) on the pid of a child the cluster started and has not reaped.
     let sent = unsafe { libc::kill(cluster.global_pid() as i32, signal) };
     assert_eq!(sent, 0, "kill: {}", std::io::Error::last_os_error());

@@ -3,6 +3,7 @@
 //! against real processes. Attacks that must come from another uid run this test binary
 //! again as uid 65534 (`setpriv`), in the helper `zz_local_attacker_helper`.
 
+use crate::node_default::signal_global;
 use crate::placement::Stage;
 use crate::util::*;
 use padll_wire::config::Identity;
@@ -162,6 +163,77 @@ fn place_flood_without_reading_is_closed_and_bounded() {
     good.place(id, &cluster.scratch, 1);
     let log = cluster.local_log("n1");
     assert!(log.contains("does not read its socket"), "no close logged");
+    assert!(cluster.controllers_alive());
+}
+
+/// While the global controller was frozen (`kill -STOP`: its kernel keeps the
+/// connection open and its window at 0), a user's stages coming and going grew the local
+/// controller by 11 MB/s (every message kept for the global) and it never noticed. Now
+/// it leaves the stream within the pings' timeout, or once its bounded queue is full,
+/// in one line; resumed, the global controller lists the stages alive, none of those
+/// that left meanwhile (their `StageLeft` lost with the stream).
+#[test]
+fn a_frozen_global_is_left_and_the_stages_that_left_meanwhile_do_not_stay() {
+    let _turn = alone();
+    let mut cluster = Cluster::new(CONFIG);
+    cluster.start_global();
+    cluster.start_local("n1");
+    let pid = cluster.local_pid("n1");
+    let socket = cluster.local_socket("n1");
+    let register = || Stage::register(&socket, &job_id("kept"), &cluster.scratch);
+    let mut kept = vec![register(), register()];
+    cluster.wait_for_stages(Duration::from_secs(20), &[("n1", 2)]);
+
+    signal_global(&cluster, libc::SIGSTOP);
+    let (before, _) = rss_kib(pid);
+    let churn = |stages: usize| {
+        for _ in 0..stages {
+            Stage::register(&socket, &job_id("churn"), &cluster.scratch);
+        }
+    };
+    let lost = |log: &str| log.matches("lost the global controller").count();
+    let started = Instant::now();
+    let mut churned = 0;
+    while lost(&cluster.local_log("n1")) == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(45),
+            "the frozen global controller not left in 45 s ({churned} stages came and went)"
+        );
+        churn(100);
+        churned += 100;
+    }
+    let noticed = started.elapsed();
+    kept.push(register());
+    let churning = Instant::now();
+    while churning.elapsed() < Duration::from_secs(5) {
+        churn(100);
+        churned += 100;
+    }
+    let (_, peak) = rss_kib(pid);
+    eprintln!(
+        "left the frozen global controller after {noticed:?}; {churned} stages came and \
+         went; local RSS before {before} KiB, peak {peak} KiB"
+    );
+    let log = cluster.local_log("n1");
+    assert_eq!(lost(&log), 1, "{log}");
+    // Before: +11 MB/s. Now: the queue holds 12 288 messages at most.
+    assert!(
+        peak < before + 128 * 1024,
+        "peak {peak} KiB (before {before})"
+    );
+
+    signal_global(&cluster, libc::SIGCONT);
+    let live = kept.len();
+    wait_for(
+        Duration::from_secs(90),
+        "the global controller to list the live stages and no orphan",
+        || {
+            let snapshot = cluster.try_snapshot()?;
+            let node = snapshot.nodes.iter().find(|n| n.node == "n1")?;
+            (node.attached && node.stages == live && node.orphans == 0).then_some(())
+        },
+    );
+    drop(kept);
     assert!(cluster.controllers_alive());
 }
 

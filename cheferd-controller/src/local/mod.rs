@@ -38,7 +38,6 @@ pub use rules::rule_to_spec;
 
 use crate::bounds::{self, Budget, LogLimit};
 use crate::identity::{Resolver, SlurmCgroups};
-use crate::proto::LocalMessage;
 use crate::supervise::Supervisor;
 use padll_wire::control;
 use std::collections::HashMap;
@@ -47,7 +46,6 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::net::UnixListener;
-use tokio::sync::mpsc;
 use tracing::info;
 
 /// How a local controller is run.
@@ -127,7 +125,7 @@ pub struct Local {
     queued: Arc<Budget>,
     next_stage_id: AtomicU64,
     stages: Mutex<HashMap<u64, stage::StageEntry>>,
-    upstream: Mutex<Option<mpsc::UnboundedSender<LocalMessage>>>,
+    upstream: Mutex<Option<Arc<upstream::Upstream>>>,
     /// Placement requests relayed to the global controller.
     placements: placement::Placements,
     user_directories: user_files::UserDirectories,
@@ -136,6 +134,23 @@ pub struct Local {
 }
 
 impl Local {
+    fn new(options: LocalOptions, user_directories: user_files::UserDirectories) -> Local {
+        Local {
+            pending: Budget::new(options.limits.max_pending_bytes),
+            queued: Budget::new(outbox::MAX_BYTES_PER_NODE),
+            // SAFETY: geteuid takes no arguments, touches no memory of ours and cannot fail.
+            identity: Resolver::new(Box::new(SlurmCgroups::system()), unsafe { libc::geteuid() }),
+            options,
+            peers: Mutex::new(admission::Peers::default()),
+            next_stage_id: AtomicU64::new(1),
+            stages: Mutex::new(HashMap::new()),
+            upstream: Mutex::new(None),
+            placements: Default::default(),
+            user_directories,
+            defaults: Default::default(),
+        }
+    }
+
     fn lock_stages(&self) -> MutexGuard<'_, HashMap<u64, stage::StageEntry>> {
         padll_wire::sync::lock_or_panic(&self.stages, STATE)
     }
@@ -144,7 +159,7 @@ impl Local {
         padll_wire::sync::lock_or_panic(&self.peers, STATE)
     }
 
-    fn lock_upstream(&self) -> MutexGuard<'_, Option<mpsc::UnboundedSender<LocalMessage>>> {
+    fn lock_upstream(&self) -> MutexGuard<'_, Option<Arc<upstream::Upstream>>> {
         padll_wire::sync::lock_or_panic(&self.upstream, STATE)
     }
 }
@@ -187,20 +202,7 @@ pub async fn run(mut options: LocalOptions) -> Result<(), LocalError> {
         );
         options.limits.max_connections = fitting;
     }
-    let local = Arc::new(Local {
-        pending: Budget::new(options.limits.max_pending_bytes),
-        queued: Budget::new(outbox::MAX_BYTES_PER_NODE),
-        // SAFETY: geteuid takes no arguments, touches no memory of ours and cannot fail.
-        identity: Resolver::new(Box::new(SlurmCgroups::system()), unsafe { libc::geteuid() }),
-        options,
-        peers: Mutex::new(admission::Peers::default()),
-        next_stage_id: AtomicU64::new(1),
-        stages: Mutex::new(HashMap::new()),
-        upstream: Mutex::new(None),
-        placements: Default::default(),
-        user_directories: user_files::UserDirectories::prepare(),
-        defaults: Default::default(),
-    });
+    let local = Arc::new(Local::new(options, user_files::UserDirectories::prepare()));
     let secured = if local.options.tls.is_some() {
         "mutual TLS"
     } else {

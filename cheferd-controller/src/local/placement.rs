@@ -11,7 +11,7 @@
 
 use super::Local;
 use crate::placement_service::Relay;
-use crate::proto::{self, local_message, LocalMessage};
+use crate::proto::{self, local_message};
 use padll_wire::control::{ControlMessage, MAX_FILE_BYTES};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -129,7 +129,7 @@ impl Local {
             stripes,
             stage_id,
         });
-        if to.send(LocalMessage { body: Some(body) }).is_err() {
+        if !to.send(body) {
             self.placements.answered(request);
             self.placed(stage_id, id, Vec::new());
         }

@@ -4,9 +4,8 @@
 use super::rules::TableResource;
 use super::Local;
 use crate::config::Resource;
-use crate::proto::{self, local_message, LocalMessage};
+use crate::proto::{self, local_message};
 use std::time::Duration;
-use tokio::sync::mpsc;
 
 /// When to push the next usage report, as the global controller scheduled it.
 #[derive(Default)]
@@ -53,7 +52,7 @@ impl ReportClock {
 /// out (the global controller plans only the resources it has).
 pub(super) fn report_usage(
     local: &Local,
-    upstream: &mpsc::UnboundedSender<LocalMessage>,
+    upstream: &super::upstream::Upstream,
     cycle: u64,
     applied: u64,
     table: &[Option<TableResource>],
@@ -91,7 +90,5 @@ pub(super) fn report_usage(
             })
             .collect(),
     };
-    let _ = upstream.send(LocalMessage {
-        body: Some(local_message::Body::Usage(usage)),
-    });
+    upstream.send(local_message::Body::Usage(usage));
 }

@@ -1,21 +1,50 @@
 //! The stream to the global controller (the leader, of several: see
 //! `crate::standby::follow`): registering and announcing every stage, following its
 //! messages, pushing usage on its schedule, relaying placement requests, and
-//! re-establishing it with backoff when it breaks.
+//! re-establishing it with backoff when it breaks, or when the global controller stops
+//! reading it (its queue is bounded).
 
 use super::report::{report_usage, ReportClock};
 use super::{rules, Local};
+use crate::outbox;
 use crate::proto::{
     self, global_client::GlobalClient, global_message, local_message, GlobalMessage, LocalMessage,
 };
 use crate::standby::follow::{reconnecting, Globals, Verdict};
 use std::ops::ControlFlow;
 use std::sync::Arc;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio::sync::Notify;
 use tonic::transport::Channel;
 use tonic::{Status, Streaming};
 use tracing::{debug, info, warn};
+
+/// Messages queued to the global controller at most, beyond one per stage the local
+/// controller may hold (`--max-connections`: each stage is announced as the stream
+/// starts): joins, leaves, reports and placement requests it has not read yet. A global
+/// controller that stops reading (frozen; until the pings give up, see
+/// [`Globals::new`]) would otherwise make the local controller keep every message its
+/// stages cause. Past it the stream is given up and opened again, and the new one
+/// announces the stages alive then: those that left meanwhile, their `StageLeft` not
+/// queued, are not announced, so the global controller releases them as orphans.
+const MAX_QUEUED: usize = outbox::MAX_QUEUED;
+
+/// The queue to one stream to the global controller.
+pub(super) struct Upstream {
+    queue: outbox::Sender<LocalMessage>,
+    /// Notified when a message could not be queued: the stream is given up.
+    refused: Notify,
+}
+
+impl Upstream {
+    /// Queues `body`; returns whether it was (if not, the stream is given up).
+    pub(super) fn send(&self, body: local_message::Body) -> bool {
+        let queued = self.queue.send(LocalMessage { body: Some(body) }).is_ok();
+        if !queued {
+            self.refused.notify_one();
+        }
+        queued
+    }
+}
 
 /// Keeps one stream to the global controller, re-establishing it with backoff.
 pub(super) async fn upstream_loop(local: Arc<Local>, globals: Globals) {
@@ -32,39 +61,48 @@ pub(super) async fn upstream_loop(local: Arc<Local>, globals: Globals) {
 /// One stream on `channel`, until it ends. Returns whether the global controller took
 /// it, and whether the list of globals wrapped in moving on.
 async fn attach(local: &Local, globals: &mut Globals, channel: Channel) -> (bool, bool) {
-    let (sender, receiver) = mpsc::unbounded_channel::<LocalMessage>();
-    let _ = sender.send(LocalMessage {
-        body: Some(local_message::Body::Register(proto::Register {
-            node: local.options.node.clone(),
-            version: proto::VERSION,
-        })),
+    let capacity = local.options.limits.max_connections + MAX_QUEUED;
+    let (queue, receiver) = outbox::bounded(capacity);
+    let upstream = Arc::new(Upstream {
+        queue,
+        refused: Notify::new(),
     });
+    upstream.send(local_message::Body::Register(proto::Register {
+        node: local.options.node.clone(),
+        version: proto::VERSION,
+    }));
     {
         // Announce every stage and start forwarding joins/leaves atomically, so none is
         // missed or announced twice.
         let stages = local.lock_stages();
         for entry in stages.values() {
-            let _ = sender.send(LocalMessage {
-                body: Some(local_message::Body::StageJoined(proto::StageJoined {
-                    stage: Some(entry.info.clone()),
-                    announced: true,
-                })),
-            });
+            upstream.send(local_message::Body::StageJoined(proto::StageJoined {
+                stage: Some(entry.info.clone()),
+                announced: true,
+            }));
         }
-        *local.lock_upstream() = Some(sender.clone());
+        *local.lock_upstream() = Some(upstream.clone());
     }
     let mut client = GlobalClient::new(channel);
-    let outcome = match client.attach(UnboundedReceiverStream::new(receiver)).await {
+    let outcome = match client.attach(receiver).await {
         Ok(response) => {
             info!(global = %globals.url(), "attached to the global controller");
-            let ended = follow(local, globals, response.into_inner(), &sender).await;
-            warn!(
-                global = %globals.url(),
-                "lost the global controller; stages keep their last rules"
-            );
+            let ended = follow(local, globals, response.into_inner(), &upstream).await;
+            if ended == Ended::Unread {
+                warn!(
+                    global = %globals.url(),
+                    "lost the global controller: it did not read the {capacity} messages \
+                     queued to it; stages keep their last rules"
+                );
+            } else {
+                warn!(
+                    global = %globals.url(),
+                    "lost the global controller; stages keep their last rules"
+                );
+            }
             // A deposed leader is not a stream taken: reconnecting backs off as from
             // a refusal, or a local that reaches only it would retry every few ms.
-            (ended == Ended::Lost, globals.move_on())
+            (ended != Ended::Left, globals.move_on())
         }
         Err(status) => {
             warn!(
@@ -97,6 +135,8 @@ enum Ended {
     Lost,
     /// It was left: the global controller was deposed.
     Left,
+    /// It was given up: its queue was full.
+    Unread,
 }
 
 /// Follows the global controller's messages and pushes usage on its schedule until the
@@ -105,7 +145,7 @@ async fn follow(
     local: &Local,
     globals: &mut Globals,
     mut inbound: Streaming<GlobalMessage>,
-    upstream: &mpsc::UnboundedSender<LocalMessage>,
+    upstream: &Upstream,
 ) -> Ended {
     let mut session = Session::default();
     loop {
@@ -116,6 +156,7 @@ async fn follow(
                 }
             }
             cycle = session.clock.next() => report_usage(local, upstream, cycle, session.applied, &session.resources),
+            () = upstream.refused.notified() => return Ended::Unread,
         }
     }
 }
@@ -178,10 +219,135 @@ fn handle_global(local: &Local, session: &mut Session, message: GlobalMessage) {
 }
 
 impl Local {
-    /// Sends `body` on the stream to the global controller, if there is one.
+    /// Sends `body` on the stream to the global controller, if there is one; none is
+    /// once its queue is full, until the stream is opened again.
     pub(super) fn send_upstream(&self, body: local_message::Body) {
-        if let Some(upstream) = self.lock_upstream().as_ref() {
-            let _ = upstream.send(LocalMessage { body: Some(body) });
+        let mut upstream = self.lock_upstream();
+        if upstream.as_ref().is_some_and(|to| !to.send(body)) {
+            *upstream = None;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::local::{DefaultLimit, LocalLimits, LocalOptions};
+    use crate::proto::{global_server, RelayDown, RelayUp, StandingReply, StandingRequest};
+    use std::pin::Pin;
+    use std::sync::Mutex;
+    use std::time::Duration;
+    use tokio_stream::Stream;
+    use tonic::{Request, Response};
+
+    type Boxed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+    /// A stream's first message, and the stream.
+    type Taken = (LocalMessage, Streaming<LocalMessage>);
+
+    /// A global controller that takes each stream, reads its first message, and never
+    /// reads the rest (nor answers).
+    #[derive(Clone, Default)]
+    struct Unread {
+        streams: Arc<Mutex<Vec<Taken>>>,
+    }
+
+    #[tonic::async_trait]
+    impl global_server::Global for Unread {
+        type AttachStream = Boxed<GlobalMessage>;
+        type RelayStream = Boxed<RelayDown>;
+
+        async fn attach(
+            &self,
+            request: Request<Streaming<LocalMessage>>,
+        ) -> Result<Response<Self::AttachStream>, Status> {
+            let mut inbound = request.into_inner();
+            let first = inbound.message().await?.expect("a first message");
+            self.streams.lock().unwrap().push((first, inbound));
+            Ok(Response::new(Box::pin(tokio_stream::pending())))
+        }
+
+        async fn relay(
+            &self,
+            _: Request<Streaming<RelayUp>>,
+        ) -> Result<Response<Self::RelayStream>, Status> {
+            Err(Status::unimplemented("relay"))
+        }
+
+        async fn standing(
+            &self,
+            _: Request<StandingRequest>,
+        ) -> Result<Response<StandingReply>, Status> {
+            Err(Status::unimplemented("standing"))
+        }
+    }
+
+    /// Waits (30 s at most) until `done`.
+    async fn within(what: &str, done: impl Fn() -> bool) {
+        let start = std::time::Instant::now();
+        while !done() {
+            assert!(start.elapsed() < Duration::from_secs(30), "no {what}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// A global controller that takes the stream and stops reading it (pings still
+    /// answered): the local controller's queue fills to its bound, not memory's, and it
+    /// gives the stream up and registers again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_global_that_reads_nothing_is_left_once_the_queue_is_full() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let global = Unread::default();
+        // HTTP/2's smallest windows: a few thousand messages fill them.
+        let server = tonic::transport::Server::builder()
+            .initial_stream_window_size(65_535)
+            .initial_connection_window_size(65_535)
+            .add_service(global_server::GlobalServer::new(global.clone()))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
+        let server = tokio::spawn(server);
+        let options = LocalOptions {
+            node: "n1".into(),
+            socket: "/nonexistent".into(),
+            global: url.clone(),
+            tls: None,
+            report_interval: Duration::from_secs(1),
+            limits: LocalLimits::default(),
+            default_limit: DefaultLimit::Off,
+        };
+        let directories = crate::local::user_files::UserDirectories::disabled();
+        let local = Arc::new(Local::new(options, directories));
+        let upstream = tokio::spawn(upstream_loop(
+            local.clone(),
+            Globals::new(&url, None).unwrap(),
+        ));
+        let streams = || global.streams.lock().unwrap().len();
+        within("the first stream", || streams() == 1).await;
+
+        // Leaves of stages the global never heard of, as fast as the local takes them,
+        // until it gives the stream up: the windows, then the queue, fill.
+        let bound = LocalLimits::default().max_connections + MAX_QUEUED;
+        let mut sent = 0;
+        while local.lock_upstream().is_some() {
+            assert!(
+                sent < 10 * bound,
+                "{sent} messages queued to a global controller that reads none"
+            );
+            for _ in 0..1000 {
+                local.send_upstream(local_message::Body::StageLeft(proto::StageLeft {
+                    stage_id: sent as u64,
+                }));
+                sent += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        within("a new stream", || streams() == 2).await;
+        let first = global.streams.lock().unwrap()[1].0.clone();
+        assert!(
+            matches!(&first.body, Some(local_message::Body::Register(r)) if r.node == "n1"),
+            "{first:?}"
+        );
+        upstream.abort();
+        server.abort();
     }
 }

@@ -33,6 +33,12 @@ impl UserDirectories {
         }
     }
 
+    /// Makes none: a test's controller leaves the node's `/dev/shm` alone.
+    #[cfg(test)]
+    pub(super) fn disabled() -> UserDirectories {
+        UserDirectories { enabled: false }
+    }
+
     /// Makes `uid`'s directory (a blocking call: a few system calls on a tmpfs).
     pub(super) fn prepare_for(&self, uid: u32, gid: u32) {
         if !self.enabled {
