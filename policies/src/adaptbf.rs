@@ -40,7 +40,16 @@
 //!   plus held-back operations).
 //! * `T·Δt` is floored: a cycle hands out `⌊Max_R·Δt⌋` whole tokens (eq. 2 sums to
 //!   that). Carrying the fraction to the next cycle would hand out more than
-//!   `Max_R·Δt` in some cycles.
+//!   `Max_R·Δt` in some cycles. When `0 < Max_R·Δt < 1` (the floor would starve every
+//!   job for ever) the cycle hands out one token worth `Max_R·Δt` operations, so the
+//!   rates still add up to `Max_R`.
+//! * Bounds (hostile inputs): a cycle hands out at most [`MAX_TOKENS`] (2⁵³) tokens, a
+//!   demand `d_x` counts at most that many (so `u_x` and `DF_x`, eqs. 3 and 6, stay
+//!   finite: an overflowing demand is the largest one, not NaN), and records are kept
+//!   within `±`[`MAX_RECORD`] (2⁶⁰; the excess is written off like a departure's).
+//!   States with records or allocations beyond them are refused.
+//! * Eq. (1)'s node count is at least 1 (as the controller sends it): a job of size 0
+//!   is weighted like a job of one node instead of getting nothing.
 //! * A job seen for the first time — or idle in the previous cycle (`α^{t−1} = 0`) —
 //!   has no meaningful `α^{t−1}`; its current initial allocation is used. Zero
 //!   denominators count as one token.
@@ -66,7 +75,16 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::util::clean;
-use crate::{JobId, JobSnapshot, Policy};
+use crate::{JobId, JobSnapshot, Policy, StateError};
+
+/// Most tokens a cycle hands out, and most a demand counts (2⁵³: every token count is
+/// exact as an `f64`, and sums of them cannot overflow).
+pub const MAX_TOKENS: i64 = 1 << 53;
+
+/// Bound on a record `|r_x|` (2⁶⁰): a record moves by at most 2·[`MAX_TOKENS`] a cycle,
+/// so arithmetic on records never overflows; beyond the bound the excess is written
+/// off.
+pub const MAX_RECORD: i64 = 1 << 60;
 
 /// What AdapTBF remembers about one job between cycles.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -195,23 +213,24 @@ impl Adaptbf {
     /// Bring the remaining jobs' records back to a zero sum (departed jobs took the
     /// difference with them).
     fn write_off(&mut self) {
-        let remaining: i64 = self.work.iter().map(|w| w.record).sum();
+        let remaining: i128 = self.work.iter().map(|w| i128::from(w.record)).sum();
         if remaining == 0 {
             return;
         }
+        let sign = remaining.signum() as i64;
+        let remaining = i64::try_from(remaining).unwrap_or(sign * i64::MAX);
         // remaining > 0: lenders lose `remaining` in proportion to their records;
         // remaining < 0: borrowers are forgiven `|remaining|` in proportion.
-        let sign = remaining.signum();
         self.idx.clear();
         self.raw.clear();
         for (i, w) in self.work.iter().enumerate() {
             if w.record.signum() == sign {
                 self.idx.push(i as u32);
-                self.raw.push(w.record.abs() as f64);
+                self.raw.push(w.record.unsigned_abs() as f64);
             }
         }
         split_whole(
-            remaining.abs(),
+            remaining.saturating_abs(),
             &self.idx,
             &self.raw,
             &self.work,
@@ -219,7 +238,7 @@ impl Adaptbf {
         );
         for (&i, &amount) in self.idx.iter().zip(&self.alloc) {
             let w = &mut self.work[i as usize];
-            w.record -= sign * amount.min(w.record.abs());
+            w.record -= sign * amount.min(w.record.saturating_abs());
         }
     }
 }
@@ -237,13 +256,18 @@ fn split_whole(total: i64, idx: &[u32], weights: &[f64], work: &[Work], alloc: &
     let sum: f64 = weights.iter().sum();
     let exact: Vec<f64> = weights.iter().map(|w| total as f64 * w / sum).collect();
     alloc.clear();
-    alloc.extend(exact.iter().map(|e| e.floor() as i64));
-    let short = total - alloc.iter().sum::<i64>();
+    alloc.extend(
+        exact
+            .iter()
+            .map(|e| clean(e.floor()).min(total as f64) as i64),
+    );
+    let given: i128 = alloc.iter().map(|&a| i128::from(a)).sum();
+    let short = (i128::from(total) - given).clamp(0, idx.len() as i128);
     let mut order: Vec<usize> = (0..idx.len()).collect();
     let fraction = |k: usize| exact[k] - exact[k].floor();
     let id = |k: usize| work[idx[k] as usize].id;
     order.sort_by(|&a, &b| fraction(b).total_cmp(&fraction(a)).then(id(a).cmp(&id(b))));
-    for &k in order.iter().take(short.max(0) as usize) {
+    for &k in order.iter().take(short as usize) {
         alloc[k] += 1;
     }
 }
@@ -289,10 +313,28 @@ fn apportion(
         order.clear();
         // Candidates: anyone for a missing token; holders of a token for an excess one.
         order.extend((0..idx.len() as u32).filter(|&k| diff > 0 || alloc[k as usize] > 0));
-        let m = (diff.unsigned_abs() as usize).min(order.len());
-        if m == 0 {
+        if order.is_empty() {
             break; // cannot happen with consistent inputs; never loop forever
         }
+        let n = order.len() as i64;
+        if diff.abs() >= n {
+            // At least one token for every candidate: hand them out (or take them back)
+            // in one pass, `q` each — what `q` single-token passes would do (a demand
+            // of 2⁵³ tokens must not take 2⁵³ / n passes). Taking stops at the smallest
+            // holding, so nobody goes below zero.
+            let mut q = diff.abs() / n;
+            if diff < 0 {
+                q = order.iter().map(|&k| alloc[k as usize]).fold(q, i64::min);
+            }
+            let step = diff.signum() * q;
+            for &k in order.iter() {
+                alloc[k as usize] += step;
+                work[idx[k as usize] as usize].rho -= step as f64;
+            }
+            diff -= step * n;
+            continue;
+        }
+        let m = diff.unsigned_abs() as usize;
         if m < order.len() {
             let w: &[Work] = work;
             let give = diff > 0;
@@ -350,7 +392,14 @@ impl Policy for Adaptbf {
 
     fn allocate_into(&mut self, max_rate: f64, jobs: &[JobSnapshot], out: &mut Vec<f64>) {
         let dt = self.interval;
-        let total = (clean(max_rate) * dt).floor().min(i64::MAX as f64 / 4.0) as i64;
+        // ⌊Max_R·Δt⌋ tokens of one operation each; below one token, one token worth
+        // Max_R·Δt operations (see the module docs).
+        let quota = clean(max_rate) * dt;
+        let (total, token) = if quota > 0.0 && quota < 1.0 {
+            (1, quota)
+        } else {
+            (quota.min(MAX_TOKENS as f64).floor() as i64, 1.0)
+        };
         self.load_work(jobs);
 
         // §III-C1: "allocates tokens only to active jobs … those that have submitted RPC
@@ -361,12 +410,14 @@ impl Policy for Adaptbf {
         let mut n_active = 0usize;
         let mut nodes = 0.0;
         for (w, j) in self.work.iter_mut().zip(jobs) {
-            w.d = clean(j.need()) * dt;
+            // Saturated: a demand of more tokens than a cycle can ever hand out is just
+            // the largest demand (an overflow to inf made DF = inf/inf = NaN).
+            w.d = (clean(j.need()) * dt / token).min(MAX_TOKENS as f64);
             w.active = w.d > 0.0;
             w.record0 = w.record;
             if w.active {
                 n_active += 1;
-                nodes += j.size as f64;
+                nodes += j.size.max(1) as f64;
             }
         }
 
@@ -379,7 +430,7 @@ impl Policy for Adaptbf {
         for (w, j) in self.work.iter_mut().zip(jobs) {
             w.n = match (w.active, nodes_known) {
                 (false, _) => 0.0,
-                (true, true) => j.size as f64,
+                (true, true) => j.size.max(1) as f64,
                 (true, false) => 1.0,
             };
             w.p = if w.active { w.n / nodes } else { 0.0 };
@@ -462,7 +513,7 @@ impl Policy for Adaptbf {
         // and eq. (14)'s floor does not lose a token to rounding when C·α_RD is whole
         // (with `Σ p_x·(…)/2` first, 15 came out as 14.999… and floored to 14).
         let mut c_nodes = 0.0;
-        let mut lenders_record = 0i64;
+        let mut lenders_record = 0i128;
         let mut lenders_df = 0.0;
         let mut n_lenders = 0usize;
         for w in self.work.iter().filter(|w| lender(w)) {
@@ -475,7 +526,7 @@ impl Policy for Adaptbf {
                 0.0
             };
             c_nodes += w.n * (w.u.max(1.0) + (1.0 - ubar).max(0.0));
-            lenders_record += w.record;
+            lenders_record += i128::from(w.record);
             lenders_df += w.df;
             n_lenders += 1;
         }
@@ -501,9 +552,9 @@ impl Policy for Adaptbf {
             // total. If the borrowers would give more, every borrower gives the same
             // fraction of its T_R^x (eq. 14 is one rule for all of J−, not first come
             // first served in snapshot order).
-            if asked > lenders_record {
+            if i128::from(asked) > lenders_record {
                 split_whole(
-                    lenders_record,
+                    lenders_record as i64, // < asked
                     &self.idx,
                     &self.raw,
                     &self.work,
@@ -544,9 +595,22 @@ impl Policy for Adaptbf {
             }
         }
 
+        // Records stay within ±MAX_RECORD; what is cut is written off as for a
+        // departure, so they still sum to zero.
+        let mut cut = false;
+        for w in self.work.iter_mut() {
+            if w.record.unsigned_abs() > MAX_RECORD as u64 {
+                w.record = w.record.clamp(-MAX_RECORD, MAX_RECORD);
+                cut = true;
+            }
+        }
+        if cut {
+            self.write_off();
+        }
+
         // ---- Output and state ----
         out.clear();
-        out.extend(self.work.iter().map(|w| w.alpha.max(0) as f64 / dt));
+        out.extend(self.work.iter().map(|w| w.alpha.max(0) as f64 * token / dt));
         self.state.jobs.clear();
         self.state.jobs.extend(self.work.iter().map(|w| JobEntry {
             id: w.id,
@@ -565,7 +629,25 @@ impl Policy for Adaptbf {
             self.state = AdaptbfState::default();
             return Ok(());
         }
-        self.state = serde_json::from_value(state.clone())?;
+        let loaded: AdaptbfState = serde_json::from_value(state.clone())?;
+        for e in &loaded.jobs {
+            let bad = |what: &str, value: &dyn std::fmt::Display, expected: &str| {
+                Err(StateError::Invalid(format!(
+                    "job {}: bad {what} {value} (expected {expected})",
+                    e.id
+                )))
+            };
+            if e.record.unsigned_abs() > MAX_RECORD as u64 {
+                return bad("record", &e.record, "|record| ≤ 2^60");
+            }
+            if e.allocated > MAX_TOKENS as u64 {
+                return bad("allocated", &e.allocated, "≤ 2^53 tokens");
+            }
+            if !(e.remainder.is_finite() && e.remainder.abs() <= RHO_BOUND) {
+                return bad("remainder", &e.remainder, "a number in [-1, 1]");
+            }
+        }
+        self.state = loaded;
         Ok(())
     }
 

@@ -77,7 +77,8 @@ pub struct JobSnapshot {
     /// Numeric group / account id (ThemisIO group-fair levels).
     #[serde(default)]
     pub group: u32,
-    /// Number of compute nodes (size-fair, AdapTBF priority eq. (1), MCKP baselines).
+    /// Number of compute nodes (size-fair, AdapTBF priority eq. (1), MCKP baselines;
+    /// size-fair and AdapTBF count 0 as 1, as the controller sends it).
     #[serde(default = "one_u32")]
     pub size: u32,
     /// Priority weight (> 0) used by priority-fair and as the weight of weighted
@@ -205,6 +206,9 @@ pub enum StateError {
     /// Not the policy's state.
     #[error("state: {0}")]
     Malformed(#[from] serde_json::Error),
+    /// The policy's state, with a value out of its range (the message names it).
+    #[error("{0}")]
+    Invalid(String),
 }
 
 /// A control algorithm: one call per control cycle.

@@ -8,7 +8,9 @@
 //!
 //! Rates are real numbers, the DP needs integer weights: rates are measured in
 //! *quanta* of `Max_R / resolution` (default resolution 1000; capacities at most the
-//! resolution use quanta of 1, so integer problems such as Table 4 are solved exactly).
+//! resolution use quanta of 1, so integer problems such as Table 4 are solved exactly;
+//! at most [`MAX_RESOLUTION`], and fewer quanta when jobs × quanta would pass
+//! [`MAX_DP_CELLS`]).
 //! Option rates are rounded **up** to whole quanta and the capacity **down**, so a
 //! choice feasible for the DP is always feasible for real.
 
@@ -100,11 +102,19 @@ pub fn size_units(sizes: &[u32], units: u32) -> Vec<u32> {
 /// (`k = 0..=4`), each worth the throughput the job would achieve with it,
 /// `min(level, need)`.
 pub fn default_options(j: &JobSnapshot, out: &mut Vec<RateOption>) {
+    default_options_within(j, f64::INFINITY, out);
+}
+
+/// [`default_options`] with the demand capped at `max_rate` first (a level above
+/// `Max_R` can never be chosen: a job demanding 10³⁰⁸ of 1 000 would be offered
+/// nothing but 0).
+pub fn default_options_within(j: &JobSnapshot, max_rate: f64, out: &mut Vec<RateOption>) {
     out.clear();
-    let d = clean(j.demand);
+    let d = clean(j.demand).min(clean(max_rate).max(0.0));
     let need = clean(j.need());
     for k in 0..=4 {
-        let rate = d * k as f64 / 4.0;
+        // d/4 first: d·k overflows to inf for d near f64::MAX.
+        let rate = d / 4.0 * k as f64;
         out.push(RateOption {
             rate,
             utility: rate.min(need),
@@ -114,6 +124,15 @@ pub fn default_options(j: &JobSnapshot, out: &mut Vec<RateOption>) {
 
 /// Default DP resolution (quanta per `Max_R`).
 pub const DEFAULT_RESOLUTION: usize = 1000;
+
+/// Largest DP resolution `mckp:RESOLUTION` accepts (the DP keeps `resolution + 1`
+/// values and one byte per job and quantum).
+pub const MAX_RESOLUTION: usize = 100_000;
+
+/// Most cells of the DP's choice table (one byte each, 64 MiB): with more jobs than
+/// `MAX_DP_CELLS / (resolution + 1)` the cycle uses fewer, coarser quanta (options are
+/// still rounded up, so the choice stays feasible).
+pub const MAX_DP_CELLS: usize = 1 << 26;
 
 /// The MCKP policy: maximise the total utility of the chosen options within `Max_R`.
 ///
@@ -129,10 +148,10 @@ pub struct Mckp {
 }
 
 impl Mckp {
-    /// MCKP with the given DP resolution (at least 1).
+    /// MCKP with the given DP resolution (1 to [`MAX_RESOLUTION`]).
     pub fn new(resolution: usize) -> Self {
         Mckp {
-            resolution: resolution.max(1),
+            resolution: resolution.clamp(1, MAX_RESOLUTION),
             classes: Vec::new(),
             opts: Vec::new(),
         }
@@ -156,17 +175,22 @@ impl Policy for Mckp {
 
     fn allocate_into(&mut self, max_rate: f64, jobs: &[JobSnapshot], out: &mut Vec<f64>) {
         let max_rate = clean(max_rate);
-        let quantum = if max_rate <= self.resolution as f64 {
+        // Within the memory budget of the choice table (jobs × (resolution + 1) bytes).
+        let resolution = self
+            .resolution
+            .min((MAX_DP_CELLS / jobs.len().max(1)).saturating_sub(1))
+            .max(1);
+        let quantum = if max_rate <= resolution as f64 {
             1.0
         } else {
-            max_rate / self.resolution as f64
+            max_rate / resolution as f64
         };
         let capacity = (max_rate / quantum + 1e-9).floor() as usize;
         self.classes.resize_with(jobs.len(), Vec::new);
         let mut rates: Vec<Vec<f64>> = Vec::with_capacity(jobs.len());
         for (j, class) in jobs.iter().zip(self.classes.iter_mut()) {
             if j.options.is_empty() {
-                default_options(j, &mut self.opts);
+                default_options_within(j, max_rate, &mut self.opts);
             } else {
                 self.opts.clear();
                 self.opts.extend_from_slice(&j.options);
@@ -174,6 +198,11 @@ impl Policy for Mckp {
             class.clear();
             let mut r = Vec::with_capacity(self.opts.len());
             for o in &self.opts {
+                // An option whose rate is no finite number is dropped: counted as 0 it
+                // would be free and still bring its utility.
+                if !(o.rate.is_finite() && o.utility.is_finite()) {
+                    continue;
+                }
                 let rate = clean(o.rate);
                 let units = (rate / quantum - 1e-9).ceil().max(0.0);
                 class.push((
@@ -251,9 +280,17 @@ impl Policy for UnitBaseline {
             Some(c) => static_units(&self.sizes, c, self.units),
             None => size_units(&self.sizes, self.units),
         };
+        // Scaled down in units, then converted: `u · unit` overflows to inf for
+        // Max_R near f64::MAX (and `cap / inf` gave everybody 0).
+        let given: f64 = units.iter().map(|&u| u as f64).sum();
+        let scale = if given > self.units as f64 {
+            self.units as f64 / given
+        } else {
+            1.0
+        };
         let unit = max_rate / self.units as f64;
         out.clear();
-        out.extend(units.iter().map(|&u| u as f64 * unit));
+        out.extend(units.iter().map(|&u| u as f64 * scale * unit));
         cap_total(max_rate, out);
     }
 }

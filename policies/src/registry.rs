@@ -13,7 +13,7 @@
 //! | `job-fair`, `size-fair`, `user-fair`, `priority-fair`, `group-fair` | ThemisIO primitives | ThemisIO §2.2.2 |
 //! | `themis:L1,L2,...` | composite (e.g. `group,user,size`) | ThemisIO §3 |
 //! | `drf[:MAX_DATA_RATE]` | dominant resource fairness over (ops/s, bytes/s) | PADLL mentions it |
-//! | `mckp[:RESOLUTION]` | multiple-choice knapsack by DP | Arbitration §3.1 |
+//! | `mckp[:RESOLUTION]` | multiple-choice knapsack by DP (resolution ≤ 100 000) | Arbitration §3.1 |
 //! | `mckp-static:NODES[,UNITS]` | STATIC baseline (`⌈C_a/R⌉` units) | Arbitration §3.2 |
 //! | `mckp-size[:UNITS]` | SIZE baseline (`round(F·s_a/Σs)` units) | Arbitration §3.2 |
 
@@ -21,7 +21,7 @@ use std::fmt;
 
 use crate::adaptbf::Adaptbf;
 use crate::drf::Drf;
-use crate::mckp::{Mckp, UnitBaseline};
+use crate::mckp::{Mckp, UnitBaseline, MAX_RESOLUTION};
 use crate::sharing::{PSharing, Psfa};
 use crate::statics::{Baseline, Priority, Uniform};
 use crate::themis::{parse_levels, LevelsError, Themis};
@@ -200,12 +200,20 @@ pub fn build(spec: &str) -> Result<Box<dyn Policy>, SpecError> {
             }
         },
         "drf" => Box::new(Drf::new(num("max data rate")?.unwrap_or(f64::INFINITY))),
-        "mckp" => Box::new(Mckp::new(
-            params
+        "mckp" => {
+            let resolution = params
                 .map(|p| int("resolution", p))
                 .transpose()?
-                .unwrap_or(1000) as usize,
-        )),
+                .unwrap_or(1000) as usize;
+            if resolution > MAX_RESOLUTION {
+                return Err(bad(
+                    "resolution",
+                    &resolution,
+                    "expected at most 100000 quanta",
+                ));
+            }
+            Box::new(Mckp::new(resolution))
+        }
         "mckp-static" => {
             let p = params.ok_or_else(|| {
                 err(SpecErrorKind::Missing(

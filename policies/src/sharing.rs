@@ -160,9 +160,7 @@ impl Policy for Psfa {
         // lines 11–14: distribute left_R by usage proportion.
         let total_usage: f64 = jobs.iter().map(|j| clean(j.usage)).sum();
         if total_usage > 0.0 {
-            for (o, j) in out.iter_mut().zip(jobs) {
-                *o += clean(j.usage) / total_usage * left;
-            }
+            add_proportional(left, |i| clean(jobs[i].usage), out);
         } else {
             add_proportional(left, |i| clean(jobs[i].demand), out);
         }

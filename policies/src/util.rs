@@ -43,25 +43,32 @@ pub(crate) fn water_fill(
     debug_assert_eq!(caps.len(), weights.len());
     debug_assert_eq!(caps.len(), out.len());
     order.clear();
-    let mut total_w = 0.0;
     for (i, (&c, &w)) in caps.iter().zip(weights).enumerate() {
         if w > 0.0 {
             order.push((c / w, i as u32));
-            total_w += w;
         } else {
             out[i] = 0.0;
         }
     }
     order.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    // The sort key is no longer needed: `order[k].0` becomes the weight of the jobs
+    // `k..` (suffix sums; subtracting each satisfied job's weight from the total loses
+    // small weights: `(1 + 1e17) − 1e17` is 0, and the level would drop to 0 with
+    // capacity left).
+    let mut suffix = 0.0;
+    for e in order.iter_mut().rev() {
+        suffix += weights[e.1 as usize];
+        e.0 = suffix;
+    }
     let mut left = capacity.max(0.0);
     let mut k = 0;
     while k < order.len() {
         let i = order[k].1 as usize;
+        let total_w = order[k].0;
         let level = if total_w > 0.0 { left / total_w } else { 0.0 };
-        if order[k].0 <= level {
+        if caps[i] / weights[i] <= level {
             out[i] = caps[i];
             left = (left - caps[i]).max(0.0);
-            total_w -= weights[i];
             k += 1;
         } else {
             // Every remaining job is unsatisfied: they share `left` by weight.
@@ -82,10 +89,21 @@ pub(crate) fn add_proportional(amount: f64, weights: impl Fn(usize) -> f64, out:
     if n == 0 || amount <= 0.0 {
         return;
     }
-    let total: f64 = (0..n).map(&weights).sum();
+    let mut total: f64 = (0..n).map(&weights).sum();
+    // Weights whose sum overflows (usages near f64::MAX) are taken relative to the
+    // largest: `w / inf` would give everybody 0 and lose `amount`.
+    let mut unit = 1.0;
+    if !total.is_finite() {
+        let largest = (0..n).map(&weights).fold(0.0, f64::max);
+        if largest.is_finite() {
+            unit = largest;
+            total = (0..n).map(|i| weights(i) / unit).sum();
+        }
+    }
     if total > 0.0 {
         for (i, o) in out.iter_mut().enumerate() {
-            *o += amount * weights(i) / total;
+            // The fraction first: `amount · w` overflows for w near f64::MAX.
+            *o += amount * (weights(i) / unit / total);
         }
     } else {
         let each = amount / n as f64;
@@ -99,8 +117,19 @@ pub(crate) fn add_proportional(amount: f64, weights: impl Fn(usize) -> f64, out:
 /// `Σ rate ≤ Max_R` contract against rounding and against static limits that
 /// over-subscribe the resource).
 pub(crate) fn cap_total(cap: f64, out: &mut [f64]) {
-    let total: f64 = out.iter().sum();
+    let mut total: f64 = out.iter().sum();
     if total > cap && total > 0.0 {
+        if !total.is_finite() {
+            // The sum overflowed (limits near f64::MAX): scale by the largest first, or
+            // `cap / inf` would give every job 0.
+            let largest = out.iter().copied().fold(0.0, f64::max);
+            if largest.is_finite() {
+                for o in out.iter_mut() {
+                    *o /= largest;
+                }
+                total = out.iter().sum();
+            }
+        }
         let f = cap.max(0.0) / total;
         for o in out.iter_mut() {
             *o *= f;

@@ -33,9 +33,11 @@ const SPECS: &[&str] = &[
 
 fn rate() -> impl Strategy<Value = f64> {
     prop_oneof![
-        3 => 0.0..2000.0f64,
-        1 => Just(0.0),
-        1 => 0.0..5.0f64,
+        12 => 0.0..2000.0f64,
+        4 => Just(0.0),
+        4 => 0.0..5.0f64,
+        // Near f64::MAX: products and sums overflow to inf.
+        1 => 1e300..f64::MAX,
     ]
 }
 
@@ -58,7 +60,8 @@ fn job() -> impl Strategy<Value = JobSnapshot> {
                 j.user = user + 10 * group;
                 j.size = size;
                 j.priority = priority;
-                j.wanted = wanted.map(|w| w + usage);
+                // Finite (as `validate` requires): near f64::MAX the sum would be inf.
+                j.wanted = wanted.map(|w| (w + usage).min(f64::MAX));
                 j.limit = limit;
                 j.data_demand = data;
                 j.options = opts
@@ -80,7 +83,24 @@ fn jobs() -> impl Strategy<Value = Vec<JobSnapshot>> {
 }
 
 fn capacity() -> impl Strategy<Value = f64> {
-    prop_oneof![1 => Just(0.0), 1 => 1.0..50.0f64, 4 => 50.0..20_000.0f64]
+    prop_oneof![
+        2 => Just(0.0),
+        2 => 1.0..50.0f64,
+        8 => 50.0..20_000.0f64,
+        // Beyond 2⁵³ tokens a cycle, and up to f64::MAX.
+        1 => 1e15..1e300f64,
+    ]
+}
+
+/// AdapTBF's tokens per cycle and the operations a token is worth: `⌊Max_R·Δt⌋` of
+/// one, or one of `Max_R·Δt` when that is below one.
+fn adaptbf_tokens(max: f64, dt: f64) -> (i64, f64) {
+    let quota = max * dt;
+    if quota > 0.0 && quota < 1.0 {
+        (1, quota)
+    } else {
+        (quota.floor() as i64, 1.0)
+    }
 }
 
 fn tol(max: f64) -> f64 {
@@ -279,9 +299,9 @@ proptest! {
                 j
             }).collect();
             let r = p.allocate(max, &jobs);
-            let tokens: Vec<i64> = r.iter().map(|x| (x * dt).round() as i64).collect();
+            let (total, token) = adaptbf_tokens(max, dt);
+            let tokens: Vec<i64> = r.iter().map(|x| (x * dt / token).round() as i64).collect();
             let st = p.current_state().clone();
-            let total = (max * dt).floor() as i64;
             let any_active = needs[..jobs.len()].iter().any(|&d| d > 0.0);
             prop_assert_eq!(tokens.iter().sum::<i64>(), if any_active { total } else { 0 });
             prop_assert_eq!(st.jobs.iter().map(|e| e.record).sum::<i64>(), 0);
@@ -319,13 +339,14 @@ proptest! {
             j
         }).collect();
         let nodes: f64 = sizes.iter().map(|&n| n as f64).sum();
-        let total = (max * dt).floor();
+        let (total, token) = adaptbf_tokens(max, dt);
+        let total = total as f64;
         let mut p = Adaptbf::new(dt);
         let mut cum = vec![0i64; jobs.len()];
         for t in 1..=cycles {
             let r = p.allocate(max, &jobs);
             for (c, x) in cum.iter_mut().zip(&r) {
-                *c += (x * dt).round() as i64;
+                *c += (x * dt / token).round() as i64;
             }
             for (k, &n) in sizes.iter().enumerate() {
                 let ideal = t as f64 * total * n as f64 / nodes;

@@ -9,6 +9,7 @@ mod cli;
 #[cfg(feature = "cli")]
 mod cli_place;
 mod examples;
+mod extremes;
 mod placement;
 mod properties;
 #[cfg(feature = "cli")]
