@@ -35,6 +35,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("place", place),
     ("last_rules", last_rules),
     ("placement_feed", placement_feed),
+    ("trace_file", trace_file),
 ];
 
 /// A line as the sockets see it (they drop lines that are not UTF-8).
@@ -311,7 +312,7 @@ pub fn rate_selector(data: &[u8]) {
 /// Parameterised specs `allocate` tries besides every plain name the registry builds
 /// (`policies::policy_names`); the first byte picks one of them all.
 const POLICY_VARIANTS: &[&str] = &["drf:1e9", "psfa:0.3", "psharing:weighted"];
-const MAX_RATES: &[f64] = &[0.0, 1.0, 1000.0, 110_000.0, 1e12];
+const MAX_RATES: &[f64] = &[0.0, 1.0, 1000.0, 110_000.0, 1e12, 1e300];
 
 /// `policies allocate`: byte 0 picks the policy, byte 1 `--max-rate`, the rest is the
 /// JSON on stdin. Accepted input gives JSON with a finite, non-negative rate per job
@@ -390,4 +391,18 @@ pub fn placement_feed(data: &[u8]) {
     for target in &loads.targets {
         assert!(target.capacity.is_finite() && (0.0..=target.capacity).contains(&target.used));
     }
+}
+
+/// A `padll-trace v1` file (`policies::trace::read`, what `simulate --trace` and the
+/// replayer read): a trace read holds at most `MAX_JOBS` jobs spanning `MAX_ROWS`
+/// seconds together, none longer than `MAX_SECONDS`.
+pub fn trace_file(data: &[u8]) {
+    use policies::trace::{self, MAX_JOBS, MAX_ROWS, MAX_SECONDS};
+    let Ok(traces) = trace::read(data) else {
+        return;
+    };
+    assert!(traces.len() as u64 <= MAX_JOBS);
+    let rows: u64 = traces.iter().map(|t| t.ops.len() as u64).sum();
+    assert!(rows <= MAX_ROWS, "{rows}");
+    assert!(traces.iter().all(|t| t.ops.len() as u64 <= MAX_SECONDS));
 }

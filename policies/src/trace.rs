@@ -251,11 +251,33 @@ pub enum TraceErrorKind {
     /// Job `0` (jobs are numbered from 1).
     #[error("bad job `0` (jobs are numbered from 1)")]
     JobZero,
+    /// A `second` or `job` beyond what a trace may hold ([`MAX_SECONDS`], [`MAX_JOBS`],
+    /// [`MAX_ROWS`]).
+    #[error("bad {column} `{value}` (expected at most {max})")]
+    TooLarge {
+        /// Its column (`second`, `job`).
+        column: &'static str,
+        /// As given.
+        value: u64,
+        /// The largest accepted.
+        max: u64,
+    },
 }
+
+/// Longest trace a file may give one job, seconds (as `policies trace --seconds`).
+pub const MAX_SECONDS: u64 = 1_000_000;
+
+/// Most jobs a trace file may number.
+pub const MAX_JOBS: u64 = 10_000;
+
+/// Most (second, job) rows the jobs' traces may span together (each job's trace runs to
+/// its last second: 4 jobs of [`MAX_SECONDS`], ≈ 224 MB).
+pub const MAX_ROWS: u64 = 4 * MAX_SECONDS;
 
 /// Read a `padll-trace v1` file. Errors name the line and the bad field.
 pub fn read(input: impl BufRead) -> Result<Vec<JobTrace>, TraceError> {
     let mut traces: Vec<JobTrace> = Vec::new();
+    let mut rows = 0u64;
     let mut columns: Option<Vec<String>> = None;
     for (n, line) in input.lines().enumerate() {
         let at = |kind| TraceError::Line { line: n + 1, kind };
@@ -286,11 +308,27 @@ pub fn read(input: impl BufRead) -> Result<Vec<JobTrace>, TraceError> {
                 })
             })
         };
-        let sec = num(0)? as usize;
-        let job = num(1)? as usize;
+        let sec = num(0)?;
+        let job = num(1)?;
         if job == 0 {
             return Err(at(TraceErrorKind::JobZero));
         }
+        let too_large = |column, value, max| at(TraceErrorKind::TooLarge { column, value, max });
+        if job > MAX_JOBS {
+            return Err(too_large("job", job, MAX_JOBS));
+        }
+        if sec >= MAX_SECONDS {
+            return Err(too_large("second", sec, MAX_SECONDS - 1));
+        }
+        let (sec, job) = (sec as usize, job as usize);
+        // Every job's trace runs to its last row: the rows spanned together are bounded.
+        let had = traces.get(job - 1).map_or(0, |t| t.ops.len()) as u64;
+        let grow = (sec as u64 + 1).saturating_sub(had);
+        if rows + grow > MAX_ROWS {
+            let max = (had + (MAX_ROWS - rows)).saturating_sub(1);
+            return Err(too_large("second", sec as u64, max));
+        }
+        rows += grow;
         if traces.len() < job {
             traces.resize_with(job, JobTrace::default);
         }

@@ -217,3 +217,62 @@ fn adaptbf_in_simulation_keeps_records_balanced() {
     assert_eq!(sum, 0);
     assert!(p.name().starts_with("adaptbf"));
 }
+
+/// `second` and `job` size the traces: 2⁶⁴−1 overflowed `second + 1`, 10¹¹ asked for
+/// terabytes. Each is refused naming the line, the column and the value.
+#[test]
+fn trace_reader_refuses_seconds_and_jobs_beyond_its_bounds() {
+    use trace::{TraceError, TraceErrorKind, MAX_JOBS, MAX_ROWS, MAX_SECONDS};
+    let refused = |text: &str| trace::read(text.as_bytes()).expect_err("a huge trace was read");
+    for (row, column, value) in [
+        ("18446744073709551615,1,5", "second", u64::MAX),
+        ("100000000000,1,5", "second", 100_000_000_000),
+        ("0,100000000000,5", "job", 100_000_000_000),
+        (&*format!("{MAX_SECONDS},1,5"), "second", MAX_SECONDS),
+        (&*format!("0,{},5", MAX_JOBS + 1), "job", MAX_JOBS + 1),
+    ] {
+        let e = refused(&format!("second,job,open\n0,1,1\n{row}\n"));
+        assert!(
+            matches!(&e, TraceError::Line {
+                line: 3,
+                kind: TraceErrorKind::TooLarge { column: c, value: v, .. },
+            } if *c == column && *v == value),
+            "{row}: {e:?}"
+        );
+        assert!(
+            e.to_string().contains(&format!("{column} `{value}`")),
+            "{e}"
+        );
+    }
+    // Together the jobs span at most MAX_ROWS seconds.
+    let last = MAX_SECONDS - 1;
+    let mut text = String::from("second,job,open\n");
+    let jobs = MAX_ROWS / MAX_SECONDS;
+    for job in 1..=jobs {
+        text.push_str(&format!("{last},{job},1\n"));
+    }
+    assert_eq!(trace::read(text.as_bytes()).unwrap().len() as u64, jobs);
+    text.push_str(&format!("0,{},1\n", jobs + 1));
+    let e = refused(&text);
+    assert!(
+        matches!(
+            &e,
+            TraceError::Line {
+                kind: TraceErrorKind::TooLarge {
+                    column: "second",
+                    value: 0,
+                    max: 0
+                },
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    // The largest accepted second and job still read.
+    let ok = trace::read(format!("second,job,open\n{last},1,2\n0,{MAX_JOBS},1\n").as_bytes());
+    let ok = ok.unwrap();
+    assert_eq!(
+        (ok[0].ops.len() as u64, ok.len() as u64),
+        (MAX_SECONDS, MAX_JOBS)
+    );
+}
