@@ -328,7 +328,7 @@ pub fn allocate(data: &[u8]) {
     let command = policies::cli::Command::Allocate(policies::cli::AllocateArgs {
         policy: policy.to_string(),
         max_rate: MAX_RATES[usize::from(*r) % MAX_RATES.len()],
-        interval: 1.0,
+        interval: None,
     });
     let mut out = Vec::new();
     if policies::cli::execute(&command, &mut &json[..], &mut out).is_err() {

@@ -146,9 +146,10 @@ pub struct AllocateArgs {
     /// `1.1e5`) or a rate in the controller's syntax (`110k`, `5000/s`, `20GiB/s`).
     #[arg(long, value_parser = parse_max_rate, allow_negative_numbers = true)]
     pub max_rate: f64,
-    /// Control interval in seconds (AdapTBF's Δt).
-    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
-    pub interval: f64,
+    /// Control interval in seconds (AdapTBF's Δt; default: the spec's, as in
+    /// `adaptbf:10`, else 1 s). Given, it overrides the spec's.
+    #[arg(long, allow_negative_numbers = true)]
+    pub interval: Option<f64>,
 }
 
 /// Arguments of `trace`.
@@ -304,14 +305,19 @@ fn allocate(a: &AllocateArgs, input: &mut dyn Read, out: &mut dyn Write) -> Resu
         a.max_rate,
         "a non-negative number",
     )?;
-    check(
-        a.interval.is_finite() && a.interval > 0.0,
-        "--interval",
-        a.interval,
-        "seconds > 0",
-    )?;
+    if let Some(interval) = a.interval {
+        check(
+            interval.is_finite() && interval > 0.0,
+            "--interval",
+            interval,
+            "seconds > 0",
+        )?;
+    }
     let mut policy = build(&a.policy).map_err(usage)?;
-    policy.set_interval(a.interval);
+    // Only when given: `adaptbf:10` keeps its 10 s otherwise.
+    if let Some(interval) = a.interval {
+        policy.set_interval(interval);
+    }
     let mut text = String::new();
     input
         .read_to_string(&mut text)
@@ -430,10 +436,10 @@ fn simulate(a: &SimulateArgs, out: &mut dyn Write) -> Result<(), Failure> {
         build(s).map_err(usage)?;
     }
     check(
-        a.step > 0.0 && a.step <= 0.1 + 1e-12,
+        a.step >= sim::MIN_STEP && a.step <= 0.1 + 1e-12,
         "--step",
         a.step,
-        "0 < step ≤ 0.1 s",
+        "0.001 ≤ step ≤ 0.1 s",
     )?;
     check(
         a.interval.is_finite() && a.interval >= a.step,

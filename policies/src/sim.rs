@@ -154,11 +154,17 @@ struct State {
     active: bool,
 }
 
+/// Smallest simulation step, seconds ([`simulate`] clamps a smaller one; the CLI
+/// refuses it).
+pub const MIN_STEP: f64 = 1e-3;
+
 /// Run `scenario` under `policy`.
 pub fn simulate(scenario: &Scenario, policy: &mut dyn Policy) -> SimResult {
     policy.set_interval(scenario.interval);
     let n = scenario.jobs.len();
-    let dt = scenario.step.clamp(1e-3, scenario.interval.max(1e-3));
+    let dt = scenario
+        .step
+        .clamp(MIN_STEP, scenario.interval.max(MIN_STEP));
     let steps_per_interval = (scenario.interval / dt).round().max(1.0) as usize;
     let mut st = vec![State::default(); n];
     let mut res = SimResult {

@@ -310,3 +310,75 @@ fn counts_out_of_range_name_their_flag() {
         assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
     }
 }
+
+/// `--interval` given only when wanted: `adaptbf:10` ran with Δt = 1 s because the
+/// flag's default always overrode the spec's.
+#[test]
+fn allocate_keeps_the_specs_interval_unless_given_one() {
+    let input = r#"{"jobs": [{"id": 1, "demand": 0, "usage": 1000}]}"#;
+    let allocated = |args: &[&str]| {
+        let (_, state) = rates(&policies(args, input));
+        state["jobs"][0]["allocated"].as_u64().unwrap()
+    };
+    let spec = ["allocate", "--policy", "adaptbf:10", "--max-rate", "100"];
+    assert_eq!(allocated(&spec), 1000, "Δt = 10 s: 100 ops/s × 10 s");
+    let given = [&spec[..], &["--interval", "2"]].concat();
+    assert_eq!(allocated(&given), 200, "--interval 2 overrides the spec's");
+}
+
+/// Hostile values each get one line naming them and exit 2: a DP resolution of 2³²
+/// (a 32 GB allocation), a state record of i64::MAX (an overflow), a step below the
+/// simulator's 1 ms (silently raised to it), trace rows at second 2⁶⁴−1 or 10¹¹, or of
+/// job 10¹¹ (overflow, or a multi-terabyte allocation).
+#[test]
+fn hostile_values_are_refused_in_one_line_naming_them() {
+    let dir = std::env::temp_dir().join(format!("policies-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cases: Vec<(Vec<String>, &str, String)> = vec![
+        (
+            vec![
+                "allocate".into(),
+                "--policy".into(),
+                "mckp:4294967295".into(),
+            ],
+            "{}",
+            "4294967295".into(),
+        ),
+        (
+            vec!["allocate".into(), "--policy".into(), "adaptbf".into()],
+            r#"{"jobs": [{"id": 1, "demand": 1, "usage": 1}],
+                "state": {"jobs": [{"id": 1, "record": 9223372036854775807, "remainder": 0, "allocated": 1},
+                                   {"id": 2, "record": 1, "remainder": 0, "allocated": 1}]}}"#,
+            "job 1: bad record 9223372036854775807".into(),
+        ),
+        (
+            vec!["simulate".into(), "--step".into(), "1e-9".into()],
+            "",
+            "bad --step `0.000000001`".into(),
+        ),
+    ];
+    for (k, (row, value)) in [
+        ("18446744073709551615,1,5", "second `18446744073709551615`"),
+        ("0,100000000000,5", "job `100000000000`"),
+        ("100000000000,1,5", "second `100000000000`"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let file = dir.join(format!("t{k}.csv"));
+        std::fs::write(&file, format!("second,job,open\n{row}\n")).unwrap();
+        let args = ["simulate", "--no-plots", "--trace", file.to_str().unwrap()];
+        cases.push((args.map(String::from).to_vec(), "", value.to_string()));
+    }
+    for (args, input, needle) in &mut cases {
+        if args[0] == "allocate" {
+            args.extend(["--max-rate".into(), "1000".into()]);
+        }
+        let o = policies(&args.iter().map(String::as_str).collect::<Vec<_>>(), input);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        assert!(e.contains(needle.as_str()), "{args:?}: {e}");
+        assert_eq!(e.trim_end().lines().count(), 1, "{args:?}: {e}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
