@@ -16,7 +16,8 @@
 //!
 //! It runs every cycle over every stage, so it is O(stages + jobs) and allocates only a
 //! few flat vectors: jobs arrive as small integer keys (the global controller interns
-//! job ids once, when a stage joins) and resources as indices into the configuration.
+//! job ids when a stage joins, and reuses a key once its job is gone) and resources as
+//! indices into the configuration.
 
 use crate::config::Resource;
 use crate::config::{GlobalConfig, JobConfig};
@@ -150,8 +151,8 @@ impl Layout {
 /// The per-job terms in force, by job key.
 #[derive(Debug, Default)]
 pub struct JobTerms<'a> {
-    /// Configured settings (priority, demand); `None` (or past the end): defaults.
-    pub settings: Vec<Option<&'a JobConfig>>,
+    /// Configured settings (priority, demand); none: defaults.
+    pub settings: HashMap<JobKey, &'a JobConfig>,
     /// Static limits (configuration and scheduled rules), by job and resource index.
     pub limits: HashMap<(JobKey, usize), f64>,
 }
@@ -265,15 +266,12 @@ pub fn compute(
                 jobs.push((*job, start..members.len()));
             }
         }
-        if jobs.is_empty() {
-            continue;
-        }
         let first_share = plan.shares.len();
         inputs.clear();
         dynamic.clear();
         for (job, range) in &jobs {
             let group = &members[range.clone()];
-            let settings = terms.settings.get(*job as usize).copied().flatten();
+            let settings = terms.settings.get(job).copied();
             let node_count = if group.len() == 1 {
                 1
             } else {
@@ -332,6 +330,8 @@ pub fn compute(
             .iter()
             .filter_map(|s| s.static_limit)
             .sum();
+        // Called without jobs too: a policy writes off the state of jobs gone from its
+        // input (AdapTBF's records), before their keys go to new jobs.
         if let Some(policy) = policies.get_mut(resource) {
             let capacity = (max_rate - reserved).max(0.0);
             let idle = inputs
@@ -403,6 +403,9 @@ pub const IDLE_SHARE: f64 = 0.05;
 /// in key order, a job's stages in input order. A counting sort over the dense job keys.
 fn group_by_job(stages: &[StageView]) -> (Vec<usize>, Vec<(JobKey, Range<usize>)>) {
     let keys = stages.iter().map(|s| s.job as usize + 1).max().unwrap_or(0);
+    if keys > 2 * stages.len() + 64 {
+        return group_by_sparse_job(stages);
+    }
     // bounds[k]..bounds[k + 1] is job k's range once the counts are summed up.
     let mut bounds = vec![0usize; keys + 1];
     for stage in stages {
@@ -425,6 +428,21 @@ fn group_by_job(stages: &[StageView]) -> (Vec<usize>, Vec<(JobKey, Range<usize>)
             .map(|k| (k as JobKey, bounds[k]..bounds[k + 1])),
     );
     (order, jobs)
+}
+
+/// [`group_by_job`] by sorting: for keys too sparse to count over (released keys are
+/// reused smallest first, but a job may keep a key issued while many others ran).
+fn group_by_sparse_job(stages: &[StageView]) -> (Vec<usize>, Vec<(JobKey, Range<usize>)>) {
+    let mut sorted: Vec<(JobKey, usize)> = stages.iter().map(|s| s.job).zip(0..).collect();
+    sorted.sort_unstable();
+    let mut jobs: Vec<(JobKey, Range<usize>)> = Vec::new();
+    for (at, &(job, _)) in sorted.iter().enumerate() {
+        match jobs.last_mut() {
+            Some((last, range)) if *last == job => range.end = at + 1,
+            _ => jobs.push((job, at..at + 1)),
+        }
+    }
+    (sorted.into_iter().map(|(_, i)| i).collect(), jobs)
 }
 
 /// A stage's part of its job's `rate`: `floor` of it evenly over the job's `stages`, the
@@ -571,6 +589,54 @@ mod tests {
     }
 
     #[test]
+    fn jobs_of_sparse_keys_are_grouped_as_those_of_dense_ones() {
+        let config = config("uniform");
+        let plan = |b: JobKey| {
+            let owned = [
+                stage(1, b, 10.0, 0),
+                stage(1, A, 10.0, 0),
+                stage(2, b, 30.0, 0),
+            ];
+            plan_of(
+                &config,
+                &JobTerms::default(),
+                &mut policies(&config),
+                &views(&owned),
+            )
+        };
+        let (dense, sparse) = (plan(B), plan(1_000_000));
+        assert_eq!(sparse.rates, dense.rates);
+        let jobs = |plan: &Plan| -> Vec<(JobKey, usize, usize)> {
+            plan.shares
+                .iter()
+                .map(|s| (s.job, s.stages, s.nodes))
+                .collect()
+        };
+        assert_eq!(jobs(&dense), [(A, 1, 1), (B, 2, 2)]);
+        assert_eq!(jobs(&sparse), [(A, 1, 1), (1_000_000, 2, 2)]);
+    }
+
+    #[test]
+    fn a_cycle_without_jobs_reaches_every_policy_and_adaptbf_forgets_the_jobs_gone() {
+        // Every policy: those that need parameters, with some.
+        let specs = policies::policy_names().iter().copied();
+        let specs = specs.chain(["themis:group,user,size", "mckp-static:384"]);
+        for name in specs.filter(|spec| PolicyRunner::new(spec).is_ok()) {
+            let config = config(name);
+            let mut runners = policies(&config);
+            let owned = [stage(1, A, 100.0, 0), stage(1, B, 10.0, 0)];
+            plan_of(&config, &JobTerms::default(), &mut runners, &views(&owned));
+            let plan = plan_of(&config, &JobTerms::default(), &mut runners, &[]);
+            assert!(plan.shares.is_empty() && plan.rates.is_empty(), "{name}");
+            let state = runners[&metadata()].state();
+            assert!(
+                state.is_null() || state["jobs"] == serde_json::json!([]),
+                "{name}: {state}"
+            );
+        }
+    }
+
+    #[test]
     fn psfa_shares_by_demand_and_conserves_work() {
         let config = config("psfa");
         let small = crate::config::JobConfig {
@@ -579,7 +645,7 @@ mod tests {
             ..Default::default()
         };
         let terms = JobTerms {
-            settings: vec![Some(&small)],
+            settings: HashMap::from([(A, &small)]),
             ..JobTerms::default()
         };
         let owned = vec![stage(1, A, 100.0, 100), stage(1, B, 900.0, 900)];

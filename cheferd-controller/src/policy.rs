@@ -1,11 +1,13 @@
 //! The controller's side of the `policies` crate: builds policies by name and feeds them
-//! job snapshots. Jobs come as the global controller's interned keys (stable for its
-//! lifetime), which the policies key their state by.
+//! job snapshots. Jobs come as the global controller's interned keys (stable while the
+//! job runs), which the policies key their state by.
 
 use padll_wire::channel::MAX_RATE;
 
-/// A job id, interned: dense from 0, stable for the controller's lifetime (the global
-/// controller's `jobs` module interns them; policies key their state by it).
+/// A job id, interned: dense from 0, stable while a stage or orphan of the job is left
+/// (the global controller's `jobs` module interns them, and gives a released key to
+/// another job only after a cycle planned without the first; policies key their state
+/// by it).
 pub type JobKey = u32;
 
 /// What the planner tells a policy about one job.

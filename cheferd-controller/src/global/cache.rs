@@ -40,6 +40,11 @@ impl PlanCache {
         self.current = false;
     }
 
+    /// Whether the views are those of the stages registered now.
+    pub(super) fn is_current(&self) -> bool {
+        self.current
+    }
+
     /// The views of every stage of `nodes` (orphans included), and where their usage
     /// is; rebuilt first if stale.
     pub(super) fn views(

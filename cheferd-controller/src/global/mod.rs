@@ -271,10 +271,16 @@ impl Controller {
             steering,
             ..
         } = &mut *state;
+        // Jobs are gone only if stages went, which has the views rebuilt.
+        let stages_changed = !cache.is_current();
         let (views, layout) = cache.views(config, nodes);
         steering.steer(config, service, |i| layout.served(i));
         let terms = jobs.terms(config, elapsed);
         let plan = plan::compute(config, &terms, policies, views, layout);
+        if stages_changed {
+            // Planned without the jobs gone, whose keys can now go to new jobs.
+            jobs.release_all_but(views.iter().map(|view| view.job));
+        }
         let sent = enforce::enforce(config, nodes, &plan, cache, cycle);
         state.shares = plan.shares;
         state.unacked = sent;

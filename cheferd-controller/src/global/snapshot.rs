@@ -186,7 +186,7 @@ fn job_shares(state: &State) -> Vec<JobShare> {
     let mut shares: Vec<(&Share, &str)> = state
         .shares
         .iter()
-        .map(|s| (s, state.jobs.name(s.job)))
+        .filter_map(|s| Some((s, state.jobs.name_of(s.job)?)))
         .collect();
     shares.sort_by(|a, b| (a.0.resource, a.1).cmp(&(b.0.resource, b.1)));
     shares

@@ -6,6 +6,7 @@ use super::node::{NodeHandle, Outbox};
 use super::*;
 use crate::config::{RateOfError, ResourceConfig};
 use crate::outbox;
+use crate::plan::JobShare;
 use crate::proto::{self, global_message, local_message, GlobalMessage, LocalMessage};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -15,12 +16,17 @@ use tokio_stream::Stream;
 type Inbox = outbox::Receiver<Result<GlobalMessage, tonic::Status>>;
 
 pub(super) fn controller() -> Arc<Controller> {
+    controller_with("uniform")
+}
+
+/// A controller of `/scratch:metadata` (1 000 ops/s) under `policy`.
+fn controller_with(policy: &str) -> Arc<Controller> {
     let resource = Resource::parse("/scratch:metadata").unwrap();
     Controller::new(GlobalConfig {
         resources: vec![ResourceConfig {
             max_rate: resource.own_tokens(1000),
             resource,
-            policy: "uniform".into(),
+            policy: policy.into(),
             auto: None,
             weights: Default::default(),
         }],
@@ -1156,4 +1162,110 @@ async fn a_replaced_or_ended_stream_reaches_no_node() {
         (true, 1, before.bytes_in)
     );
     assert!(controller.snapshot().nodes.iter().all(|n| n.node != "b"));
+}
+
+/// A job's key is released once no stage or orphan of it is left and a cycle has run
+/// without it, and reused smallest first: stages that come and go under ever new job
+/// ids (any user may set `PADLL_JOB_ID`, scoped to its uid) grew the controller's
+/// memory and every cycle's work without bound, with no stage left.
+#[tokio::test(start_paused = true)]
+async fn job_keys_are_released_once_no_stage_or_orphan_is_left_and_reused() {
+    let controller = controller();
+    let (n1, _inbox_1) = attach(&controller, "n1");
+    let (n2, _inbox_2) = attach(&controller, "n2");
+    join(&controller, "n1", n1, 1, 1, "live@uid1000");
+    join(&controller, "n2", n2, 1, 2, "orphaned@uid1000");
+    controller.detach_node("n2", n2);
+    let churn = |i| format!("churn-{i}@uid1000");
+    for i in 0..1000 {
+        join(&controller, "n1", n1, 10 + i, 10 + i as u32, &churn(i));
+        send(
+            &controller,
+            "n1",
+            n1,
+            local_message::Body::StageLeft(proto::StageLeft { stage_id: 10 + i }),
+        );
+    }
+    let key = |job: &str| controller.lock().jobs.key(job);
+    assert_eq!(key(&churn(999)), Some(1001));
+    controller.cycle().await;
+    assert!((0..1000).all(|i| key(&churn(i)).is_none()));
+    assert_eq!(
+        (key("live@uid1000"), key("orphaned@uid1000")),
+        (Some(0), Some(1))
+    );
+    // The keys issued since are free again: the next job takes the one after the last
+    // kept.
+    join(&controller, "n1", n1, 2, 3, "next@uid1000");
+    assert_eq!(key("next@uid1000"), Some(2));
+
+    // The orphan's job keeps its key until the orphan is presumed ended.
+    tokio::time::advance(ORPHAN_GRACE).await;
+    controller.cycle().await;
+    assert_eq!(key("orphaned@uid1000"), None);
+    join(&controller, "n1", n1, 3, 4, "again@uid1000");
+    assert_eq!(key("again@uid1000"), Some(1));
+}
+
+/// Two jobs under AdapTBF, `lender` using little of its share and `borrower` all of it,
+/// so that their records move apart; both then leave.
+async fn adaptbf_records_apart(controller: &Controller) -> (NodeHandle, Inbox) {
+    let (n1, inbox) = attach(controller, "n1");
+    join(controller, "n1", n1, 1, 1, "lender");
+    join(controller, "n1", n1, 2, 2, "borrower");
+    for cycle in 1..=3 {
+        report(controller, "n1", n1, cycle, &[(1, 50.0), (2, 500.0)]);
+        controller.cycle().await;
+    }
+    let records: Vec<i64> = controller.policy_states()[0]
+        .jobs
+        .iter()
+        .map(|job| job.record)
+        .collect();
+    assert!(records.iter().all(|&record| record != 0), "{records:?}");
+    for stage_id in [1, 2] {
+        send(
+            controller,
+            "n1",
+            n1,
+            local_message::Body::StageLeft(proto::StageLeft { stage_id }),
+        );
+    }
+    (n1, inbox)
+}
+
+/// New jobs `a` and `b` run two cycles; their shares and AdapTBF's records then.
+async fn new_jobs_run(
+    controller: &Controller,
+    n1: NodeHandle,
+) -> (Vec<JobShare>, Vec<PolicyState>) {
+    join(controller, "n1", n1, 3, 3, "a");
+    join(controller, "n1", n1, 4, 4, "b");
+    let first = controller.lock().cycle + 1;
+    for cycle in first..first + 2 {
+        report(controller, "n1", n1, cycle, &[(3, 400.0), (4, 40.0)]);
+        controller.cycle().await;
+    }
+    (controller.snapshot().shares, controller.policy_states())
+}
+
+/// A reused key starts afresh: the policy wrote off the state of the job gone before
+/// its key went to a new job (AdapTBF kept the records of jobs gone while no job used
+/// the resource, and a new job on their key inherited them).
+#[tokio::test(start_paused = true)]
+async fn a_reused_job_key_inherits_nothing_of_the_job_gone() {
+    let controller = controller_with("adaptbf");
+    let (n1, _inbox) = adaptbf_records_apart(&controller).await;
+    controller.cycle().await;
+    let (lender, borrower) = {
+        let state = controller.lock();
+        (state.jobs.key("lender"), state.jobs.key("borrower"))
+    };
+    assert_eq!((lender, borrower), (None, None));
+    let reused = new_jobs_run(&controller, n1).await;
+    assert_eq!(controller.lock().jobs.key("a"), Some(0), "the lender's key");
+
+    let fresh = controller_with("adaptbf");
+    let (n1, _inbox) = attach(&fresh, "n1");
+    assert_eq!(reused, new_jobs_run(&fresh, n1).await);
 }
