@@ -65,18 +65,19 @@ pub fn table(reports: &[Report]) -> String {
     out
 }
 
-/// Sums the operation counters of several reports (e.g. every process of a job).
+/// Sums the operation counters of several reports (e.g. every process of a job),
+/// saturating: reports are read from a file, and a sum must not wrap.
 pub fn total(reports: &[Report]) -> Vec<OpStats> {
     let mut totals: Vec<OpStats> = Vec::new();
     for row in reports.iter().flat_map(|r| &r.ops) {
         match totals.iter_mut().find(|t| t.op == row.op) {
             Some(t) => {
-                t.calls += row.calls;
-                t.managed += row.managed;
-                t.passthrough += row.passthrough;
-                t.errors += row.errors;
-                t.bytes += row.bytes;
-                t.wait_ns += row.wait_ns;
+                t.calls = t.calls.saturating_add(row.calls);
+                t.managed = t.managed.saturating_add(row.managed);
+                t.passthrough = t.passthrough.saturating_add(row.passthrough);
+                t.errors = t.errors.saturating_add(row.errors);
+                t.bytes = t.bytes.saturating_add(row.bytes);
+                t.wait_ns = t.wait_ns.saturating_add(row.wait_ns);
             }
             None => totals.push(row.clone()),
         }
@@ -102,7 +103,7 @@ pub struct ChannelTotal {
 }
 
 /// Sums the channels of several reports, one row per distinct channel spec, in order
-/// of first appearance.
+/// of first appearance (saturating, as [`total`]).
 pub fn channel_totals(reports: &[Report]) -> Vec<ChannelTotal> {
     let mut totals: Vec<ChannelTotal> = Vec::new();
     for channel in reports.iter().flat_map(|r| &r.channels) {
@@ -111,9 +112,9 @@ pub fn channel_totals(reports: &[Report]) -> Vec<ChannelTotal> {
             .find(|t| t.spec == channel.spec && t.binds == channel.binds)
         {
             Some(t) => {
-                t.processes += 1;
-                t.admitted += channel.admitted;
-                t.tokens += channel.tokens;
+                t.processes = t.processes.saturating_add(1);
+                t.admitted = t.admitted.saturating_add(channel.admitted);
+                t.tokens = t.tokens.saturating_add(channel.tokens);
             }
             None => totals.push(ChannelTotal {
                 spec: channel.spec.clone(),
@@ -457,6 +458,55 @@ mod tests {
             "{out}"
         );
         assert!(out.lines().nth(3).unwrap().contains(" process "), "{out}");
+    }
+
+    #[test]
+    fn sums_of_huge_counters_saturate() {
+        use crate::channel::{ChannelId, Scope, Unit};
+        let max = u64::MAX;
+        let report = Report {
+            program: "p".into(),
+            identity: Identity::default(),
+            ops: vec![OpStats {
+                op: "open".into(),
+                calls: max,
+                managed: max,
+                passthrough: max,
+                errors: max,
+                bytes: max,
+                wait_ns: max,
+            }],
+            channels: vec![ChannelInfo {
+                id: ChannelId(0),
+                spec: ChannelSpec {
+                    mount: None,
+                    scope: Scope::All,
+                    rate: 1,
+                    unit: Unit::Requests,
+                    burst: 1,
+                    costs: Default::default(),
+                },
+                admitted: max,
+                tokens: max,
+                binds: LimitScope::Job,
+            }],
+            latency: vec![],
+        };
+        let reports = [report.clone(), report];
+        let ops = &total(&reports)[0];
+        assert_eq!(
+            [
+                ops.calls,
+                ops.managed,
+                ops.passthrough,
+                ops.errors,
+                ops.bytes,
+                ops.wait_ns
+            ],
+            [max; 6]
+        );
+        let channels = &channel_totals(&reports)[0];
+        assert_eq!((channels.admitted, channels.tokens), (max, max));
     }
 
     #[test]
