@@ -19,18 +19,13 @@
 use crate::bucket::{self, Limit, TokenBucket};
 use crate::credit::{Credit, Terms};
 use crate::{stats, tsc};
-use padll_wire::channel::{
-    ChannelId, ChannelInfo, ChannelSpec, LimitScope, Unit, MAX_CHANNELS, SLOT_COUNT,
-};
+use padll_wire::channel::{ChannelId, ChannelInfo, ChannelSpec, LimitScope, Unit, SLOT_COUNT};
+pub use padll_wire::channel::{MAX_CHANNELS, MAX_CHANNELS_PER_REQUEST, MAX_MOUNTS};
 use padll_wire::ops::Op;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-/// Most channels that can apply to one (mountpoint, operation) pair.
-pub const MAX_CHANNELS_PER_REQUEST: usize = 4;
-/// Most mountpoints that can carry channels.
-pub const MAX_MOUNTS: usize = 64;
 /// One channel. Its counters are kept per thread in [`stats`] (a shared counter would
 /// be one more contended cache line per request); `counted_before` holds the totals
 /// when the slot was (re)used, which [`list`] subtracts.
@@ -216,6 +211,34 @@ pub fn install(
     change(&mut reg, &in_use, &[], channels).map(|_| ())
 }
 
+/// Whether [`install`] would take `specs`, changing nothing: the same checks
+/// (mountpoints, rates, how many channels, at most four per request), so that a set it
+/// would refuse is refused before anything is made for it (the job's segment).
+pub fn check(specs: &[ChannelSpec]) -> Result<(), ChannelError> {
+    let reg = registry();
+    check_specs(&reg.mounts, specs)?;
+    if specs.len() > MAX_CHANNELS {
+        return Err(ChannelError::NoFreeSlot);
+    }
+    let set: Vec<_> = specs.iter().cloned().map(Some).collect();
+    compute_routes(&set, &reg.mounts).map(|_| ())
+}
+
+/// Whether each of `specs` names a registered mountpoint (or none) and has its rate and
+/// burst in range.
+fn check_specs<'a>(
+    mounts: &[String],
+    specs: impl IntoIterator<Item = &'a ChannelSpec>,
+) -> Result<(), ChannelError> {
+    for spec in specs {
+        if let Some(mount) = spec.mount.as_ref().filter(|m| !mounts.contains(m)) {
+            return Err(ChannelError::UnknownMount(mount.clone()));
+        }
+        validate(spec)?;
+    }
+    Ok(())
+}
+
 /// Makes the channel set exactly `rules`, all or nothing and in one hold of the
 /// registry (a `fork` sees the old set or the new one): a channel in force that
 /// matches a rule (same mountpoint, scope, unit and costs) is re-rated in place, so its
@@ -271,20 +294,13 @@ fn change(
     rerate: &[(usize, ChannelSpec)],
     add: &[(ChannelSpec, Option<&'static TokenBucket>)],
 ) -> Result<Vec<ChannelId>, ChannelError> {
-    for (spec, _) in add {
-        if let Some(mount) = &spec.mount {
-            if !reg.mounts.contains(mount) {
-                return Err(ChannelError::UnknownMount(mount.clone()));
-            }
-        }
-    }
-    for spec in rerate
-        .iter()
-        .map(|(_, s)| s)
-        .chain(add.iter().map(|(s, _)| s))
-    {
-        validate(spec)?;
-    }
+    check_specs(
+        &reg.mounts,
+        rerate
+            .iter()
+            .map(|(_, s)| s)
+            .chain(add.iter().map(|(s, _)| s)),
+    )?;
     let mut specs = reg.specs.clone();
     for index in remove {
         specs[*index] = None;

@@ -278,6 +278,8 @@ pub(crate) fn install_limits(
     specs: &[ChannelSpec],
     job: Option<&(u32, String)>,
 ) -> Result<bool, channels::ChannelError> {
+    // A set the channels refuse makes nothing: not even the job's segment.
+    channels::check(specs)?;
     let mut share = 1;
     let job_buckets = job.and_then(|(uid, id)| {
         shared::attach(*uid, id, specs)

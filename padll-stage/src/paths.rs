@@ -9,6 +9,8 @@
 
 /// Longest path the stage resolves; longer paths pass through unmanaged.
 pub const PATH_CAPACITY: usize = libc::PATH_MAX as usize;
+// The configuration refuses a mountpoint longer than the stage can hold.
+const _: () = assert!(padll_wire::config::MAX_MOUNT_BYTES <= PATH_CAPACITY);
 
 /// Where a path lies relative to the registered mountpoints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

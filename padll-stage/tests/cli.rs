@@ -54,6 +54,17 @@ fn bad_flags_are_named_and_nothing_starts() {
         dir.join("j7/stats.json").display(),
         dir.join("j7").display()
     );
+    let mount_flags: Vec<String> = (0..65).map(|i| format!("--mount=/m{i}")).collect();
+    let sixty_five_mounts: Vec<&str> = mount_flags.iter().map(String::as_str).collect();
+    let long_mount = format!("/{}", "m".repeat(4096));
+    let mut five_limits_on_open = vec!["--mount", &mount];
+    for limit in ["open=1", "metadata=2", "all=3", "open=4", "all=5"] {
+        five_limits_on_open.extend(["--limit", limit]);
+    }
+    let mut many_limits = vec!["--mount", &mount];
+    many_limits.extend(std::iter::repeat_n(["--limit", "open=5"], 256).flatten());
+    let long_socket = format!("/{}", "s".repeat(107));
+    let long_job = "j".repeat(257);
     let cases: &[(&[&str], &str)] = &[
         (
             &["--mount", &mount, "--limit", "metadata=100B/s"],
@@ -110,6 +121,22 @@ fn bad_flags_are_named_and_nothing_starts() {
         (
             &["--mount", &mount, "--config", "/nonexistent/padll.toml"],
             "/nonexistent/padll.toml",
+        ),
+        // What the stage cannot hold is refused here, not only when it starts.
+        (&sixty_five_mounts, "--mount: 65 mountpoints: at most 64 are supported"),
+        (&["--mount", &long_mount], "--mount: mountpoint '/mmm"),
+        (
+            &five_limits_on_open,
+            "--limit: more than 4 limits apply to 'open' on",
+        ),
+        (&many_limits, "--limit: 256 limits: at most 255 are supported"),
+        (
+            &["--mount", &mount, "--controller", &long_socket],
+            "--controller: socket path '/sss",
+        ),
+        (
+            &["--mount", &mount, "--controller", "/run/x.sock", "--job", &long_job],
+            "--job: job id 'jjj",
         ),
         // A limit or a controller without any mountpoint would do nothing.
         (&["--limit", "open=5/s"], "open=5/s"),

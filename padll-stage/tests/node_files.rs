@@ -113,3 +113,40 @@ fn a_last_process_ending_with_exit_removes_the_segment() {
     assert!(!job_files(&job).1.exists(), "left behind by _exit");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Limits the stage cannot hold (five on one request, more than it has channels) are
+/// refused in one line naming the variable, before the job's segment is made: none is
+/// left behind.
+#[test]
+fn limits_the_stage_cannot_hold_leave_no_segment() {
+    let dir = scratch("node-files-unholdable");
+    let mount = dir.display().to_string();
+    let job = format!("unholdable-{}", std::process::id());
+    let five_on_open = format!("open=1,metadata=2,all=3,{mount}:open=4,{mount}:all=5");
+    let three_hundred = vec!["open=5"; 300].join(",");
+    for rules in [five_on_open, three_hundred] {
+        let output = Command::new(crate::util::padll())
+            .arg("--version")
+            .env("LD_PRELOAD", crate::util::library())
+            .env("PADLL_MOUNTS", &mount)
+            .env("PADLL_RULES", &rules)
+            .env("PADLL_JOB_ID", &job)
+            .env_remove("PADLL_CONFIG")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains("running unthrottled: PADLL_RULES: "),
+            "{stderr}"
+        );
+        let segment = job_files(&job).1;
+        assert!(
+            !segment.exists(),
+            "{} was left: {stderr}",
+            segment.display()
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

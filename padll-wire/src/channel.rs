@@ -258,6 +258,12 @@ pub struct ChannelId(pub u8);
 
 /// Most channels a stage can hold (a [`ChannelId`] and a route entry are one byte).
 pub const MAX_CHANNELS: usize = 255;
+/// Most channels that can apply to one request (a mountpoint and an operation): a
+/// route packs four channel ids.
+pub const MAX_CHANNELS_PER_REQUEST: usize = 4;
+/// Most mountpoints a stage manages (the columns of its route table; the controller
+/// takes no more from a stage either).
+pub const MAX_MOUNTS: usize = 64;
 /// Slots in the stage's tables indexed by channel (its channel table and each thread's
 /// counters and credit): one more than [`MAX_CHANNELS`] (the last is never used), so
 /// that any byte of a route minus one indexes them without a bounds check.

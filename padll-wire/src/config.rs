@@ -18,7 +18,10 @@
 //! | `PADLL_CONFIG` | a TOML file with the same settings (variables override it) |
 
 pub use crate::channel::LimitScope;
-use crate::channel::{ChannelSpec, Scope, Unit, MILLI_TOKENS};
+use crate::channel::{
+    ChannelSpec, Scope, Unit, MAX_CHANNELS, MAX_CHANNELS_PER_REQUEST, MAX_MOUNTS, MILLI_TOKENS,
+};
+use crate::ops::Op;
 use serde::{Deserialize, Serialize};
 
 /// Default bucket depth, in milliseconds' worth of the rate.
@@ -27,6 +30,15 @@ pub const DEFAULT_BURST_MS: u64 = 10;
 /// a program that was idle for a while run unlimited for as long (a day of burst is no
 /// limit at all).
 pub const MAX_BURST_MS: u64 = 60_000;
+
+/// Longest mountpoint, in bytes: the longest path the stage resolves (`PATH_MAX`).
+pub const MAX_MOUNT_BYTES: usize = libc::PATH_MAX as usize;
+/// Longest job id, user or account a stage registers with its controller (the
+/// controller refuses longer ones).
+pub const MAX_NAME_BYTES: usize = 256;
+/// Longest path of the controller's socket: a Unix socket address holds 108 bytes,
+/// the path's NUL among them (`sockaddr_un.sun_path`).
+pub const MAX_SOCKET_PATH_BYTES: usize = 107;
 
 /// The job id `padll run` gives a run that no batch system names: `run-<its pid>`
 /// (the program's pid too, as `padll run` becomes the program).
@@ -738,6 +750,74 @@ pub enum LoadErrorKind {
     /// A controller uid that is not a number.
     #[error("bad uid '{0}' (a number, as in 980)")]
     ControllerUid(String),
+    /// More mountpoints than the stage manages (how many).
+    #[error("{0} mountpoints: at most {MAX_MOUNTS} are supported")]
+    TooManyMounts(usize),
+    /// More limits than the stage has channels (how many).
+    #[error("{0} limits: at most {MAX_CHANNELS} are supported")]
+    TooManyLimits(usize),
+    /// More limits than a request can wait in apply to one operation on a mountpoint.
+    #[error(
+        "more than {MAX_CHANNELS_PER_REQUEST} limits apply to '{op}' on '{mount}' \
+         (a request waits in at most {MAX_CHANNELS_PER_REQUEST})"
+    )]
+    TooManyPerRequest {
+        /// The operation.
+        op: Op,
+        /// The mountpoint.
+        mount: String,
+    },
+    /// A value longer than it may be: what it is, its start and its length.
+    #[error("{what} '{start}' of {bytes} bytes is too long (at most {most})")]
+    TooLong {
+        /// What the value is (`mountpoint`, `job id`, …).
+        what: &'static str,
+        /// Its first characters.
+        start: String,
+        /// Its length.
+        bytes: usize,
+        /// The most bytes it may have.
+        most: usize,
+    },
+}
+
+/// `what` of `value` is longer than `most` bytes: its first 64 characters are named.
+fn too_long(what: &'static str, value: &str, most: usize) -> Option<LoadErrorKind> {
+    (value.len() > most).then(|| {
+        let mut start: String = value.chars().take(64).collect();
+        if start.len() < value.len() {
+            start.push('…');
+        }
+        LoadErrorKind::TooLong {
+            what,
+            start,
+            bytes: value.len(),
+            most,
+        }
+    })
+}
+
+/// Whether the stage can hold `limits` as its channels on `mounts`: at most
+/// [`MAX_CHANNELS`] of them, and at most [`MAX_CHANNELS_PER_REQUEST`] applying to any
+/// operation on a mountpoint.
+fn fit_channels(limits: &[ChannelSpec], mounts: &[String]) -> Result<(), LoadErrorKind> {
+    if limits.len() > MAX_CHANNELS {
+        return Err(LoadErrorKind::TooManyLimits(limits.len()));
+    }
+    for mount in mounts {
+        for op in Op::ALL {
+            let applying = limits.iter().filter(|limit| {
+                limit.mount.as_ref().is_none_or(|m| m == mount) && limit.scope.covers(*op)
+            });
+            if applying.count() > MAX_CHANNELS_PER_REQUEST {
+                return Err(LoadErrorKind::TooManyPerRequest {
+                    op: *op,
+                    mount: mount.clone(),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Reads the configuration through `var` (the environment, or a map in tests).
@@ -793,6 +873,15 @@ pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, LoadError> {
     if let Some(bad) = mounts.iter().find(|m| !m.starts_with('/')) {
         return Err(mounts_origin.refuse(LoadErrorKind::RelativeMount(bad.clone())));
     }
+    if mounts.len() > MAX_MOUNTS {
+        return Err(mounts_origin.refuse(LoadErrorKind::TooManyMounts(mounts.len())));
+    }
+    if let Some(kind) = mounts
+        .iter()
+        .find_map(|m| too_long("mountpoint", m, MAX_MOUNT_BYTES))
+    {
+        return Err(mounts_origin.refuse(kind));
+    }
     let outside_mounts = |spec: &ChannelSpec| {
         let mount = spec.mount.as_ref().filter(|m| !mounts.contains(m))?;
         Some(LoadErrorKind::LimitOutsideMounts {
@@ -814,8 +903,11 @@ pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, LoadError> {
         Ok(limits)
     };
 
-    let limits = match var("PADLL_RULES") {
-        Some(rules) => limits_of(&rules, &Origin::Var("PADLL_RULES"))?,
+    let (limits, limits_origin) = match var("PADLL_RULES") {
+        Some(rules) => {
+            let origin = Origin::Var("PADLL_RULES");
+            (limits_of(&rules, &origin)?, origin)
+        }
         None => {
             let mut limits = Vec::new();
             for (i, limit) in file.limit.iter().enumerate() {
@@ -830,9 +922,10 @@ pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, LoadError> {
                 }
                 limits.push(spec);
             }
-            limits
+            (limits, at("limit"))
         }
     };
+    fit_channels(&limits, &mounts).map_err(|e| limits_origin.refuse(e))?;
     // `SELECTOR=RATE[,…]` limits, or `0` for none (unthrottled).
     let default_limits_of = |text: &str, origin: Origin| {
         if text.trim() == "0" {
@@ -842,6 +935,7 @@ pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, LoadError> {
         if limits.is_empty() {
             return Err(origin.refuse(LoadErrorKind::NoLimit(text.to_string())));
         }
+        fit_channels(&limits, &mounts).map_err(|e| origin.refuse(e))?;
         Ok(limits)
     };
     let default_limits = match var("PADLL_DEFAULT_LIMIT") {
@@ -918,7 +1012,6 @@ pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, LoadError> {
     if let Some((_, origin)) = named_job.as_ref().filter(|(id, _)| id.trim().is_empty()) {
         return Err(origin.clone().refuse(LoadErrorKind::EmptyJobId));
     }
-    let named_job = named_job.map(|(id, _)| id);
     // Without a job id there is no job to share limits with.
     let limit_scope = match (var("PADLL_LIMIT_SCOPE"), &file.limit_scope) {
         (Some(text), _) => {
@@ -928,24 +1021,49 @@ pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, LoadError> {
         (None, None) if named_job.is_some() => LimitScope::Job,
         (None, None) => LimitScope::Process,
     };
-    let job_id = named_job.unwrap_or_else(|| format!("pid-{pid}"));
+    let (job_id, job_origin) =
+        named_job.unwrap_or_else(|| (format!("pid-{pid}"), Origin::Var("PADLL_JOB_ID")));
     let controller_uid = match var("PADLL_CONTROLLER_UID") {
         Some(text) => Some(text.trim().parse::<u32>().map_err(|_| {
             Origin::Var("PADLL_CONTROLLER_UID").refuse(LoadErrorKind::ControllerUid(text.clone()))
         })?),
         None => file.controller_uid,
     };
-    let user = var("PADLL_USER")
-        .or_else(|| var("SLURM_JOB_USER"))
-        .or(file.user)
-        .or_else(|| var("USER"))
-        .unwrap_or_else(|| uid.to_string());
-    let account = var("PADLL_ACCOUNT")
-        .or_else(|| var("SLURM_JOB_ACCOUNT"))
-        .or_else(|| var("PBS_ACCOUNT"))
-        .or_else(|| var("LSB_PROJECT_NAME"))
-        .or(file.account)
-        .unwrap_or_default();
+    // The first of `names` that is set, with its origin.
+    let first_of = |names: &[&'static str]| {
+        (names.iter()).find_map(|name| Some((var(name)?, Origin::Var(name))))
+    };
+    let (user, user_origin) = first_of(&["PADLL_USER", "SLURM_JOB_USER"])
+        .or(file.user.map(|user| (user, at("user"))))
+        .or_else(|| first_of(&["USER"]))
+        .unwrap_or_else(|| (uid.to_string(), Origin::Var("PADLL_USER")));
+    let (account, account_origin) = first_of(&[
+        "PADLL_ACCOUNT",
+        "SLURM_JOB_ACCOUNT",
+        "PBS_ACCOUNT",
+        "LSB_PROJECT_NAME",
+    ])
+    .or(file.account.map(|account| (account, at("account"))))
+    .unwrap_or_else(|| (String::new(), Origin::Var("PADLL_ACCOUNT")));
+    let controller = match var("PADLL_CONTROLLER").filter(|p| !p.is_empty()) {
+        Some(path) => Some((path, Origin::Var("PADLL_CONTROLLER"))),
+        None => file.controller.map(|path| (path, at("controller"))),
+    };
+    if let Some((path, origin)) = &controller {
+        // A longer path cannot be connected to; the controller refuses longer names.
+        let too_long = [
+            (origin, too_long("socket path", path, MAX_SOCKET_PATH_BYTES)),
+            (&job_origin, too_long("job id", &job_id, MAX_NAME_BYTES)),
+            (&user_origin, too_long("user", &user, MAX_NAME_BYTES)),
+            (
+                &account_origin,
+                too_long("account", &account, MAX_NAME_BYTES),
+            ),
+        ];
+        if let Some((origin, Some(kind))) = too_long.into_iter().find(|(_, kind)| kind.is_some()) {
+            return Err(origin.clone().refuse(kind));
+        }
+    }
 
     Ok(Config {
         mounts,
@@ -964,9 +1082,7 @@ pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, LoadError> {
         },
         stats_path: var("PADLL_STATS").filter(|p| !p.is_empty()).or(file.stats),
         controller_uid,
-        controller: var("PADLL_CONTROLLER")
-            .filter(|p| !p.is_empty())
-            .or(file.controller),
+        controller: controller.map(|(path, _)| path),
         log,
         default_limits,
         placement,
@@ -1463,6 +1579,96 @@ mod tests {
         assert_eq!(
             rules.describe("--limit"),
             format!("--limit: {}", rules.kind)
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn what_the_stage_cannot_hold_is_refused_with_its_origin() {
+        let many_mounts: Vec<String> = (0..=MAX_MOUNTS).map(|i| format!("/m{i}")).collect();
+        let long_mount = format!("/{}", "m".repeat(MAX_MOUNT_BYTES));
+        let open_limits = |n: usize| vec!["open=5"; n].join(",");
+        let five_on_open = "open=1,metadata=2,all=3,/s:open=4,/s:all=5";
+        let socket = |bytes: usize| format!("/{}", "s".repeat(bytes - 1));
+        let long_name = "j".repeat(MAX_NAME_BYTES + 1);
+        let cases: &[(&[(&str, &str)], &str)] = &[
+            (
+                &[("PADLL_MOUNTS", &many_mounts.join(":"))],
+                "PADLL_MOUNTS: 65 mountpoints: at most 64 are supported",
+            ),
+            (
+                &[("PADLL_MOUNTS", &long_mount)],
+                "PADLL_MOUNTS: mountpoint '/mmm",
+            ),
+            (
+                &[("PADLL_MOUNTS", "/s"), ("PADLL_RULES", &open_limits(256))],
+                "PADLL_RULES: 256 limits: at most 255 are supported",
+            ),
+            (
+                &[("PADLL_MOUNTS", "/s:/t"), ("PADLL_RULES", five_on_open)],
+                "PADLL_RULES: more than 4 limits apply to 'open' on '/s' \
+                 (a request waits in at most 4)",
+            ),
+            (
+                &[
+                    ("PADLL_MOUNTS", "/s"),
+                    ("PADLL_DEFAULT_LIMIT", five_on_open),
+                ],
+                "PADLL_DEFAULT_LIMIT: more than 4 limits apply to 'open' on '/s'",
+            ),
+            (
+                &[("PADLL_MOUNTS", "/s"), ("PADLL_CONTROLLER", &socket(108))],
+                "PADLL_CONTROLLER: socket path '/sss",
+            ),
+            (
+                &[
+                    ("PADLL_CONTROLLER", "/c.sock"),
+                    ("PADLL_JOB_ID", &long_name),
+                ],
+                "PADLL_JOB_ID: job id 'jjj",
+            ),
+            (
+                &[("PADLL_CONTROLLER", "/c.sock"), ("PADLL_USER", &long_name)],
+                "PADLL_USER: user 'jjj",
+            ),
+        ];
+        for (vars, expected) in cases {
+            let error = load_from(vars).unwrap_err();
+            assert!(error.starts_with(expected), "{vars:?}: {error}");
+            assert!(!error.contains('\n'), "{error}");
+        }
+        let long = load_from(&[("PADLL_MOUNTS", &long_mount)]).unwrap_err();
+        assert!(
+            long.ends_with("…' of 4097 bytes is too long (at most 4096)"),
+            "{long}"
+        );
+        // The largest values the stage holds pass; a long name without a controller too.
+        let two_mounts = "/s:/t";
+        let four_on_open = "open=1,metadata=2,all=3,/s:open=4,/t:open=5";
+        assert!(load_from(&[("PADLL_MOUNTS", two_mounts), ("PADLL_RULES", four_on_open)]).is_ok());
+        assert!(load_from(&[("PADLL_MOUNTS", &many_mounts[1..].join(":"))]).is_ok());
+        assert!(load_from(&[("PADLL_CONTROLLER", &socket(107))]).is_ok());
+        assert!(load_from(&[("PADLL_JOB_ID", &long_name)]).is_ok());
+
+        let dir = std::env::temp_dir().join(format!("padll-config-fit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("padll.toml");
+        let limit = "[[limit]]\nselector = \"open\"\nrate = 5\n";
+        std::fs::write(&path, format!("mounts = [\"/s\"]\n{}", limit.repeat(5))).unwrap();
+        let error =
+            load(&|k| (k == "PADLL_CONFIG").then(|| path.display().to_string())).unwrap_err();
+        assert_eq!(
+            error.origin,
+            Origin::File {
+                path: path.display().to_string(),
+                key: Some("limit".into())
+            }
+        );
+        assert!(
+            error
+                .to_string()
+                .contains(": limit: more than 4 limits apply to 'open' on '/s'"),
+            "{error}"
         );
         std::fs::remove_dir_all(dir).unwrap();
     }

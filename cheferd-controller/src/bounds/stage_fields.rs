@@ -1,11 +1,12 @@
 //! The sizes of what a stage registers, checked before anything is kept.
 
-/// Longest job id, user, account, host or program name a stage may register with.
-pub const MAX_NAME_BYTES: usize = 256;
-/// Most mountpoints a stage may register, and the longest one.
-pub const MAX_MOUNTPOINTS: usize = 64;
-/// Longest mountpoint, bytes.
-pub const MAX_MOUNT_BYTES: usize = 4096;
+/// Longest job id, user, account, host or program name a stage may register with (the
+/// stage's configuration refuses longer ones under a controller).
+pub const MAX_NAME_BYTES: usize = padll_wire::config::MAX_NAME_BYTES;
+/// Most mountpoints a stage may register (as many as a stage manages).
+pub const MAX_MOUNTPOINTS: usize = padll_wire::channel::MAX_MOUNTS;
+/// Longest mountpoint, bytes (the longest a stage manages).
+pub const MAX_MOUNT_BYTES: usize = padll_wire::config::MAX_MOUNT_BYTES;
 
 /// Checks the sizes of what a stage registers (every field is kept for as long as the
 /// stage runs, on the local and the global controller).

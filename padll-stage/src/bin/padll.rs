@@ -505,7 +505,7 @@ fn default_job_id() -> Option<String> {
 }
 
 /// The flags `padll run` turns into the stage's variables, as its errors name them.
-const FLAGS: [(&str, &str); 7] = [
+const FLAGS: [(&str, &str); 10] = [
     ("PADLL_RULES", "--limit"),
     ("PADLL_MOUNTS", "--mount"),
     ("PADLL_CONFIG", "--config"),
@@ -513,6 +513,9 @@ const FLAGS: [(&str, &str); 7] = [
     ("PADLL_BURST_MS", "--burst-ms"),
     ("PADLL_JOB_ID", "--job"),
     ("PADLL_JOB_SIZE", "--job-size"),
+    ("PADLL_USER", "--user"),
+    ("PADLL_ACCOUNT", "--account"),
+    ("PADLL_CONTROLLER", "--controller"),
 ];
 
 /// The stage library to preload: `explicit` (`--library`), else `PADLL_LIBRARY`, else
