@@ -119,7 +119,7 @@ pub enum ChannelError {
     #[error("at most {MAX_MOUNTS} mountpoints are supported, got {0}")]
     TooManyMounts(usize),
     /// A channel names a mountpoint the stage does not manage.
-    #[error("'{0}' is not a registered mountpoint")]
+    #[error("{} is not a registered mountpoint", padll_wire::quote(.0))]
     UnknownMount(String),
     /// Every slot is in use.
     #[error("too many channels (at most {MAX_CHANNELS})")]
@@ -129,13 +129,13 @@ pub enum ChannelError {
     NoChannel(u8),
     /// A rate of 0 or above [`ChannelSpec::max_rate`] (a weighted channel counts
     /// thousandths of a token: its rate is at most a thousandth of an unweighted one's).
-    #[error("rate {} of '{}' is outside 1..={}", .0.rate, .0, .0.max_rate())]
+    #[error("rate {} of {} is outside 1..={}", .0.rate, padll_wire::quote(&.0.to_string()), .0.max_rate())]
     Rate(ChannelSpec),
     /// A burst of 0.
-    #[error("burst of '{0}' must be at least 1")]
+    #[error("burst of {} must be at least 1", padll_wire::quote(&.0.to_string()))]
     Burst(ChannelSpec),
     /// A request would pass more channels than a route holds.
-    #[error("more than {MAX_CHANNELS_PER_REQUEST} channels would apply to '{op}' on {mount}")]
+    #[error("more than {MAX_CHANNELS_PER_REQUEST} channels would apply to '{op}' on {}", padll_wire::quote(.mount))]
     TooManyPerRequest {
         /// The operation.
         op: Op,

@@ -255,9 +255,14 @@ fn start(config: &Config) -> Result<(), StartError> {
         LogLevel::Info,
         &format!(
             "managing {} with {} channel(s), job {}, limits per {}",
-            config.mounts.join(":"),
+            config
+                .mounts
+                .iter()
+                .map(|m| padll_wire::quote(m).to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
             config.limits.len(),
-            config.identity.job_id,
+            padll_wire::quote(&config.identity.job_id),
             if job_wide { "job" } else { "process" }
         ),
     );

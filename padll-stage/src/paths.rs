@@ -49,10 +49,10 @@ impl Place {
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {
     /// A relative path.
-    #[error("mountpoint '{0}' is not an absolute path")]
+    #[error("mountpoint {} is not an absolute path", padll_wire::quote(.0))]
     NotAbsolute(String),
     /// Longer than a path the stage can hold.
-    #[error("mountpoint '{0}' is too long")]
+    #[error("mountpoint {} is too long", padll_wire::quote(.0))]
     TooLong(String),
     /// More mountpoints than a table entry can number.
     #[error("too many mountpoints ({0})")]

@@ -138,6 +138,15 @@ fn bad_flags_are_named_and_nothing_starts() {
             &["--mount", &mount, "--controller", "/run/x.sock", "--job", &long_job],
             "--job: job id 'jjj",
         ),
+        // A value echoed stays on its line.
+        (
+            &["--mount", &mount, "--log", "de\nbug"],
+            "--log: bad log level 'de\\nbug'",
+        ),
+        (
+            &["--mount", &mount, "--limit", "open=fa\nst"],
+            "--limit: bad rate 'fa\\nst'",
+        ),
         // A limit or a controller without any mountpoint would do nothing.
         (&["--limit", "open=5/s"], "open=5/s"),
         (&["--controller", "/run/x.sock"], "/run/x.sock"),

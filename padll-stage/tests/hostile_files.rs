@@ -119,3 +119,21 @@ fn statistics_to_a_fifo_or_through_a_symlink_never_hang() {
     assert!(std::fs::read_to_string(&good).unwrap().contains("\"ops\""));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A mountpoint holding a newline (a legal path) is echoed escaped: the stage's lines
+/// stay one line each.
+#[test]
+fn a_mountpoint_with_a_newline_is_echoed_on_one_line() {
+    let (stdout, stderr, _) = run(&[("PADLL_MOUNTS", "/tmp/a\nb"), ("PADLL_LOG", "info")]);
+    assert!(stdout.starts_with("padll "), "{stdout}");
+    let managing: Vec<&str> = stderr.lines().filter(|l| l.contains("managing")).collect();
+    assert_eq!(managing.len(), 1, "{stderr}");
+    assert!(
+        managing[0].contains("managing '/tmp/a\\nb' with"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.lines().all(|l| l.starts_with("padll[")),
+        "every line is the stage's own: {stderr}"
+    );
+}

@@ -68,8 +68,9 @@ pub(crate) mod class_name {
     }
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Class, D::Error> {
         let name = String::deserialize(d)?;
-        Class::from_name(&name)
-            .ok_or_else(|| serde::de::Error::custom(format!("unknown class '{name}'")))
+        Class::from_name(&name).ok_or_else(|| {
+            serde::de::Error::custom(format!("unknown class {}", crate::quote(&name)))
+        })
     }
 }
 
@@ -81,8 +82,9 @@ mod op_name {
     }
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Op, D::Error> {
         let name = String::deserialize(d)?;
-        Op::from_name(&name)
-            .ok_or_else(|| serde::de::Error::custom(format!("unknown operation '{name}'")))
+        Op::from_name(&name).ok_or_else(|| {
+            serde::de::Error::custom(format!("unknown operation {}", crate::quote(&name)))
+        })
     }
 }
 
@@ -170,9 +172,9 @@ impl<'de> Deserialize<'de> for Costs {
         let costs = named
             .into_iter()
             .map(|(name, cost)| {
-                Op::from_name(&name)
-                    .map(|op| (op, cost))
-                    .ok_or_else(|| D::Error::custom(format!("unknown operation '{name}'")))
+                Op::from_name(&name).map(|op| (op, cost)).ok_or_else(|| {
+                    D::Error::custom(format!("unknown operation {}", crate::quote(&name)))
+                })
             })
             .collect::<Result<Vec<_>, _>>()?;
         Costs::new(costs).map_err(D::Error::custom)
@@ -249,7 +251,7 @@ impl LimitScope {
 
 /// A limit scope [`LimitScope::parse`] refused (the text, trimmed).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("bad limit scope '{0}' (use job or process)")]
+#[error("bad limit scope {} (use job or process)", crate::quote(.0))]
 pub struct LimitScopeError(pub String);
 
 /// A channel's identity within this stage.

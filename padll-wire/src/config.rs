@@ -151,7 +151,7 @@ const BYTE_UNITS: [(&str, u64); 9] = [
 
 /// A rate [`parse_rate`] refused: the text as given and why.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("bad rate '{text}': {kind}")]
+#[error("bad rate {}: {kind}", crate::quote(.text))]
 pub struct RateError {
     /// The text as given.
     pub text: String,
@@ -175,7 +175,7 @@ pub enum RateErrorKind {
     #[error("expected a number such as 5000/s or 100MiB/s")]
     NotANumber,
     /// A suffix that is no unit (kept).
-    #[error("unknown unit '{0}' (use k, M, G, B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")]
+    #[error("unknown unit {} (use k, M, G, B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)", crate::quote(.0))]
     UnknownUnit(String),
     /// Less than one token per second once rounded.
     #[error("below 1 per second: {RATE_RANGE}")]
@@ -282,8 +282,14 @@ impl<'de> Deserialize<'de> for RateText {
 /// A TOML error as one line: the line it is on (with its text, which shows the key)
 /// and what is wrong.
 pub fn toml_error(text: &str, error: &toml::de::Error) -> String {
+    // toml's message may run over lines (it quotes the document): one line, `; `-joined.
+    let message: Vec<&str> = (error.message().lines())
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect();
+    let message = crate::escape(&message.join("; ")).to_string();
     let Some(at) = error.span().map(|s| s.start.min(text.len())) else {
-        return error.message().to_string();
+        return message;
     };
     let line = text.as_bytes()[..at]
         .iter()
@@ -292,12 +298,12 @@ pub fn toml_error(text: &str, error: &toml::de::Error) -> String {
         + 1;
     let content = text.lines().nth(line - 1).unwrap_or_default().trim();
     let content: String = content.chars().take(80).collect();
-    format!("line {line} `{content}`: {}", error.message())
+    format!("line {line} `{}`: {message}", crate::escape(&content))
 }
 
 /// A selector [`parse_selector`] refused: the text as given and why.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("bad selector '{text}': {kind}")]
+#[error("bad selector {}: {kind}", crate::quote(.text))]
 pub struct SelectorError {
     /// The text as given.
     pub text: String,
@@ -312,7 +318,7 @@ pub enum SelectorErrorKind {
     #[error("a scope must be an absolute mountpoint, as in /scratch:metadata")]
     RelativeMount,
     /// A name that is no operation, class or `all` (kept).
-    #[error("'{0}' is not 'all', a class (metadata, data, directory, xattr) or an operation ({ops})", ops = crate::ops::Op::ALL.iter().map(|o| o.name()).collect::<Vec<_>>().join(", "))]
+    #[error("{} is not 'all', a class (metadata, data, directory, xattr) or an operation ({ops})", crate::quote(.0), ops = crate::ops::Op::ALL.iter().map(|o| o.name()).collect::<Vec<_>>().join(", "))]
     UnknownName(String),
 }
 
@@ -338,7 +344,8 @@ pub fn parse_selector(text: &str) -> Result<(Option<String>, Scope), SelectorErr
 pub enum RuleError {
     /// No `=` (the text as given).
     #[error(
-        "bad limit '{0}': expected SELECTOR=RATE, as in open=5000/s or /scratch:data=100MiB/s"
+        "bad limit {}: expected SELECTOR=RATE, as in open=5000/s or /scratch:data=100MiB/s",
+        crate::quote(.0)
     )]
     NoRate(String),
     /// A bad selector before the `=`.
@@ -358,10 +365,11 @@ pub enum RuleError {
 fn bytes_on_operations(rule: &str) -> String {
     let (selector, rate) = rule.rsplit_once('=').unwrap_or((rule, ""));
     format!(
-        "bad limit '{rule}': '{}' is a rate of bytes, but {} counts operations \
+        "bad limit {}: {} is a rate of bytes, but {} counts operations \
          (bytes are counted by {})",
-        rate.trim(),
-        selector.trim(),
+        crate::quote(rule),
+        crate::quote(rate.trim()),
+        crate::escape(selector.trim()),
         byte_selectors()
     )
 }
@@ -469,7 +477,7 @@ impl LogLevel {
 
 /// A log level that is none of [`LogLevel`]'s names (the text).
 #[derive(Debug, thiserror::Error)]
-#[error("bad log level '{0}' (use off, error, warn, info, debug)")]
+#[error("bad log level {} (use off, error, warn, info, debug)", crate::quote(.0))]
 pub struct LogLevelError(pub String);
 
 /// The stage's whole configuration.
@@ -638,11 +646,13 @@ impl LoadError {
     pub fn describe(&self, name: &str) -> String {
         match &self.origin {
             Origin::Var(_) => format!("{name}: {}", self.kind),
-            Origin::File { path, key: None } => format!("{name}: '{path}': {}", self.kind),
+            Origin::File { path, key: None } => {
+                format!("{name}: {}: {}", crate::quote(path), self.kind)
+            }
             Origin::File {
                 path,
                 key: Some(key),
-            } => format!("{name}: '{path}': {key}: {}", self.kind),
+            } => format!("{name}: {}: {key}: {}", crate::quote(path), self.kind),
         }
     }
 }
@@ -689,22 +699,27 @@ pub enum LoadErrorKind {
     #[error("{0}")]
     Toml(String),
     /// A bucket depth that is not 1 to [`MAX_BURST_MS`] milliseconds.
-    #[error("bad value '{0}' (1 to {MAX_BURST_MS} milliseconds)")]
+    #[error("bad value {} (1 to {MAX_BURST_MS} milliseconds)", crate::quote(.0))]
     BurstMs(String),
     /// A mountpoint that is not an absolute path.
-    #[error("mountpoint '{0}' is not an absolute path")]
+    #[error("mountpoint {} is not an absolute path", crate::quote(.0))]
     RelativeMount(String),
     /// A limit that does not parse.
     #[error(transparent)]
     Rule(#[from] RuleError),
     /// A limit's burst of 0 (its selector).
-    #[error("burst = 0: must be at least 1 (selector '{0}')")]
+    #[error("burst = 0: must be at least 1 (selector {})", crate::quote(.0))]
     ZeroBurst(String),
     /// A default limit that names no limit (the text).
-    #[error("'{0}' names no limit (give SELECTOR=RATE limits, or 0 for none)")]
+    #[error("{} names no limit (give SELECTOR=RATE limits, or 0 for none)", crate::quote(.0))]
     NoLimit(String),
     /// A limit on a mountpoint that is not managed.
-    #[error("limit '{limit}' names '{mount}', which is not among the mountpoints ({mounts})")]
+    #[error(
+        "limit {} names {}, which is not among the mountpoints ({})",
+        crate::quote(.limit),
+        crate::quote(.mount),
+        crate::escape(.mounts)
+    )]
     LimitOutsideMounts {
         /// The limit as parsed.
         limit: String,
@@ -714,7 +729,7 @@ pub enum LoadErrorKind {
         mounts: String,
     },
     /// A placement's stripe count outside 1..=[`MAX_STRIPES`].
-    #[error("bad stripe count '{count}' in '{item}' (1 to {max})", max = MAX_STRIPES)]
+    #[error("bad stripe count {} in {} (1 to {MAX_STRIPES})", crate::quote(.count), crate::quote(.item))]
     Stripes {
         /// The count as given.
         count: String,
@@ -722,10 +737,10 @@ pub enum LoadErrorKind {
         item: String,
     },
     /// A placement mountpoint that is not an absolute path.
-    #[error("'{0}' is not an absolute mountpoint (as in /lustre=4)")]
+    #[error("{} is not an absolute mountpoint (as in /lustre=4)", crate::quote(.0))]
     RelativePlacement(String),
     /// A placement on a mountpoint that is not managed.
-    #[error("'{mount}' is not among the mountpoints ({mounts})")]
+    #[error("{} is not among the mountpoints ({})", crate::quote(.mount), crate::escape(.mounts))]
     PlacementOutsideMounts {
         /// The placement's mountpoint.
         mount: String,
@@ -733,13 +748,13 @@ pub enum LoadErrorKind {
         mounts: String,
     },
     /// A placement wait outside 1..=10 000 ms.
-    #[error("bad value '{0}' (1 to 10000 milliseconds)")]
+    #[error("bad value {} (1 to 10000 milliseconds)", crate::quote(.0))]
     PlacementWaitMs(String),
     /// An unknown log level.
     #[error(transparent)]
     Log(#[from] LogLevelError),
     /// A node count that is not a positive number.
-    #[error("bad node count '{0}' (a number of nodes, at least 1)")]
+    #[error("bad node count {} (a number of nodes, at least 1)", crate::quote(.0))]
     JobSize(String),
     /// An empty job id.
     #[error("the job id is empty (leave it unset to take the batch system's)")]
@@ -748,7 +763,7 @@ pub enum LoadErrorKind {
     #[error(transparent)]
     Scope(#[from] crate::channel::LimitScopeError),
     /// A controller uid that is not a number.
-    #[error("bad uid '{0}' (a number, as in 980)")]
+    #[error("bad uid {} (a number, as in 980)", crate::quote(.0))]
     ControllerUid(String),
     /// More mountpoints than the stage manages (how many).
     #[error("{0} mountpoints: at most {MAX_MOUNTS} are supported")]
@@ -758,8 +773,9 @@ pub enum LoadErrorKind {
     TooManyLimits(usize),
     /// More limits than a request can wait in apply to one operation on a mountpoint.
     #[error(
-        "more than {MAX_CHANNELS_PER_REQUEST} limits apply to '{op}' on '{mount}' \
-         (a request waits in at most {MAX_CHANNELS_PER_REQUEST})"
+        "more than {MAX_CHANNELS_PER_REQUEST} limits apply to '{op}' on {} \
+         (a request waits in at most {MAX_CHANNELS_PER_REQUEST})",
+        crate::quote(.mount)
     )]
     TooManyPerRequest {
         /// The operation.
@@ -768,7 +784,7 @@ pub enum LoadErrorKind {
         mount: String,
     },
     /// A value longer than it may be: what it is, its start and its length.
-    #[error("{what} '{start}' of {bytes} bytes is too long (at most {most})")]
+    #[error("{what} {} of {bytes} bytes is too long (at most {most})", crate::quote(.start))]
     TooLong {
         /// What the value is (`mountpoint`, `job id`, …).
         what: &'static str,
@@ -1670,6 +1686,35 @@ mod tests {
                 .contains(": limit: more than 4 limits apply to 'open' on '/s'"),
             "{error}"
         );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn echoed_values_and_toml_errors_stay_on_one_line() {
+        let rules = load_from(&[("PADLL_RULES", "open=fa\nst")]).unwrap_err();
+        assert_eq!(
+            rules,
+            "PADLL_RULES: bad rate 'fa\\nst': expected a number such as 5000/s or 100MiB/s"
+        );
+        let dir = std::env::temp_dir().join(format!("padll-config-lines-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("padll.toml");
+        let file = path.to_str().unwrap();
+        for (text, expected) in [
+            (
+                "log = \"de\\nbug\"\n",
+                ": log: bad log level 'de\\nbug' (use",
+            ),
+            (
+                "mounts = [\"/tmp\"\nlog = \n",
+                ": line 2 `log =`: invalid array; expected `]`",
+            ),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let error = load_from(&[("PADLL_CONFIG", file)]).unwrap_err();
+            assert!(!error.contains('\n'), "{error}");
+            assert!(error.contains(expected), "{error}");
+        }
         std::fs::remove_dir_all(dir).unwrap();
     }
 

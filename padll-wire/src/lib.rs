@@ -13,7 +13,51 @@ pub mod ops;
 pub mod report;
 pub mod sync;
 
+use std::fmt::{self, Write as _};
 use std::path::{Path, PathBuf};
+
+/// `text` as a one-line message echoes it: in single quotes, see [`escape`].
+pub fn quote<T: AsRef<[u8]> + ?Sized>(text: &T) -> Quoted<'_> {
+    Quoted(text.as_ref())
+}
+
+/// `text` with what would break or hide in a one-line message escaped: control
+/// characters as Rust writes them (`\n`, `\u{1b}`), line and paragraph separators
+/// (`\u{2028}`), bytes that are not UTF-8 as `\xNN` (a path or variable may hold
+/// any). Everything else is kept as it is.
+pub fn escape<T: AsRef<[u8]> + ?Sized>(text: &T) -> Escaped<'_> {
+    Escaped(text.as_ref())
+}
+
+/// See [`quote`].
+pub struct Quoted<'a>(&'a [u8]);
+
+impl fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "'{}'", Escaped(self.0))
+    }
+}
+
+/// See [`escape`].
+pub struct Escaped<'a>(&'a [u8]);
+
+impl fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for chunk in self.0.utf8_chunks() {
+            for c in chunk.valid().chars() {
+                if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') {
+                    write!(f, "{}", c.escape_debug())?;
+                } else {
+                    f.write_char(c)?;
+                }
+            }
+            for byte in chunk.invalid() {
+                write!(f, "\\x{byte:02x}")?;
+            }
+        }
+        Ok(())
+    }
+}
 
 /// FNV-1a: the hash that names job files and shared buckets, the same in every build
 /// and process (unlike std's hashers).
@@ -67,4 +111,25 @@ pub fn locate_stage_library(dir: &Path) -> Option<PathBuf> {
     })
     .max_by_key(|(modified, _)| *modified)
     .map(|(_, path)| path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoted_values_stay_on_one_line() {
+        assert_eq!(quote("/scratch").to_string(), "'/scratch'");
+        assert_eq!(quote("don't").to_string(), "'don't'");
+        assert_eq!(
+            quote("a\nb\tc\u{1b}[31m").to_string(),
+            "'a\\nb\\tc\\u{1b}[31m'"
+        );
+        assert_eq!(
+            quote("caf\u{e9}\u{2028}").to_string(),
+            "'caf\u{e9}\\u{2028}'"
+        );
+        assert_eq!(quote(b"caf\xe9/x").to_string(), "'caf\\xe9/x'");
+        assert_eq!(escape("line `a\rb`").to_string(), "line `a\\rb`");
+    }
 }

@@ -15,9 +15,10 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use padll_wire::config::LimitScope;
 use padll_wire::exit::{EX_CANNOT_EXECUTE, EX_FAILURE, EX_NOT_FOUND, EX_USAGE};
 use padll_wire::ops::Op;
-use padll_wire::{config, report};
+use padll_wire::{config, quote, report};
 use std::collections::HashMap;
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -200,8 +201,10 @@ fn error_line(error: &clap::Error, args: &[OsString]) -> String {
             if in_run && !has_separator && !arg.starts_with('-') =>
         {
             format!(
-                "unexpected argument '{arg}': the program must follow '--', as in \
-                 'padll run --mount DIR -- {arg} ARGS…'"
+                "unexpected argument {}: the program must follow '--', as in \
+                 'padll run --mount DIR -- {} ARGS…'",
+                quote(&arg),
+                padll_wire::escape(&arg)
             )
         }
         (ErrorKind::MissingRequiredArgument, Some(arg)) if in_run && arg.contains("PROGRAM") => {
@@ -326,6 +329,11 @@ impl Kind {
     }
 }
 
+/// A path as a one-line message echoes it ([`quote`]: its bytes as they are).
+fn path_quoted(path: &(impl AsRef<OsStr> + ?Sized)) -> String {
+    quote(path.as_ref().as_bytes()).to_string()
+}
+
 fn usage(message: String) -> Failure {
     Failure::new(Kind::Usage, message)
 }
@@ -348,11 +356,15 @@ fn stage_environment(args: &RunArgs) -> Result<Vec<(&'static str, String)>, Fail
     let mut env = Vec::new();
     for mount in &args.mounts {
         if !mount.starts_with('/') {
-            return Err(usage(format!("--mount '{mount}' is not an absolute path")));
+            return Err(usage(format!(
+                "--mount {} is not an absolute path",
+                quote(mount)
+            )));
         }
         if mount.contains(':') {
             return Err(usage(format!(
-                "--mount '{mount}' contains ':', which separates mountpoints"
+                "--mount {} contains ':', which separates mountpoints",
+                quote(mount)
             )));
         }
     }
@@ -361,7 +373,8 @@ fn stage_environment(args: &RunArgs) -> Result<Vec<(&'static str, String)>, Fail
     }
     if let Some(bad) = args.limits.iter().find(|l| l.contains(',')) {
         return Err(usage(format!(
-            "--limit '{bad}' contains ',': give one limit per --limit"
+            "--limit {} contains ',': give one limit per --limit",
+            quote(bad)
         )));
     }
     if !args.limits.is_empty() {
@@ -411,12 +424,12 @@ fn stage_environment(args: &RunArgs) -> Result<Vec<(&'static str, String)>, Fail
         // The stage manages nothing without a mountpoint: a limit or a controller
         // would silently do nothing.
         let what = match (args.limits.first(), &args.controller) {
-            (Some(limit), _) => Some(format!("--limit '{limit}'")),
+            (Some(limit), _) => Some(format!("--limit {}", quote(limit))),
             (None, _) if !loaded.limits.is_empty() => Some(format!(
-                "the limit '{}' (PADLL_RULES or --config)",
-                loaded.limits[0]
+                "the limit {} (PADLL_RULES or --config)",
+                quote(&loaded.limits[0].to_string())
             )),
-            (None, Some(socket)) => Some(format!("--controller '{socket}'")),
+            (None, Some(socket)) => Some(format!("--controller {}", quote(socket))),
             (None, None) => None,
         };
         if let Some(what) = what {
@@ -435,7 +448,7 @@ fn stats_origin(args: &RunArgs) -> String {
     match (&args.stats, &args.config) {
         (Some(_), _) => "--stats".into(),
         (None, _) if from_environment => "PADLL_STATS".into(),
-        (None, Some(config)) => format!("--config '{}': stats", config.display()),
+        (None, Some(config)) => format!("--config {}: stats", path_quoted(config)),
         (None, None) => "PADLL_CONFIG: stats".into(),
     }
 }
@@ -446,9 +459,9 @@ fn stats_origin(args: &RunArgs) -> String {
 fn check_stats_path(path: &str, identity: &config::Identity, origin: &str) -> Result<(), Failure> {
     let expanded = report::expand_path(path, identity);
     let named = if expanded == path {
-        format!("'{path}'")
+        quote(path).to_string()
     } else {
-        format!("'{path}' ('{expanded}')")
+        format!("{} ({})", quote(path), quote(&expanded))
     };
     let file = Path::new(&expanded);
     let directory = match file.parent() {
@@ -457,11 +470,13 @@ fn check_stats_path(path: &str, identity: &config::Identity, origin: &str) -> Re
     };
     let problem = match std::fs::metadata(directory) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(format!(
-            "the directory '{}' does not exist",
-            directory.display()
+            "the directory {} does not exist",
+            path_quoted(directory)
         )),
-        Err(e) => Some(format!("the directory '{}': {e}", directory.display())),
-        Ok(meta) if !meta.is_dir() => Some(format!("'{}' is not a directory", directory.display())),
+        Err(e) => Some(format!("the directory {}: {e}", path_quoted(directory))),
+        Ok(meta) if !meta.is_dir() => {
+            Some(format!("{} is not a directory", path_quoted(directory)))
+        }
         Ok(_) => match std::fs::metadata(file) {
             Ok(meta) if meta.is_dir() => Some("it is a directory".to_string()),
             Ok(meta) if !meta.is_file() => Some("it is not a regular file".to_string()),
@@ -484,7 +499,8 @@ fn missing_mounts(args: &RunArgs) -> Vec<String> {
         .filter(|m| !Path::new(m).exists())
         .map(|m| {
             format!(
-                "warning: --mount '{m}' does not exist; calls under it are managed once it does"
+                "warning: --mount {} does not exist; calls under it are managed once it does",
+                quote(m)
             )
         })
         .collect()
@@ -557,7 +573,7 @@ fn stage_library(explicit: Option<&Path>) -> Result<PathBuf, Failure> {
 /// A library path the user gave (`what` names the flag or variable), made absolute so
 /// that children which change directory still find it.
 fn given_library(what: &str, path: &Path) -> Result<PathBuf, Failure> {
-    let bad = |reason: String| usage(format!("{what} '{}': {reason}", path.display()));
+    let bad = |reason: String| usage(format!("{what} {}: {reason}", path_quoted(path)));
     let absolute = path.canonicalize().map_err(|e| bad(e.to_string()))?;
     if !absolute.is_file() {
         return Err(bad("not a regular file".into()));
@@ -595,7 +611,7 @@ fn run(args: &RunArgs) -> Result<(), Failure> {
         } else {
             Kind::ProgramNotExecutable
         },
-        message: format!("cannot run '{}': {error}", program.to_string_lossy()),
+        message: format!("cannot run {}: {error}", path_quoted(program)),
     })
 }
 
@@ -631,19 +647,19 @@ const MAX_STATS_BYTES: u64 = 1 << 30;
 /// statistics file.
 fn read_reports(file: &Path) -> Result<Vec<report::Report>, Failure> {
     use config::ReadError;
-    let name = file.display();
+    let name = path_quoted(file);
     let text = config::read_text_file(file, MAX_STATS_BYTES).map_err(|e| match e {
         ReadError::Directory | ReadError::NotRegular | ReadError::NotUtf8 => {
-            usage(format!("'{name}' is not a statistics file: {e}"))
+            usage(format!("{name} is not a statistics file: {e}"))
         }
         ReadError::Io(_) | ReadError::TooLarge { .. } | ReadError::Grew(_) => {
-            usage(format!("cannot read '{name}': {e}"))
+            usage(format!("cannot read {name}: {e}"))
         }
     })?;
-    let reports = report::parse(&text).map_err(|e| usage(format!("'{name}' {e}")))?;
+    let reports = report::parse(&text).map_err(|e| usage(format!("{name} {e}")))?;
     if reports.is_empty() {
         return Err(usage(format!(
-            "'{name}' holds no statistics: it is empty (no process wrote to it)"
+            "{name} holds no statistics: it is empty (no process wrote to it)"
         )));
     }
     Ok(reports)
@@ -738,7 +754,7 @@ fn demo(seconds: f64) -> Result<(), Failure> {
         let rate = text
             .trim()
             .parse::<f64>()
-            .map_err(|_| usage(format!("the loop printed '{text}'")))?;
+            .map_err(|_| usage(format!("the loop printed {}", quote(text.as_ref()))))?;
         let row = match run {
             DemoRun::NotPreloaded => ["none (not preloaded)", "-", "-", "-"].map(String::from),
             DemoRun::Managed => ["none (preloaded, managed)", "-", "-", "-"].map(String::from),
