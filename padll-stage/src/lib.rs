@@ -149,7 +149,7 @@ extern "C" fn on_load() {
         }
         tsc::start();
         let _io = StageIo::enter();
-        let config = match config::load(&|name| std::env::var(name).ok()) {
+        let config = match config::load_os(&|name| std::env::var_os(name)) {
             Ok(config) => config,
             Err(message) => {
                 log(

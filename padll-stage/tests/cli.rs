@@ -174,6 +174,32 @@ fn bad_flags_are_named_and_nothing_starts() {
 }
 
 #[test]
+fn a_variable_that_is_not_utf8_is_named_and_nothing_starts() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = scratch("not-utf8");
+    let marker = dir.join("started");
+    let output = Command::new(crate::util::padll())
+        .args([
+            "run",
+            "--limit",
+            "open=5",
+            "--",
+            "touch",
+            marker.to_str().unwrap(),
+        ])
+        .env("PADLL_MOUNTS", std::ffi::OsStr::from_bytes(b"/tmp/caf\xe9"))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert_eq!(
+        stderr(&output),
+        "padll: PADLL_MOUNTS: '/tmp/caf\\xe9' is not UTF-8: only UTF-8 values can be used\n"
+    );
+    assert!(!marker.exists(), "the program was started");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
 fn a_limit_without_a_mount_flag_is_refused_unless_a_mount_comes_from_elsewhere() {
     let dir = scratch("nomount");
     let mount = dir.display().to_string();

@@ -23,6 +23,8 @@ use crate::channel::{
 };
 use crate::ops::Op;
 use serde::{Deserialize, Serialize};
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
 
 /// Default bucket depth, in milliseconds' worth of the rate.
 pub const DEFAULT_BURST_MS: u64 = 10;
@@ -765,6 +767,9 @@ pub enum LoadErrorKind {
     /// A controller uid that is not a number.
     #[error("bad uid {} (a number, as in 980)", crate::quote(.0))]
     ControllerUid(String),
+    /// A value that is not UTF-8 (its bytes).
+    #[error("{} is not UTF-8: only UTF-8 values can be used", crate::quote(.0))]
+    NotUtf8(Vec<u8>),
     /// More mountpoints than the stage manages (how many).
     #[error("{0} mountpoints: at most {MAX_MOUNTS} are supported")]
     TooManyMounts(usize),
@@ -836,9 +841,30 @@ fn fit_channels(limits: &[ChannelSpec], mounts: &[String]) -> Result<(), LoadErr
     Ok(())
 }
 
+/// [`load`] through `var`, whose values may be any bytes (the environment's): a
+/// `PADLL_*` variable that is not UTF-8 is refused, naming it (the configuration is
+/// text: mountpoints and rules reach the controller and the statistics as UTF-8), where
+/// it was treated as unset; another (a batch system's, `USER`) is read lossily.
+pub fn load_os(var: &dyn Fn(&str) -> Option<OsString>) -> Result<Config, LoadError> {
+    let not_utf8 = std::cell::Cell::new(None);
+    let config = load(&|name| match var(name)?.into_string() {
+        Ok(text) => Some(text),
+        Err(bytes) if name.starts_with("PADLL_") => {
+            let first = not_utf8.take().unwrap_or((name, bytes.into_vec()));
+            not_utf8.set(Some(first));
+            None
+        }
+        Err(bytes) => Some(bytes.to_string_lossy().into_owned()),
+    });
+    match not_utf8.take() {
+        Some((name, bytes)) => Err(Origin::Var(name).refuse(LoadErrorKind::NotUtf8(bytes))),
+        None => config,
+    }
+}
+
 /// Reads the configuration through `var` (the environment, or a map in tests).
 /// Errors name the variable (or the file and key) and the bad value.
-pub fn load(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, LoadError> {
+pub fn load(var: &dyn Fn(&'static str) -> Option<String>) -> Result<Config, LoadError> {
     let config_path = var("PADLL_CONFIG").filter(|p| !p.is_empty());
     let path = config_path.clone().unwrap_or_default();
     let at = |key: &str| Origin::File {
@@ -1716,6 +1742,29 @@ mod tests {
             assert!(error.contains(expected), "{error}");
         }
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_padll_variable_that_is_not_utf8_is_named() {
+        use std::os::unix::ffi::OsStrExt;
+        let load_bytes = |pairs: &[(&str, &[u8])]| {
+            let map: HashMap<String, OsString> = (pairs.iter())
+                .map(|(k, v)| (k.to_string(), std::ffi::OsStr::from_bytes(v).to_owned()))
+                .collect();
+            load_os(&|k| map.get(k).cloned())
+        };
+        let error = load_bytes(&[
+            ("PADLL_MOUNTS", b"/tmp/caf\xe9"),
+            ("PADLL_RULES", b"open=5"),
+        ])
+        .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "PADLL_MOUNTS: '/tmp/caf\\xe9' is not UTF-8: only UTF-8 values can be used"
+        );
+        // A batch system's variable is read as well as it can be.
+        let config = load_bytes(&[("SLURM_JOB_ID", b"j\xff")]).unwrap();
+        assert_eq!(config.identity.job_id, "j\u{fffd}");
     }
 
     #[test]

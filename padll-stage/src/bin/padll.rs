@@ -402,11 +402,11 @@ fn stage_environment(args: &RunArgs) -> Result<Vec<(&'static str, String)>, Fail
     env.extend(optional.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))));
 
     let overrides: HashMap<&str, &String> = env.iter().map(|(k, v)| (*k, v)).collect();
-    let loaded = config::load(&|name| {
+    let loaded = config::load_os(&|name| {
         overrides
             .get(name)
-            .map(|v| v.to_string())
-            .or_else(|| std::env::var(name).ok())
+            .map(OsString::from)
+            .or_else(|| std::env::var_os(name))
     })
     .map_err(|e| {
         // A value padll put in the environment from a flag is named by the flag.
