@@ -4,7 +4,7 @@
 use super::rules::TableResource;
 use super::Local;
 use crate::config::Resource;
-use crate::proto::{self, local_message};
+use crate::proto;
 use std::time::Duration;
 
 /// When to push the next usage report, as the global controller scheduled it.
@@ -46,24 +46,23 @@ impl ReportClock {
     }
 }
 
-/// Pushes the usage of every stage over the control interval that ends now, with the
-/// acknowledgement of the latest `Enforce` applied. Each resource is named by its index
+/// The usage of every stage over the control interval that ends now, with the
+/// acknowledgement of the latest `Enforce` applied, to push upstream. Each resource is named by its index
 /// in the stream's resource table (`Registered`); usage of a resource not in it is left
 /// out (the global controller plans only the resources it has).
-pub(super) fn report_usage(
+pub(super) fn usage_report(
     local: &Local,
-    upstream: &super::upstream::Upstream,
     cycle: u64,
     applied: u64,
     table: &[Option<TableResource>],
-) {
+) -> proto::Usage {
     let index = |resource: &Resource| {
         table
             .iter()
             .position(|r| r.as_ref().is_some_and(|r| r.resource == *resource))
     };
     let mut stages = local.lock_stages();
-    let usage = proto::Usage {
+    proto::Usage {
         cycle,
         applied,
         stages: stages
@@ -89,6 +88,5 @@ pub(super) fn report_usage(
                 }
             })
             .collect(),
-    };
-    upstream.send(local_message::Body::Usage(usage));
+    }
 }

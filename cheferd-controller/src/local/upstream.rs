@@ -4,7 +4,7 @@
 //! re-establishing it with backoff when it breaks, or when the global controller stops
 //! reading it (its queue is bounded).
 
-use super::report::{report_usage, ReportClock};
+use super::report::{usage_report, ReportClock};
 use super::{rules, Local};
 use crate::outbox;
 use crate::proto::{
@@ -155,7 +155,10 @@ async fn follow(
                     return ended;
                 }
             }
-            cycle = session.clock.next() => report_usage(local, upstream, cycle, session.applied, &session.resources),
+            cycle = session.clock.next() => {
+                let usage = usage_report(local, cycle, session.applied, &session.resources);
+                upstream.send(local_message::Body::Usage(usage));
+            }
             () = upstream.refused.notified() => return Ended::Unread,
         }
     }
