@@ -98,6 +98,7 @@ impl Controller {
                 loaded += 1;
             }
         }
+        state.restored |= loaded > 0;
         loaded
     }
 }
@@ -142,6 +143,18 @@ mod tests {
         };
         assert_eq!(keys, [1, 2]);
         assert_eq!(next.policy_states(), saved());
+    }
+
+    #[tokio::test]
+    async fn a_state_outlasts_the_cycles_before_the_nodes_attach() {
+        let next = controller("adaptbf");
+        assert_eq!(next.load_policy_states(saved()), 1);
+        for _ in 0..3 {
+            next.cycle().await;
+        }
+        assert_eq!(next.policy_states(), saved());
+        let state = next.lock();
+        assert!(state.jobs.key("4242").is_some() && state.jobs.key("77").is_some());
     }
 
     #[test]

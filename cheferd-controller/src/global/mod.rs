@@ -128,6 +128,9 @@ struct State {
     awaiting: usize,
     /// Nodes sent the last cycle's `Enforce` that have not acknowledged it.
     unacked: usize,
+    /// Policy states restored from the last leader wait for the nodes: no cycle plans
+    /// until a stage is back (a policy planning without the jobs writes them off).
+    restored: bool,
 }
 
 /// The global controller: registry, policies and the control loop.
@@ -185,6 +188,7 @@ impl Controller {
                 collecting: None,
                 awaiting: 0,
                 unacked: 0,
+                restored: false,
             }),
             replies: Notify::new(),
             started: Instant::now(),
@@ -269,6 +273,7 @@ impl Controller {
             cache,
             service,
             steering,
+            restored,
             ..
         } = &mut *state;
         // Jobs are gone only if stages went, which has the views rebuilt.
@@ -276,8 +281,13 @@ impl Controller {
         let (views, layout) = cache.views(config, nodes);
         steering.steer(config, service, |i| layout.served(i));
         let terms = jobs.terms(config, elapsed);
-        let plan = plan::compute(config, &terms, policies, views, layout);
-        if stages_changed {
+        *restored &= views.is_empty();
+        let plan = if *restored {
+            plan::Plan::default()
+        } else {
+            plan::compute(config, &terms, policies, views, layout)
+        };
+        if stages_changed && !*restored {
             // Planned without the jobs gone, whose keys can now go to new jobs.
             jobs.release_all_but(views.iter().map(|view| view.job));
         }
