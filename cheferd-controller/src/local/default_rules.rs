@@ -10,8 +10,8 @@
 //! global controller's share is: split evenly over the job's stages here, split anew
 //! (at most once a second) when their number changes. A stage of a job that already
 //! has rules from the global controller here gets an even part of the job's share here
-//! instead: the sum of what the global controller gave the job's stages, over the
-//! job's stages now. Each of those rules is one stage's part of the job's share (each
+//! instead: the sum of what the global controller gave the job's stages, each
+//! mountpoint's over the job's stages now that manage it. Each of those rules is one stage's part of the job's share (each
 //! process has buckets of its own), so a copy to every new process would multiply the
 //! job's rate by its processes while the global controller is away. While it is away,
 //! that share is also split anew over the job's stages when their number changes.
@@ -22,7 +22,7 @@ use crate::global::PROVISIONAL_SHARE;
 use crate::proto;
 use padll_wire::channel::{ChannelSpec, MAX_CHANNELS, MAX_RATE};
 use padll_wire::config::{burst_for, parse_rule, RuleError, DEFAULT_BURST_MS};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tracing::info;
@@ -141,7 +141,7 @@ fn for_stage(rules: &[ChannelSpec], mountpoints: &[String], split: usize) -> Vec
 #[derive(Debug, Default)]
 struct Governed {
     /// The rules the global controller last gave each of the job's stages here.
-    given: HashMap<u64, Vec<ChannelSpec>>,
+    given: BTreeMap<u64, Vec<ChannelSpec>>,
     /// The job's share here: the sum of `given` (kept as the job's stages come and go
     /// while the global controller is away).
     share: Vec<ChannelSpec>,
@@ -155,11 +155,36 @@ struct Governed {
 impl Governed {
     /// The job's share here, summed anew if rules came since.
     fn share(&mut self) -> &[ChannelSpec] {
-        if self.heard {
+        if std::mem::take(&mut self.heard) {
             self.share = sum(self.given.values().flatten());
         }
         &self.share
     }
+}
+
+/// The part of a job's `share` here for a stage managing `mountpoints`: each rule of
+/// its mountpoints split over those of the job's stages here (`of_job`: each one's
+/// mountpoints) that manage the rule's mountpoint.
+fn part_of(
+    share: &[ChannelSpec],
+    mountpoints: &[String],
+    of_job: &[&[String]],
+) -> Vec<ChannelSpec> {
+    let manages = |mounts: &[String], rule: &ChannelSpec| {
+        rule.mount.as_ref().is_none_or(|m| mounts.contains(m))
+    };
+    share
+        .iter()
+        .filter(|rule| manages(mountpoints, rule))
+        .map(|rule| {
+            let holders = of_job.iter().filter(|m| manages(m, rule)).count().max(1) as u64;
+            ChannelSpec {
+                rate: (rule.rate / holders).max(1),
+                burst: (rule.burst / holders).max(1),
+                ..rule.clone()
+            }
+        })
+        .collect()
 }
 
 /// The rules summed per channel (mountpoint, operations and unit): rates and bursts
@@ -211,18 +236,20 @@ impl Defaults {
 }
 
 impl State {
-    /// The rules of a stage that just registered (the job's `stages` here counting it):
-    /// its job's share from the global controller if it has one here, else `default`;
-    /// split over the job's stages (a default is recorded, to be split anew).
+    /// The rules of a stage that just registered (`of_job`: the mountpoints of each of
+    /// the job's stages here, its own included): its part of its job's share from the
+    /// global controller if it has one here, else `default` split over the job's
+    /// stages (recorded, to be split anew).
     fn first_rules(
         &mut self,
         (stage_id, job, mountpoints): StageView,
-        stages: usize,
+        of_job: &[&[String]],
         default: &[ChannelSpec],
     ) -> Vec<ChannelSpec> {
         if let Some(governed) = self.governed.get_mut(job) {
-            return for_stage(governed.share(), mountpoints, stages);
+            return part_of(governed.share(), mountpoints, of_job);
         }
+        let stages = of_job.len();
         let rules = for_stage(default, mountpoints, stages);
         if !rules.is_empty() {
             self.defaulted.insert(stage_id, stages);
@@ -264,12 +291,15 @@ impl State {
             let now = per_job[job.as_str()];
             governed.share();
             governed.given.retain(|id, _| live.contains(id));
-            if std::mem::take(&mut governed.heard) || !away {
+            if !away {
                 governed.split_for = now;
             } else if governed.split_for != now {
                 governed.split_for = now;
-                for &(stage_id, _, mountpoints) in stages.iter().filter(|s| s.1 == job) {
-                    again.push((stage_id, for_stage(&governed.share, mountpoints, now)));
+                let of_job: Vec<StageView> =
+                    stages.iter().filter(|s| s.1 == job).copied().collect();
+                let mounts: Vec<&[String]> = of_job.iter().map(|s| s.2).collect();
+                for (stage_id, _, mountpoints) in of_job {
+                    again.push((stage_id, part_of(&governed.share, mountpoints, &mounts)));
                 }
             }
         }
@@ -309,11 +339,15 @@ impl Local {
             return;
         };
         let job = entry.info.job_id.as_str();
-        let of_job = stages.values().filter(|e| e.info.job_id == job).count();
+        let of_job: Vec<&[String]> = stages
+            .values()
+            .filter(|e| e.info.job_id == job)
+            .map(|e| e.info.mountpoints.as_slice())
+            .collect();
         let mut state = self.defaults.lock();
         let default = self.default_rules(&state).to_vec();
         let view = (stage_id, job, entry.info.mountpoints.as_slice());
-        let rules = state.first_rules(view, of_job, &default);
+        let rules = state.first_rules(view, &of_job, &default);
         if let (false, Some(entry)) = (rules.is_empty(), stages.get_mut(&stage_id)) {
             rules::give(entry, 0, rules);
         }
@@ -472,9 +506,9 @@ mod tests {
         let default = limits("/s:metadata=1200/s");
         let m = mounts(&["/s"]);
         let mut state = State::default();
-        let first = state.first_rules((1, "j", &m), 1, &default);
+        let first = state.first_rules((1, "j", &m), &[m.as_slice(); 1], &default);
         assert_eq!(first[0].rate, 1200);
-        let second = state.first_rules((2, "j", &m), 2, &default);
+        let second = state.first_rules((2, "j", &m), &[m.as_slice(); 2], &default);
         assert_eq!(second[0].rate, 600);
         // The first is split anew, once; stage 2 holds its share already.
         let stages = [(1, "j", m.as_slice()), (2, "j", m.as_slice())];
@@ -491,15 +525,18 @@ mod tests {
         // of the job's share here (the sum of what its stages were given).
         let global = limits("/s:metadata=5000/s,/t:data=1MiB/s");
         state.replaced(1, "j", &global);
-        let third = state.first_rules((3, "j", &m), 2, &default);
+        let third = state.first_rules((3, "j", &m), &[m.as_slice(); 2], &default);
         assert_eq!((third.len(), third[0].rate), (1, 2500));
         let stages = [(1, "j", m.as_slice()), (3, "j", m.as_slice())];
-        assert!(state.resplit(&stages, &default, true).is_empty());
+        assert!(state.resplit(&stages, &default, false).is_empty());
         assert!(state.defaulted.is_empty());
         // Gone from the node, the job is forgotten: a new stage of it gets the default.
         assert!(state.resplit(&[], &default, true).is_empty());
         assert!(state.governed.is_empty());
-        assert_eq!(state.first_rules((4, "j", &m), 1, &default), default);
+        assert_eq!(
+            state.first_rules((4, "j", &m), &[m.as_slice(); 1], &default),
+            default
+        );
     }
 
     #[test]
@@ -509,12 +546,12 @@ mod tests {
         // The global controller gave the job's one stage here its whole share, 10 000/s.
         state.replaced(1, "j", &limits("/s:metadata=10000/s"));
         let mut stages = vec![(1, "j", m.as_slice())];
-        assert!(state.resplit(&stages, &[], true).is_empty());
+        assert!(state.resplit(&stages, &[], false).is_empty());
         // It is away; 30 processes of the job start: none gets more than its part.
         let mut held = HashMap::from([(1, 10_000)]);
         for id in 2..=31u64 {
             stages.push((id, "j", m.as_slice()));
-            let rules = state.first_rules((id, "j", &m), stages.len(), &[]);
+            let rules = state.first_rules((id, "j", &m), &vec![m.as_slice(); stages.len()], &[]);
             assert_eq!(rules[0].rate, 10_000 / id);
             held.insert(id, rules[0].rate);
         }
@@ -535,17 +572,70 @@ mod tests {
         // Its rules come again and replace the share.
         state.replaced(1, "j", &limits("/s:metadata=300/s"));
         stages.push((2, "j", m.as_slice()));
-        assert_eq!(state.first_rules((2, "j", &m), 2, &[])[0].rate, 150);
+        assert_eq!(
+            state.first_rules((2, "j", &m), &[m.as_slice(); 2], &[])[0].rate,
+            150
+        );
+    }
+
+    #[test]
+    fn processes_started_as_the_global_goes_away_are_split_at_the_next_tick() {
+        let m = mounts(&["/s"]);
+        let mut state = State::default();
+        // Rules came within the last second, and 30 processes started since.
+        state.replaced(1, "j", &limits("/s:metadata=10000/s"));
+        let mut held = HashMap::from([(1, 10_000)]);
+        let mut stages = vec![(1, "j", m.as_slice())];
+        for id in 2..=31u64 {
+            stages.push((id, "j", m.as_slice()));
+            let rules = state.first_rules((id, "j", &m), &vec![m.as_slice(); stages.len()], &[]);
+            held.insert(id, rules[0].rate);
+        }
+        for (id, rules) in state.resplit(&stages, &[], true) {
+            held.insert(id, rules[0].rate);
+        }
+        assert!(held.values().sum::<u64>() <= 10_000, "{held:?}");
+    }
+
+    #[test]
+    fn a_mountpoints_share_is_split_over_the_stages_that_manage_it() {
+        let (a, b) = (mounts(&["/a"]), mounts(&["/b"]));
+        let mut state = State::default();
+        state.replaced(1, "j", &limits("/a:metadata=1000/s"));
+        let mut stages = vec![(1, "j", a.as_slice())];
+        for id in 2..=11u64 {
+            state.replaced(id, "j", &limits("/b:metadata=100/s"));
+            stages.push((id, "j", b.as_slice()));
+        }
+        assert!(state.resplit(&stages, &[], false).is_empty());
+        // Away, one stage of /b ends: /a's one stage keeps /a's whole share.
+        stages.pop();
+        let again: HashMap<u64, Vec<ChannelSpec>> =
+            state.resplit(&stages, &[], true).into_iter().collect();
+        assert_eq!(again[&1].len(), 1);
+        assert_eq!(again[&1][0].rate, 1000);
+        assert!((2..=10).all(|id| again[&id][0].rate == 1000 / 9));
+        // A new stage on both gets its part of each.
+        let both = mounts(&["/a", "/b"]);
+        stages.push((12, "j", both.as_slice()));
+        let of_job: Vec<&[String]> = stages.iter().map(|s| s.2).collect();
+        let rules = state.first_rules((12, "j", &both), &of_job, &[]);
+        let rates: Vec<u64> = rules.iter().map(|r| r.rate).collect();
+        assert_eq!(rates, [500, 100]);
     }
 
     #[test]
     fn without_a_default_nothing_is_given_or_kept() {
         let m = mounts(&["/s"]);
         let mut state = State::default();
-        assert!(state.first_rules((1, "j", &m), 1, &[]).is_empty());
+        assert!(state
+            .first_rules((1, "j", &m), &[m.as_slice(); 1], &[])
+            .is_empty());
         // A default for other mountpoints only is none either.
         let elsewhere = limits("/t:metadata=5/s");
-        assert!(state.first_rules((2, "j", &m), 2, &elsewhere).is_empty());
+        assert!(state
+            .first_rules((2, "j", &m), &[m.as_slice(); 2], &elsewhere)
+            .is_empty());
         assert!(state.defaulted.is_empty());
         let stages = [(1, "j", m.as_slice()), (2, "j", m.as_slice())];
         assert!(state.resplit(&stages, &elsewhere, true).is_empty());
