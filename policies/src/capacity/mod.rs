@@ -358,7 +358,7 @@ impl CapacityEstimator {
             p50: obs.p50,
             p99: obs.p99,
         });
-        let samples: u64 = self.pool.iter().map(|part| part.samples).sum();
+        let samples = (self.pool.iter()).fold(0u64, |sum, part| sum.saturating_add(part.samples));
         if samples < self.settings.min_samples {
             return None;
         }
