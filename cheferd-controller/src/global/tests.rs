@@ -828,14 +828,20 @@ async fn service_times_of_every_node_merge_per_resource_and_interval() {
     assert_eq!(metrics.service_times[0].total(), 105);
 }
 
+/// A controller of one metadata resource whose `Max_R` is `auto` (target p50 1 ms,
+/// floor 100, ceiling 10 000).
+fn auto_controller() -> Arc<Controller> {
+    let text = "[[resource]]\nname = \"/scratch:metadata\"\npolicy = \"uniform\"\n\
+                max_rate = \"auto\"\ntarget_p50_ms = 1\nfloor = 100\nceiling = 10000";
+    let config = GlobalConfig::parse(text, &crate::policy::check).unwrap();
+    Controller::new(config).unwrap()
+}
+
 /// Calls so slow (the histogram's last bucket, ≥ 8.6 s) that fewer than 20 complete an
 /// interval still bring an auto `Max_R` down from the ceiling to the floor.
 #[tokio::test(start_paused = true)]
 async fn an_auto_max_rate_falls_when_too_few_calls_complete_an_interval() {
-    let text = "[[resource]]\nname = \"/scratch:metadata\"\npolicy = \"uniform\"\n\
-                max_rate = \"auto\"\ntarget_p50_ms = 1\nfloor = 100\nceiling = 10000";
-    let config = GlobalConfig::parse(text, &crate::policy::check).unwrap();
-    let controller = Controller::new(config).unwrap();
+    let controller = auto_controller();
     let (a, _inbox) = attach(&controller, "a");
     join(&controller, "a", a, 1, 100, "j1");
     let mut slow = vec![0; padll_wire::latency::BUCKETS];
@@ -850,10 +856,7 @@ async fn an_auto_max_rate_falls_when_too_few_calls_complete_an_interval() {
 
 #[tokio::test(start_paused = true)]
 async fn an_auto_max_rate_follows_the_service_times_and_an_administrator_can_fix_it() {
-    let text = "[[resource]]\nname = \"/scratch:metadata\"\npolicy = \"uniform\"\n\
-                max_rate = \"auto\"\ntarget_p50_ms = 1\nfloor = 100\nceiling = 10000";
-    let config = GlobalConfig::parse(text, &crate::policy::check).unwrap();
-    let controller = Controller::new(config).unwrap();
+    let controller = auto_controller();
     let (a, _inbox) = attach(&controller, "a");
     join(&controller, "a", a, 1, 100, "j1");
     let max_rate = || controller.snapshot().resources[0].max_rate;
