@@ -143,18 +143,12 @@ fn a_mountpoint_with_a_newline_is_echoed_on_one_line() {
 #[test]
 fn a_variable_that_is_not_utf8_is_named() {
     use std::os::unix::ffi::OsStrExt;
-    let output = Command::new(crate::util::padll())
-        .arg("--version")
-        .env("LD_PRELOAD", library())
-        .env("PADLL_MOUNTS", std::ffi::OsStr::from_bytes(b"/tmp/caf\xe9"))
-        .env("PADLL_RULES", "open=5")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(
-        stderr.contains("running unthrottled: PADLL_MOUNTS: '/tmp/caf\\xe9' is not UTF-8"),
-        "{stderr}"
+    let env = [
+        ("PADLL_MOUNTS", std::ffi::OsStr::from_bytes(b"/tmp/caf\xe9")),
+        ("PADLL_RULES", "open=5".as_ref()),
+    ];
+    crate::util::refused_in_one_line(
+        &env,
+        "running unthrottled: PADLL_MOUNTS: '/tmp/caf\\xe9' is not UTF-8",
     );
 }

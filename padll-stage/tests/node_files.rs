@@ -125,22 +125,12 @@ fn limits_the_stage_cannot_hold_leave_no_segment() {
     let five_on_open = format!("open=1,metadata=2,all=3,{mount}:open=4,{mount}:all=5");
     let three_hundred = vec!["open=5"; 300].join(",");
     for rules in [five_on_open, three_hundred] {
-        let output = Command::new(crate::util::padll())
-            .arg("--version")
-            .env("LD_PRELOAD", crate::util::library())
-            .env("PADLL_MOUNTS", &mount)
-            .env("PADLL_RULES", &rules)
-            .env("PADLL_JOB_ID", &job)
-            .env_remove("PADLL_CONFIG")
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(output.status.success(), "{stderr}");
-        assert_eq!(stderr.lines().count(), 1, "{stderr}");
-        assert!(
-            stderr.contains("running unthrottled: PADLL_RULES: "),
-            "{stderr}"
-        );
+        let env = [
+            ("PADLL_MOUNTS", mount.as_ref()),
+            ("PADLL_RULES", rules.as_ref()),
+            ("PADLL_JOB_ID", job.as_ref()),
+        ];
+        let stderr = crate::util::refused_in_one_line(&env, "running unthrottled: PADLL_RULES: ");
         let segment = job_files(&job).1;
         assert!(
             !segment.exists(),

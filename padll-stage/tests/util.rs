@@ -50,6 +50,24 @@ pub fn calls_are_timed() -> bool {
         .is_ok_and(|source| source.trim() == "tsc")
 }
 
+/// `padll --version` under the stage with `env` (`PADLL_CONFIG` unset): the stage must
+/// refuse its configuration in one line containing `expected`, and the program run
+/// unchanged. Returns that line.
+pub fn refused_in_one_line(env: &[(&str, &std::ffi::OsStr)], expected: &str) -> String {
+    let output = std::process::Command::new(padll())
+        .arg("--version")
+        .env("LD_PRELOAD", library())
+        .env_remove("PADLL_CONFIG")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains(expected), "{stderr}");
+    stderr
+}
+
 /// A rule of `rate` metadata operations per second on `mount`.
 pub fn metadata_rule(mount: &Path, rate: u64, burst: u64) -> ChannelSpec {
     ChannelSpec {
