@@ -171,6 +171,22 @@ impl Returned for *mut DIR {
     }
 }
 
+/// True for a pointer no program can have data at: null, in the null page, or in the
+/// kernel's half of the address space (`(char *) -1` and the like, which programs and
+/// test suites pass to see `EFAULT`). The hooks read no such argument: the call passes
+/// through and the kernel answers `EFAULT`, as without the stage. (A pointer into an
+/// unmapped or `PROT_NONE` part of user space still faults in the stage, documented:
+/// telling it apart would cost a system call per call.) One signed comparison, as cheap
+/// as the test for null it replaces: the kernel's half is the negative one.
+#[inline(always)]
+pub(crate) fn unreadable<T>(p: *const T) -> bool {
+    (p as isize) < NULL_PAGE
+}
+
+/// The null page's end: no mapping starts below it (`vm.mmap_min_addr` is at least
+/// this).
+const NULL_PAGE: isize = 4096;
+
 /// A stream's descriptor, -1 for null or for a stream of no file (`open_memstream`,
 /// `fmemopen`, `fopencookie`), with `errno` untouched: glibc's `fileno` sets `EBADF`
 /// for those, which a hook must not leave behind.

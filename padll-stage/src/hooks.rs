@@ -519,12 +519,13 @@ fn reopen_target(path: Str, stream: Stream) -> Target {
 /// Total length of an iovec array (bounded by `IOV_MAX`, like the kernel).
 ///
 /// # Safety
-/// `iov` is null or the application's iovec array of `count` entries.
+/// `iov` is [`unreadable`](crate::call::unreadable) or the application's iovec array
+/// of `count` entries.
 unsafe fn iov_bytes(iov: Iov, count: c_int) -> u64 {
-    if iov.is_null() || !(0..=libc::UIO_MAXIOV).contains(&count) {
+    if crate::call::unreadable(iov) || !(0..=libc::UIO_MAXIOV).contains(&count) {
         return 0;
     }
-    // SAFETY: the application's non-null iovec array of `count` entries (0..=IOV_MAX),
+    // SAFETY: the application's iovec array of `count` entries (0..=IOV_MAX),
     // which the real call reads too; valid for the duration of the hook.
     unsafe { std::slice::from_raw_parts(iov, count as usize) }
         .iter()

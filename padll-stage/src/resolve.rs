@@ -2,7 +2,7 @@
 //! a path's by lexical resolution against the mount table (a relative path from the
 //! current directory, followed here, or from a directory descriptor).
 
-use crate::call::{dir_fd, stream_fd, Target};
+use crate::call::{dir_fd, stream_fd, unreadable, Target};
 use crate::channels::MAX_MOUNTS;
 use crate::fdtable::{self, PathSlot};
 use crate::guard::shielded;
@@ -71,7 +71,7 @@ fn mount_of(code: u16) -> Option<u16> {
 /// decoded here.
 ///
 /// # Safety
-/// `target`'s pointers are null or the application's (NUL-terminated paths, open
+/// `target`'s pointers are [`unreadable`] or the application's (NUL-terminated paths, open
 /// streams and directory streams), valid for the duration of the call.
 #[inline(always)]
 pub(crate) unsafe fn quick_resolve(mounts: &MountTable, target: Target) -> Option<u32> {
@@ -106,12 +106,14 @@ pub(crate) unsafe fn quick_resolve(mounts: &MountTable, target: Target) -> Optio
 /// directory.
 ///
 /// # Safety
-/// `path` is null or the application's NUL-terminated path, valid for the duration of
+/// `path` is [`unreadable`] or the application's NUL-terminated path, valid for the duration of
 /// the call.
 #[inline(always)]
 unsafe fn quick_path(mounts: &MountTable, dirfd: c_int, path: *const c_char) -> Option<Place> {
-    if path.is_null() {
-        return None;
+    if unreadable(path) {
+        // Null names the directory descriptor itself (resolved in full); any other
+        // such pointer is the kernel's to refuse.
+        return (!path.is_null()).then_some(Place::Unrelated);
     }
     // SAFETY: the application's non-null path argument, NUL-terminated and valid for
     // the duration of the hook: its first byte is readable.
@@ -168,12 +170,15 @@ fn either(first: Place, second: impl FnOnce() -> Place) -> Place {
 /// base) touch no buffer; the rest is resolved in full, out of line.
 ///
 /// # Safety
-/// `path` is null or the application's NUL-terminated path, valid for the duration of
+/// `path` is [`unreadable`] or the application's NUL-terminated path, valid for the duration of
 /// the call.
 #[inline(always)]
 unsafe fn place_of_path(dirfd: c_int, path: *const c_char) -> Place {
     if path.is_null() {
         return base_place(dirfd);
+    }
+    if unreadable(path) {
+        return Place::Unrelated;
     }
     let mounts = crate::mounts();
     // SAFETY: the application's non-null path argument, NUL-terminated (scan's

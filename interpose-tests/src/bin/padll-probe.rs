@@ -316,6 +316,40 @@ fn main() {
                     libc::mkdir(c(&dir).as_ptr(), 0o755) == -1 && errno() == libc::EEXIST,
                     "mkdir existing: EEXIST",
                 );
+                // Pointers no string or array can be at (the null page, the kernel's
+                // half): the kernel's EFAULT, as without the stage, for a path checked
+                // on the fast path, a second path, one resolved in full and an iovec.
+                let kernel = usize::MAX as *const libc::c_char;
+                let null_page = 8 as *const libc::c_char;
+                let mut st: libc::stat = std::mem::zeroed();
+                for (result, what) in [
+                    (libc::stat(kernel, &mut st), "stat of a kernel address"),
+                    (
+                        libc::open(null_page, libc::O_RDONLY),
+                        "open in the null page",
+                    ),
+                    (
+                        libc::rename(kernel, file.as_ptr()),
+                        "rename from a kernel address",
+                    ),
+                    (
+                        libc::rename(file.as_ptr(), null_page),
+                        "rename to the null page",
+                    ),
+                    (
+                        libc::fstatat(libc::AT_FDCWD, kernel, &mut st, 0),
+                        "fstatat of a kernel address",
+                    ),
+                ] {
+                    check(result == -1 && errno() == libc::EFAULT, what);
+                }
+                let fd = libc::open(file.as_ptr(), libc::O_RDONLY);
+                check(
+                    libc::readv(fd, usize::MAX as *const libc::iovec, 1) == -1
+                        && errno() == libc::EFAULT,
+                    "readv of a kernel address",
+                );
+                libc::close(fd);
                 // A successful call leaves errno as it was.
                 *libc::__errno_location() = 12345;
                 check(stat(&file) == 0, "stat");
