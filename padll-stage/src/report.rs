@@ -57,7 +57,8 @@ pub struct StatisticsError {
 
 /// Opens the statistics file for appending, with care: non-blocking (a FIFO with no
 /// reader fails instead of hanging the program at exit), not through a symbolic link in
-/// its last component, and only if it is a regular file (a FIFO or device is refused).
+/// its last component, only if it is a regular file (a FIFO or device is refused), and
+/// not if another user planted it in a shared directory ([`planted`]).
 pub fn open_statistics(path: &str) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
@@ -70,8 +71,37 @@ pub fn open_statistics(path: &str) -> std::io::Result<std::fs::File> {
             Some(libc::ENXIO) => std::io::Error::other("it is a FIFO without a reader"),
             _ => e,
         })?;
-    if !file.metadata()?.is_file() {
+    let metadata = file.metadata()?;
+    if !metadata.is_file() {
         return Err(std::io::Error::other("not a regular file"));
     }
+    if let Some(owner) = planted(path, &metadata) {
+        return Err(std::io::Error::other(format!(
+            "it belongs to uid {owner}, in a directory every user may write"
+        )));
+    }
     Ok(file)
+}
+
+/// The owner of a statistics file that another user made in a sticky, world-writable
+/// directory (`/tmp`, where the documented `%j`/`%p` names are predictable): the
+/// kernel's `fs.protected_regular` rule, which a node may not enforce. Appending there
+/// would hand that user the job's reports and let them forge lines of it. A file of
+/// the directory's owner, or in a directory of the user's own (a project's,
+/// group-writable), is written as before.
+fn planted(path: &str, file: &std::fs::Metadata) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if file.uid() == me {
+        return None;
+    }
+    let parent = match std::path::Path::new(path).parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => std::path::Path::new("."),
+    };
+    let directory = std::fs::metadata(parent).ok()?;
+    let shared =
+        directory.mode() & (libc::S_ISVTX | libc::S_IWOTH) == libc::S_ISVTX | libc::S_IWOTH;
+    (shared && directory.uid() != file.uid()).then_some(file.uid())
 }

@@ -120,6 +120,46 @@ fn statistics_to_a_fifo_or_through_a_symlink_never_hang() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A statistics file another user (uid 65534) made, world-writable, in a sticky
+/// directory every user may write (the documented `/tmp/job-%j.json` is a name anyone
+/// can guess) is refused in one line naming it, and gets nothing; the job's own file
+/// there is written.
+#[test]
+#[cfg_attr(not(has_root), ignore = "needs root to plant a file as another user")]
+fn statistics_into_a_file_another_user_planted_in_a_shared_directory_are_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch("planted");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let planted = dir.join("job-4711.json");
+    std::fs::write(&planted, "").unwrap();
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o666)).unwrap();
+    std::os::unix::fs::chown(&planted, Some(65534), Some(65534)).unwrap();
+    let mount = dir.display().to_string();
+    let (stdout, stderr, _) = run(&[
+        ("PADLL_MOUNTS", &mount),
+        ("PADLL_STATS", planted.to_str().unwrap()),
+    ]);
+    assert!(stdout.starts_with("padll "), "{stdout}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    // Where the kernel enforces `fs.protected_regular` it refuses the open itself.
+    let kernel_refuses = std::fs::read_to_string("/proc/sys/fs/protected_regular")
+        .is_ok_and(|value| value.trim() != "0");
+    assert!(
+        stderr.contains(planted.to_str().unwrap())
+            && (kernel_refuses || stderr.contains("uid 65534")),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&planted).unwrap(), "");
+    let own = dir.join("job-4712.json");
+    let (_, stderr, _) = run(&[
+        ("PADLL_MOUNTS", &mount),
+        ("PADLL_STATS", own.to_str().unwrap()),
+    ]);
+    assert_eq!(stderr, "");
+    assert!(std::fs::read_to_string(&own).unwrap().contains("\"ops\""));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A mountpoint holding a newline (a legal path) is echoed escaped: the stage's lines
 /// stay one line each.
 #[test]
