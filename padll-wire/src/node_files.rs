@@ -270,7 +270,7 @@ pub fn prepare_node_directory() -> Result<Vec<Cleared>, PrepareError> {
 /// root components: the local controller when a stage of `uid` says hello, the SPANK
 /// plugin before a job's tasks start. Returns what occupied the names and was cleared
 /// away: a file, symlink or FIFO is removed, another user's directory moved aside
-/// whole (`<name>.squatted-by-<uid>-<inode>`: never walked into as root).
+/// whole (`<name>.squatted-by-<uid>-<inode>-<random>`: never walked into as root).
 pub fn prepare_user_directory(uid: u32, gid: u32) -> Result<Vec<Cleared>, PrepareError> {
     prepare_in(Path::new(DIRECTORY), Some((uid, gid)))
 }
@@ -374,7 +374,25 @@ impl Entry<'_> {
                 own(&dir, &st, owner, group, mode).map_err(|e| error(PrepareErrorKind::Own(e)))?;
                 return Ok(dir);
             }
-            let aside = format!("{}.squatted-by-{}-{}", self.name, st.st_uid, st.st_ino);
+            let aside = self
+                .move_aside(&name, &st)
+                .map_err(|e| error(PrepareErrorKind::Clear(e)))?;
+            cleared.push(Cleared {
+                path: path.clone(),
+                owner: st.st_uid,
+                moved_to: Some(format!("{}/{aside}", self.parent_path)),
+            });
+        }
+        Err(error(PrepareErrorKind::KeepsChanging))
+    }
+
+    /// Renames the directory at `name` (another user's, `st`) aside, never replacing
+    /// anything; returns its new name.
+    fn move_aside(&self, name: &CStr, st: &libc::stat) -> std::io::Result<String> {
+        let parent = self.parent.as_raw_fd();
+        let mut attempts = 0;
+        loop {
+            let aside = aside_name(self.name, st);
             let c_aside = CString::new(aside.as_str()).expect("no NUL in a number");
             // SAFETY: NUL-terminated names alive across the call.
             let moved = unsafe {
@@ -387,19 +405,43 @@ impl Entry<'_> {
                     libc::RENAME_NOREPLACE,
                 )
             };
-            if moved != 0 {
-                return Err(error(PrepareErrorKind::Clear(
-                    std::io::Error::last_os_error(),
-                )));
+            if moved == 0 {
+                return Ok(aside);
             }
-            cleared.push(Cleared {
-                path: path.clone(),
-                owner: st.st_uid,
-                moved_to: Some(format!("{}/{aside}", self.parent_path)),
-            });
+            let e = std::io::Error::last_os_error();
+            attempts += 1;
+            // EEXIST: 64 random bits taken already, by chance alone.
+            if e.raw_os_error() != Some(libc::EEXIST) || attempts == PREPARE_ATTEMPTS {
+                return Err(e);
+            }
         }
-        Err(error(PrepareErrorKind::KeepsChanging))
     }
+}
+
+/// A name for another user's directory moved aside that its owner cannot have made
+/// beforehand (a known name, taken first, would make the move fail and the root
+/// component give up): `<name>.squatted-by-<uid>-<inode>-<64 random bits>`.
+fn aside_name(name: &str, st: &libc::stat) -> String {
+    let mut random = [0u8; 8];
+    // SAFETY: a buffer of the length given, alive across the call.
+    let filled = unsafe { libc::getrandom(random.as_mut_ptr().cast(), random.len(), 0) };
+    if filled != random.len() as isize {
+        // No kernel randomness (never on Linux ≥ 3.17 once booted): the clock's
+        // nanoseconds, which a squatter cannot see in advance either.
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid timespec to fill.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+        random = ((now.tv_sec as u64) << 30 ^ now.tv_nsec as u64).to_le_bytes();
+    }
+    format!(
+        "{name}.squatted-by-{}-{}-{:016x}",
+        st.st_uid,
+        st.st_ino,
+        u64::from_le_bytes(random)
+    )
 }
 
 /// Gives the opened directory `owner`:`group` and `mode` where it differs.
@@ -630,6 +672,35 @@ mod tests {
         chown(&node.join("1000"), squatter);
         let cleared = prepare_in(&shm.0, Some((1000, 1000))).unwrap();
         assert_eq!(cleared.len(), 1, "{cleared:?}");
+        assert!(shm.trusted(1000));
+    }
+
+    /// The name another user's directory is moved to cannot be taken beforehand: a
+    /// squatter who knows its uid and the directory's inode made the old name (and
+    /// those with a counter) first, and the move failed, so root components gave up.
+    #[test]
+    fn the_name_a_squatters_directory_is_moved_to_cannot_be_taken_first() {
+        if !is_root() {
+            eprintln!("skipped: needs root to plant another user's directory");
+            return;
+        }
+        let squatter = 65534;
+        let shm = Shm::new("aside");
+        let node = shm.node();
+        std::fs::create_dir(&node).unwrap();
+        chown(&node, squatter);
+        let inode = std::fs::metadata(&node).unwrap().ino();
+        let known = format!("padll.squatted-by-{squatter}-{inode}");
+        for taken in [known.clone(), format!("{known}-0"), format!("{known}-1")] {
+            std::fs::create_dir(shm.0.join(&taken)).unwrap();
+            chown(&shm.0.join(taken), squatter);
+        }
+        let cleared = prepare_in(&shm.0, Some((1000, 1000))).unwrap();
+        assert_eq!(cleared.len(), 1, "{cleared:?}");
+        let aside = cleared[0].moved_to.as_deref().expect("moved aside");
+        assert!(aside.contains(&format!("{known}-")), "{aside}");
+        assert_eq!(mode(Path::new(aside)).0, squatter);
+        assert_eq!(mode(&node), (0, 0o711));
         assert!(shm.trusted(1000));
     }
 

@@ -45,8 +45,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef RENAME_NOREPLACE
@@ -259,11 +261,25 @@ static int make_directory(int parent, const char *name, uid_t owner, gid_t group
             return fd;
         }
         close(fd);
-        /* Another user's directory: moved aside whole, never walked into as root. */
-        char aside[80];
-        snprintf(aside, sizeof aside, "%s.squatted-by-%u-%ju", name, (unsigned)st.st_uid,
-                 (uintmax_t)st.st_ino);
-        if (syscall(SYS_renameat2, parent, name, parent, aside, RENAME_NOREPLACE) != 0)
+        /* Another user's directory: moved aside whole, never walked into as root, to a
+         * name its owner cannot have taken first (64 random bits; a known name, taken,
+         * made the move fail). */
+        int moved = -1;
+        for (int tries = 0; moved != 0 && tries < 4; tries++) {
+            uint64_t random = 0;
+            if (getrandom(&random, sizeof random, 0) != (ssize_t)sizeof random) {
+                struct timespec now;
+                clock_gettime(CLOCK_MONOTONIC, &now);
+                random = (uint64_t)now.tv_sec << 30 ^ (uint64_t)now.tv_nsec;
+            }
+            char aside[96];
+            snprintf(aside, sizeof aside, "%s.squatted-by-%u-%ju-%016" PRIx64, name,
+                     (unsigned)st.st_uid, (uintmax_t)st.st_ino, random);
+            moved = (int)syscall(SYS_renameat2, parent, name, parent, aside, RENAME_NOREPLACE);
+            if (moved != 0 && errno != EEXIST)
+                return -1;
+        }
+        if (moved != 0)
             return -1;
         continue;
     fail:;
