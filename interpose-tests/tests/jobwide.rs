@@ -540,3 +540,153 @@ fn another_user_can_neither_join_nor_squat_a_job() {
     );
     std::fs::remove_file(&path).unwrap();
 }
+
+// The program's descriptors: the stage keeps its segment open (its lock) in the
+// program's descriptor table; the program may take that number, and then it is the
+// program's, in every child too.
+
+/// A Python program finding the descriptor the stage keeps its job's segment on
+/// (`sys.argv[1]`, the segment's path): `n`.
+const FIND_SEGMENT_FD: &str = r#"
+import os, sys
+def stage_fd(target):
+    for name in os.listdir('/proc/self/fd'):
+        try:
+            if os.readlink('/proc/self/fd/' + name) == target:
+                return int(name)
+        except OSError:
+            pass
+    sys.exit('no descriptor of the stage on ' + target)
+n = stage_fd(sys.argv[1])
+"#;
+
+#[test]
+#[cfg_attr(not(has_bash), ignore = "bash not installed")]
+fn a_script_keeps_its_descriptor_3_in_every_child() {
+    let _turn = together();
+    let dir = mountpoint("jw-fd3");
+    let job = job("fd3");
+    let log = dir.join("log");
+    // A batch script logging on descriptor 3 from itself, a subshell and a command.
+    let script = r#"exec 3>"$1"
+echo "from the script" >&3
+( echo "from a subshell" >&3 )
+/bin/echo "from an external command" >&3
+echo "again from the script" >&3
+exec 3>&-
+cat "$1""#;
+    let out = run(
+        "bash",
+        &["-c", script, "fd3", log.to_str().unwrap()],
+        dir.path(),
+        &job_env(dir.path(), "getattr=100/s", &job),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && stderr.is_empty(), "{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "from the script\nfrom a subshell\nfrom an external command\nagain from the script\n"
+    );
+    assert!(
+        !segment(&job).exists(),
+        "the last process removes the segment"
+    );
+}
+
+#[test]
+#[cfg_attr(not(has_python3), ignore = "python3 not installed")]
+fn a_program_that_takes_the_stages_descriptor_keeps_it_in_its_children() {
+    let _turn = together();
+    let dir = mountpoint("jw-takefd");
+    let job = job("takefd");
+    let log = dir.join("log");
+    // The program puts its log on the very number of the stage's descriptor, then
+    // writes to it from itself, a forked child and the command that child runs.
+    let script = format!(
+        r#"{FIND_SEGMENT_FD}
+log = sys.argv[2]
+f = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.dup2(f, n)
+os.close(f)
+os.write(n, b'from the program\n')
+pid = os.fork()
+if pid == 0:
+    os.write(n, b'from a forked child\n')
+    os.execv(sys.executable, [sys.executable, '-c', 'import os; os.write(%d, b"from its command\\n")' % n])
+_, status = os.waitpid(pid, 0)
+os.write(n, b'again from the program\n')
+os.close(n)
+sys.stdout.write(open(log).read())
+sys.exit(status)
+"#
+    );
+    let path = segment(&job);
+    let out = run(
+        "python3",
+        &["-c", &script, path.to_str().unwrap(), log.to_str().unwrap()],
+        dir.path(),
+        &job_env(dir.path(), "getattr=100/s", &job),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && stderr.is_empty(), "{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "from the program\nfrom a forked child\nfrom its command\nagain from the program\n"
+    );
+    // Its segment is left (the process could not tell it was the last): the job's
+    // drop removes it, as an epilog would.
+}
+
+#[test]
+#[cfg_attr(not(has_python3), ignore = "python3 not installed")]
+fn a_process_that_closes_every_descriptor_leaves_the_segment_to_the_others() {
+    let _turn = together();
+    let dir = mountpoint("jw-closefrom");
+    let job = job("closefrom");
+    let env = job_env(dir.path(), "getattr=1500/s", &job);
+    let path = segment(&job);
+    let other = start_load(dir.path(), 4.0, 1, "stat", &env);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let inode = loop {
+        if let Ok(meta) = std::fs::metadata(&path) {
+            break std::os::unix::fs::MetadataExt::ino(&meta);
+        }
+        assert!(std::time::Instant::now() < deadline, "no segment appeared");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    // A process of the job closes every descriptor above 2 (as daemons and launchers
+    // do) and opens a file of its own on the number the stage's was.
+    let own = dir.join("own");
+    let script = format!(
+        r#"{FIND_SEGMENT_FD}
+os.closerange(3, 1 << 16)
+f = os.open(sys.argv[2], os.O_RDWR | os.O_CREAT, 0o644)
+if f != n:
+    os.dup2(f, n)
+os.stat(sys.argv[3])
+"#
+    );
+    let out = run(
+        "python3",
+        &[
+            "-c",
+            &script,
+            path.to_str().unwrap(),
+            own.to_str().unwrap(),
+            dir.path().to_str().unwrap(),
+        ],
+        dir.path(),
+        &env,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && stderr.is_empty(), "{stderr}");
+    let still = std::fs::metadata(&path).map(|m| std::os::unix::fs::MetadataExt::ino(&m));
+    assert_eq!(
+        still.ok(),
+        Some(inode),
+        "the segment was removed while another process of the job used it"
+    );
+    let group = finish(vec![other]);
+    assert!(group.stderr.is_empty(), "{}", group.stderr);
+    assert!(!path.exists(), "the job's last process removes the segment");
+}

@@ -31,6 +31,7 @@ mod real;
 mod report;
 mod resolve;
 mod shared;
+mod stage_fds;
 mod stats;
 mod tsc;
 mod vfork;

@@ -31,9 +31,10 @@
 //! (`install_limits` in `lib.rs`), and says so in one line.
 
 use crate::bucket::{Limit, TokenBucket};
+use crate::stage_fds::{self, Identity, Slot};
 use padll_wire::channel::ChannelSpec;
 use std::ffi::CString;
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 /// "PADLLJOB", little-endian.
@@ -122,6 +123,10 @@ pub enum SegmentErrorKind {
     /// `fstat` failed.
     #[error("cannot stat: {0}")]
     Stat(std::io::Error),
+    /// The program closed or replaced our descriptor of it, and it cannot be reopened
+    /// (removed meanwhile).
+    #[error("its descriptor was closed or replaced by the program, and it cannot be reopened")]
+    Lost,
 }
 
 /// Why a file in `/dev/shm` (world-writable: anyone may plant one under a job's name)
@@ -162,8 +167,10 @@ pub(crate) fn check_private(mode: u32, owner: u32, uid: u32) -> Result<(), NotPr
 }
 
 static ATTACHED: OnceLock<Attached> = OnceLock::new();
-/// The descriptor holding this process' lock (-1 when none); replaced in a forked child.
-static LOCK_FD: AtomicI32 = AtomicI32::new(-1);
+/// The descriptor holding this process' lock (none before attaching and after
+/// leaving) and the segment's identity; replaced in a forked child, and when the
+/// program took it ([`lock_fd`]).
+static LOCK: Slot = Slot::empty();
 
 /// Maps this job's segment on the node (creating or resetting it as needed) and returns
 /// the shared bucket of each limit in `specs`, in order. Buckets new to the segment are
@@ -178,11 +185,13 @@ pub fn attach(
     }
     if let Some(attached) = ATTACHED.get() {
         // Attached already (for the configured limits): claim these under byte 0 too.
-        let fd = LOCK_FD.load(Ordering::Relaxed);
         let error = |kind| SegmentError {
             path: attached.path.to_string_lossy().into_owned(),
             kind,
         };
+        let fd = lock_fd(attached)
+            .ok_or(SegmentErrorKind::Lost)
+            .map_err(error)?;
         wait_for_lock(fd, 0, ATTACH_PATIENCE_MS).map_err(error)?;
         let buckets = claim(attached.segment, specs).map_err(error);
         unlock(fd, 0);
@@ -214,7 +223,9 @@ fn open_and<T>(
     };
     let attached = open_segment(&path, uid).map_err(error)?;
     let done = with(attached.segment).map_err(error);
-    unlock(LOCK_FD.load(Ordering::Relaxed), 0);
+    if let Some((fd, _)) = LOCK.get() {
+        unlock(fd, 0);
+    }
     let done = done?;
     let _ = ATTACHED.set(attached);
     Ok(done)
@@ -258,7 +269,14 @@ fn open_segment(path: &CString, uid: u32) -> Result<Attached, SegmentErrorKind> 
         }
         match lock_and_map(fd, path, uid) {
             Ok(Some(segment)) => {
-                LOCK_FD.store(fd, Ordering::Relaxed);
+                // Out of the program's way (the locks belong to the open file
+                // description, which the copy keeps).
+                let fd = stage_fds::move_high(fd);
+                let Some(identity) = Identity::of(fd) else {
+                    close(fd);
+                    return Err(SegmentErrorKind::Stat(std::io::Error::last_os_error()));
+                };
+                LOCK.store(fd, identity);
                 return Ok(Attached {
                     path: path.clone(),
                     segment,
@@ -418,12 +436,59 @@ fn limit_key(spec: &ChannelSpec) -> u64 {
     padll_wire::fnv1a(text.as_bytes()) | 1
 }
 
+/// The descriptor holding this process' lock, checked to be still ours (the
+/// segment's identity), for claiming buckets under byte 0. When the program closed or
+/// replaced it (`closefrom(3)`, `exec N>log`), it is forgotten without being closed and
+/// the segment reopened by its path, if it is still the file we mapped. `None` before
+/// attaching, after [`leave`], or when the segment cannot be reopened.
+///
+/// The process stays counted as attached all the same: the mapping keeps the open file
+/// description it was made from, with its lock on byte 1, until the process ends.
+fn lock_fd(attached: &Attached) -> Option<i32> {
+    let (fd, identity) = LOCK.get()?;
+    if identity.holds(fd) {
+        return Some(fd);
+    }
+    // The number is the program's now: forget it (only ours to change).
+    LOCK.take();
+    // SAFETY: NUL-terminated path alive across the call; raw syscalls bypass the hooks.
+    // O_NONBLOCK: a FIFO planted meanwhile cannot hang us.
+    let own = unsafe {
+        libc::syscall(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            attached.path.as_ptr(),
+            libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK,
+        )
+    } as i32;
+    if own < 0 {
+        return None;
+    }
+    if !identity.holds(own) {
+        // Removed and made anew by another job's process: not ours to claim in.
+        close(own);
+        return None;
+    }
+    let own = stage_fds::move_high(own);
+    LOCK.store(own, identity);
+    Some(own)
+}
+
 /// In a forked child: take a lock of our own (a new open file description of the same
 /// file), so the parent leaving first never sees the segment unused while the child
-/// still uses it. Raw system calls only: this runs in the `fork` handler.
+/// still uses it. The inherited descriptor is used (reopened through `/proc/self/fd`,
+/// then closed) only if it is still the segment: a program that put a file of its own
+/// on its number keeps it in every child. Such a child takes no lock of its own (and so
+/// never removes the segment): the mapping it inherited keeps the parent's lock, so it
+/// counts as attached while it lives. Raw system calls only: this runs in the `fork`
+/// handler (one thread).
 pub fn after_fork_in_child() {
-    let inherited = LOCK_FD.load(Ordering::Relaxed);
-    if inherited < 0 {
+    let Some((inherited, identity)) = LOCK.get() else {
+        return;
+    };
+    if !identity.holds(inherited) {
+        // The program's descriptor now: left alone.
+        LOCK.take();
         return;
     }
     let link = crate::fdtable::proc_self_fd(inherited);
@@ -436,13 +501,13 @@ pub fn after_fork_in_child() {
             libc::O_RDWR | libc::O_CLOEXEC,
         )
     } as i32;
-    if own >= 0 && lock(own, 1, libc::F_RDLCK) {
-        LOCK_FD.store(own, Ordering::Relaxed);
-        // Our copy of the parent's descriptor: closing it leaves the parent's lock.
-        // SAFETY: raw close of an inherited descriptor of ours.
-        unsafe { libc::syscall(libc::SYS_close, inherited) };
+    if own >= 0 && identity.holds(own) && lock(own, 1, libc::F_RDLCK) {
+        // Our copy of the parent's descriptor: closing it leaves the parent's lock
+        // (checked above; the child has one thread, nothing changed it since).
+        stage_fds::close_if_ours(inherited, identity);
+        LOCK.store(stage_fds::move_high(own), identity);
     } else if own >= 0 {
-        // SAFETY: as above.
+        // SAFETY: the descriptor we just opened.
         unsafe { libc::syscall(libc::SYS_close, own) };
     }
 }
@@ -452,14 +517,21 @@ pub fn after_fork_in_child() {
 /// byte 0: processes of a job often end together, and each must see whether it is the
 /// last.
 ///
+/// Its descriptor is checked first: one the program closed or replaced (its number may
+/// now be the program's file) is forgotten, never locked or closed, and the segment is
+/// left as it is. This process cannot tell whether it is the last then (its mapping
+/// holds its lock until it ends): the job's other processes go on using the segment,
+/// and if none is left, the next job with the same id resets it or the epilog removes
+/// it.
+///
 /// Once only (a second leave could remove a segment the job made anew meanwhile), and
 /// with atomics and raw system calls only: it may run in `_exit`, in a signal handler.
 pub fn leave() -> bool {
-    // Swapped out: no second leave, and no fork handler takes a lock of its own after it.
-    let (Some(attached), fd) = (ATTACHED.get(), LOCK_FD.swap(-1, Ordering::Relaxed)) else {
+    // Taken out: no second leave, and no fork handler takes a lock of its own after it.
+    let (Some(attached), Some((fd, identity))) = (ATTACHED.get(), LOCK.take()) else {
         return false;
     };
-    if fd < 0 || wait_for_lock(fd, 0, LEAVE_PATIENCE_MS).is_err() {
+    if !identity.holds(fd) || wait_for_lock(fd, 0, LEAVE_PATIENCE_MS).is_err() {
         return false;
     }
     let last = lock(fd, 1, libc::F_WRLCK);
