@@ -12,8 +12,15 @@
 //! goes away the stage keeps its last rules (fail-static), says so once on stderr, and
 //! reconnects with exponential backoff. After `fork` the child closes its copy of the
 //! parent's connection and starts its own thread.
+//!
+//! The connection is one descriptor, moved out of the program's way and checked to be
+//! still ours before every use ([`crate::stage_fds`]): a program that closes it
+//! (`closefrom(3)`) or puts a file of its own on its number (`exec 4>log`) never has its
+//! file written, read or closed by the stage, which forgets the number and reconnects
+//! on a fresh one.
 
 use crate::guard::StageIo;
+use crate::stage_fds::{self, Held, Slot};
 use crate::{channels, last_rules, log, stats};
 use padll_wire::channel::{ChannelSpec, Unit};
 use padll_wire::config::{Identity, LogLevel};
@@ -22,11 +29,11 @@ use padll_wire::control::{
 };
 use padll_wire::sync::{lock, recover, try_lock};
 use std::convert::Infallible;
-use std::io::{BufRead, BufReader, ErrorKind, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Why a rule set cannot be applied: the rule at fault.
@@ -89,8 +96,12 @@ pub struct Fallback {
 }
 
 static TARGET: OnceLock<Target> = OnceLock::new();
-/// The connected socket's descriptor (-1 when none), closed by a forked child.
-static CONNECTION_FD: AtomicI32 = AtomicI32::new(-1);
+/// The connected socket's descriptor and identity (none when not connected), closed by
+/// a forked child if still ours.
+static CONNECTION: Slot = Slot::empty();
+
+/// The connection: one socket, shared by the control thread (reading) and [`WRITER`].
+type Connection = Arc<Held<UnixStream>>;
 
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -306,13 +317,14 @@ pub fn after_fork_in_child() {
     // A save the parent's control thread was making is not the child's.
     let _ = RULES_KEEPER.compare_exchange(SAVING, KEEPING, Ordering::AcqRel, Ordering::Acquire);
     // Not waited for: one held at `fork` by another thread stays held in this process.
-    let writer = try_lock(&WRITER)
-        .and_then(|mut w| w.take())
-        .map(std::os::fd::IntoRawFd::into_raw_fd);
-    let fd = CONNECTION_FD.swap(-1, Ordering::AcqRel);
-    for fd in [fd].into_iter().chain(writer).filter(|fd| *fd >= 0) {
-        // SAFETY: our own socket descriptors, inherited; the raw call bypasses the hooks.
-        unsafe { libc::syscall(libc::SYS_close, fd) };
+    // Forgotten, not dropped: the parent's control thread, which shares it, is not here.
+    if let Some(writer) = try_lock(&WRITER).and_then(|mut w| w.take()) {
+        std::mem::forget(writer);
+    }
+    // Our copy of the parent's socket, unless the program put a file of its own on its
+    // number (raw calls: no hook, async-signal-safe).
+    if let Some((fd, identity)) = CONNECTION.take() {
+        stage_fds::close_if_ours(fd, identity);
     }
     // The threads that were waiting for placement answers are the parent's.
     lock(&PENDING.0).clear();
@@ -336,6 +348,17 @@ fn run(target: &Target) {
                     );
                 }
                 return;
+            }
+            Ended::Taken(reason) => {
+                // Nothing is wrong with the controller: said only at `info`.
+                log(
+                    LogLevel::Info,
+                    &format!(
+                        "the program took the controller's connection ({reason}); reconnecting"
+                    ),
+                );
+                was_connected = true;
+                backoff = Duration::from_millis(100);
             }
             Ended::Lost(reason) => {
                 log(
@@ -376,6 +399,9 @@ enum Ended {
     NeverConnected(Unreachable),
     /// The connection broke after registration.
     Lost(std::io::Error),
+    /// The program closed the connection's descriptor or put a file of its own on its
+    /// number (left to it, never closed).
+    Taken(std::io::Error),
 }
 
 /// Why no session with the controller began.
@@ -394,16 +420,29 @@ enum Unreachable {
 
 /// One connection: handshake, then serve until it ends.
 fn session(target: &Target) -> Ended {
-    let stream = match UnixStream::connect(&target.socket) {
+    // Out of the program's way from the start, on a fresh number at each reconnect.
+    let stream = match UnixStream::connect(&target.socket).and_then(Held::adopt) {
         Ok(stream) => stream,
         Err(e) => return Ended::NeverConnected(e.into()),
     };
-    if let Err(e) = trust(&stream, target.controller_uid) {
-        return Ended::NeverConnected(e.into());
+    let trusted = match stream.get() {
+        Ok(socket) => trust(socket, target.controller_uid).map_err(Unreachable::from),
+        Err(e) => Err(e.into()),
+    };
+    if let Err(e) = trusted {
+        return Ended::NeverConnected(e);
     }
-    CONNECTION_FD.store(stream.as_raw_fd(), Ordering::Release);
-    let Err(ended) = serve(target, stream);
-    CONNECTION_FD.store(-1, Ordering::Release);
+    CONNECTION.store(stream.fd(), stream.identity());
+    let connection = Arc::new(stream);
+    let Err(mut ended) = serve(target, Arc::clone(&connection));
+    CONNECTION.take();
+    if let (Ended::Lost(e) | Ended::NeverConnected(Unreachable::Io(e)), Err(_)) =
+        (&mut ended, connection.get())
+    {
+        ended = Ended::Taken(std::mem::replace(e, std::io::Error::other("")));
+    }
+    drop(connection);
+    // The last reference: the socket closes here, if it is still ours.
     *lock(&WRITER) = None;
     ended
 }
@@ -444,10 +483,9 @@ fn trust(stream: &UnixStream, controller_uid: Option<u32>) -> Result<(), TrustEr
 }
 
 /// Registers and serves the connection until it ends (never `Ok`).
-fn serve(target: &Target, stream: UnixStream) -> Result<Infallible, Ended> {
+fn serve(target: &Target, connection: Connection) -> Result<Infallible, Ended> {
     let never = |e: std::io::Error| Ended::NeverConnected(e.into());
-    let mut writer = stream.try_clone().map_err(never)?;
-    let mut reader = LineReader::new(stream.try_clone().map_err(never)?);
+    let mut reader = LineReader::new(Reader(Arc::clone(&connection)));
     let mut identity = target.identity.clone();
     // SAFETY: trivial getters (the pids change across fork).
     unsafe {
@@ -460,15 +498,16 @@ fn serve(target: &Target, stream: UnixStream) -> Result<Infallible, Ended> {
         identity,
         mountpoints: target.mountpoints.clone(),
     };
-    writer
-        .write_all(control::encode(&hello).as_bytes())
+    let stream = || connection.get();
+    stream()
+        .and_then(|mut s| s.write_all(control::encode(&hello).as_bytes()))
         .map_err(never)?;
-    stream
-        .set_read_timeout(Some(HANDSHAKE_TIMEOUT))
+    stream()
+        .and_then(|s| s.set_read_timeout(Some(HANDSHAKE_TIMEOUT)))
         .map_err(never)?;
     // A controller that stops reading cannot hold the writer (and a `fork`) for ever.
-    stream
-        .set_write_timeout(Some(HANDSHAKE_TIMEOUT))
+    stream()
+        .and_then(|s| s.set_write_timeout(Some(HANDSHAKE_TIMEOUT)))
         .map_err(never)?;
     let interval = match reader.next_message().map_err(never)? {
         Some(ControlMessage::Welcome {
@@ -482,7 +521,7 @@ fn serve(target: &Target, stream: UnixStream) -> Result<Infallible, Ended> {
         other => return Err(Ended::NeverConnected(Unreachable::Handshake(other))),
     };
     // Only now may application threads write (a `place` before `hello` would be refused).
-    *lock(&WRITER) = Some(writer);
+    *lock(&WRITER) = Some(Arc::clone(&connection));
     log(
         LogLevel::Info,
         &format!("registered with the controller at {}", target.socket),
@@ -498,12 +537,14 @@ fn serve(target: &Target, stream: UnixStream) -> Result<Infallible, Ended> {
             send_usage(seq).map_err(lost)?;
             next_report = now + interval;
         }
-        stream
-            .set_read_timeout(Some(
-                next_report
-                    .saturating_duration_since(Instant::now())
-                    .max(Duration::from_millis(1)),
-            ))
+        stream()
+            .and_then(|s| {
+                s.set_read_timeout(Some(
+                    next_report
+                        .saturating_duration_since(Instant::now())
+                        .max(Duration::from_millis(1)),
+                ))
+            })
             .map_err(lost)?;
         match reader.next_message() {
             Ok(Some(ControlMessage::CollectUsage)) => {
@@ -551,9 +592,10 @@ fn send_usage(seq: u64) -> std::io::Result<()> {
     send(&usage)
 }
 
-/// The connection's writing end while connected: the control thread and application
-/// threads asking for placement write whole lines through it, one at a time.
-static WRITER: Mutex<Option<UnixStream>> = Mutex::new(None);
+/// The connection while connected, for writing: the control thread and application
+/// threads asking for placement write whole lines through it, one at a time (each
+/// write checks that its descriptor is still ours, [`Held::get`]).
+static WRITER: Mutex<Option<Connection>> = Mutex::new(None);
 
 /// Placement requests waiting for their answer: id and, once answered, the targets.
 type Waiting = Vec<(u64, Option<Vec<u32>>)>;
@@ -564,8 +606,8 @@ const MAX_PENDING: usize = 1024;
 /// Writes one message on the connection (an error when there is none).
 fn send(message: &StageMessage) -> std::io::Result<()> {
     let line = control::encode(message);
-    match lock(&WRITER).as_mut() {
-        Some(writer) => writer.write_all(line.as_bytes()),
+    match lock(&WRITER).as_ref() {
+        Some(writer) => writer.get()?.write_all(line.as_bytes()),
         None => Err(std::io::Error::new(
             ErrorKind::NotConnected,
             "not connected",
@@ -628,8 +670,8 @@ pub(crate) fn report_file_size(mount: &str, bytes: u64) {
 fn send_within(line: &[u8], deadline: Instant) -> bool {
     loop {
         match try_lock(&WRITER) {
-            Some(mut writer) => {
-                let Some(stream) = writer.as_mut() else {
+            Some(writer) => {
+                let Some(mut stream) = writer.as_ref().and_then(|w| w.get().ok()) else {
                     return false;
                 };
                 // SAFETY: our connected socket and a buffer of the stated length.
@@ -664,7 +706,7 @@ fn placement_answered(id: u64, targets: Vec<u32>) {
 }
 
 type HeldForFork = (
-    Option<std::sync::MutexGuard<'static, Option<UnixStream>>>,
+    Option<std::sync::MutexGuard<'static, Option<Connection>>>,
     std::sync::MutexGuard<'static, Waiting>,
 );
 
@@ -724,14 +766,23 @@ fn check(rules: &[ChannelSpec]) -> Result<(), RulesError> {
     Ok(())
 }
 
+/// The connection's reading side: each read checks that its descriptor is still ours.
+struct Reader(Connection);
+
+impl Read for Reader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.get()?.read(buf)
+    }
+}
+
 /// Reads newline-terminated messages of bounded length.
 struct LineReader {
-    inner: BufReader<UnixStream>,
+    inner: BufReader<Reader>,
     line: Vec<u8>,
 }
 
 impl LineReader {
-    fn new(stream: UnixStream) -> LineReader {
+    fn new(stream: Reader) -> LineReader {
         LineReader {
             inner: BufReader::new(stream),
             line: Vec::new(),

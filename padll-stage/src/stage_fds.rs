@@ -11,13 +11,15 @@
 //!   `st_ino`, which a socket has too), and is never used, locked, closed or reopened
 //!   before the stage has checked that its number still names that object
 //!   ([`Identity::holds`]). A number that does not is the program's now: it is
-//!   forgotten, never closed ([`close_if_ours`]), and the stage degrades.
+//!   forgotten, never closed ([`Held`]'s drop, [`close_if_ours`]), and the stage
+//!   degrades: it leaves the job's segment in place at exit, reopens it by its path to
+//!   claim buckets, and reconnects to the controller on a fresh number.
 //!
 //! The checks are on the paths that already do system calls on these descriptors
 //! (`fork`, exit, the control thread, reconnects), never on an intercepted call. Raw
 //! system calls only, no allocation: they run in the `fork` child handler and in `_exit`.
 
-use std::os::fd::RawFd;
+use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
 /// Descriptor limits above this are not used for the floor: every descriptor number up
@@ -167,48 +169,120 @@ impl Slot {
     }
 }
 
+/// A descriptor the stage holds as an object (`UnixStream`): moved out of the program's
+/// way, usable only while it is still ours ([`Held::get`]), and closed on drop only if
+/// it is ([`close_if_ours`]); otherwise forgotten.
+#[derive(Debug)]
+pub(crate) struct Held<T: IntoRawFd + From<OwnedFd>> {
+    inner: Option<T>,
+    fd: RawFd,
+    identity: Identity,
+}
+
+impl<T: IntoRawFd + From<OwnedFd>> Held<T> {
+    /// Takes `inner` (just opened), moved out of the program's way ([`move_high`]).
+    pub(crate) fn adopt(inner: T) -> std::io::Result<Held<T>> {
+        let fd = move_high(inner.into_raw_fd());
+        // SAFETY: ours: just opened, or its copy above the floor.
+        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        let identity = Identity::of(fd).ok_or_else(std::io::Error::last_os_error)?;
+        Ok(Held {
+            inner: Some(T::from(owned)),
+            fd,
+            identity,
+        })
+    }
+
+    /// The object, if its descriptor is still ours; an error naming the descriptor if
+    /// the program took it (closed it, or put a file of its own on its number).
+    pub(crate) fn get(&self) -> std::io::Result<&T> {
+        match &self.inner {
+            Some(inner) if self.identity.holds(self.fd) => Ok(inner),
+            _ => Err(std::io::Error::other(format!(
+                "its descriptor {} was closed or replaced by the program",
+                self.fd
+            ))),
+        }
+    }
+
+    /// Its descriptor's number.
+    pub(crate) fn fd(&self) -> RawFd {
+        self.fd
+    }
+
+    /// What its descriptor was opened on.
+    pub(crate) fn identity(&self) -> Identity {
+        self.identity
+    }
+}
+
+impl<T: IntoRawFd + From<OwnedFd>> Drop for Held<T> {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.take() {
+            // Either way the object lets go of the number without closing it.
+            let fd = inner.into_raw_fd();
+            close_if_ours(fd, self.identity);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::{AsRawFd, IntoRawFd};
+    use std::os::fd::AsRawFd;
     use std::os::unix::net::UnixStream;
 
     #[test]
     fn descriptors_move_above_the_floor_close_on_exec() {
         let floor = floor().expect("a descriptor limit of at least 12 in tests");
         let (a, _b) = UnixStream::pair().unwrap();
-        let identity = Identity::of(a.as_raw_fd()).unwrap();
-        let low = a.into_raw_fd();
-        let high = move_high(low);
-        assert!(high >= floor, "{high} below the floor {floor}");
+        let low = a.as_raw_fd();
+        let held = Held::adopt(a).unwrap();
+        assert!(held.fd() >= floor, "{} below the floor {floor}", held.fd());
         // SAFETY: a raw fcntl of our descriptor.
-        let flags = unsafe { libc::fcntl(high, libc::F_GETFD) };
+        let flags = unsafe { libc::fcntl(held.fd(), libc::F_GETFD) };
         assert_eq!(flags & libc::FD_CLOEXEC, libc::FD_CLOEXEC);
-        assert!(identity.holds(high));
-        assert!(!identity.holds(low), "the low number is freed");
-        assert!(close_if_ours(high, identity));
+        assert!(
+            Identity::of(low) != Some(held.identity()),
+            "the low number is freed"
+        );
+        assert!(held.get().is_ok());
     }
 
     #[test]
     fn a_descriptor_the_program_took_is_forgotten_not_closed() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        let held = Held::adopt(a).unwrap();
+        let number = held.fd();
+        // The program puts a file of its own on the stage's number (`exec N>file`).
         let file = std::fs::File::open("/proc/self/exe").unwrap();
+        // SAFETY: dup2 of our file onto a number this test owns.
+        assert_eq!(unsafe { libc::dup2(file.as_raw_fd(), number) }, number);
+        let program = Identity::of(number).unwrap();
+        assert!(
+            held.get().is_err(),
+            "the stage must not use the program's file"
+        );
+        drop(held);
+        assert_eq!(
+            Identity::of(number),
+            Some(program),
+            "the program's file was closed"
+        );
+        // SAFETY: the program's copy, closed by the program.
+        unsafe { libc::close(number) };
+        // A slot forgets the same way.
         let (c, _d) = UnixStream::pair().unwrap();
         let c = c.into_raw_fd();
         let slot = Slot::empty();
         slot.store(c, Identity::of(c).unwrap());
-        // The program puts a file of its own on the stage's number (`exec N>file`).
-        // SAFETY: dup2 of our file onto a number this test owns.
+        // SAFETY: as above.
         assert_eq!(unsafe { libc::dup2(file.as_raw_fd(), c) }, c);
-        let program = Identity::of(c).unwrap();
         let (fd, identity) = slot.take().unwrap();
         assert!(!close_if_ours(fd, identity));
-        assert_eq!(
-            Identity::of(c),
-            Some(program),
-            "the program's file was closed"
-        );
+        assert_eq!(Identity::of(c), Some(program));
         assert!(slot.take().is_none());
-        // SAFETY: the program's copy, closed by the program.
+        // SAFETY: as above.
         unsafe { libc::close(c) };
     }
 }

@@ -675,3 +675,99 @@ sys.stdin.read()
     assert!(child.wait().unwrap().success());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `script` (Python, given `log`) under the stage with a controller at `socket` that
+/// gives it no rules: its standard output, once it succeeded.
+fn python_under_controller(dir: &Path, socket: &Path, script: &str, log: &Path) -> String {
+    let output = Command::new(python())
+        .args(["-c", script, log.to_str().unwrap()])
+        .env("LD_PRELOAD", library())
+        .env("PADLL_MOUNTS", dir)
+        .env("PADLL_CONTROLLER", socket)
+        .env("PADLL_JOB_ID", job(dir))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    // Nothing is wrong with the controller: the stage says nothing.
+    assert!(stderr.is_empty(), "{stderr}");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Waits for the stage to register `count` times in all (each registration applies
+/// the stub's rules once).
+fn registrations(applied: &Receiver<()>, count: usize) {
+    for n in 0..count {
+        applied
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("the stage registered {n} times, not {count}"));
+    }
+}
+
+#[test]
+#[cfg_attr(not(has_python3), ignore = "python3 not installed")]
+fn a_program_that_takes_the_connections_descriptor_keeps_its_file() {
+    let dir = scratch("take-socket");
+    let socket = dir.join("controller.sock");
+    let applied = crate::util::controller_stub(&socket, Vec::new());
+    // The program puts its log on the number of every socket it finds (the stage's
+    // connection: `exec 4>log` in a batch script), and writes to it while the stage
+    // reports its usage every 100 ms.
+    let script = r#"
+import os, sys, time
+numbers = []
+for name in os.listdir('/proc/self/fd'):
+    try:
+        if os.readlink('/proc/self/fd/' + name).startswith('socket:'):
+            numbers.append(int(name))
+    except OSError:
+        pass
+if not numbers:
+    sys.exit('no socket of the stage')
+f = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+for n in numbers:
+    os.dup2(f, n)
+os.close(f)
+for i in range(10):
+    os.write(numbers[0], b'app-data\n')
+    time.sleep(0.1)
+sys.stdout.write(open(sys.argv[1]).read())
+"#;
+    let log = dir.join("log");
+    let out = python_under_controller(&dir, &socket, script, &log);
+    assert_eq!(
+        out,
+        "app-data\n".repeat(10),
+        "the stage wrote into the file"
+    );
+    // It registered, lost its connection to the program and made a new one.
+    registrations(&applied, 2);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+#[cfg_attr(not(has_python3), ignore = "python3 not installed")]
+fn a_program_that_closes_every_descriptor_keeps_its_own() {
+    let dir = scratch("closefrom");
+    let socket = dir.join("controller.sock");
+    let applied = crate::util::controller_stub(&socket, Vec::new());
+    // As daemons and launchers do: every descriptor above 2 closed, then files of its
+    // own, which get the lowest free numbers (the stage's before).
+    let script = r#"
+import os, sys, time
+time.sleep(0.3)
+os.closerange(3, 1 << 16)
+f = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+spare = [os.open('/dev/null', os.O_WRONLY) for _ in range(4)]
+for i in range(10):
+    os.write(f, b'app-data\n')
+    time.sleep(0.1)
+os.close(f)
+sys.stdout.write(open(sys.argv[1]).read())
+"#;
+    let log = dir.join("log");
+    let out = python_under_controller(&dir, &socket, script, &log);
+    assert_eq!(out, "app-data\n".repeat(10), "the program's file was lost");
+    registrations(&applied, 2);
+    let _ = std::fs::remove_dir_all(dir);
+}
