@@ -13,5 +13,6 @@ mod moosefs;
 mod old_versions;
 mod placement;
 mod programs;
+mod signal_safety;
 mod util;
 mod vfork;

@@ -5,12 +5,17 @@
 //! Lock-free and allocation-free to read. Places are one flat static array of atomics,
 //! one `u16` per descriptor (2 MiB of zero-filled `.bss`: only the pages of descriptors
 //! in use are ever touched), so classifying a descriptor is one bounds check and one
-//! load. Directories also keep their path (in a [`PathSlot`], in lazily allocated chunks)
-//! so that `openat(dirfd, "../x")` can be resolved; descriptors never seen read as
-//! [`Place::Unrelated`].
+//! load. Directories also keep their path (in a [`PathSlot`], in chunks mapped on
+//! demand) so that `openat(dirfd, "../x")` can be resolved; descriptors never seen read
+//! as [`Place::Unrelated`].
+//!
+//! Nothing here calls `malloc` or `free`, which a hook run in a signal handler that
+//! interrupted the allocator would wait on for ever (`open`, `close`, `dup` are
+//! async-signal-safe): chunks come from a raw `mmap`, installed with a CAS, and paths
+//! live in [`crate::path_pool`]'s slots.
 
+use crate::path_pool::{self, Header, PooledPath};
 use crate::paths::Place;
-use std::ffi::{c_char, CStr, CString};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU16, AtomicUsize, Ordering};
 
@@ -53,25 +58,27 @@ fn chunk(index: usize) -> Option<&'static Chunk> {
     unsafe { PATHS[index].load(Ordering::Acquire).as_ref() }
 }
 
-fn chunk_or_create(index: usize) -> &'static Chunk {
+/// Chunk `index`, mapped (zeroed memory: every slot empty) if it was not yet; `None`
+/// if the kernel refuses the memory.
+fn chunk_or_create(index: usize) -> Option<&'static Chunk> {
     if let Some(chunk) = chunk(index) {
-        return chunk;
+        return Some(chunk);
     }
-    let fresh = Box::into_raw(Box::new(Chunk {
-        paths: [const { PathSlot::empty() }; CHUNK_SIZE],
-    }));
+    let bytes = std::mem::size_of::<Chunk>();
+    let fresh = path_pool::map(bytes)?.cast::<Chunk>();
     match PATHS[index].compare_exchange(ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire)
     {
         Ok(_) => {
             PATHS_KEPT.store(true, Ordering::Relaxed);
-            // SAFETY: just published; never freed.
-            unsafe { &*fresh }
+            // SAFETY: just published, never unmapped; zeroed memory is a chunk of
+            // empty slots (a null `AtomicPtr` is all zero bits), and a page-aligned
+            // mapping is aligned for it.
+            Some(unsafe { &*fresh })
         }
         Err(winner) => {
-            // SAFETY: `fresh` was never shared.
-            drop(unsafe { Box::from_raw(fresh) });
-            // SAFETY: published chunks are never freed.
-            unsafe { &*winner }
+            path_pool::unmap(fresh.cast(), bytes);
+            // SAFETY: published chunks are never unmapped.
+            Some(unsafe { &*winner })
         }
     }
 }
@@ -94,8 +101,14 @@ pub fn place(fd: i32) -> Place {
 
 /// Records a new descriptor. `path` (normalised, absolute) is kept for directories so
 /// that they can serve as the base of `*at` calls. Unrelated descriptors only clear a
-/// stale entry, allocating nothing.
+/// stale entry. Never calls `malloc` or `free`; a path that cannot be kept (too long,
+/// no memory) is looked up in `/proc/self/fd` when needed.
 pub fn record(fd: i32, place: Place, path: Option<&[u8]>) {
+    record_kept(fd, place, path.and_then(PooledPath::new));
+}
+
+/// [`record`] with the path already in a slot of the pool.
+fn record_kept(fd: i32, place: Place, path: Option<PooledPath>) {
     let Some(i) = index(fd) else { return };
     if place == Place::Unrelated {
         forget(fd);
@@ -104,7 +117,11 @@ pub fn record(fd: i32, place: Place, path: Option<&[u8]>) {
     raise_high_water(i);
     let (c, slot) = split(i);
     match path {
-        Some(_) => chunk_or_create(c).paths[slot].set(path.and_then(|p| CString::new(p).ok())),
+        Some(path) => {
+            if let Some(chunk) = chunk_or_create(c) {
+                chunk.paths[slot].set(Some(path));
+            }
+        }
         None => {
             if let Some(chunk) = chunk(c) {
                 chunk.paths[slot].set(None);
@@ -118,8 +135,8 @@ pub fn record(fd: i32, place: Place, path: Option<&[u8]>) {
 /// descriptor's old place, a load of the high water mark, one store. No allocation, no
 /// panic, `errno` untouched. A descriptor with no place has no path either (a path is
 /// only kept beside a place, and forgotten with it); one that still has a place was
-/// closed without our seeing it, and its stale path is freed out of line (`free` keeps
-/// `errno`).
+/// closed without our seeing it, and its stale path is given back out of line (atomics
+/// only).
 #[inline(always)]
 pub fn record_place(fd: i32, place: Place) {
     let Some(i) = index(fd) else { return };
@@ -193,8 +210,8 @@ pub fn duplicate(old: i32, new: i32) {
         forget(new);
         return;
     }
-    let path = with_path(old, |p| p.to_vec());
-    record(new, place, path.as_deref());
+    let path = with_path(old, PooledPath::new).flatten();
+    record_kept(new, place, path);
 }
 
 /// Runs `f` on the path recorded for `fd`, if any and if not being read concurrently.
@@ -204,18 +221,19 @@ pub fn with_path<R>(fd: i32, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
 }
 
 /// An owned, replaceable path readable without locks and without use-after-free: a
-/// reader *takes* the string (putting its own busy marker in its place), reads it and
-/// puts it back unless the marker is gone; a writer swaps in a new string and frees
+/// reader *takes* the path (putting its own busy marker in its place), reads it and
+/// puts it back unless the marker is gone; a writer swaps in a new path and gives back
 /// what it took out. A reader that finds the slot busy gets `None` and uses a slower
-/// fallback (`/proc/self/fd`, `getcwd`).
+/// fallback (`/proc/self/fd`, `getcwd`). Paths are [`PooledPath`]s: no step calls
+/// `malloc` or `free`.
 ///
 /// Each reader's marker is its own (an address on its stack with the low bit set, which
-/// no string has): with one marker for all, a reader could put back a path that a
+/// no path has): with one marker for all, a reader could put back a path that a
 /// writer had replaced meanwhile, when a second reader had taken the new one.
-pub struct PathSlot(AtomicPtr<c_char>);
+pub struct PathSlot(AtomicPtr<Header>);
 
-/// Whether `p` is a reader's busy marker (strings come from the allocator, aligned).
-fn is_marker(p: *mut c_char) -> bool {
+/// Whether `p` is a reader's busy marker (paths are 16-aligned slots of the pool).
+fn is_marker(p: *mut Header) -> bool {
     p as usize & 1 != 0
 }
 
@@ -227,23 +245,12 @@ impl PathSlot {
 
     /// Replaces the stored path.
     #[inline]
-    pub fn set(&self, path: Option<CString>) {
+    pub fn set(&self, path: Option<PooledPath>) {
         if self.0.load(Ordering::Relaxed).is_null() && path.is_none() {
             return;
         }
-        let new = match path.map(CString::into_raw) {
-            // An allocator that gave an odd address (none that `malloc` may be does):
-            // it would read as a busy marker, so the path is not kept (readers fall
-            // back to the kernel's answer).
-            Some(odd) if is_marker(odd) => {
-                // SAFETY: just made by `CString::into_raw`, not shared.
-                drop(unsafe { CString::from_raw(odd) });
-                ptr::null_mut()
-            }
-            Some(string) => string,
-            None => ptr::null_mut(),
-        };
-        free(self.0.swap(new, Ordering::AcqRel));
+        let new = path.map_or(ptr::null_mut(), PooledPath::into_raw);
+        give_back(self.0.swap(new, Ordering::AcqRel));
     }
 
     /// Runs `f` on the stored path; `None` if empty or busy.
@@ -251,7 +258,7 @@ impl PathSlot {
         // An aligned local: its address + 1 is odd, and no other live reader's.
         let anchor = 0u64;
         let marker = std::ptr::from_ref(&anchor)
-            .cast::<c_char>()
+            .cast::<Header>()
             .cast_mut()
             .wrapping_byte_add(1);
         debug_assert!(is_marker(marker));
@@ -268,24 +275,28 @@ impl PathSlot {
                 Err(now) => taken = now,
             }
         }
-        // SAFETY: we own `taken` until we put it back or free it.
-        let result = f(unsafe { CStr::from_ptr(taken) }.to_bytes());
+        // SAFETY: we own `taken` (a slot's header) until we put it back or give it back.
+        let result = f(unsafe { path_pool::bytes_of(taken) });
         if self
             .0
             .compare_exchange(marker, taken, Ordering::Release, Ordering::Relaxed)
             .is_err()
         {
-            // A writer replaced the path while we read; ours is stale and ours to free.
-            free(taken);
+            // A writer replaced the path while we read; ours is stale and ours to give
+            // back.
+            give_back(taken);
         }
         Some(result)
     }
 }
 
-fn free(p: *mut c_char) {
+/// Returns a path taken out of a [`PathSlot`] to the pool (nothing for none or a
+/// marker).
+fn give_back(p: *mut Header) {
     if !p.is_null() && !is_marker(p) {
-        // SAFETY: every string in a slot came from CString::into_raw.
-        drop(unsafe { CString::from_raw(p) });
+        // SAFETY: every path in a slot came from `PooledPath::into_raw`, and was taken
+        // out of it (by a swap or a reader's CAS) by the caller alone.
+        drop(unsafe { PooledPath::from_raw(p) });
     }
 }
 
@@ -322,7 +333,7 @@ mod tests {
     fn overlapping_readers_never_put_back_a_replaced_path() {
         use std::sync::mpsc::channel;
         let slot: &'static PathSlot = Box::leak(Box::new(PathSlot::empty()));
-        slot.set(Some(CString::new("/mnt/a/old-dir").unwrap()));
+        slot.set(PooledPath::new(b"/mnt/a/old-dir"));
         // A reader that says what it holds, then waits to be let go.
         let reader = || {
             let (held, holding) = channel();
@@ -338,7 +349,7 @@ mod tests {
         let (first_held, release_first, first) = reader();
         assert_eq!(first_held, b"/mnt/a/old-dir");
         // The descriptor is closed and its number reused by another directory.
-        slot.set(Some(CString::new("/other/new-dir").unwrap()));
+        slot.set(PooledPath::new(b"/other/new-dir"));
         let (second_held, release_second, second) = reader();
         assert_eq!(second_held, b"/other/new-dir");
         release_first.send(()).unwrap();
@@ -384,7 +395,7 @@ mod tests {
                 std::thread::spawn(move || {
                     for i in 0..20_000 {
                         if t == 0 {
-                            slot.set(Some(CString::new(format!("/scratch/{i}")).unwrap()));
+                            slot.set(PooledPath::new(format!("/scratch/{i}").as_bytes()));
                         } else if let Some(len) = slot.with(|p| p.len()) {
                             assert!(len >= 9);
                         }

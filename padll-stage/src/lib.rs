@@ -24,6 +24,7 @@ mod guard;
 mod hooks;
 mod intercept;
 mod last_rules;
+mod path_pool;
 mod paths;
 mod placed_files;
 mod placement;

@@ -6,9 +6,10 @@ use crate::call::{dir_fd, stream_fd, unreadable, Target};
 use crate::channels::MAX_MOUNTS;
 use crate::fdtable::{self, PathSlot};
 use crate::guard::shielded;
+use crate::path_pool::PooledPath;
 use crate::paths::{self, MountTable, PathBuffer, Place, PATH_CAPACITY};
 use libc::{c_char, c_int};
-use std::ffi::{CStr, CString};
+use std::ffi::CStr;
 use std::sync::atomic::{AtomicU16, Ordering};
 
 /// Where a call's target lies: the main place's [`Place::encode`] in the low half of
@@ -277,7 +278,8 @@ static CWD_PLACE: AtomicU16 = AtomicU16::new(0);
 static CWD_PATH: PathSlot = PathSlot::empty();
 
 /// Re-reads the current directory (at start-up, after `chdir`/`fchdir`). Its path is
-/// kept only when it matters (the directory is, or is above, a mountpoint).
+/// kept only when it matters (the directory is, or is above, a mountpoint), in the
+/// path pool: `chdir` is async-signal-safe, so this calls neither `malloc` nor `free`.
 pub fn refresh_current_dir() {
     let mut buf = PathBuffer::new();
     let place = if current_dir_into(&mut buf) {
@@ -286,7 +288,7 @@ pub fn refresh_current_dir() {
         Place::Unrelated
     };
     let path = (place != Place::Unrelated)
-        .then(|| CString::new(buf.as_bytes()).ok())
+        .then(|| PooledPath::new(buf.as_bytes()))
         .flatten();
     CWD_PATH.set(path);
     CWD_PLACE.store(place.encode(), Ordering::Relaxed);
