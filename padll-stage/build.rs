@@ -22,7 +22,7 @@ fn version_script() {
         std::path::Path::new(&std::env::var("OUT_DIR").expect("OUT_DIR")).join("versions.map");
     std::fs::write(
         &path,
-        "GLIBC_2.2.5 { };\nGLIBC_2.3 { } GLIBC_2.2.5;\nGLIBC_2.27 { } GLIBC_2.3;\n",
+        "GLIBC_2.2.5 { };\nGLIBC_2.3 { } GLIBC_2.2.5;\nGLIBC_2.3.3 { } GLIBC_2.3;\nGLIBC_2.27 { } GLIBC_2.3.3;\n",
     )
     .expect("the version script");
     println!(

@@ -16,3 +16,4 @@ mod programs;
 mod signal_safety;
 mod util;
 mod vfork;
+mod walks;

@@ -8,9 +8,11 @@
 //! flags say it is present (as libc does).
 //!
 //! Not visible from user space: static binaries, raw `syscall()`, io_uring, libaio,
-//! and glibc's internal calls (e.g. `nftw`, `realpath`, `printf`-family flushes, the
-//! `getc` macros reading a stream's buffer directly). `fdopen` creates no descriptor and
-//! touches no file: its stream is followed through its fd like any other.
+//! and glibc's internal calls (e.g. the `lstat`s of `nftw` and `fts_read`, `realpath`,
+//! `printf`-family flushes, the `getc` macros reading a stream's buffer directly); the
+//! directory changes of `nftw` and `fts` walks are followed by `walks.rs`. `fdopen`
+//! creates no descriptor and touches no file: its stream is followed through its fd like
+//! any other.
 
 #![allow(non_snake_case)]
 

@@ -36,6 +36,7 @@ mod stage_fds;
 mod stats;
 mod tsc;
 mod vfork;
+mod walks;
 
 pub use channels::{add as add_channel, list as channel_list, remove as remove_channel, set_limit};
 pub use padll_wire::channel::{ChannelId, ChannelInfo, ChannelSpec, Scope, Unit};
@@ -146,7 +147,11 @@ pub(crate) fn return_credit_at_thread_exit() {
 extern "C" fn on_load() {
     let _ = std::panic::catch_unwind(|| {
         PID.store(current_pid(), Ordering::Relaxed);
-        for real in hooks::TABLE.iter().chain(hooks::OLD_VERSIONS) {
+        for real in hooks::TABLE
+            .iter()
+            .chain(hooks::OLD_VERSIONS)
+            .chain(walks::REALS)
+        {
             real.resolve();
         }
         tsc::start();
