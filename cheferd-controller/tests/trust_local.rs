@@ -344,3 +344,88 @@ fn a_users_directory_is_made_before_its_stage_is_welcomed() {
     assert_eq!(target_meta.uid(), 0, "the symlink was followed");
     assert!(cluster.local_log("n1").contains("was occupied by uid 0"));
 }
+
+/// Audit (local, 1): one user's stages sending `file_size` as fast as they could cut
+/// the node off the global controller again and again ("lost the global controller: it
+/// did not read the 12288 messages queued to it", 6–7 times in 8 s): every size was one
+/// message on the node's one queue upstream, and a full queue gave the stream up. Now
+/// sizes are advice: capped per uid and node, sent together while unread, and dropped
+/// (counted) past their room in the queue, never costing the stream; another user's
+/// stage is welcomed meanwhile.
+#[test]
+fn a_flood_of_file_sizes_does_not_cut_the_node_off() {
+    use std::io::{BufRead, BufReader};
+    let _turn = alone();
+    let mut cluster = Cluster::new(CONFIG);
+    cluster.start_global();
+    cluster.start_local("n1");
+    let socket = cluster.local_socket("n1");
+    let mount = cluster.scratch.clone();
+    cluster.wait_for_stages(Duration::from_secs(30), &[("n1", 0)]);
+    // 64 stages, each welcomed, then flooding.
+    let size = control::encode(&StageMessage::FileSize {
+        mount: mount.display().to_string(),
+        bytes: 4096,
+    });
+    let batch = size.repeat(2000).into_bytes();
+    let mut streams = Vec::new();
+    for i in 0..64 {
+        let mut stream = UnixStream::connect(&socket).unwrap();
+        stream
+            .write_all(&hello(&format!("sizes{}", i % 8), &mount))
+            .unwrap();
+        let mut welcome = String::new();
+        BufReader::new(stream.try_clone().unwrap())
+            .read_line(&mut welcome)
+            .unwrap();
+        assert!(welcome.contains("welcome"), "{welcome}");
+        streams.push(stream);
+    }
+    let started = Instant::now();
+    let pumps: Vec<_> = streams
+        .chunks(8)
+        .map(|group| {
+            let mut group: Vec<UnixStream> = group.iter().map(|s| s.try_clone().unwrap()).collect();
+            let batch = batch.clone();
+            std::thread::spawn(move || {
+                let mut sent = 0u64;
+                while started.elapsed() < ATTACK {
+                    for stream in &mut group {
+                        stream
+                            .set_write_timeout(Some(Duration::from_secs(1)))
+                            .unwrap();
+                        if stream.write_all(&batch).is_ok() {
+                            sent += 2000;
+                        }
+                    }
+                }
+                sent
+            })
+        })
+        .collect();
+    // Another stage registers during the flood and is welcomed.
+    std::thread::sleep(ATTACK / 2);
+    let welcomed = Instant::now();
+    let other = Stage::register(&socket, &job_id("other"), &mount);
+    let waited = welcomed.elapsed();
+    let sent: u64 = pumps.into_iter().map(|p| p.join().unwrap()).sum();
+    eprintln!("{sent} file sizes sent in {ATTACK:?}; another stage welcomed in {waited:?}");
+    let log = cluster.local_log("n1");
+    assert!(sent > 20_000, "only {sent} sizes sent");
+    assert!(
+        !log.contains("lost the global controller"),
+        "the flood cut the node off:\n{log}"
+    );
+    // The node stayed attached with every stage (64 + the other one).
+    wait_for(
+        Duration::from_secs(30),
+        "the global controller to list the node's 65 stages",
+        || {
+            let snapshot = cluster.try_snapshot()?;
+            let node = snapshot.nodes.iter().find(|n| n.node == "n1")?;
+            (node.attached && node.stages == 65).then_some(())
+        },
+    );
+    drop((other, streams));
+    assert!(cluster.controllers_alive());
+}

@@ -1,8 +1,8 @@
 //! The caps on who may hold what on the stage socket: connections per node and per uid,
-//! pending partial-line bytes, queued bytes and placement requests per uid, jobs per
+//! pending partial-line bytes, queued bytes, placement requests and file sizes per uid, jobs per
 //! uid, and which uid runs each job.
 
-use super::placement::{Rate, PLACE_RATE_PER_UID};
+use super::placement::{Rate, PLACE_RATE_PER_UID, SIZE_RATE_PER_UID};
 use super::{outbox, trim, Local};
 use crate::bounds::Budget;
 use padll_wire::control;
@@ -15,6 +15,7 @@ struct UserState {
     pending: Arc<Budget>,
     queued: Arc<Budget>,
     place_rate: Arc<Mutex<Rate>>,
+    size_rate: Arc<Mutex<Rate>>,
     /// Its stages' job ids, with how many stages each.
     jobs: HashMap<String, usize>,
 }
@@ -39,6 +40,8 @@ pub(super) struct Admission {
     pub(super) queued: Arc<Budget>,
     /// The placement requests its uid may make.
     pub(super) place_rate: Arc<Mutex<Rate>>,
+    /// The file sizes its uid may report.
+    pub(super) size_rate: Arc<Mutex<Rate>>,
 }
 
 impl Admission {
@@ -95,6 +98,7 @@ impl Local {
             pending: Budget::new(per_uid),
             queued: Budget::new(outbox::MAX_BYTES_PER_UID),
             place_rate: Arc::new(Mutex::new(Rate::new(PLACE_RATE_PER_UID))),
+            size_rate: Arc::new(Mutex::new(Rate::new(SIZE_RATE_PER_UID))),
             jobs: HashMap::new(),
         });
         if user.connections >= limits.max_connections_per_uid {
@@ -111,6 +115,7 @@ impl Local {
             pending: user.pending.clone(),
             queued: user.queued.clone(),
             place_rate: user.place_rate.clone(),
+            size_rate: user.size_rate.clone(),
         };
         peers.connections += 1;
         Ok(admission)

@@ -14,7 +14,8 @@
 //! One concept per module: `admission` (the caps on connections and jobs per uid and
 //! node), `stage` (the stage protocol on the socket), `outbox` (the bounded queue to
 //! each stage), `placement` (stages' placement requests and their limits), `upstream`
-//! (the stream to the global controller), `report` (when and what usage is pushed),
+//! (the stream to the global controller), `upstream_queue` (its queue, bounded in
+//! messages and bytes, with room kept from advice), `report` (when and what usage is pushed),
 //! `rules` (a global rule as a stage channel), `default_rules` (what a stage gets while
 //! its job has no rules from the global controller: `--default-limit`), `log_summary`
 //! (peer-caused log lines summarised), `user_files` (each user's directory for its
@@ -30,6 +31,7 @@ mod rules;
 mod stage;
 mod trim;
 mod upstream;
+mod upstream_queue;
 mod user_files;
 
 pub use default_rules::{parse_default_limit, DefaultLimit, DefaultLimitError};
@@ -128,6 +130,8 @@ pub struct Local {
     upstream: Mutex<Option<Arc<upstream::Upstream>>>,
     /// Placement requests relayed to the global controller.
     placements: placement::Placements,
+    /// File sizes the node's stages may report.
+    size_rate: Mutex<placement::Rate>,
     user_directories: user_files::UserDirectories,
     /// Who holds a default, and which jobs have rules from the global controller.
     defaults: default_rules::Defaults,
@@ -146,6 +150,7 @@ impl Local {
             stages: Mutex::new(HashMap::new()),
             upstream: Mutex::new(None),
             placements: Default::default(),
+            size_rate: Mutex::new(placement::Rate::new(placement::SIZE_RATE_PER_NODE)),
             user_directories,
             defaults: Default::default(),
         }

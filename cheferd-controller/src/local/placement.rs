@@ -4,10 +4,16 @@
 //! limit, or without a global controller, a request is answered "no advice" at once: the
 //! file is created as usual, and the stage does not wait.
 //!
-//! The final sizes of placed files (`file_size`) go upstream too, one `FileSizes` per
-//! size, at most [`PLACE_RATE_PER_STAGE`] a second per stage (a stage reports one per
-//! file it placed); a size over a stage's rate, of a mountpoint it did not register,
-//! or beyond [`MAX_FILE_BYTES`] is dropped, naming why.
+//! The final sizes of placed files (`file_size`) go upstream too, at most
+//! [`PLACE_RATE_PER_STAGE`] a second per stage (a stage reports one per file it
+//! placed), [`SIZE_RATE_PER_UID`] per uid and [`SIZE_RATE_PER_NODE`] per node; sizes of
+//! one stage and mountpoint still unread are sent together (`super::upstream_queue`).
+//! A size over a rate, of a mountpoint the stage did not register, beyond
+//! [`MAX_FILE_BYTES`], or without room for advice in the queue to the global controller
+//! is dropped, naming why.
+//!
+//! Requests and sizes are advice: they never cost the node its stream to the global
+//! controller (`Upstream::offer`).
 
 use super::Local;
 use crate::placement_service::Relay;
@@ -21,6 +27,10 @@ use std::time::Instant;
 pub const PLACE_RATE_PER_STAGE: u32 = 1000;
 /// The same for all the stages of one uid.
 pub const PLACE_RATE_PER_UID: u32 = 4000;
+/// File sizes all the stages of one uid may report per second (and at once).
+pub const SIZE_RATE_PER_UID: u32 = 4000;
+/// The same for every stage of the node.
+pub const SIZE_RATE_PER_NODE: u32 = 8000;
 /// Requests of one uid's stages waiting for the global controller's answer, at most
 /// (a quarter of what the node relays: other users still get answers).
 pub const MAX_IN_FLIGHT_PER_UID: usize = 1024;
@@ -129,19 +139,20 @@ impl Local {
             stripes,
             stage_id,
         });
-        if !to.send(body) {
+        if !to.offer(body) {
             self.placements.answered(request);
             self.placed(stage_id, id, Vec::new());
         }
     }
 
     /// Relays the final size of a file stage `stage_id` created placed on `mount`
-    /// upstream, within the stage's `rate` (dropped without a global controller: sizes
-    /// are advice for later files).
+    /// upstream, within the stage's `rate`, its uid's `uid_rate` and the node's
+    /// (dropped without a global controller: sizes are advice for later files).
     pub(super) fn relay_file_size(
         &self,
         stage_id: u64,
         rate: &mut Rate,
+        uid_rate: &Mutex<Rate>,
         mount: String,
         bytes: u64,
     ) -> Result<(), SizeRefused> {
@@ -155,14 +166,23 @@ impl Local {
         if !registered {
             return Err(SizeRefused::Mount(padll_wire::control::short(&mount)));
         }
-        if !rate.take(Instant::now()) {
+        let now = Instant::now();
+        if !rate.take(now) {
             return Err(SizeRefused::Rate);
         }
-        self.send_upstream(local_message::Body::FileSizes(proto::FileSizes {
+        if !padll_wire::sync::lock(uid_rate).take(now) {
+            return Err(SizeRefused::UidRate);
+        }
+        if !padll_wire::sync::lock(&self.size_rate).take(now) {
+            return Err(SizeRefused::NodeRate);
+        }
+        let body = local_message::Body::FileSizes(proto::FileSizes {
             stage_id,
             mount,
             bytes: vec![bytes],
-        }));
+        });
+        // No stream: nothing to tell (sizes are advice); a full queue is counted there.
+        let _ = self.offer_upstream(body);
         Ok(())
     }
 
@@ -187,6 +207,12 @@ pub(super) enum SizeRefused {
     /// Over the stage's rate.
     #[error("more than {PLACE_RATE_PER_STAGE} a second")]
     Rate,
+    /// Over its uid's rate.
+    #[error("more than {SIZE_RATE_PER_UID} a second from its uid")]
+    UidRate,
+    /// Over the node's rate.
+    #[error("more than {SIZE_RATE_PER_NODE} a second from this node")]
+    NodeRate,
 }
 
 #[cfg(test)]

@@ -123,6 +123,7 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
         place_rate: Rate::new(PLACE_RATE_PER_STAGE),
         uid_place_rate: admission.place_rate.clone(),
         size_rate: Rate::new(PLACE_RATE_PER_STAGE),
+        uid_size_rate: admission.size_rate.clone(),
     };
     loop {
         let line = tokio::select! {
@@ -336,8 +337,9 @@ struct Registered {
     /// The placement requests it may make, and those of its uid.
     place_rate: Rate,
     uid_place_rate: Arc<Mutex<Rate>>,
-    /// The file sizes it may report.
+    /// The file sizes it may report, and those of its uid.
     size_rate: Rate,
+    uid_size_rate: Arc<Mutex<Rate>>,
 }
 
 impl Registered {
@@ -425,7 +427,10 @@ fn stage_message(local: &Local, stage: &mut Registered, message: StageMessage) {
         }
         StageMessage::Place { id, .. } => local.placed(stage_id, id, Vec::new()),
         StageMessage::FileSize { mount, bytes } => {
-            if let Err(why) = local.relay_file_size(stage_id, &mut stage.size_rate, mount, bytes) {
+            let uid_rate = &*stage.uid_size_rate;
+            if let Err(why) =
+                local.relay_file_size(stage_id, &mut stage.size_rate, uid_rate, mount, bytes)
+            {
                 limited_warn!(PEER_LOG, stage_id, "dropped a file size: {why}")
             }
         }

@@ -2,16 +2,21 @@
 //! `crate::standby::follow`): registering and announcing every stage, following its
 //! messages, pushing usage on its schedule, relaying placement requests, and
 //! re-establishing it with backoff when it breaks, or when the global controller stops
-//! reading it (its queue is bounded).
+//! reading it (its queue is bounded: [`super::upstream_queue`]). Advice (placement
+//! requests, file sizes) never costs the node its stream: past its room in the queue it
+//! is dropped, counted.
 
 use super::report::{usage_report, ReportClock};
-use super::{rules, Local};
+use super::upstream_queue;
+use super::{rules, Local, PEER_LOG};
+use crate::limited_warn;
 use crate::outbox;
 use crate::proto::{
     self, global_client::GlobalClient, global_message, local_message, GlobalMessage, LocalMessage,
 };
 use crate::standby::follow::{reconnecting, Globals, Verdict};
 use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::Notify;
 use tonic::transport::Channel;
@@ -23,24 +28,51 @@ use tracing::{debug, info, warn};
 /// starts): joins, leaves, reports and placement requests it has not read yet. A global
 /// controller that stops reading (frozen; until the pings give up, see
 /// [`Globals::new`]) would otherwise make the local controller keep every message its
-/// stages cause. Past it the stream is given up and opened again, and the new one
+/// stages cause (in bytes too: [`upstream_queue`]). Advice takes at most
+/// [`upstream_queue::MAX_ADVISORY`] of it and is dropped past that, so it never fills it.
+/// Past it the stream is given up and opened again, and the new one
 /// announces the stages alive then: those that left meanwhile, their `StageLeft` not
 /// queued, are not announced, so the global controller releases them as orphans.
 const MAX_QUEUED: usize = outbox::MAX_QUEUED;
 
 /// The queue to one stream to the global controller.
 pub(super) struct Upstream {
-    queue: outbox::Sender<LocalMessage>,
+    queue: upstream_queue::Sender,
     /// Notified when a message could not be queued: the stream is given up.
     refused: Notify,
+    /// Advisory messages dropped for want of room.
+    dropped: AtomicU64,
 }
 
 impl Upstream {
-    /// Queues `body`; returns whether it was (if not, the stream is given up).
+    /// Queues essential `body`; returns whether it was (if not, the stream is given
+    /// up).
     pub(super) fn send(&self, body: local_message::Body) -> bool {
         let queued = self.queue.send(LocalMessage { body: Some(body) }).is_ok();
         if !queued {
             self.refused.notify_one();
+        }
+        queued
+    }
+
+    /// Queues advisory `body` (a placement request, a file size) if advice has room;
+    /// returns whether it was. Never gives the stream up.
+    pub(super) fn offer(&self, body: local_message::Body) -> bool {
+        let what = match &body {
+            local_message::Body::PlaceRequest(_) => "placement request",
+            _ => "file size",
+        };
+        let queued = self.queue.offer(LocalMessage { body: Some(body) });
+        if !queued {
+            let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            limited_warn!(
+                PEER_LOG,
+                dropped,
+                "dropped a {what} for the global controller: {} advisory messages or {} \
+                 bytes of them are queued to it, unread",
+                upstream_queue::MAX_ADVISORY,
+                upstream_queue::MAX_ADVISORY_BYTES
+            );
         }
         queued
     }
@@ -62,10 +94,11 @@ pub(super) async fn upstream_loop(local: Arc<Local>, globals: Globals) {
 /// it, and whether the list of globals wrapped in moving on.
 async fn attach(local: &Local, globals: &mut Globals, channel: Channel) -> (bool, bool) {
     let capacity = local.options.limits.max_connections + MAX_QUEUED;
-    let (queue, receiver) = outbox::bounded(capacity);
+    let (queue, receiver) = upstream_queue::bounded(capacity);
     let upstream = Arc::new(Upstream {
         queue,
         refused: Notify::new(),
+        dropped: AtomicU64::new(0),
     });
     upstream.send(local_message::Body::Register(proto::Register {
         node: local.options.node.clone(),
@@ -229,6 +262,13 @@ impl Local {
         if upstream.as_ref().is_some_and(|to| !to.send(body)) {
             *upstream = None;
         }
+    }
+
+    /// Offers advisory `body` to the stream to the global controller, if there is one;
+    /// returns whether it was queued (never giving the stream up).
+    pub(super) fn offer_upstream(&self, body: local_message::Body) -> bool {
+        let upstream = self.lock_upstream().clone();
+        upstream.is_some_and(|to| to.offer(body))
     }
 }
 
