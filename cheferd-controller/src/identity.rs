@@ -361,6 +361,39 @@ fn parse_scontrol(text: &str) -> ScontrolJob {
     }
 }
 
+/// The name of user `uid` as the system knows it (`getpwuid_r`), or the number if it
+/// has none: a stage's user for anything keyed per user (`application =
+/// "user+program"`), from the uid the kernel vouches for, never the stage's claim
+/// (`PADLL_USER`/`USER`, which any user can set to another's name). May ask NSS (LDAP):
+/// called off the async workers.
+pub fn user_name(uid: u32) -> String {
+    let mut buffer = vec![0 as libc::c_char; 16 << 10];
+    // SAFETY: passwd is plain data; all-zero is a valid (empty) value that
+    // getpwuid_r overwrites.
+    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is to a live local of the size passed; getpwuid_r writes
+    // the entry's strings into `buffer` and sets `found` to `&entry` or null.
+    let status = unsafe {
+        libc::getpwuid_r(
+            uid,
+            &mut entry,
+            buffer.as_mut_ptr(),
+            buffer.len(),
+            &mut found,
+        )
+    };
+    if status != 0 || found.is_null() || entry.pw_name.is_null() {
+        return uid.to_string();
+    }
+    // SAFETY: on success pw_name points to a NUL-terminated string in `buffer`.
+    let name = unsafe { std::ffi::CStr::from_ptr(entry.pw_name) };
+    match name.to_str() {
+        Ok(name) if !name.is_empty() && !name.chars().any(char::is_control) => name.to_string(),
+        _ => uid.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

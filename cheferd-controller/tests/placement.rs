@@ -50,6 +50,17 @@ impl Stage {
 
     /// [`Stage::register`] as a process of `program`.
     fn register_as(socket: &Path, job: &str, program: &str, mount: &Path) -> Stage {
+        Stage::register_claiming(socket, job, program, "", mount)
+    }
+
+    /// [`Stage::register_as`], claiming to be `user` (`PADLL_USER`).
+    fn register_claiming(
+        socket: &Path,
+        job: &str,
+        program: &str,
+        user: &str,
+        mount: &Path,
+    ) -> Stage {
         let mut stream = UnixStream::connect(socket).expect("connect to the stage socket");
         let hello = StageMessage::Hello {
             version: PROTOCOL_VERSION,
@@ -57,6 +68,7 @@ impl Stage {
             identity: Identity {
                 job_id: job.into(),
                 job_size: 1,
+                user: user.into(),
                 ..Identity::default()
             },
             mountpoints: vec![mount.display().to_string()],
@@ -395,4 +407,34 @@ fn the_size_history_survives_a_standby_takeover() {
     });
     let mut other = Stage::register_as(&socket, &job_id("w"), "other", &mount);
     assert_eq!(other.place(1, &mount, 1), vec![1]);
+}
+
+/// Audit (local, 3): with `application = "user+program"` the user was the stage's
+/// claim (`PADLL_USER`), so anyone could fill another user's history ("user": "alice",
+/// "stage_name": "/home/alice/bin/wrf", then huge sizes). Now the user is the one the
+/// kernel names (`SO_PEERCRED`): a claimed user chooses no history, and stages of one
+/// uid share theirs whatever they claim.
+#[test]
+fn a_claimed_user_does_not_choose_the_history() {
+    let _turn = alone();
+    let feed = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(feed.path(), NEARLY_FULL).unwrap();
+    let cluster = cluster(&placement_section(feed.path(), "user+program"));
+    let socket = cluster.local_socket("n1");
+    let mount = cluster.scratch.clone();
+    let mut poisoner = Stage::register_claiming(&socket, &job_id("p"), "wrf", "alice", &mount);
+    assert_eq!(report_big_files(&mut poisoner, &mount), vec![0]);
+    // Another claim by the same uid: the same (kernel's) user, so the same history.
+    let mut same_uid = Stage::register_claiming(&socket, &job_id("q"), "wrf", "bob", &mount);
+    assert_eq!(
+        same_uid.place(1, &mount, 1),
+        vec![0],
+        "the uid's own history"
+    );
+    let mut other = Stage::register_claiming(&socket, &job_id("q"), "other", "alice", &mount);
+    assert_eq!(
+        other.place(1, &mount, 1),
+        vec![1],
+        "another program: no history"
+    );
 }

@@ -247,13 +247,17 @@ async fn identify(
         // directory is made before the stage gets rules (and so opens its job's files).
         tokio::task::spawn_blocking(move || {
             local.user_directories.prepare_for(uid, gid);
-            local.identity.resolve(&job, size, uid, pid)
+            let user = crate::identity::user_name(uid);
+            local
+                .identity
+                .resolve(&job, size, uid, pid)
+                .map(|r| (r, user))
         })
         .await
         .map_err(|e| format!("identity lookup failed: {e}"))
         .and_then(|resolved| resolved.map_err(|e| e.to_string()))
     };
-    let resolved = match resolved {
+    let (resolved, user) = match resolved {
         Ok(resolved) => resolved,
         Err(reason) => {
             limited_warn!(
@@ -282,7 +286,8 @@ async fn identify(
         // What the kernel and the scheduler say, not what the stage claims.
         job_id: resolved.job_id,
         job_size: resolved.job_size,
-        user: identity.user,
+        // The kernel's uid, not the claim (`PADLL_USER`): histories are kept per user.
+        user,
         account: identity.account,
         uid: credentials.uid(),
         gid: credentials.gid(),
