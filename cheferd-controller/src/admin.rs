@@ -410,6 +410,12 @@ fn whole(value: f64) -> String {
     format!("{:.0}", value.round() + 0.0)
 }
 
+/// A peer's text (a job id, a program name) for a table: control characters escaped,
+/// so none reaches the administrator's terminal.
+fn shown(text: &str) -> String {
+    padll_wire::escape(text).to_string()
+}
+
 /// Renders the jobs table (`ctl jobs`, `ctl top`).
 pub fn jobs_table(snapshot: &Snapshot) -> String {
     let mut out = format!(
@@ -446,7 +452,7 @@ pub fn jobs_table(snapshot: &Snapshot) -> String {
         for s in shares {
             out.push_str(&format!(
                 "  {:<20} {:>7} {:>6} {:>9} {:>12} {:>12} {:>12} {:>10}\n",
-                s.job,
+                shown(&s.job),
                 s.stages,
                 s.nodes,
                 s.priority,
@@ -497,7 +503,12 @@ pub fn nodes_table(snapshot: &Snapshot) -> String {
         let unacked = n.unacked_cycle.map_or("-".to_string(), |c| c.to_string());
         out.push_str(&format!(
             "{:<24} {:<9} {:>7} {:>14} {:>14} {:>13}\n",
-            n.node, state, n.stages, n.bytes_in, n.bytes_out, unacked
+            shown(&n.node),
+            state,
+            n.stages,
+            n.bytes_in,
+            n.bytes_out,
+            unacked
         ));
     }
     out
@@ -517,12 +528,12 @@ pub fn stages_table(snapshot: &Snapshot) -> String {
             .collect();
         out.push_str(&format!(
             "{:<16} {:>6} {:<16} {:>8} {:>6} {:<16} {}\n",
-            s.node,
+            shown(&s.node),
             s.stage_id,
-            s.job,
+            shown(&s.job),
             s.pid,
             s.uid,
-            s.name.rsplit('/').next().unwrap_or(&s.name),
+            shown(s.name.rsplit('/').next().unwrap_or(&s.name)),
             usage.join(" ")
         ));
     }

@@ -99,7 +99,8 @@ impl Resolver {
             }
             let note = (claimed_job != job.id).then(|| {
                 format!(
-                    "claimed job '{claimed_job}' but runs in Slurm job {}",
+                    "claimed job {} but runs in Slurm job {}",
+                    padll_wire::quote(&padll_wire::control::short(claimed_job)),
                     job.id
                 )
             });

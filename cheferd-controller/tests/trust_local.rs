@@ -429,3 +429,62 @@ fn a_flood_of_file_sizes_does_not_cut_the_node_off() {
     drop((other, streams));
     assert!(cluster.controllers_alive());
 }
+
+/// Audit (local, 2): a job id claimed with a newline forged a well-formed line in the
+/// local controller's log (`stage registered … job=…`), and escape sequences in it or in
+/// the program name reached the administrator's terminal through `cheferd ctl`. Now a
+/// job id with control characters is refused at hello, naming the field; a program
+/// name keeps them escaped, in the log and in every table.
+#[test]
+fn control_characters_forge_no_log_line_and_reach_no_terminal() {
+    use std::io::{BufRead, BufReader};
+    let _turn = alone();
+    let mut cluster = Cluster::new(CONFIG);
+    cluster.start_global();
+    cluster.start_local("n1");
+    let socket = cluster.local_socket("n1");
+    let forged = "x\n2026-01-01T00:00:00.000000Z  WARN cheferd: FORGED LINE";
+    let say_hello = |job: &str, program: &str| {
+        let mut stream = UnixStream::connect(&socket).unwrap();
+        let hello = control::encode(&StageMessage::Hello {
+            version: PROTOCOL_VERSION,
+            stage_name: program.into(),
+            identity: Identity {
+                job_id: job.into(),
+                job_size: 1,
+                ..Identity::default()
+            },
+            mountpoints: vec![cluster.scratch.display().to_string()],
+        });
+        stream.write_all(hello.as_bytes()).unwrap();
+        let mut reply = String::new();
+        BufReader::new(stream.try_clone().unwrap())
+            .read_line(&mut reply)
+            .unwrap();
+        (stream, reply)
+    };
+    let (_, refused) = say_hello(forged, "prog");
+    assert!(
+        refused.contains("reject") && refused.contains("job id"),
+        "{refused}"
+    );
+    let (_, refused) = say_hello("job\u{1b}]0;owned\u{7}", "prog");
+    assert!(refused.contains("job id"), "{refused}");
+    let (_kept, welcome) = say_hello(&job_id("esc"), "/bin/prog\u{1b}[2J\n");
+    assert!(welcome.contains("welcome"), "{welcome}");
+    cluster.wait_for_stages(Duration::from_secs(30), &[("n1", 1)]);
+    let log = cluster.local_log("n1");
+    assert!(
+        !log.lines().any(|l| l.starts_with("2026-01-01")) && !log.contains('\u{1b}'),
+        "{log}"
+    );
+    for view in ["stages", "jobs", "nodes"] {
+        let out = cluster.ctl(&[view]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(!text.contains('\u{1b}'), "{view}: {text:?}");
+        if view == "stages" {
+            assert!(text.contains("prog\\u{1b}[2J\\n"), "{text}");
+        }
+    }
+    assert!(cluster.controllers_alive());
+}

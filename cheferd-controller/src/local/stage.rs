@@ -98,7 +98,7 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
     limited_info!(
         ACTIVITY.on(Event::Registered),
         stage_id,
-        job = %info.job_id,
+        job = %padll_wire::escape(&info.job_id),
         pid = info.pid,
         uid = info.uid,
         "stage registered"
@@ -234,6 +234,24 @@ async fn identify(
         mountpoints,
         ..
     } = hello;
+    // A job id never holds control characters (one would forge log lines and reach an
+    // administrator's terminal): refused. Free text a real program may carry (its
+    // `argv[0]`, account, host) is kept with them escaped.
+    if has_control(&identity.job_id) {
+        let reason = format!(
+            "job id {} contains control characters",
+            padll_wire::quote(&padll_wire::control::short(&identity.job_id))
+        );
+        limited_warn!(ACTIVITY.on(Event::Rejected), pid = ?credentials.pid(), "rejected a stage: {reason}");
+        reject(write, reason).await;
+        return None;
+    }
+    let stage_name = escaped(stage_name);
+    let identity = Identity {
+        account: escaped(identity.account),
+        hostname: escaped(identity.hostname),
+        ..identity
+    };
     let pid = credentials.pid().map_or(identity.pid, |p| p as u32);
     let resolved = {
         let (local, job, size, uid, gid) = (
@@ -270,7 +288,7 @@ async fn identify(
         }
     };
     if let Some(note) = &resolved.note {
-        limited_warn!(PEER_LOG, pid, job = %resolved.job_id, "stage identity corrected: {note}");
+        limited_warn!(PEER_LOG, pid, job = %padll_wire::escape(&resolved.job_id), "stage identity corrected: {}", padll_wire::escape(note));
     }
     if let Err(refusal) = local.join_job(admission, &resolved.job_id) {
         limited_warn!(
@@ -307,6 +325,21 @@ async fn identify(
         return None;
     }
     Some(info)
+}
+
+/// Whether `text` holds a control character or a line or paragraph separator.
+fn has_control(text: &str) -> bool {
+    text.chars()
+        .any(|c| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}'))
+}
+
+/// `text` with its control characters escaped (`\n`, `\u{1b}`), as it is if none.
+fn escaped(text: String) -> String {
+    if has_control(&text) {
+        padll_wire::escape(&text).to_string()
+    } else {
+        text
+    }
 }
 
 /// Welcomes the stage in its protocol `version` and starts the task writing its outbox
