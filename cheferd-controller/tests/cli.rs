@@ -507,3 +507,53 @@ fn ctl_views_and_the_wrong_socket() {
     let text = text.lock().unwrap();
     assert!(!text.contains('\x1b'), "{text:?}");
 }
+
+/// A local controller whose socket file is removed, or replaced by another file, says so
+/// and exits 1 (its service manager makes it anew): it went on serving the stages
+/// attached, silently, while every new process failed to reach it and ran on its own
+/// limits (none by default).
+#[test]
+fn a_local_controller_whose_socket_file_goes_away_says_so_and_exits() {
+    for replace in [false, true] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let socket = dir.path().join("local.sock");
+        let mut local = Command::new(cheferd())
+            .args([
+                "local",
+                "--insecure-plaintext",
+                "--global",
+                "http://127.0.0.1:1",
+            ])
+            .arg("--socket")
+            .arg(&socket)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cheferd local runs");
+        wait_for(START_TIMEOUT, "the socket", || {
+            socket.exists().then_some(())
+        });
+        std::fs::remove_file(&socket).expect("socket removed");
+        if replace {
+            std::fs::write(&socket, "").expect("a file in its place");
+        }
+        let status = wait_for(
+            Duration::from_secs(60),
+            "the local controller to exit",
+            || local.try_wait().expect("wait"),
+        );
+        let mut said = String::new();
+        local
+            .stderr
+            .take()
+            .expect("stderr piped")
+            .read_to_string(&mut said)
+            .expect("stderr read");
+        assert_eq!(status.code(), Some(1), "replaced {replace}: {said}");
+        let expected = format!("the socket {} was removed or replaced", socket.display());
+        assert!(said.contains(&expected), "replaced {replace}: {said}");
+        if replace {
+            assert!(socket.is_file(), "the file put there is left alone");
+        }
+    }
+}

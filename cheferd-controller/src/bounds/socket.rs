@@ -179,11 +179,24 @@ pub struct SocketFile {
     _bound: std::os::unix::net::UnixListener,
 }
 
+impl SocketFile {
+    /// Whether the path still names the socket bound. Not once it was removed or
+    /// replaced (`tmpfiles` cleaning `/run`, an administrator, a package script): the
+    /// listener still serves the connections made, but nothing new can reach it.
+    pub fn still_bound(&self) -> bool {
+        std::fs::symlink_metadata(&self.path)
+            .is_ok_and(|meta| (meta.dev(), meta.ino()) == self.identity)
+    }
+
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
 impl Drop for SocketFile {
     fn drop(&mut self) {
-        let ours = std::fs::symlink_metadata(&self.path)
-            .is_ok_and(|meta| (meta.dev(), meta.ino()) == self.identity);
-        if ours {
+        if self.still_bound() {
             if let Err(e) = std::fs::remove_file(&self.path) {
                 warn!("cannot remove the socket {}: {e}", self.path.display());
             }

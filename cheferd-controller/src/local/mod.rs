@@ -191,7 +191,8 @@ pub async fn run(mut options: LocalOptions) -> Result<(), LocalError> {
     // Stages of every user must reach the socket, so it is world-writable; who connected
     // is recorded from `SO_PEERCRED`, and a stage can only ever affect its own channels.
     // The socket file is removed when this future is dropped (the daemon stops).
-    let (listener, _socket_file) = bounds::bind_unix(&options.socket, 0o666)?;
+    let (listener, socket_file) = bounds::bind_unix(&options.socket, 0o666)?;
+    let socket_file = Arc::new(socket_file);
     let listener = UnixListener::from_std(listener).map_err(|error| LocalError::Listen {
         socket: options.socket.clone(),
         error,
@@ -253,8 +254,28 @@ pub async fn run(mut options: LocalOptions) -> Result<(), LocalError> {
         stage::accept_stages(local, listener).await;
         Ok(())
     });
+    {
+        // A socket file removed or replaced leaves the controller serving the stages
+        // attached and no new one: their processes would run on their own limits (none
+        // by default) until a restart, with nothing said. Ending (exit 1) says it, and
+        // the service manager makes the socket anew.
+        let socket_file = socket_file.clone();
+        tasks.spawn("the socket watch", async move {
+            loop {
+                tokio::time::sleep(SOCKET_CHECK).await;
+                if !socket_file.still_bound() {
+                    return Err(LocalError::SocketGone {
+                        socket: socket_file.path().to_path_buf(),
+                    });
+                }
+            }
+        });
+    }
     Err(tasks.first_end().await.into_error(LocalError::Ended))
 }
+
+/// How often the stage socket's file is checked to still be the one bound.
+const SOCKET_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Why a local controller did not start, or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -278,6 +299,12 @@ pub enum LocalError {
     /// The stage socket refused or not made.
     #[error(transparent)]
     Socket(#[from] bounds::SocketError),
+    /// The stage socket's file was removed or replaced while running.
+    #[error("the socket {} was removed or replaced: new stages cannot reach this controller; exiting so that it is made anew", socket.display())]
+    SocketGone {
+        /// The socket.
+        socket: PathBuf,
+    },
     /// The stage socket made but not listened on.
     #[error("cannot listen on {}: {error}", socket.display())]
     Listen {

@@ -147,7 +147,11 @@ pub async fn run(args: LocalArgs) -> Result<(), Failure> {
         default_limit: default_limit.unwrap_or(local::DefaultLimit::BuiltIn),
     });
     let signal = tokio::select! {
-        result = run => return result.map_err(usage),
+        result = run => return result.map_err(|error| match error {
+            // Stopped while running: a failure (exit 1, restarted), not a usage error.
+            local::LocalError::Ended(_) | local::LocalError::SocketGone { .. } => failed(error),
+            error => usage(error),
+        }),
         signal = stop.recv() => signal,
     };
     // `run`, which owns the socket file, is dropped by now: the socket is gone.
