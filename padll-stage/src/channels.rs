@@ -833,11 +833,30 @@ fn wait(
     index: usize,
     op: Op,
     bytes: u64,
-    mut generation: u64,
-    mut start: u64,
+    generation: u64,
+    start: u64,
     entered: u64,
 ) -> u64 {
     let slot = &SLOTS[index];
+    let (now, admitted) = sleep_until_start(slot, generation, start, || slot.cost(op, bytes));
+    if admitted {
+        counters.admitted(index, slot.cost(op, bytes));
+    }
+    now.saturating_sub(entered)
+}
+
+/// Sleeps until a reservation taken under `generation` may start (at `start`). If the
+/// channel changes meanwhile, the reservation is void (a re-rate forgives the debt it
+/// stood for): it reserves `cost()` again under the new terms, so a raised rate applies
+/// at once — or, once the channel is removed, it stops waiting. Every wait for tokens
+/// goes through here. Returns the time it stopped waiting and whether it was admitted
+/// (false: the channel was removed).
+fn sleep_until_start(
+    slot: &Slot,
+    mut generation: u64,
+    mut start: u64,
+    cost: impl Fn() -> u64,
+) -> (u64, bool) {
     loop {
         // `changes` before `generation`: a change after this read wakes the sleep below.
         let seen = slot.changes.load(Ordering::Acquire);
@@ -845,18 +864,17 @@ fn wait(
         if current != generation {
             // Re-rated or removed while we slept: start over under the new settings.
             if !slot.in_use.load(Ordering::Acquire) {
-                return bucket::now_ns().saturating_sub(entered);
+                return (bucket::now_ns(), false);
             }
             generation = current;
             start = slot
                 .bucket()
-                .reserve(slot.cost(op, bytes), 0, 0, bucket::now_ns())
+                .reserve(cost(), 0, 0, bucket::now_ns())
                 .start_ns;
         }
         let now = bucket::now_ns();
         if now >= start {
-            counters.admitted(index, slot.cost(op, bytes));
-            return now.saturating_sub(entered);
+            return (now, true);
         }
         slot.sleep_until(seen, start);
     }
@@ -911,6 +929,8 @@ fn settle_bytes(counters: stats::Counters, mut packed: u32, requested: u64, move
     waited
 }
 
+/// Takes `bytes` more in byte channel `index` for a call that moved more than it was
+/// charged before it, and waits for them ([`sleep_until_start`]). Returns the wait.
 fn pass_bytes_only(counters: stats::Counters, index: usize, bytes: u64) -> u64 {
     let slot = &SLOTS[index];
     let ticks = tsc::ticks();
@@ -919,14 +939,10 @@ fn pass_bytes_only(counters: stats::Counters, index: usize, bytes: u64) -> u64 {
     let handler = counters.owned_credit(index).is_some_and(Credit::asleep);
     let reservation = slot.take(counters, index, generation, bytes, entered, ticks);
     counters.adjust_tokens(index, bytes as i64);
-    let waited = loop {
-        let seen = slot.changes.load(Ordering::Acquire);
-        let now = bucket::now_ns();
-        if now >= reservation.start_ns {
-            break now.saturating_sub(entered);
-        }
-        slot.sleep_until(seen, reservation.start_ns);
-    };
+    // As any wait: a re-rate or removal meanwhile applies to it too (its debt forgiven,
+    // it would otherwise sleep to the old rate's deadline).
+    let (now, _) = sleep_until_start(slot, generation, reservation.start_ns, || bytes);
+    let waited = now.saturating_sub(entered);
     if reservation.start_ns > entered && !handler {
         slot.relet_after_waking(counters, index, generation, reservation.leased);
     }
@@ -1568,5 +1584,53 @@ mod tests {
         let info = list().into_iter().find(|c| c.id == id).unwrap();
         assert_eq!((info.admitted, info.tokens), (2, 5100));
         clear();
+    }
+
+    /// A data call that moved more than it was charged pays the rest after the call
+    /// (`settle`): that wait, too, ends when the channel is re-rated to a rate that
+    /// admits it, or removed — it does not sleep to the old rate's deadline.
+    #[test]
+    fn bytes_paid_after_the_call_follow_a_rerate_or_removal() {
+        let _tables = tables();
+        set_mounts(&["/scratch".into()]).unwrap();
+        for removed in [false, true] {
+            let id = add(ChannelSpec {
+                mount: Some("/scratch".into()),
+                scope: Scope::Class(Class::Data),
+                rate: 2000,
+                unit: Unit::Bytes,
+                burst: 20,
+                costs: Default::default(),
+            })
+            .unwrap();
+            let index = id.0 as usize;
+            // Another thread read 100 000 bytes: 50 s of debt at 2000 B/s.
+            SLOTS[index]
+                .bucket()
+                .reserve(100_000, 0, 0, bucket::now_ns());
+            // A FIFO read charged its burst (20 bytes) moved 64 KiB: it owes the rest,
+            // behind that debt.
+            let settling = std::thread::spawn(move || {
+                let admission = Admission {
+                    byte_channels: (index as u64 + 1) | CAPPED,
+                    stamp: 0,
+                };
+                waited(|| settle(stats::local(), Op::Read, admission, 65_536, 65_536))
+            });
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            if removed {
+                assert!(remove(id));
+            } else {
+                set_limit(id, 1_000_000_000, 10_000_000).unwrap();
+            }
+            // ≈ 0.2 s; 50 s if it slept to the old deadline (generous: a loaded machine).
+            let waited = settling.join().unwrap();
+            assert!(
+                waited < 20_000_000_000,
+                "removed: {removed}: the settlement waited {} ms",
+                waited / 1_000_000
+            );
+            clear();
+        }
     }
 }
