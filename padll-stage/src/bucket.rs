@@ -122,15 +122,18 @@ impl TokenBucket {
 
     /// Changes the rate and burst of a bucket in use: it keeps the tokens it holds, at
     /// most the new burst (a change adds no tokens, and a lowered rule never lets more
-    /// through at once than its own depth), and its debt is forgiven (requests waiting
-    /// reserve again at the new rate, so a raised rate applies at once).
+    /// through at once than its own depth), and the tokens it owes (its debt: requests
+    /// admitted and reserved beyond what it held), now owed at the new rate — a raised
+    /// rate pays them off sooner, a lowered one later. Requests waiting give their
+    /// reservation back and reserve again at the new rate (`channels`), so a raised rate
+    /// applies to them at once.
     pub fn reconfigure(&self, limit: Limit) {
         self.reconfigure_at(limit, now_ns());
     }
 
     /// [`TokenBucket::reconfigure`] at time `now_ns`.
     pub(crate) fn reconfigure_at(&self, limit: Limit, now_ns: u64) {
-        let old_interval = self.interval.load(Ordering::Relaxed) as u128;
+        let old_interval = self.interval.load(Ordering::Relaxed);
         if old_interval == 0 {
             return self.configure_at(limit, now_ns);
         }
@@ -142,12 +145,19 @@ impl TokenBucket {
         let _ = self
             .tat
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
-                // What the bucket holds, as time at the old rate, then at the new one.
-                let held = now
-                    .saturating_add(old_tolerance)
-                    .saturating_sub(tat.max(now));
-                let kept = (held as u128 * interval as u128 / old_interval).min(tolerance as u128);
-                Some(now.saturating_add(tolerance) - kept as u64)
+                // The bucket is *empty* at TAT = now + τ: [`Self::reserve`] still admits
+                // one request at once there, and none beyond it. Short of it, the bucket
+                // holds tokens; past it, it owes them. Either is time at the old rate,
+                // converted to the new one: tokens held, at most the new depth; tokens
+                // owed, all of them.
+                let empty = now.saturating_add(old_tolerance);
+                let new_empty = now.saturating_add(tolerance);
+                Some(if tat > empty {
+                    new_empty.saturating_add(rescale(tat - empty, interval, old_interval))
+                } else {
+                    let held = empty - tat.max(now);
+                    new_empty - rescale(held, interval, old_interval).min(tolerance)
+                })
             });
     }
 
@@ -251,6 +261,12 @@ fn parameters(limit: Limit) -> (u64, u64) {
     let interval = (unit_per_sec << FRACTION_SHIFT) / rate;
     let tolerance = (limit.burst.max(1) as u128 * interval) >> FRACTION_SHIFT;
     (interval as u64, tolerance.min(u64::MAX as u128 / 4) as u64)
+}
+
+/// A span of `time` units at interval `from`, as the same tokens at interval `to`
+/// (saturating, as [`price`]).
+fn rescale(time: u64, to: u64, from: u64) -> u64 {
+    (time as u128 * to as u128 / from.max(1) as u128).min(u64::MAX as u128 / 4) as u64
 }
 
 /// The time `cost` tokens take at `interval` (48.16 fixed point), in units.
@@ -415,11 +431,14 @@ mod tests {
     }
 
     #[test]
-    fn reconfiguring_forgives_debt() {
-        let bucket = TokenBucket::new();
+    fn a_rate_change_carries_the_debt_at_the_new_rate() {
         let t0 = 1_000_000_000;
+        // Raised: 99 tokens owed at 1/s (100 admitted at once, the tolerance held one),
+        // 99 s, are 99 µs at 1 M/s. The next request starts then, not at once (the debt
+        // forgiven, each re-rate let one through) nor after 99 s (the old rate).
+        let bucket = TokenBucket::new();
         bucket.configure_at(Limit { rate: 1, burst: 1 }, t0);
-        bucket.reserve(100, 0, 0, t0);
+        assert_eq!(bucket.reserve(100, 0, 0, t0).start_ns, t0);
         bucket.reconfigure_at(
             Limit {
                 rate: 1_000_000,
@@ -427,10 +446,117 @@ mod tests {
             },
             t0,
         );
-        // Empty but not in debt: the next request starts at once (GCRA admits one more
-        // than the burst), the one after it one interval (1 µs) later.
-        assert_eq!(bucket.reserve(1, 0, 0, t0).start_ns, t0);
-        assert_eq!(bucket.reserve(1, 0, 0, t0).start_ns, t0 + 1_000);
+        let next = bucket.reserve(1, 0, 0, t0).start_ns;
+        assert!((next - t0).abs_diff(99_000) <= 1, "{}", next - t0);
+        let after = bucket.reserve(1, 0, 0, t0).start_ns;
+        assert!((after - t0).abs_diff(100_000) <= 1, "{}", after - t0);
+        // Lowered: 1000 tokens owed at 1000/s (1 s) are 10 s at 100/s.
+        let bucket = TokenBucket::new();
+        bucket.configure_at(
+            Limit {
+                rate: 1000,
+                burst: 10,
+            },
+            t0,
+        );
+        assert_eq!(bucket.reserve(1010, 0, 0, t0).start_ns, t0);
+        bucket.reconfigure_at(
+            Limit {
+                rate: 100,
+                burst: 10,
+            },
+            t0,
+        );
+        let next = bucket.reserve(1, 0, 0, t0).start_ns;
+        assert!((next - t0).abs_diff(10_000_000_000) <= 1, "{}", next - t0);
+        // Later, it is paid off at the new rate: one token per 10 ms.
+        let t1 = t0 + 10_020_000_000;
+        assert_eq!(admitted_at_once(&bucket, t1), 2);
+        // Any number of changes back and forth leave it as it was.
+        let bucket = TokenBucket::new();
+        bucket.configure_at(Limit { rate: 10, burst: 1 }, t0);
+        bucket.reserve(50, 0, 0, t0);
+        for _ in 0..1000 {
+            bucket.reconfigure_at(Limit { rate: 11, burst: 1 }, t0);
+            bucket.reconfigure_at(Limit { rate: 10, burst: 1 }, t0);
+        }
+        let next = bucket.reserve(1, 0, 0, t0).start_ns;
+        assert!((next - t0).abs_diff(4_900_000_000) < 1_000, "{}", next - t0);
+    }
+
+    /// Re-rated every 10 ms between 10/s and 11/s, burst 1, with 8 threads always
+    /// waiting (each gives its reservation back at a change and reserves again, as
+    /// `channels` does): the bucket admits its rate, ≈ 10.5/s — not a token per change
+    /// (each change emptied the bucket, and `reserve` admits one at once when empty:
+    /// 100/s), nor less and less (the waiters' reservations counted twice).
+    #[test]
+    fn waiters_through_many_rate_changes_get_the_rate() {
+        let t0 = 1_000_000_000;
+        let bucket = TokenBucket::new();
+        let limit = |step: u64| Limit {
+            rate: 10 + step % 2,
+            burst: 1,
+        };
+        bucket.configure_at(limit(0), t0);
+        let mut starts: Vec<u64> = (0..8)
+            .map(|_| bucket.reserve(1, 0, 0, t0).start_ns)
+            .collect();
+        let mut admitted = 0;
+        let seconds = 10;
+        for ms in 0..seconds * 1000 {
+            let now = t0 + ms * 1_000_000;
+            if ms % 10 == 0 && ms != 0 {
+                bucket.reconfigure_at(limit(ms / 10), now);
+                for start in starts.iter_mut().filter(|start| **start > now) {
+                    bucket.refund(1, now);
+                    *start = bucket.reserve(1, 0, 0, now).start_ns;
+                }
+            }
+            for start in starts.iter_mut() {
+                while *start <= now {
+                    admitted += 1;
+                    *start = bucket.reserve(1, 0, 0, now).start_ns;
+                }
+            }
+        }
+        // 10.5/s, the burst and GCRA's one more, each thread's first request.
+        assert!(
+            (100..=11 * seconds + 2 + 8).contains(&admitted),
+            "{admitted} admitted in {seconds} s"
+        );
+    }
+
+    #[test]
+    fn a_rate_change_with_a_huge_debt_saturates() {
+        let t0 = 1_000_000_000;
+        let bucket = TokenBucket::new();
+        bucket.configure_at(Limit { rate: 1, burst: 1 }, t0);
+        // The largest debt a reservation can make (its price is capped), then more.
+        bucket.reserve(u64::MAX, 0, 0, t0);
+        bucket.reserve(u64::MAX, 0, 0, t0);
+        for rate in [1, MAX_RATE, 1, 1] {
+            bucket.reconfigure_at(
+                Limit {
+                    rate,
+                    burst: u64::MAX,
+                },
+                t0,
+            );
+        }
+        // Still owed: the bucket's clock holds ≈ 208 days, a price at most a quarter.
+        let month = 30 * 86_400 * 1_000_000_000u64;
+        let next = bucket.reserve(1, 0, 0, t0).start_ns;
+        assert!(next > t0 + month, "{next}");
+        // A raised rate still pays it off at once.
+        bucket.reconfigure_at(
+            Limit {
+                rate: MAX_RATE,
+                burst: 1,
+            },
+            t0,
+        );
+        let next = bucket.reserve(1, 0, 0, t0).start_ns;
+        assert!(next < t0 + 1_000_000_000, "{}", next - t0);
     }
 
     /// How many requests of one token start at `now` (the bucket is drained; the first
@@ -466,8 +592,13 @@ mod tests {
         bucket.configure_at(old, t0);
         assert_eq!(admitted_at_once(&bucket, t0), 41);
         bucket.reconfigure_at(new, t0);
-        assert_eq!(admitted_at_once(&bucket, t0), 1, "one request: GCRA's own");
-        // Then the new rate: 10 ms later, 20 more tokens.
+        assert_eq!(
+            admitted_at_once(&bucket, t0),
+            0,
+            "none: it still owes GCRA's one beyond the burst"
+        );
+        // Then the new rate: 10 ms later, 20 more tokens, less the one owed, and GCRA's
+        // own.
         assert_eq!(admitted_at_once(&bucket, t0 + 10_000_000), 20);
         // Partly held: kept as it is, whether the rate is lowered or raised.
         for (rate, burst) in [(2000, 20), (8000, 80)] {

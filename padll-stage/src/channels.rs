@@ -7,7 +7,9 @@
 //! bucket and counters. Adding, removing or re-rating a channel (configuration at
 //! start-up, later the control plane) rewrites those atomics under a control-path mutex;
 //! the next request on every thread sees the change. A request already waiting notices
-//! through the slot's generation and re-reserves at the new rate.
+//! through the slot's generation, gives its reservation back and re-reserves at the new
+//! rate (a request that moved more bytes than it was charged, paying the rest after its
+//! call, waits the same way).
 //!
 //! A request channel the control plane weighs (its spec has costs) charges each request
 //! its operation's cost, counting thousandths of a token (`ChannelSpec::units_per_token`);
@@ -176,8 +178,9 @@ pub fn remove(id: ChannelId) -> bool {
 /// and for requests already waiting. A channel sharing the job's bucket leaves it for
 /// a bucket of its own: a rate given to one process (by the control plane) is that
 /// process' rate. The change lets nothing through beyond the new burst: the bucket keeps
-/// the tokens it holds, at most the new burst ([`TokenBucket::reconfigure`]), and
-/// credit leased before or while it changes is void after it.
+/// the tokens it holds, at most the new burst, and still owes its debt, at the new rate
+/// ([`TokenBucket::reconfigure`]); credit leased before or while it changes is void after
+/// it.
 pub fn set_limit(id: ChannelId, rate: u64, burst: u64) -> Result<(), ChannelError> {
     let mut reg = registry();
     let index = id.0 as usize;
@@ -652,20 +655,18 @@ fn pass_reserving(
         // A signal handler on a thread asleep for its batch: the thread's row is the
         // thread's to relet when it wakes.
         let handler = counters.owned_credit(index).is_some_and(Credit::asleep);
-        let reservation = slot.take(counters, index, generation, cost, now, ticks);
+        let bucket = slot.bucket();
+        let reservation = slot.take(bucket, counters, index, generation, cost, now, ticks);
         if reservation.start_ns <= now {
             counters.admitted(index, cost);
             return 0;
         }
-        let waited = wait(
-            counters,
-            index,
-            op,
-            bytes,
-            generation,
-            reservation.start_ns,
-            now,
-        );
+        let reserved = Reserved {
+            bucket,
+            tokens: cost.saturating_add(reservation.leased),
+            start_ns: reservation.start_ns,
+        };
+        let waited = wait(counters, index, op, bytes, generation, reserved, now);
         if !handler {
             slot.relet_after_waking(counters, index, generation, reservation.leased);
         }
@@ -717,20 +718,19 @@ impl Slot {
     /// own bucket (full).
     fn configure(&self, spec: &ChannelSpec, shared: Option<&'static TokenBucket>) {
         let limit = self.set_terms(spec);
-        match shared {
-            Some(bucket) => self
-                .shared
-                .store(bucket as *const TokenBucket as *mut _, Ordering::Release),
-            None => {
-                self.own_bucket.configure(limit);
-                self.shared.store(std::ptr::null_mut(), Ordering::Release);
-            }
-        }
+        // Its own bucket is made anew even while it waits in the job's: a re-rate moves
+        // it there (`rerate`), and a re-rate carries debt — not the debt of the slot's
+        // previous channel.
+        self.own_bucket.configure(limit);
+        let shared = shared.map_or(std::ptr::null_mut(), |bucket| {
+            bucket as *const TokenBucket as *mut _
+        });
+        self.shared.store(shared, Ordering::Release);
     }
 
     /// Changes the rate and burst of a channel in use to `spec`'s: its requests then
     /// wait in this process' own bucket, which keeps the tokens it holds up to the new
-    /// burst.
+    /// burst, and owes at the new rate what it owed ([`TokenBucket::reconfigure`]).
     fn rerate(&self, spec: &ChannelSpec) {
         let limit = self.set_terms(spec);
         self.own_bucket.reconfigure(limit);
@@ -768,11 +768,13 @@ impl Slot {
         bytes.min(self.byte_charge_cap.load(Ordering::Relaxed))
     }
 
-    /// Takes `cost` tokens at `now` for the calling thread, from its credit or the
-    /// bucket ([`Terms::take`]).
+    /// Takes `cost` tokens at `now` for the calling thread, from its credit or `bucket`,
+    /// the channel's ([`Terms::take`]).
     #[inline]
+    #[allow(clippy::too_many_arguments)]
     fn take(
         &self,
+        bucket: &TokenBucket,
         counters: stats::Counters,
         index: usize,
         generation: u64,
@@ -782,7 +784,7 @@ impl Slot {
     ) -> bucket::Reservation {
         let credit = counters.owned_credit(index);
         self.terms
-            .take(self.bucket(), credit, generation, cost, now, ticks)
+            .take(bucket, credit, generation, cost, now, ticks)
     }
 
     /// Makes the `leased` tokens the calling thread reserved with the request it waited
@@ -834,27 +836,36 @@ fn wait(
     op: Op,
     bytes: u64,
     generation: u64,
-    start: u64,
+    reserved: Reserved,
     entered: u64,
 ) -> u64 {
     let slot = &SLOTS[index];
-    let (now, admitted) = sleep_until_start(slot, generation, start, || slot.cost(op, bytes));
+    let (now, admitted) = sleep_until_start(slot, generation, reserved, || slot.cost(op, bytes));
     if admitted {
         counters.admitted(index, slot.cost(op, bytes));
     }
     now.saturating_sub(entered)
 }
 
-/// Sleeps until a reservation taken under `generation` may start (at `start`). If the
-/// channel changes meanwhile, the reservation is void (a re-rate forgives the debt it
-/// stood for): it reserves `cost()` again under the new terms, so a raised rate applies
-/// at once — or, once the channel is removed, it stops waiting. Every wait for tokens
-/// goes through here. Returns the time it stopped waiting and whether it was admitted
-/// (false: the channel was removed).
-fn sleep_until_start(
-    slot: &Slot,
+/// A reservation a request waits for: the bucket it was taken in, the tokens it holds
+/// there (the cost, and any batch reserved with it) and when it may start.
+struct Reserved<'a> {
+    bucket: &'a TokenBucket,
+    tokens: u64,
+    start_ns: u64,
+}
+
+/// Sleeps until `reserved`, taken under `generation`, may start. If the channel changes
+/// meanwhile, it gives the reservation back (a re-rate carries it over as debt, at the
+/// new rate, like the rest of the bucket's) and reserves `cost()` again under the new
+/// terms, so a raised rate applies at once and a lowered one is not evaded — or, once
+/// the channel is removed, it stops waiting. Every wait for tokens goes through here.
+/// Returns the time it stopped waiting and whether it was admitted (false: the channel
+/// was removed).
+fn sleep_until_start<'a>(
+    slot: &'a Slot,
     mut generation: u64,
-    mut start: u64,
+    mut reserved: Reserved<'a>,
     cost: impl Fn() -> u64,
 ) -> (u64, bool) {
     loop {
@@ -867,16 +878,19 @@ fn sleep_until_start(
                 return (bucket::now_ns(), false);
             }
             generation = current;
-            start = slot
-                .bucket()
-                .reserve(cost(), 0, 0, bucket::now_ns())
-                .start_ns;
+            let now = bucket::now_ns();
+            // Given back first: reserving again on top of it would pay it twice. (A
+            // channel that left the job's bucket gives it back there.)
+            reserved.bucket.refund(reserved.tokens, now);
+            reserved.bucket = slot.bucket();
+            reserved.tokens = cost();
+            reserved.start_ns = reserved.bucket.reserve(reserved.tokens, 0, 0, now).start_ns;
         }
         let now = bucket::now_ns();
-        if now >= start {
+        if now >= reserved.start_ns {
             return (now, true);
         }
-        slot.sleep_until(seen, start);
+        slot.sleep_until(seen, reserved.start_ns);
     }
 }
 
@@ -937,11 +951,17 @@ fn pass_bytes_only(counters: stats::Counters, index: usize, bytes: u64) -> u64 {
     let entered = bucket::now_ns();
     let generation = slot.generation.load(Ordering::Acquire);
     let handler = counters.owned_credit(index).is_some_and(Credit::asleep);
-    let reservation = slot.take(counters, index, generation, bytes, entered, ticks);
+    let bucket = slot.bucket();
+    let reservation = slot.take(bucket, counters, index, generation, bytes, entered, ticks);
     counters.adjust_tokens(index, bytes as i64);
-    // As any wait: a re-rate or removal meanwhile applies to it too (its debt forgiven,
-    // it would otherwise sleep to the old rate's deadline).
-    let (now, _) = sleep_until_start(slot, generation, reservation.start_ns, || bytes);
+    // As any wait: a re-rate or removal meanwhile applies to it too (it would otherwise
+    // sleep to the old rate's deadline).
+    let reserved = Reserved {
+        bucket,
+        tokens: bytes.saturating_add(reservation.leased),
+        start_ns: reservation.start_ns,
+    };
+    let (now, _) = sleep_until_start(slot, generation, reserved, || bytes);
     let waited = now.saturating_sub(entered);
     if reservation.start_ns > entered && !handler {
         slot.relet_after_waking(counters, index, generation, reservation.leased);
@@ -1097,7 +1117,8 @@ mod tests {
         let generation = SLOTS[index].generation.load(Ordering::Acquire);
         let take_at = |ms: u64| {
             let now = t + ms * 1_000_000;
-            let start = SLOTS[index].take(stats::local(), index, generation, 1, now, 0);
+            let slot = &SLOTS[index];
+            let start = slot.take(slot.bucket(), stats::local(), index, generation, 1, now, 0);
             assert!(start.start_ns <= now, "a request with a full bucket waited");
         };
 
@@ -1229,7 +1250,7 @@ mod tests {
         cost: u64,
         now: u64,
     ) -> u64 {
-        let reservation = slot.take(counters, index, generation, cost, now, 0);
+        let reservation = slot.take(slot.bucket(), counters, index, generation, cost, now, 0);
         if reservation.start_ns <= now {
             return now;
         }
@@ -1632,5 +1653,46 @@ mod tests {
             );
             clear();
         }
+    }
+
+    /// Re-rated 100 times a second between 10/s and 11/s (burst 1) while 8 threads
+    /// loop on a metadata call: the channel admits its rate. Each change used to
+    /// release a token (100/s); the waiters must also give their reservations back
+    /// when they reserve again, or the debt the change carries counts them twice and
+    /// grows without end (nothing admitted).
+    #[test]
+    fn waiters_through_many_rate_changes_get_the_rate() {
+        let _tables = tables();
+        let id = getattr_channel(10, 1);
+        let window = 3_000_000_000;
+        let deadline = bucket::now_ns() + window;
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    let mut admitted = 0u64;
+                    loop {
+                        admit(stats::local(), 0, Op::Getattr, 0);
+                        if bucket::now_ns() > deadline {
+                            return admitted;
+                        }
+                        admitted += 1;
+                    }
+                })
+            })
+            .collect();
+        let mut changes = 0;
+        while bucket::now_ns() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            changes += 1;
+            set_limit(id, 10 + changes % 2, 1).unwrap();
+        }
+        // Releases the threads waiting beyond the window.
+        clear();
+        let admitted: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        // ≈ 10.5/s · 3 s, the burst and GCRA's one more, each thread's first request.
+        assert!(
+            (15..=11 * 3 + 2 + 8 + 2).contains(&admitted),
+            "{admitted} admitted in 3 s through {changes} changes"
+        );
     }
 }
