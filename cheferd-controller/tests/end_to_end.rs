@@ -430,7 +430,7 @@ fn expect_rejected(socket: &std::path::Path, first: &[u8], needle: &str) {
     stream.write_all(first).expect("write");
     let line = read_line_with_timeout(&mut reader, REPLY_TIMEOUT).expect("a reply");
     match control::decode::<ControlMessage>(line.trim_end()) {
-        Ok(ControlMessage::Reject { reason }) => {
+        Ok(ControlMessage::Reject { reason, .. }) => {
             assert!(
                 reason.contains(needle),
                 "reject '{reason}' should name {needle:?}"

@@ -7,8 +7,8 @@ use crate::node_default::signal_global;
 use crate::placement::Stage;
 use crate::util::*;
 use padll_wire::config::Identity;
-use padll_wire::control::{self, StageMessage, PROTOCOL_VERSION};
-use std::io::{ErrorKind, Write};
+use padll_wire::control::{self, ControlMessage, StageMessage, PROTOCOL_VERSION};
+use std::io::{BufReader, ErrorKind, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -486,5 +486,60 @@ fn control_characters_forge_no_log_line_and_reach_no_terminal() {
             assert!(text.contains("prog\\u{1b}[2J\\n"), "{text}");
         }
     }
+    assert!(cluster.controllers_alive());
+}
+
+/// A rejection says whether it may change: a cap (`--max-connections-per-uid` here,
+/// likewise the caps on jobs and the byte budgets) carries `retry`, so that the stage
+/// tries again later; a protocol version the controller does not speak does not.
+#[test]
+fn a_rejection_says_whether_the_stage_may_retry() {
+    let _turn = together();
+    let mut cluster = Cluster::new(CONFIG);
+    cluster.start_global();
+    cluster.start_local_with("n1", &["--max-connections-per-uid", "1"], None);
+    let socket = cluster.local_socket("n1");
+    let reply = |first: &[u8]| {
+        let stream = UnixStream::connect(&socket).expect("the socket accepts");
+        (&stream).write_all(first).expect("write");
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let line = read_line_with_timeout(&mut reader, Duration::from_secs(10)).expect("a reply");
+        let reply = control::decode::<ControlMessage>(line.trim_end())
+            .unwrap_or_else(|e| panic!("{e}: {line}"));
+        (stream, reply)
+    };
+    let mut old = hello("retry", &cluster.scratch);
+    let version = format!("\"version\":{PROTOCOL_VERSION},");
+    let future = format!("\"version\":{},", PROTOCOL_VERSION + 98);
+    old = String::from_utf8(old)
+        .unwrap()
+        .replace(&version, &future)
+        .into_bytes();
+    match reply(&old).1 {
+        ControlMessage::Reject { reason, retry } => {
+            assert!(reason.contains("protocol version"), "{reason}");
+            assert!(!retry, "a version never changes: {reason}");
+        }
+        other => panic!("expected a reject, got {other:?}"),
+    }
+    // The uid's one connection (once the rejected one is counted out).
+    let held = wait_for(Duration::from_secs(20), "a welcome", || {
+        match reply(&hello("retry", &cluster.scratch)) {
+            (stream, ControlMessage::Welcome { .. }) => Some(stream),
+            (_, ControlMessage::Reject { retry: true, .. }) => {
+                std::thread::sleep(Duration::from_millis(100));
+                None
+            }
+            (_, other) => panic!("expected a welcome, got {other:?}"),
+        }
+    });
+    match reply(&hello("retry", &cluster.scratch)).1 {
+        ControlMessage::Reject { reason, retry } => {
+            assert!(reason.contains("limit per uid"), "{reason}");
+            assert!(retry, "a cap frees up: {reason}");
+        }
+        other => panic!("expected a reject, got {other:?}"),
+    }
+    drop(held);
     assert!(cluster.controllers_alive());
 }

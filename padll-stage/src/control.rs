@@ -337,8 +337,11 @@ fn run(target: &Target) {
     let mut warned = false;
     loop {
         match session(target) {
-            Ended::Rejected(reason) => {
-                // Keep the rules in force, stop trying.
+            Ended::Rejected {
+                reason,
+                retry: false,
+            } => {
+                // It never will take this stage: keep the rules in force, stop trying.
                 if !no_first_rules(format!("it rejected this stage: {reason}")) {
                     log(
                         LogLevel::Error,
@@ -348,6 +351,31 @@ fn run(target: &Target) {
                     );
                 }
                 return;
+            }
+            Ended::Rejected {
+                reason,
+                retry: true,
+            } => {
+                // A cap or a budget, which frees up: keep the rules in force and try
+                // again on the slow backoff. Said once on stderr (the fallback's line
+                // at start), later ones below it.
+                let told = no_first_rules(format!("it rejected this stage: {reason}; retrying"));
+                if !told {
+                    log(
+                        if REJECTION_TOLD.load(Ordering::Relaxed) {
+                            LogLevel::Info
+                        } else {
+                            LogLevel::Error
+                        },
+                        &format!(
+                            "the controller at {} rejected this stage ({reason}); keeping the rules in force, retrying",
+                            target.socket
+                        ),
+                    );
+                }
+                REJECTION_TOLD.store(true, Ordering::Relaxed);
+                warned = true;
+                backoff = backoff.max(REJECTED_BACKOFF);
             }
             Ended::Taken(reason) => {
                 // Nothing is wrong with the controller: said only at `info`.
@@ -385,16 +413,43 @@ fn run(target: &Target) {
                 warned = true;
             }
         }
-        std::thread::sleep(backoff);
+        std::thread::sleep(jittered(backoff));
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
+}
+
+/// Whether a rejection was said on stderr (later ones are logged at `info`). Inherited
+/// by a forked child: its parent said it on the same stderr.
+static REJECTION_TOLD: AtomicBool = AtomicBool::new(false);
+
+/// The first wait after a rejection that may change: the processes of a job rejected
+/// together (a cap) come back spread over seconds, not at once.
+const REJECTED_BACKOFF: Duration = Duration::from_secs(1);
+
+/// `backoff` less up to half of it, at random: processes that lost or were refused by
+/// the controller together do not all come back at the same instant.
+fn jittered(backoff: Duration) -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    // SAFETY: a trivial getter.
+    let pid = unsafe { libc::getpid() } as u64;
+    // splitmix64 of the time and pid: processes started together still differ.
+    let mut x = (u64::from(nanos) ^ pid.rotate_left(32)).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^= x >> 31;
+    let half = backoff / 2;
+    let cut = half.as_nanos() as u64;
+    backoff - Duration::from_nanos(if cut == 0 { 0 } else { x % (cut + 1) })
 }
 
 /// How a session with the controller ended (it ends in no other way).
 #[derive(Debug)]
 enum Ended {
-    /// The controller rejected this stage: its reason, shortened.
-    Rejected(String),
+    /// The controller rejected this stage: its reason, shortened, and whether the
+    /// rejection may change (a cap, a budget: tried again later).
+    Rejected { reason: String, retry: bool },
     /// No session: the controller could not be reached, trusted or registered with.
     NeverConnected(Unreachable),
     /// The connection broke after registration.
@@ -515,8 +570,11 @@ fn serve(target: &Target, connection: Connection) -> Result<Infallible, Ended> {
             report_interval_ms,
             ..
         }) => Duration::from_millis(report_interval_ms.clamp(10, 60_000)),
-        Some(ControlMessage::Reject { reason }) => {
-            return Err(Ended::Rejected(control::short(&reason)))
+        Some(ControlMessage::Reject { reason, retry }) => {
+            return Err(Ended::Rejected {
+                reason: control::short(&reason),
+                retry,
+            })
         }
         other => return Err(Ended::NeverConnected(Unreachable::Handshake(other))),
     };
@@ -837,6 +895,19 @@ mod tests {
     use super::*;
     use padll_wire::channel::Scope;
     use padll_wire::ops::{Class, Op};
+
+    #[test]
+    fn backoff_is_jittered_within_its_lower_half() {
+        for backoff in [Duration::ZERO, Duration::from_millis(100), MAX_BACKOFF] {
+            for _ in 0..100 {
+                let wait = jittered(backoff);
+                assert!(
+                    wait <= backoff && wait >= backoff / 2,
+                    "{wait:?} of {backoff:?}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn rules_of_bytes_must_count_operations_that_move_bytes() {

@@ -771,3 +771,94 @@ sys.stdout.write(open(sys.argv[1]).read())
     registrations(&applied, 2);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `cat` under the stage with a controller at `socket` (and a configured limit), in
+/// the job of `dir`: it runs until its standard input closes.
+fn spawn_cat(dir: &Path, socket: &Path) -> Child {
+    Command::new("cat")
+        .env("LD_PRELOAD", library())
+        .env("PADLL_MOUNTS", dir)
+        .env("PADLL_RULES", "metadata=500/s")
+        .env("PADLL_CONTROLLER", socket)
+        .env("PADLL_JOB_ID", job(dir))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Its standard error once its standard input closed and it ended well.
+fn end_cat(mut child: Child) -> String {
+    drop(child.stdin.take());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{stderr}");
+    stderr
+}
+
+#[test]
+fn a_stage_rejected_for_a_while_comes_back_and_says_so_once() {
+    let dir = scratch("rejected-retry");
+    let socket = dir.join("controller.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    let child = spawn_cat(&dir, &socket);
+    // A cap refuses it three times (as `--max-connections-per-uid` does): it tries
+    // again each time, on a backoff of seconds.
+    let mut last = None;
+    for _ in 0..3 {
+        let mut peer = Peer::accept(&listener);
+        assert!(matches!(peer.receive().1, StageMessage::Hello { .. }));
+        let now = Instant::now();
+        if let Some(last) = last {
+            // Not hammering the controller (the first retry waits ≥ 0.5 s).
+            assert!(now - last >= Duration::from_millis(400), "{:?}", now - last);
+        }
+        last = Some(now);
+        peer.send(&ControlMessage::Reject {
+            reason: "uid 1000 has 20 connections (the limit per uid)".into(),
+            retry: true,
+        });
+    }
+    // The cap lifted (the controller restarted without it): it registers and obeys.
+    let mut peer = Peer::welcomed(&listener);
+    peer.send(&ControlMessage::SetRules {
+        seq: 1,
+        rules: vec![metadata_rule(&dir, 300)],
+    });
+    assert_eq!(peer.applied(), (1, None));
+    drop(peer);
+    let stderr = end_cat(child);
+    // One line on the job's error output for all the rejections (and no more for the
+    // loss of the controller at the end than the one it says at most).
+    let rejected = stderr.lines().filter(|l| l.contains("rejected")).count();
+    assert_eq!(rejected, 1, "{stderr}");
+    let _ = std::fs::remove_file(last_rules(&dir));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_stage_rejected_for_good_stops_trying() {
+    let dir = scratch("rejected-for-good");
+    let socket = dir.join("controller.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    let child = spawn_cat(&dir, &socket);
+    let mut peer = Peer::accept(&listener);
+    assert!(matches!(peer.receive().1, StageMessage::Hello { .. }));
+    // As every controller words a protocol version it does not speak (no `retry`).
+    peer.send_raw(
+        "{\"type\":\"reject\",\"reason\":\"protocol version 2 is not supported (this controller speaks 1)\"}\n",
+    );
+    drop(peer);
+    // A retry would come within a second or two.
+    std::thread::sleep(Duration::from_secs(4));
+    listener.set_nonblocking(true).unwrap();
+    assert!(
+        matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the stage tried again"
+    );
+    let stderr = end_cat(child);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("protocol version"), "{stderr}");
+    let _ = std::fs::remove_dir_all(dir);
+}

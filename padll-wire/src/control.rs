@@ -3,7 +3,8 @@
 //! Each message is one JSON object on one line, at most [`MAX_MESSAGE_BYTES`] long,
 //! tagged by `"type"`. The stage speaks first with [`StageMessage::Hello`] (carrying
 //! [`PROTOCOL_VERSION`]); the controller answers [`ControlMessage::Welcome`] or
-//! [`ControlMessage::Reject`]. Afterwards the stage pushes [`StageMessage::Usage`] every
+//! [`ControlMessage::Reject`] (with `"retry":true` when the rejection may change: the
+//! stage tries again later). Afterwards the stage pushes [`StageMessage::Usage`] every
 //! `report_interval_ms` (and on [`ControlMessage::CollectUsage`]), and applies
 //! [`ControlMessage::SetRules`], acknowledging with [`StageMessage::Applied`].
 //! Either side drops (and logs) a line that is malformed or too long; neither crashes.
@@ -109,10 +110,19 @@ pub enum ControlMessage {
         /// How often to push [`StageMessage::Usage`].
         report_interval_ms: u64,
     },
-    /// The stage is not accepted (e.g. version mismatch); it keeps its rules.
+    /// The stage is not accepted; it keeps its rules.
     Reject {
         /// Why.
         reason: String,
+        /// Whether the rejection may change while the stage runs (a cap on connections
+        /// or jobs, a byte budget, a slow hello): the stage retries on its slow backoff
+        /// (≤ 5 s, with jitter). Absent or `false` (as from a controller before this
+        /// field): it cannot (a protocol version or a stage the controller never takes);
+        /// the stage gives up. Sent only when `true`, so a permanent rejection is the
+        /// line it always was (a stage before this field does not decode one with it:
+        /// it counts it as a failed handshake and retries, as it should).
+        #[serde(default, skip_serializing_if = "is_false")]
+        retry: bool,
     },
     /// Send a [`StageMessage::Usage`] now.
     CollectUsage,
@@ -132,6 +142,10 @@ pub enum ControlMessage {
         /// The full set of channels.
         rules: Vec<ChannelSpec>,
     },
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
 /// The rules a job's stages last received from the controller on this node, which the
@@ -298,6 +312,51 @@ mod tests {
             "{\"type\":\"file_size\",\"mount\":\"/lustre\",\"bytes\":4096}\n"
         );
         assert_eq!(decode::<StageMessage>(line.trim_end()).unwrap(), size);
+    }
+
+    #[test]
+    fn a_reject_says_whether_to_retry_compatibly() {
+        // A permanent rejection is the line it always was; absent means permanent.
+        let permanent = ControlMessage::Reject {
+            reason: "protocol version 9 is not supported".into(),
+            retry: false,
+        };
+        assert_eq!(
+            encode(&permanent),
+            "{\"type\":\"reject\",\"reason\":\"protocol version 9 is not supported\"}\n"
+        );
+        assert_eq!(
+            decode::<ControlMessage>(
+                "{\"type\":\"reject\",\"reason\":\"protocol version 9 is not supported\"}"
+            )
+            .unwrap(),
+            permanent
+        );
+        let temporary = ControlMessage::Reject {
+            reason: "uid 1000 has 20 connections (the limit per uid)".into(),
+            retry: true,
+        };
+        let line = encode(&temporary);
+        assert!(line.contains("\"retry\":true"), "{line}");
+        assert_eq!(
+            decode::<ControlMessage>(line.trim_end()).unwrap(),
+            temporary
+        );
+        assert!(
+            decode::<ControlMessage>("{\"type\":\"reject\",\"reason\":\"x\",\"retry\":1}").is_err()
+        );
+        // A stage before the field does not decode a retried rejection (it counts it as
+        // a failed handshake and retries), and decodes a permanent one as always.
+        #[derive(Debug, Deserialize)]
+        #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+        enum Before {
+            Reject {
+                #[allow(dead_code)]
+                reason: String,
+            },
+        }
+        assert!(decode::<Before>(line.trim_end()).is_err());
+        assert!(decode::<Before>(encode(&permanent).trim_end()).is_ok());
     }
 
     #[test]

@@ -71,9 +71,12 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
                 pid = ?credentials.pid(),
                 "refused a stage connection: {why}"
             );
-            let reason = format!("refused: {why}");
-            let _ =
-                stream.try_write(control::encode(&ControlMessage::Reject { reason }).as_bytes());
+            // A cap: it frees up as stages leave, so the stage tries again later.
+            let reject = ControlMessage::Reject {
+                reason: format!("refused: {why}"),
+                retry: true,
+            };
+            let _ = stream.try_write(control::encode(&reject).as_bytes());
             return;
         }
     };
@@ -151,10 +154,11 @@ async fn serve_stage(local: Arc<Local>, stream: UnixStream) {
     }));
 }
 
-/// Tells a stage it is not accepted, and why.
-async fn reject(write: &mut OwnedWriteHalf, reason: String) {
+/// Tells a stage it is not accepted, why, and whether that may change (`retry`: it
+/// tries again later).
+async fn reject(write: &mut OwnedWriteHalf, reason: String, retry: bool) {
     let _ = write
-        .write_all(control::encode(&ControlMessage::Reject { reason }).as_bytes())
+        .write_all(control::encode(&ControlMessage::Reject { reason, retry }).as_bytes())
         .await;
 }
 
@@ -195,7 +199,7 @@ async fn read_hello(
         Ok(StageMessage::Hello { version, .. }) => {
             let reason = format!("protocol version {version} is not supported (this controller speaks {PROTOCOL_VERSION})");
             limited_warn!(ACTIVITY.on(Event::Rejected), pid = ?credentials.pid(), "{reason}");
-            reject(write, reason).await;
+            reject(write, reason, false).await;
             None
         }
         Ok(_) => {
@@ -212,7 +216,9 @@ async fn read_hello(
                 pid = ?credentials.pid(),
                 "rejected a stage connection: {e}"
             );
-            reject(write, e.to_string()).await;
+            // A budget or a slow start passes; a malformed hello does not.
+            let retry = matches!(e, HelloError::OverBudget | HelloError::Late);
+            reject(write, e.to_string(), retry).await;
             None
         }
     }
@@ -243,7 +249,8 @@ async fn identify(
             padll_wire::quote(&padll_wire::control::short(&identity.job_id))
         );
         limited_warn!(ACTIVITY.on(Event::Rejected), pid = ?credentials.pid(), "rejected a stage: {reason}");
-        reject(write, reason).await;
+        // The job id is the program's environment: the same at every retry.
+        reject(write, reason, false).await;
         return None;
     }
     let stage_name = escaped(stage_name);
@@ -272,18 +279,19 @@ async fn identify(
                 .map(|r| (r, user))
         })
         .await
-        .map_err(|e| format!("identity lookup failed: {e}"))
-        .and_then(|resolved| resolved.map_err(|e| e.to_string()))
+        // A failed lookup may succeed later; a process in another uid's job stays there.
+        .map_err(|e| (format!("identity lookup failed: {e}"), true))
+        .and_then(|resolved| resolved.map_err(|e| (e.to_string(), false)))
     };
     let (resolved, user) = match resolved {
         Ok(resolved) => resolved,
-        Err(reason) => {
+        Err((reason, retry)) => {
             limited_warn!(
                 ACTIVITY.on(Event::Rejected),
                 pid,
                 "rejected a stage: {reason}"
             );
-            reject(write, reason).await;
+            reject(write, reason, retry).await;
             return None;
         }
     };
@@ -296,7 +304,8 @@ async fn identify(
             pid = ?credentials.pid(),
             "rejected a stage: {refusal}"
         );
-        reject(write, refusal.to_string()).await;
+        // A cap, or a job id another uid holds until its stages leave: both may change.
+        reject(write, refusal.to_string(), true).await;
         return None;
     }
     let info = proto::Stage {
@@ -321,7 +330,7 @@ async fn identify(
             pid = info.pid,
             "rejected a stage: {too_large}"
         );
-        reject(write, too_large.to_string()).await;
+        reject(write, too_large.to_string(), false).await;
         return None;
     }
     Some(info)
