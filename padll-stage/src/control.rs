@@ -389,8 +389,15 @@ fn run(target: &Target) {
                 backoff = Duration::from_millis(100);
             }
             Ended::Lost(reason) => {
+                // Said once on stderr: a controller that restarts again and again must
+                // not fill the job's error output (later losses at `warn`).
+                let level = if LOSS_TOLD.swap(true, Ordering::Relaxed) {
+                    LogLevel::Warn
+                } else {
+                    LogLevel::Error
+                };
                 log(
-                    LogLevel::Error,
+                    level,
                     &format!(
                         "lost the controller at {} ({reason}); keeping the last rules",
                         target.socket
@@ -417,6 +424,11 @@ fn run(target: &Target) {
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
+
+/// Whether a loss of the controller was said on stderr (later ones are logged at
+/// `warn`, reconnections at `info`). Inherited by a forked child: its parent said it on
+/// the same stderr.
+static LOSS_TOLD: AtomicBool = AtomicBool::new(false);
 
 /// Whether a rejection was said on stderr (later ones are logged at `info`). Inherited
 /// by a forked child: its parent said it on the same stderr.

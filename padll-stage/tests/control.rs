@@ -862,3 +862,32 @@ fn a_stage_rejected_for_good_stops_trying() {
     assert!(stderr.contains("protocol version"), "{stderr}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_controller_lost_again_and_again_is_said_once() {
+    let dir = scratch("lost-often");
+    let socket = dir.join("controller.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    let child = spawn_cat(&dir, &socket);
+    // A crash-looping controller: welcomes the stage, gives it rules, goes away; four
+    // times. The stage reconnects each time.
+    for seq in 1..=4 {
+        let mut peer = Peer::welcomed(&listener);
+        peer.send(&ControlMessage::SetRules {
+            seq,
+            rules: vec![metadata_rule(&dir, 300)],
+        });
+        assert_eq!(peer.applied(), (seq, None));
+    }
+    let peer = Peer::welcomed(&listener);
+    let stderr = end_cat(child);
+    drop(peer);
+    assert_eq!(
+        stderr.matches("lost the controller").count(),
+        1,
+        "said once on the job's stderr: {stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let _ = std::fs::remove_file(last_rules(&dir));
+    let _ = std::fs::remove_dir_all(dir);
+}
