@@ -32,7 +32,7 @@ use std::convert::Infallible;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -100,7 +100,7 @@ static TARGET: OnceLock<Target> = OnceLock::new();
 /// a forked child if still ours.
 static CONNECTION: Slot = Slot::empty();
 
-/// The connection: one socket, shared by the control thread (reading) and [`WRITER`].
+/// The connection: one socket, shared by the control thread (reading) and [`writer`].
 type Connection = Arc<Held<UnixStream>>;
 
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
@@ -316,10 +316,17 @@ pub fn after_fork_in_child() {
     SETTLED.store(true, Ordering::Release);
     // A save the parent's control thread was making is not the child's.
     let _ = RULES_KEEPER.compare_exchange(SAVING, KEEPING, Ordering::AcqRel, Ordering::Acquire);
-    // Not waited for: one held at `fork` by another thread stays held in this process.
-    // Forgotten, not dropped: the parent's control thread, which shares it, is not here.
-    if let Some(writer) = try_lock(&WRITER).and_then(|mut w| w.take()) {
-        std::mem::forget(writer);
+    // Not waited for. Forgotten, not dropped: the parent's control thread, which shares
+    // it, is not here. One held at `fork` by another thread (the control thread in a
+    // write to a controller that stopped reading) stays held in this process for ever:
+    // the child leaves it, with the parent's connection in it, and writes through a
+    // lock of its own.
+    match try_lock(writer()) {
+        Some(mut held) => std::mem::forget(held.take()),
+        None => {
+            let fresh: &'static Mutex<Option<Connection>> = Box::leak(Box::new(Mutex::new(None)));
+            WRITER.store(std::ptr::from_ref(fresh).cast_mut(), Ordering::Release);
+        }
     }
     // Our copy of the parent's socket, unless the program put a file of its own on its
     // number (raw calls: no hook, async-signal-safe).
@@ -510,7 +517,7 @@ fn session(target: &Target) -> Ended {
     }
     drop(connection);
     // The last reference: the socket closes here, if it is still ours.
-    *lock(&WRITER) = None;
+    *lock(writer()) = None;
     ended
 }
 
@@ -591,7 +598,7 @@ fn serve(target: &Target, connection: Connection) -> Result<Infallible, Ended> {
         other => return Err(Ended::NeverConnected(Unreachable::Handshake(other))),
     };
     // Only now may application threads write (a `place` before `hello` would be refused).
-    *lock(&WRITER) = Some(Arc::clone(&connection));
+    *lock(writer()) = Some(Arc::clone(&connection));
     log(
         LogLevel::Info,
         &format!("registered with the controller at {}", target.socket),
@@ -664,8 +671,25 @@ fn send_usage(seq: u64) -> std::io::Result<()> {
 
 /// The connection while connected, for writing: the control thread and application
 /// threads asking for placement write whole lines through it, one at a time (each
-/// write checks that its descriptor is still ours, [`Held::get`]).
-static WRITER: Mutex<Option<Connection>> = Mutex::new(None);
+/// write checks that its descriptor is still ours, [`Held::get`]). Reached through
+/// [`writer`].
+static FIRST_WRITER: Mutex<Option<Connection>> = Mutex::new(None);
+
+/// The writer's lock in use when it is not [`FIRST_WRITER`]: a forked child whose
+/// parent's control thread held the writer at `fork` (in a write that blocks) starts on
+/// a fresh one (leaked: the inherited one can never be taken again).
+static WRITER: AtomicPtr<Mutex<Option<Connection>>> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The writer's lock of this process.
+fn writer() -> &'static Mutex<Option<Connection>> {
+    let fresh = WRITER.load(Ordering::Acquire);
+    if fresh.is_null() {
+        &FIRST_WRITER
+    } else {
+        // SAFETY: only ever a leaked box, never freed.
+        unsafe { &*fresh }
+    }
+}
 
 /// Placement requests waiting for their answer: id and, once answered, the targets.
 type Waiting = Vec<(u64, Option<Vec<u32>>)>;
@@ -676,7 +700,7 @@ const MAX_PENDING: usize = 1024;
 /// Writes one message on the connection (an error when there is none).
 fn send(message: &StageMessage) -> std::io::Result<()> {
     let line = control::encode(message);
-    match lock(&WRITER).as_ref() {
+    match lock(writer()).as_ref() {
         Some(writer) => writer.get()?.write_all(line.as_bytes()),
         None => Err(std::io::Error::new(
             ErrorKind::NotConnected,
@@ -739,7 +763,7 @@ pub(crate) fn report_file_size(mount: &str, bytes: u64) {
 /// socket goes whole or not at all; a rare partial one is finished).
 fn send_within(line: &[u8], deadline: Instant) -> bool {
     loop {
-        match try_lock(&WRITER) {
+        match try_lock(writer()) {
             Some(writer) => {
                 let Some(mut stream) = writer.as_ref().and_then(|w| w.get().ok()) else {
                     return false;
@@ -790,12 +814,12 @@ thread_local! {
 /// inherit them held by a thread it does not have).
 pub fn hold_for_fork() {
     // The writer may be held by the control thread in a write (bounded by its send
-    // timeout): `fork` waits for it at most a few milliseconds. Without it the child's
-    // control thread cannot write (it stays under its inherited rules) and its file
-    // creations are not placed; the application never waits.
+    // timeout): `fork` waits for it at most a few milliseconds. Without it the child
+    // starts on a writer lock of its own ([`after_fork_in_child`]); the application
+    // never waits.
     let deadline = Instant::now() + Duration::from_millis(10);
     let writer = loop {
-        match try_lock(&WRITER) {
+        match try_lock(writer()) {
             Some(guard) => break Some(guard),
             None if Instant::now() >= deadline => break None,
             None => std::thread::yield_now(),

@@ -891,3 +891,103 @@ fn a_controller_lost_again_and_again_is_said_once() {
     let _ = std::fs::remove_file(last_rules(&dir));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A controller that stops reading: the control thread blocks in a write (holding the
+/// writer) for up to its send timeout; a `fork` then must not leave the child's control
+/// thread waiting for ever on the writer its parent's thread held. The controller
+/// welcomes every connection of the parent, asks it for 2 000 usage reports and never
+/// reads; the child's connection it welcomes, gives rules and reads.
+#[test]
+#[cfg_attr(not(has_python3), ignore = "python3 not installed")]
+fn a_child_forked_during_a_blocked_write_registers_on_its_own() {
+    let dir = scratch("fork-blocked");
+    let socket = dir.join("controller.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    let go = dir.join("go");
+    let done = dir.join("done");
+    // The parent forks when told; the child stays until told (at most 60 s).
+    let script = format!(
+        "import os, time
+def wait_for(path):
+    end = time.time() + 60
+    while not os.path.exists(path) and time.time() < end:
+        time.sleep(0.05)
+wait_for('{go}')
+pid = os.fork()
+if pid == 0:
+    wait_for('{done}')
+    os._exit(0)
+os.waitpid(pid, 0)
+",
+        go = go.display(),
+        done = done.display()
+    );
+    let child = Command::new(python())
+        .args(["-c", &script])
+        .env("LD_PRELOAD", library())
+        .env("PADLL_MOUNTS", &dir)
+        .env("PADLL_CONTROLLER", &socket)
+        .env("PADLL_JOB_ID", job(&dir))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let parent = child.id();
+    let (flooded, flooded_rx) = channel();
+    let (applied, applied_rx) = channel();
+    let rules = vec![metadata_rule(&dir, 300)];
+    std::thread::spawn(move || {
+        let mut unread = Vec::new();
+        for stream in listener.incoming().map_while(Result::ok) {
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                continue;
+            }
+            let Ok(StageMessage::Hello { identity, .. }) = control::decode(line.trim_end()) else {
+                continue;
+            };
+            let mut writer = stream;
+            let welcome = control::encode(&ControlMessage::Welcome {
+                version: PROTOCOL_VERSION,
+                stage_id: 1,
+                report_interval_ms: 10,
+            });
+            if identity.pid == parent {
+                let flood = control::encode(&ControlMessage::CollectUsage).repeat(2000);
+                let _ = writer.write_all(welcome.as_bytes());
+                let _ = writer.write_all(flood.as_bytes());
+                let _ = flooded.send(());
+                unread.push((writer, reader));
+                continue;
+            }
+            let (rules, applied) = (rules.clone(), applied.clone());
+            std::thread::spawn(move || {
+                let _ = writer.write_all(welcome.as_bytes());
+                let set = ControlMessage::SetRules { seq: 7, rules };
+                let _ = writer.write_all(control::encode(&set).as_bytes());
+                for line in reader.lines().map_while(Result::ok) {
+                    if let Ok(StageMessage::Applied { seq: 7, error }) = control::decode(&line) {
+                        let _ = applied.send((identity.pid, error));
+                    }
+                }
+            });
+        }
+    });
+    flooded_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the program never registered");
+    // Reports pile up unread: within a second the control thread blocks in a write
+    // (for its 5 s send timeout); fork then.
+    std::thread::sleep(Duration::from_millis(1500));
+    std::fs::write(&go, "").unwrap();
+    let outcome = applied_rx.recv_timeout(Duration::from_secs(30));
+    std::fs::write(&done, "").unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let (pid, error) = outcome.expect("the forked child never applied its rules");
+    assert_ne!(pid, parent);
+    assert_eq!(error, None);
+    let _ = std::fs::remove_file(last_rules(&dir));
+    let _ = std::fs::remove_dir_all(dir);
+}
