@@ -1,6 +1,7 @@
 //! `scripts/install.sh` into a temporary prefix, from the binaries this test run built:
 //! the installed `padll` preloads the installed stage, `--version` names the commit,
-//! the man pages and completions are there, the units pass `systemd-analyze verify`.
+//! the man pages and completions are there, the units pass `systemd-analyze verify`;
+//! the Debian package carries every file it stages.
 
 use crate::util::{cheferd, repository, run_with_timeout, stage_library, wait_for};
 use std::path::{Path, PathBuf};
@@ -401,4 +402,98 @@ fn install_sh_refuses_bad_arguments_naming_them() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
     }
+}
+
+/// Whether the cargo-deb asset source `pattern` (`dir/*`: a file in `dir`; `dir/**/*`: a
+/// file anywhere under it; else the file itself) takes the file `path`.
+fn asset_takes(pattern: &str, path: &str) -> bool {
+    if let Some(dir) = pattern.strip_suffix("/**/*") {
+        path.strip_prefix(dir)
+            .is_some_and(|rest| rest.starts_with('/'))
+    } else if let Some(dir) = pattern.strip_suffix("/*") {
+        path.strip_prefix(dir)
+            .and_then(|rest| rest.strip_prefix('/'))
+            .is_some_and(|name| !name.contains('/'))
+    } else {
+        pattern == path
+    }
+}
+
+/// The Debian package (`cargo deb -p cheferd-controller --no-build` after `install.sh
+/// --prefix /usr --destdir target/release/deb-root`, README "Deploying on a cluster")
+/// carries every file `install.sh` stages, in the same place — the tmpfiles.d line
+/// making `/dev/shm/padll` too — and its `postinst` makes that directory at install.
+#[test]
+fn the_debian_package_carries_every_file_install_sh_stages() {
+    let _turn = crate::util::together();
+    let manifest: toml::Table =
+        std::fs::read_to_string(repository().join("cheferd-controller/Cargo.toml"))
+            .unwrap()
+            .parse()
+            .unwrap();
+    let assets: Vec<(String, String)> = manifest["package"]["metadata"]["deb"]["assets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|asset| {
+            let asset = asset.as_array().unwrap();
+            let text = |i: usize| asset[i].as_str().unwrap().to_string();
+            (text(0), text(1))
+        })
+        .collect();
+
+    let dir = tempfile::Builder::new()
+        .prefix("padll-deb-root-")
+        .tempdir()
+        .unwrap();
+    let out = run(Command::new("bash")
+        .arg(repository().join("scripts/install.sh"))
+        .args(["--prefix", "/usr", "--destdir"])
+        .arg(dir.path())
+        .arg("--from")
+        .arg(profile_dir()));
+    assert!(
+        out.status.success(),
+        "install.sh: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut staged = Vec::new();
+    let mut pending = vec![dir.path().to_path_buf()];
+    while let Some(next) = pending.pop() {
+        for entry in std::fs::read_dir(&next).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                let relative = path.strip_prefix(dir.path()).unwrap();
+                staged.push(relative.to_str().unwrap().to_string());
+            }
+        }
+    }
+    assert!(
+        staged.contains(&"usr/lib/tmpfiles.d/padll.conf".to_string()),
+        "{staged:?}"
+    );
+    for file in &staged {
+        // The binaries and the stage come from target/release itself, the rest from the
+        // staged tree; either way to the same place.
+        let name = file.rsplit('/').next().unwrap();
+        let taken = assets.iter().any(|(source, target)| {
+            let from_tree = format!("target/release/deb-root/{file}");
+            let directory = &file[..file.len() - name.len()];
+            asset_takes(source, &from_tree) && file.starts_with(target.as_str())
+                || source == &format!("target/release/{name}") && target == directory
+        });
+        assert!(
+            taken,
+            "the Debian package does not carry {file}: {assets:?}"
+        );
+    }
+
+    let postinst =
+        std::fs::read_to_string(repository().join("cheferd-controller/debian/postinst")).unwrap();
+    assert!(
+        postinst.contains("systemd-tmpfiles --create padll.conf"),
+        "{postinst}"
+    );
 }
