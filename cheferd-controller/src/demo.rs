@@ -76,7 +76,7 @@ struct JobRun {
     operations: Option<u64>,
 }
 
-/// The operations a replayer counted: its last line, `# total N ops in …`.
+/// The system calls a replayer counted: its last line, `# total N calls (M operations) in …`.
 fn replayed_operations(output: &Path) -> Option<u64> {
     let text = std::fs::read_to_string(output).ok()?;
     text.lines()

@@ -364,7 +364,8 @@ policy = "psfa"
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        // "# total <ops> ops in <seconds> s = <rate> ops/s": the process' own rate.
+        // "# total <calls> calls (<operations> operations) in <seconds> s = <rate> calls/s":
+        // the process' own rate (the parenthesis is no number).
         let text = String::from_utf8_lossy(&out.stdout);
         let summary: Vec<f64> = text
             .lines()

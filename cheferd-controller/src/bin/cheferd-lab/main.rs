@@ -46,7 +46,7 @@ enum Command {
     #[command(hide = true)]
     BenchFloorLocals(bench::BenchFloorLocalsArgs),
     /// Replay a metadata trace (or a constant load) against a directory, printing the
-    /// achieved rate every second.
+    /// system calls made every second and their rate over the trace's span.
     Replay(replay::ReplayArgs),
     /// Replay PADLL's Table I scenarios in the simulator (same as `policies simulate`).
     Simulate(policies::cli::SimulateArgs),
