@@ -205,6 +205,72 @@ fn the_daemon_names_cheferd_lab_for_the_tools_it_no_longer_carries() {
     );
 }
 
+/// A typo'd flag or subcommand, or a missing argument, is one line naming it (with
+/// clap's suggestion) and the help of the command it was given to, in both binaries;
+/// `--help` and `--version` still print in full (exit 0).
+#[test]
+fn command_line_mistakes_are_one_line_naming_them_and_the_commands_help() {
+    let (cheferd, lab) = (cheferd(), cheferd_lab());
+    for (program, args, expected) in [
+        (
+            &cheferd,
+            &["global", "--confg", "x"][..],
+            "cheferd: unexpected argument '--confg' found (a similar argument exists: \
+             '--config'); see 'cheferd global --help'",
+        ),
+        (
+            &cheferd,
+            &["ctl", "stauts"],
+            "cheferd: unrecognized subcommand 'stauts' (some similar subcommands exist: \
+             'stages', 'status'); see 'cheferd ctl --help'",
+        ),
+        (&cheferd, &["ctl", "stau\nts"], "'stau\\nts'"),
+        (&cheferd, &["certs", "nod"], "see 'cheferd certs --help'"),
+        (
+            &cheferd,
+            &["local", "--bogus"],
+            "see 'cheferd local --help'",
+        ),
+        (&cheferd, &["--bogus"], "see 'cheferd --help'"),
+        (
+            &lab,
+            &["demo", "--polcy", "psfa"],
+            "cheferd-lab: unexpected argument '--polcy' found (a similar argument exists: \
+             '--policy'); see 'cheferd-lab demo --help'",
+        ),
+        (
+            &lab,
+            &["replay", "--dir", "/tmp"],
+            "cheferd-lab: the following required arguments were not provided: --trace <FILE>; \
+             see 'cheferd-lab replay --help'",
+        ),
+    ] {
+        let output = run_program(program, args);
+        assert_usage_error(args, &output, expected);
+    }
+    for (program, args) in [
+        (&cheferd, &["--help"][..]),
+        (&cheferd, &["global", "--help"]),
+        (&cheferd, &["--version"]),
+        (&lab, &["demo", "--help"]),
+        (&lab, &["--version"]),
+    ] {
+        let output = run_program(program, args);
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert!(stderr(&output).is_empty(), "{args:?}: {}", stderr(&output));
+        let lines = stdout(&output).lines().count();
+        assert!(
+            lines >= 1 && (args[0] == "--version" || lines > 5),
+            "{args:?}"
+        );
+    }
+}
+
 /// Asserts a usage error: exit 2, one line, containing `expected`, no clap tip.
 fn assert_usage_error(args: &[&str], output: &Output, expected: &str) {
     let message = stderr(output);

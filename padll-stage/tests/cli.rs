@@ -276,6 +276,38 @@ fn a_program_not_after_the_separator_gets_a_hint() {
     assert!(stderr(&out).contains("-- ls"), "{}", stderr(&out));
 }
 
+/// A missing argument or a typo is one line naming it and the help of the subcommand
+/// it was given to (exit 2); `--help` and `--version` print in full (exit 0).
+#[test]
+fn a_missing_or_mistyped_argument_is_named_with_its_commands_help() {
+    for (args, expected) in [
+        (
+            &["stats"][..],
+            "padll: the following required arguments were not provided: <FILE>; \
+             see 'padll stats --help'\n",
+        ),
+        (
+            &["stats", "--jsn", "f.json"],
+            "padll: unexpected argument '--jsn' found (a similar argument exists: '--json'); \
+             see 'padll stats --help'\n",
+        ),
+        (
+            &["sttas"],
+            "padll: unrecognized subcommand 'sttas' (a similar subcommand exists: 'stats'); \
+             see 'padll --help'\n",
+        ),
+    ] {
+        let out = padll(args, &[]);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert_eq!(stderr(&out), expected, "{args:?}");
+    }
+    for args in [&["--help"][..], &["stats", "--help"], &["--version"]] {
+        let out = padll(args, &[]);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        assert!(!out.stdout.is_empty() && out.stderr.is_empty(), "{args:?}");
+    }
+}
+
 #[test]
 fn run_help_lists_selectors_defaults_and_variables() {
     let out = padll(&["run", "--help"], &[]);

@@ -12,7 +12,7 @@ use std::fs;
 use std::io::{BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use padll_wire::exit::{EX_FAILURE, EX_USAGE};
 use padll_wire::flags::whole;
 use serde::Deserialize;
@@ -21,6 +21,9 @@ use crate::placement::{self, PlaceInput, Placer, PlacerState};
 use crate::sim::{self, Scenario, SimResult};
 use crate::trace::{self, LoadShape};
 use crate::{build, JobSnapshot};
+
+#[path = "../../scripts/cli-errors.rs"]
+mod cli_errors;
 
 /// QoS control policies for shared HPC storage: simulate, dry-run, generate traces.
 #[derive(Debug, Parser)]
@@ -258,11 +261,15 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let cli = match Cli::try_parse_from(args) {
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let cli = match Cli::try_parse_from(&args) {
         Ok(c) => c,
         Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() { EX_USAGE } else { 0 };
+            if let Some(code) = cli_errors::shown(&e) {
+                return code;
+            }
+            eprintln!("policies: {}", cli_errors::line(&e, &Cli::command(), &args));
+            return EX_USAGE;
         }
     };
     let stdin = std::io::stdin();

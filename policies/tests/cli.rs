@@ -382,3 +382,40 @@ fn hostile_values_are_refused_in_one_line_naming_them() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A typo'd flag or subcommand, or a missing value, is one line naming it and the help
+/// of the command it was given to (exit 2); `--help` still prints in full (exit 0).
+#[test]
+fn command_line_mistakes_are_one_line_naming_them() {
+    for (args, expected) in [
+        (
+            &["--bogus"][..],
+            "policies: unexpected argument '--bogus' found; see 'policies --help'",
+        ),
+        (
+            &["simulate", "--no-plot"],
+            "policies: unexpected argument '--no-plot' found (a similar argument exists: \
+             '--no-plots'); see 'policies simulate --help'",
+        ),
+        (
+            &["simluate"],
+            "policies: unrecognized subcommand 'simluate' (a similar subcommand exists: \
+             'simulate'); see 'policies --help'",
+        ),
+        (&["trace", "--mean"], "'--mean <MEAN>'"),
+    ] {
+        let o = policies(args, "");
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        assert!(e.contains(expected), "{args:?}: {e}");
+        assert_eq!(e.trim_end().lines().count(), 1, "{args:?}: {e}");
+    }
+    for args in [&["--help"][..], &["simulate", "--help"]] {
+        let o = policies(args, "");
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stdout).lines().count() > 5,
+            "{args:?}"
+        );
+    }
+}

@@ -26,6 +26,8 @@ use std::time::{Duration, Instant};
 
 #[path = "../../../scripts/cli-docs.rs"]
 mod cli_docs;
+#[path = "../../../scripts/cli-errors.rs"]
+mod cli_errors;
 
 /// `padll --version`: the crate's version and the commit it was built from.
 const VERSION: &str = concat!(
@@ -174,14 +176,8 @@ fn cli_command() -> clap::Command {
 /// errors become one line naming the problem (exit 2), with a hint when the program
 /// was not put after `--`.
 fn parse_failure(error: &clap::Error, args: &[OsString]) -> ExitCode {
-    if matches!(
-        error.kind(),
-        ErrorKind::DisplayHelp
-            | ErrorKind::DisplayVersion
-            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-    ) {
-        let _ = error.print();
-        return ExitCode::from(if error.use_stderr() { EX_USAGE } else { 0 });
+    if let Some(code) = cli_errors::shown(error) {
+        return ExitCode::from(code);
     }
     eprintln!("padll: {}", error_line(error, args));
     ExitCode::from(EX_USAGE)
@@ -212,23 +208,7 @@ fn error_line(error: &clap::Error, args: &[OsString]) -> String {
              'padll run --mount DIR -- PROGRAM ARGS…'"
                 .to_string()
         }
-        _ => {
-            let rendered = error.render().to_string();
-            let first = rendered
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("bad command line")
-                .trim_start_matches("error: ")
-                .to_string();
-            let tip = rendered
-                .lines()
-                .find_map(|l| l.trim().strip_prefix("tip: "))
-                .filter(|t| !t.contains("use '--"))
-                .map(|t| format!(" ({t})"))
-                .unwrap_or_default();
-            let sub = if in_run { " run" } else { "" };
-            format!("{first}{tip}; see 'padll{sub} --help'")
-        }
+        _ => cli_errors::line(error, &cli_command(), args),
     }
 }
 

@@ -3,6 +3,9 @@
 //! policies' dry runs). Their `main`, the failure kinds and their exit codes, the runtime.
 //! Included by both with `#[path = "../common/mod.rs"] mod common;`.
 
+#[path = "../../../../scripts/cli-errors.rs"]
+mod cli_errors;
+
 use cheferd_controller::admin::CtlErrorKind;
 use clap::Parser;
 use padll_wire::exit::{EX_FAILURE, EX_NOPERM, EX_UNAVAILABLE, EX_USAGE};
@@ -20,9 +23,10 @@ pub fn main<C: Parser>(
     dispatch: fn(C) -> Result<(), Failure>,
 ) -> ExitCode {
     let program = C::command().get_name().to_string();
-    let cli = match C::try_parse() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = match C::try_parse_from(&args) {
         Ok(cli) => cli,
-        Err(error) => return parse_failure(&program, error),
+        Err(error) => return parse_failure(&C::command(), &args, &error),
     };
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -46,16 +50,25 @@ const LAB_COMMANDS: [&str; 7] = [
     "demo", "bench", "replay", "simulate", "allocate", "trace", "place",
 ];
 
-/// Clap's refusal of the command line. A refused value is one line naming the flag and
-/// the value (exit 2), as is a tool asked of `cheferd` (it names `cheferd-lab`); the rest
-/// (unknown flags, help, version) clap prints as it does.
-fn parse_failure(program: &str, error: clap::Error) -> ExitCode {
+/// Clap's refusal of the command line, as one line (exit 2): a refused value names the
+/// flag and the value, a tool asked of `cheferd` names `cheferd-lab`, the rest (unknown
+/// flags and subcommands, missing arguments) as `padll`'s (`scripts/cli-errors.rs`).
+/// Help and version are printed as clap renders them (exit 0).
+fn parse_failure(
+    command: &clap::Command,
+    args: &[std::ffi::OsString],
+    error: &clap::Error,
+) -> ExitCode {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if let Some(code) = cli_errors::shown(error) {
+        return ExitCode::from(code);
+    }
+    let program = command.get_name();
     let (arg, value) = (
         error.get(ContextKind::InvalidArg),
         error.get(ContextKind::InvalidValue),
     );
-    match (error.kind(), arg, value, std::error::Error::source(&error)) {
+    let line = match (error.kind(), arg, value, std::error::Error::source(error)) {
         (
             ErrorKind::ValueValidation,
             Some(ContextValue::String(arg)),
@@ -64,23 +77,18 @@ fn parse_failure(program: &str, error: clap::Error) -> ExitCode {
         ) => {
             // `--jobs <JOBS>`: the flag; a positional argument is its `<NAME>`.
             let flag = arg.split(' ').next().unwrap_or(arg);
-            eprintln!(
-                "{program}: {flag} '{}': {reason}",
-                padll_wire::control::short(value)
-            );
-            ExitCode::from(EX_USAGE)
+            format!("{flag} '{}': {reason}", padll_wire::control::short(value))
         }
-        (ErrorKind::InvalidSubcommand, ..) if program == "cheferd" => {
-            match moved_to_lab(&error) {
-                Some(command) => {
-                    eprintln!("{program}: '{command}' is a command of cheferd-lab: cheferd-lab {command} …");
-                    ExitCode::from(EX_USAGE)
-                }
-                None => error.exit(),
+        (ErrorKind::InvalidSubcommand, ..) if program == "cheferd" => match moved_to_lab(error) {
+            Some(command) => {
+                format!("'{command}' is a command of cheferd-lab: cheferd-lab {command} …")
             }
-        }
-        _ => error.exit(),
-    }
+            None => cli_errors::line(error, command, args),
+        },
+        _ => cli_errors::line(error, command, args),
+    };
+    eprintln!("{program}: {line}");
+    ExitCode::from(EX_USAGE)
 }
 
 /// The command of an unknown-subcommand refusal, if it is one of `cheferd-lab`'s.
