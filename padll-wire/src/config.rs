@@ -190,6 +190,8 @@ pub enum RateErrorKind {
 /// Parses a rate. A unit containing `B` counts bytes (`KB` = 1000 B, `KiB` = 1024 B);
 /// otherwise the rate counts requests, with optional `k`, `M`, `G` multipliers.
 /// `/s` is optional; the number may have a decimal point and an exponent (`1.5e6`).
+/// A fraction of a token per second is dropped (`1.5` is 1/s, `1.5KB/s` 1500 B/s,
+/// `0.5` refused as below 1): a limit never admits more than it says.
 pub fn parse_rate(text: &str) -> Result<Rate, RateError> {
     let bad = |kind| RateError {
         text: text.to_string(),
@@ -217,7 +219,7 @@ pub fn parse_rate(text: &str) -> Result<Rate, RateError> {
             None => return Err(bad(RateErrorKind::UnknownUnit(other.to_string()))),
         },
     };
-    let per_second = (value * multiplier as f64).round();
+    let per_second = whole_per_second(value * multiplier as f64);
     if per_second < 1.0 {
         return Err(bad(RateErrorKind::BelowOne));
     }
@@ -225,6 +227,19 @@ pub fn parse_rate(text: &str) -> Result<Rate, RateError> {
         return Err(bad(RateErrorKind::TooLarge));
     }
     Ok(unit(per_second as u64))
+}
+
+/// A rate's whole tokens per second: rounded down, so a limit never admits more than
+/// was asked (`1.5` → 1, `0.9` → 0, refused), but a product that is whole in decimal
+/// and missed it only by the binary floats' error stays whole (`4.35k` → 4350, where
+/// `4.35 × 1000` is 4349.999…).
+fn whole_per_second(exact: f64) -> f64 {
+    let nearest = exact.round();
+    if (exact - nearest).abs() <= exact.abs() * 4.0 * f64::EPSILON {
+        nearest
+    } else {
+        exact.floor()
+    }
 }
 
 /// Length of the number that starts `text`: digits and points, then an exponent
@@ -1260,6 +1275,37 @@ mod tests {
         ] {
             let err = parse_rate(bad).unwrap_err().to_string();
             assert!(err.ends_with(why), "{err}");
+        }
+    }
+
+    /// A fractional rate is rounded down to whole tokens per second, never up (`1.5`
+    /// was 2/s, 33 % above what was asked; `0.5` was 1/s while `0.4` was refused);
+    /// what rounds down to 0 is refused. Decimal products stay exact.
+    #[test]
+    fn fractional_rates_round_down_to_whole_tokens() {
+        for (text, rate) in [
+            ("1.5", Rate::Ops(1)),
+            ("1.5/s", Rate::Ops(1)),
+            ("2.99", Rate::Ops(2)),
+            ("1.9999k", Rate::Ops(1999)),
+            ("4.35k", Rate::Ops(4350)),
+            ("1.1M", Rate::Ops(1_100_000)),
+            ("0.3k", Rate::Ops(300)),
+            ("1.5B/s", Rate::Bytes(1)),
+            ("1.5KB/s", Rate::Bytes(1500)),
+            ("0.5KiB/s", Rate::Bytes(512)),
+            ("1.0001KiB/s", Rate::Bytes(1024)),
+            ("2.7GB/s", Rate::Bytes(2_700_000_000)),
+        ] {
+            assert_eq!(parse_rate(text), Ok(rate), "{text}");
+        }
+        for text in ["0.5", "0.9", "0.9999/s", "0.4", "0.5B/s"] {
+            let error = parse_rate(text).unwrap_err();
+            assert_eq!(error.kind, RateErrorKind::BelowOne, "{text}");
+            assert_eq!(
+                error.to_string(),
+                format!("bad rate '{text}': below 1 per second: {RATE_RANGE}")
+            );
         }
     }
 

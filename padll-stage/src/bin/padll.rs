@@ -239,6 +239,7 @@ Selectors (--limit SELECTOR=RATE):
   scoped to one mountpoint: /scratch:metadata=5k, /scratch:write=100MiB/s
 Rates: 5000/s, 2k, 1.5M count requests; a unit with B counts bytes (100MiB/s, 10GB/s),
 for the selectors whose calls move bytes only: {byte_selectors}.
+A fraction per second is dropped (open=1.5 is 1/s; below 1/s is refused).
 Up to four channels may apply to one request; it waits in each.
 
 Limits bind the job: all its processes on this node (ranks, children, later steps of
