@@ -308,6 +308,55 @@ fn a_missing_or_mistyped_argument_is_named_with_its_commands_help() {
     }
 }
 
+/// `padll-bench` names a bad `PADLL_BENCH_*` value or argument in one line and exits 2
+/// before it makes or prints anything (a bad list of rates panicked, exit 101; a bad
+/// run length was silently ignored).
+#[test]
+fn padll_bench_names_a_bad_variable_or_argument() {
+    let range = "must be a whole number from 1 to";
+    for (env, args, expected) in [
+        (
+            &[("PADLL_BENCH_RATES", "x")][..],
+            &["throttled"][..],
+            format!("padll-bench: PADLL_BENCH_RATES 'x': {range} 1000000000\n"),
+        ),
+        (
+            &[("PADLL_BENCH_RATES", "1000,0")],
+            &["throttled"],
+            format!("padll-bench: PADLL_BENCH_RATES '0': {range} 1000000000\n"),
+        ),
+        (
+            &[("PADLL_BENCH_SECONDS", "x")],
+            &["throttled"],
+            format!("padll-bench: PADLL_BENCH_SECONDS 'x': {range} 86400\n"),
+        ),
+        (
+            &[("PADLL_BENCH_MILLIS", "-5")],
+            &[],
+            format!("padll-bench: PADLL_BENCH_MILLIS '-5': {range} 3600000\n"),
+        ),
+        (
+            &[],
+            &["count", "stat", "many", "/tmp/x"],
+            "padll-bench: N 'many': must be a whole number from 0 to 1099511627776\n".into(),
+        ),
+    ] {
+        let out = Command::new(crate::util::padll_bench())
+            .args(args)
+            .envs(env.iter().copied())
+            .output()
+            .expect("padll-bench runs");
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{env:?} {args:?}: {}",
+            stderr(&out)
+        );
+        assert_eq!(stderr(&out), expected, "{env:?} {args:?}");
+        assert!(out.stdout.is_empty(), "{env:?} {args:?}");
+    }
+}
+
 #[test]
 fn run_help_lists_selectors_defaults_and_variables() {
     let out = padll(&["run", "--help"], &[]);

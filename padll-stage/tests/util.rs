@@ -26,6 +26,11 @@ pub fn padll() -> PathBuf {
     built().join("padll")
 }
 
+/// The `padll-bench` binary under test.
+pub fn padll_bench() -> PathBuf {
+    built().join("padll-bench")
+}
+
 /// The stage under test.
 pub fn library() -> PathBuf {
     padll_wire::locate_stage_library(&built()).expect("libpadll.so after building it")

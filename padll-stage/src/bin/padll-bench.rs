@@ -17,6 +17,8 @@
 //! a byte channel) — on short paths, and on path calls at realistic path lengths (32,
 //! 64, 128 and 256 bytes below a `…/scratch` mountpoint).
 
+use padll_wire::flags::whole;
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,6 +26,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const CALLS: [&str; 4] = ["stat", "open+close", "pread4k", "fstat"];
+/// Bounds of the numbers given in arguments and `PADLL_BENCH_*` variables: far above
+/// any real use, low enough that no product of them overflows.
+const MAX_MILLIS: u64 = 3_600_000;
+const MAX_SECONDS: u64 = 86_400;
+const MAX_BENCH_RATE: u64 = 1_000_000_000;
+const MAX_CALLS: u64 = 1 << 40;
 const THREADS: [usize; 4] = [1, 2, 8, 64];
 
 fn main() {
@@ -38,6 +46,23 @@ fn main() {
             eprintln!("padll-bench: unknown mode '{other}' (use no argument, 'worker', 'count', 'instructions' or 'throttled')");
             std::process::exit(2);
         }
+    }
+}
+
+/// `text`, the value of `what` (an argument or a `PADLL_BENCH_*` variable), as a whole
+/// number in `range`; anything else is named in one line (exit 2).
+fn number(what: &str, text: &str, range: RangeInclusive<u64>) -> u64 {
+    whole(range)(text.trim()).unwrap_or_else(|why| {
+        eprintln!("padll-bench: {what} {}: {why}", padll_wire::quote(text));
+        std::process::exit(2);
+    })
+}
+
+/// The variable `name` as a whole number in `range`, `default` when it is not set.
+fn env_number(name: &str, default: u64, range: RangeInclusive<u64>) -> u64 {
+    match std::env::var_os(name) {
+        Some(value) => number(name, &value.to_string_lossy(), range),
+        None => default,
     }
 }
 
@@ -80,6 +105,7 @@ fn stage_library(exe: &Path) -> PathBuf {
 }
 
 fn driver() {
+    let millis = env_number("PADLL_BENCH_MILLIS", 400, 1..=MAX_MILLIS);
     let exe = std::env::current_exe().expect("current exe");
     let library = stage_library(&exe);
     let base = std::env::temp_dir().join(format!("padll-bench-{}", std::process::id()));
@@ -88,10 +114,6 @@ fn driver() {
     std::fs::write(dir.join("file"), vec![7u8; 1 << 20]).expect("bench file");
     // A mountpoint elsewhere in the tree, as /scratch is for a job working in $HOME.
     let elsewhere = Path::new("/nonexistent/scratch");
-    let millis: u64 = std::env::var("PADLL_BENCH_MILLIS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(400);
     let setups = setups(&library, &dir, elsewhere);
 
     println!("| call | threads | native ns/call | unmanaged ns/call | managed ns/call | unmanaged − native | managed − native | native Mops/s | managed Mops/s |");
@@ -226,8 +248,8 @@ fn worker(args: &[String]) {
         eprintln!("usage: padll-bench worker CALL THREADS MILLIS DIR");
         std::process::exit(2);
     };
-    let threads: usize = threads.parse().expect("threads");
-    let duration = Duration::from_millis(millis.parse().expect("millis"));
+    let threads = number("THREADS", threads, 1..=4096) as usize;
+    let duration = Duration::from_millis(number("MILLIS", millis, 1..=MAX_MILLIS));
     let dir = PathBuf::from(dir);
     let stop = Arc::new(AtomicBool::new(false));
     let total = Arc::new(AtomicU64::new(0));
@@ -273,8 +295,8 @@ fn count(args: &[String]) {
             n,
             file,
             Some((
-                per_second.parse::<u64>().expect("PER_SECOND"),
-                group.parse::<u64>().expect("GROUP").max(1),
+                number("PER_SECOND", per_second, 1..=MAX_BENCH_RATE),
+                number("GROUP", group, 1..=MAX_CALLS),
             )),
         ),
         _ => {
@@ -284,7 +306,7 @@ fn count(args: &[String]) {
     };
     let mut one = make_call(call, Path::new(file));
     let start = Instant::now();
-    for i in 0..n.parse::<u64>().expect("N") {
+    for i in 0..number("N", n, 0..=MAX_CALLS) {
         one();
         if let Some((per_second, group)) = pace {
             if (i + 1) % group == 0 {
@@ -303,29 +325,24 @@ fn count(args: &[String]) {
 /// `PADLL_BENCH_SECONDS` sets the run length (3), `PADLL_BENCH_RATES` the limits
 /// (`1000,20000,100000`). Prints a Markdown table.
 fn throttled() {
+    // The settings first: a bad one is named before anything is made or printed.
+    let seconds = env_number("PADLL_BENCH_SECONDS", 3, 1..=MAX_SECONDS);
+    let rates: Vec<u64> = match std::env::var_os("PADLL_BENCH_RATES") {
+        Some(list) => list
+            .to_string_lossy()
+            .split(',')
+            .map(|rate| number("PADLL_BENCH_RATES", rate, 1..=MAX_BENCH_RATE))
+            .collect(),
+        None => vec![1_000, 20_000, 100_000],
+    };
     let exe = std::env::current_exe().expect("current exe");
     let library = stage_library(&exe);
     let base = std::env::temp_dir().join(format!("padll-bench-throttled-{}", std::process::id()));
     let dir = base.join("data");
     std::fs::create_dir_all(&dir).expect("bench dir");
     std::fs::write(dir.join("file"), b"x").expect("bench file");
-    let seconds: u64 = std::env::var("PADLL_BENCH_SECONDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
     println!("| limit (stat/s) | processes | calls | achieved /s | native CPU µs/call | native paced CPU µs/call | throttled CPU µs/call | extra CPU µs/call | extra over paced | sleeps per 100 calls |");
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    let rates: Vec<u64> = match std::env::var("PADLL_BENCH_RATES") {
-        Ok(list) => list
-            .split(',')
-            .map(|r| {
-                r.trim()
-                    .parse()
-                    .expect("PADLL_BENCH_RATES: comma-separated stat/s")
-            })
-            .collect(),
-        Err(_) => vec![1_000, 20_000, 100_000],
-    };
     for rate in rates {
         for processes in [1u64, 2] {
             let calls = rate * seconds;
