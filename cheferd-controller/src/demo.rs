@@ -410,7 +410,16 @@ async fn run_in(
             .map(|sum| sum / seconds_all_running.len().max(1) as f64)
             .collect(),
     };
-    summarize(options, out, &job_names, &usage, &all_running, &runs)
+    let summary = summarize(options, out, &job_names, &usage, &all_running, &runs);
+    // The controllers stop with the runtime, which polls none of their tasks again.
+    // Stopped here (the supervisor dropped), the global controller would still run and
+    // see its local controller go, and warn after the summary that it detached, as if
+    // something had gone wrong.
+    tokio::spawn(async move {
+        let _controllers = controllers;
+        std::future::pending::<()>().await
+    });
+    summary
 }
 
 /// The seconds during which every job ran (past [`SETTLE_SECONDS`]), and each job's

@@ -24,6 +24,8 @@ fn demo(out: Option<&Path>, cwd: &Path, tmp: &Path) -> String {
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "demo failed: {stderr}\n{stdout}");
+    // Its own teardown is no failure: no warning that its local controller detached.
+    assert!(!stderr.contains("detached"), "{stderr}");
     stdout
 }
 
