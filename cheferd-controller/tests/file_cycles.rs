@@ -327,7 +327,13 @@ fn scan(tokens: &[String]) -> FileScan {
             "mod" if next(1).is_some_and(is_ident) => {
                 let name = tokens[i + 1].clone();
                 let inline = next(2) == Some("{");
-                if attributes_before(tokens, i).contains(&"cfg(test)".to_string()) {
+                let attributes = attributes_before(tokens, i);
+                // Test modules, and files shared from `scripts/` (`#[path = …]`), which
+                // import nothing of the crate that includes them, are not followed.
+                if attributes
+                    .iter()
+                    .any(|a| a == "cfg(test)" || a.starts_with("path="))
+                {
                     i = if inline {
                         closing_brace(tokens, i + 2)
                     } else {
