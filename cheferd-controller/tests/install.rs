@@ -38,6 +38,20 @@ fn profile_dir() -> PathBuf {
     crate::util::profile_dir()
 }
 
+/// Runs `install.sh ARGS… --from` the profile directory; it must succeed.
+fn install_sh(args: &[&std::ffi::OsStr]) {
+    let out = run(Command::new("bash")
+        .arg(repository().join("scripts/install.sh"))
+        .args(args)
+        .arg("--from")
+        .arg(profile_dir()));
+    assert!(
+        out.status.success(),
+        "install.sh: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A prefix with everything installed into it.
 struct Installed {
     _dir: tempfile::TempDir,
@@ -51,17 +65,7 @@ impl Installed {
             .tempdir()
             .unwrap();
         let prefix = dir.path().join("usr");
-        let out = run(Command::new("bash")
-            .arg(repository().join("scripts/install.sh"))
-            .arg("--prefix")
-            .arg(&prefix)
-            .arg("--from")
-            .arg(profile_dir()));
-        assert!(
-            out.status.success(),
-            "install.sh: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        install_sh(&["--prefix".as_ref(), prefix.as_ref()]);
         Installed { _dir: dir, prefix }
     }
 
@@ -446,17 +450,12 @@ fn the_debian_package_carries_every_file_install_sh_stages() {
         .prefix("padll-deb-root-")
         .tempdir()
         .unwrap();
-    let out = run(Command::new("bash")
-        .arg(repository().join("scripts/install.sh"))
-        .args(["--prefix", "/usr", "--destdir"])
-        .arg(dir.path())
-        .arg("--from")
-        .arg(profile_dir()));
-    assert!(
-        out.status.success(),
-        "install.sh: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    install_sh(&[
+        "--prefix".as_ref(),
+        "/usr".as_ref(),
+        "--destdir".as_ref(),
+        dir.path().as_ref(),
+    ]);
     let mut staged = Vec::new();
     let mut pending = vec![dir.path().to_path_buf()];
     while let Some(next) = pending.pop() {
