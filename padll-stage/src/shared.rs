@@ -223,8 +223,12 @@ fn open_and<T>(
     };
     let attached = open_segment(&path, uid).map_err(error)?;
     let done = with(attached.segment).map_err(error);
-    if let Some((fd, _)) = LOCK.get() {
-        unlock(fd, 0);
+    // Only while the number is still ours (invariant 14): the program's threads run
+    // while the control thread attaches.
+    if let Some((fd, identity)) = LOCK.get() {
+        if identity.holds(fd) {
+            unlock(fd, 0);
+        }
     }
     let done = done?;
     let _ = ATTACHED.set(attached);

@@ -5,12 +5,12 @@
 //!
 //! - **Essential** ones (`Register`, `StageJoined`, `StageLeft`, `Usage`): the global
 //!   controller's picture of the node. One that does not fit means the global controller
-//!   does not read the stream: it is given up and opened again ([`Queue::send`] fails).
+//!   does not read the stream: it is given up and opened again ([`Sender::send`] fails).
 //! - **Advisory** ones (`FileSizes`, `PlaceRequest`): advice, which a stage does without
 //!   (a file is created as usual, a size is one sample of many). They take at most
 //!   [`MAX_ADVISORY`] places and [`MAX_ADVISORY_BYTES`], and one that does not fit is
-//!   dropped ([`Queue::offer`] returns `false`): a flood of them never costs the node its
-//!   stream, and never takes the room of essential messages. A size joins a `FileSizes`
+//!   dropped ([`Sender::offer`] returns `false`): a flood of them never costs the node its
+//!   stream (they share the queue's places with essential ones, up to their own cap). A size joins a `FileSizes`
 //!   of the same stage and mountpoint still unread (up to [`MAX_FILE_SIZES`]).
 //!
 //! Bytes: a `StageJoined` may be ~257 KiB (64 mountpoints of 4 KiB), so the count alone
