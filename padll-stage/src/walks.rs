@@ -7,15 +7,20 @@
 //! the program's own code runs during such a walk:
 //!
 //! - `nftw`/`nftw64` with `FTW_CHDIR`: the program's callback is called through
-//!   [`trampoline`], which refreshes the current directory first; after the walk (glibc
-//!   has gone back to where it started) it is refreshed once more. The program's
+//!   [`trampoline`], which refreshes the current directory first when the entry's depth
+//!   (`ftw->level`) is not the previous callback's: glibc enters or leaves a directory
+//!   only between callbacks of different depths (one system call a directory, not one
+//!   an entry); after the walk (glibc has gone back to where it started) it is
+//!   refreshed once more. The program's
 //!   function is kept in a thread-local while its walk runs (glibc calls it on the
 //!   walk's own thread), the one it replaced saved in the hook's frame and put back
 //!   after, so that a callback may start a walk of its own.
 //! - `fts_read`, `fts_children`, `fts_close` (and their `fts64_` names): refreshed after
 //!   the call, unless the stream's options (`fts_options`, which glibc also sets to
 //!   `FTS_NOCHDIR` when it cannot keep its starting directory) say it never changes
-//!   directory. `fts_open` and `fts_set` do not change directory.
+//!   directory; after `fts_read` only when the entry's parent (`fts_parent`, the
+//!   directory glibc is in for it) is not the previous entry's. `fts_open` and `fts_set`
+//!   do not change directory.
 //!
 //! Not hooked: `ftw`/`ftw64`, which never change directory (they walk as `nftw` without
 //! flags). The walk's own calls (its `lstat`s, `openat`s of directories) stay glibc's
@@ -109,8 +114,29 @@ pub(crate) static REALS: &[&Real] = &[
 ];
 
 thread_local! {
-    /// The program's callback of the walk with `FTW_CHDIR` running on this thread.
-    static CALLBACK: Cell<Option<Callback>> = const { Cell::new(None) };
+    /// The program's callback of the walk with `FTW_CHDIR` running on this thread, and
+    /// the depth of the entry its last call was for (-2 before the first: no depth).
+    static CALLBACK: Cell<Option<(Callback, c_int)>> = const { Cell::new(None) };
+    /// The parent (`fts_parent`) of the entry an `fts_read` on this thread last returned
+    /// from a stream that changes directory; null when unknown.
+    static FTS_PARENT: Cell<*mut c_void> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+/// Depth of no entry, for [`CALLBACK`] before the walk's first callback.
+const NO_LEVEL: c_int = -2;
+
+/// glibc's `struct FTW` (`<ftw.h>`).
+#[repr(C)]
+struct Ftw {
+    base: c_int,
+    level: c_int,
+}
+
+/// glibc's `FTSENT` (`FTSENT64` has the same layout), up to its parent: `<fts.h>`.
+#[repr(C)]
+struct FtsEntry {
+    cycle: *mut c_void,
+    parent: *mut c_void,
 }
 
 /// Whether the stage follows directory changes now: initialised with mountpoints, and
@@ -137,11 +163,19 @@ unsafe extern "C" fn trampoline(
     kind: c_int,
     ftw: *mut c_void,
 ) -> c_int {
-    follow_current_dir();
-    match CALLBACK.try_with(Cell::get).ok().flatten() {
+    // SAFETY: glibc's `struct FTW` for this entry (null only if glibc gave none).
+    let level = (!ftw.is_null()).then(|| unsafe { (*ftw.cast::<Ftw>()).level });
+    let current = CALLBACK.try_with(Cell::get).ok().flatten();
+    if level.is_none() || current.is_none_or(|(_, last)| Some(last) != level) {
+        follow_current_dir();
+        if let (Some((callback, _)), Some(level)) = (current, level) {
+            let _ = CALLBACK.try_with(|cell| cell.set(Some((callback, level))));
+        }
+    }
+    match current {
         // SAFETY: the program's callback, set by the hook of the walk calling us on
         // this thread, called with the arguments glibc gave for it.
-        Some(callback) => unsafe { callback(path, status, kind, ftw) },
+        Some((callback, _)) => unsafe { callback(path, status, kind, ftw) },
         // Not reached: the hook sets the callback before starting the walk.
         None => 0,
     }
@@ -167,7 +201,8 @@ unsafe fn walk(
         // SAFETY: the application's arguments, unchanged.
         return unsafe { real(path, callback, descriptors, flags) };
     }
-    let Ok(outer) = CALLBACK.try_with(|current| current.replace(callback)) else {
+    let ours = callback.map(|callback| (callback, NO_LEVEL));
+    let Ok(outer) = CALLBACK.try_with(|current| current.replace(ours)) else {
         // No thread-local (the thread is ending): the walk as it is, followed after.
         // SAFETY: the application's arguments, unchanged.
         let result = unsafe { real(path, callback, descriptors, flags) };
@@ -204,9 +239,19 @@ unsafe fn read_stream(real: &WalkReal, stream: *mut Fts) -> *mut c_void {
     let result = unsafe { std::mem::transmute::<*mut c_void, FtsReadFn>(address)(stream) };
     // SAFETY: the application's stream, still open.
     if unsafe { changes_directory(stream) } {
-        follow_current_dir();
+        // SAFETY: the entry glibc just returned (not null), valid until the next call.
+        let parent = (!result.is_null()).then(|| unsafe { (*result.cast::<FtsEntry>()).parent });
+        let last = FTS_PARENT.try_with(|last| last.replace(parent.unwrap_or(std::ptr::null_mut())));
+        if parent.is_none() || last.ok() != parent {
+            follow_current_dir();
+        }
     }
     result
+}
+
+/// Forgets the last `fts_read` entry's parent: the next one refreshes the directory.
+fn forget_fts_parent() {
+    let _ = FTS_PARENT.try_with(|last| last.set(std::ptr::null_mut()));
 }
 
 /// The body of the `fts_children` hooks.
@@ -224,6 +269,7 @@ unsafe fn stream_children(real: &WalkReal, stream: *mut Fts, options: c_int) -> 
         unsafe { std::mem::transmute::<*mut c_void, FtsChildrenFn>(address)(stream, options) };
     // SAFETY: the application's stream, still open.
     if unsafe { changes_directory(stream) } {
+        forget_fts_parent();
         follow_current_dir();
     }
     result
@@ -244,6 +290,7 @@ unsafe fn close_stream(real: &WalkReal, stream: *mut Fts) -> c_int {
     // signature, with the application's argument.
     let result = unsafe { std::mem::transmute::<*mut c_void, FtsCloseFn>(address)(stream) };
     if follow {
+        forget_fts_parent();
         follow_current_dir();
     }
     result
@@ -360,11 +407,11 @@ mod tests {
                 )
             }
         };
-        let outer = CALLBACK.with(|current| current.replace(Some(first)));
+        let outer = CALLBACK.with(|current| current.replace(Some((first as Callback, NO_LEVEL))));
         assert_eq!(call(3), 1);
         assert_eq!(CALLED.load(std::sync::atomic::Ordering::Relaxed), 3);
         // A nested walk's callback, then the outer one again.
-        let inner = CALLBACK.with(|current| current.replace(Some(second)));
+        let inner = CALLBACK.with(|current| current.replace(Some((second as Callback, NO_LEVEL))));
         assert_eq!(call(4), 2);
         assert_eq!(CALLED.load(std::sync::atomic::Ordering::Relaxed), -4);
         CALLBACK.with(|current| current.set(inner));
