@@ -88,7 +88,6 @@ static NFTW_2_2_5: WalkReal = WalkReal(Real::versioned(c"nftw", c"GLIBC_2.2.5"))
 static NFTW64_2_2_5: WalkReal = WalkReal(Real::versioned(c"nftw64", c"GLIBC_2.2.5"));
 
 /// Every real function behind this module's hooks, for eager resolution.
-#[cfg(target_arch = "x86_64")]
 pub(crate) static REALS: &[&Real] = &[
     &NFTW.0,
     &NFTW64.0,
@@ -98,19 +97,10 @@ pub(crate) static REALS: &[&Real] = &[
     &FTS64_CHILDREN.0,
     &FTS_CLOSE.0,
     &FTS64_CLOSE.0,
+    #[cfg(target_arch = "x86_64")]
     &NFTW_2_2_5.0,
+    #[cfg(target_arch = "x86_64")]
     &NFTW64_2_2_5.0,
-];
-#[cfg(not(target_arch = "x86_64"))]
-pub(crate) static REALS: &[&Real] = &[
-    &NFTW.0,
-    &NFTW64.0,
-    &FTS_READ.0,
-    &FTS64_READ.0,
-    &FTS_CHILDREN.0,
-    &FTS64_CHILDREN.0,
-    &FTS_CLOSE.0,
-    &FTS64_CLOSE.0,
 ];
 
 thread_local! {
