@@ -157,6 +157,12 @@ impl Sender {
     /// Queues an essential message; a leave takes back its stage's join if it is still
     /// unread (and is not queued itself). `Err` once it does not fit.
     pub fn send(&self, message: LocalMessage) -> Result<(), Full> {
+        if matches!(kind(&message), Kind::Advisory) {
+            // Advice is counted as advice whichever way it comes, and never costs the
+            // stream.
+            self.offer(message);
+            return Ok(());
+        }
         let waker = {
             let mut queue = lock(&self.0);
             if queue.receiver_gone {
@@ -191,6 +197,7 @@ impl Sender {
                 }
                 Kind::Announced => queue.push(message, bytes).1,
                 Kind::Advisory | Kind::Essential => {
+                    // (Advisory: offered above, never here.)
                     if queue.bytes + bytes > MAX_QUEUED_BYTES {
                         return Err(Full);
                     }
