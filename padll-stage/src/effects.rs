@@ -78,6 +78,9 @@ pub(crate) fn before(effect: Effect) {
 /// know), not with `CLOSE_RANGE_CLOEXEC` (which only marks them), and with
 /// `CLOSE_RANGE_UNSHARE` only in a process of one thread: it closes them in a copy of
 /// the table that the calling thread alone then uses, and other threads keep them open.
+/// Nor when the kernel has no `close_range` (before Linux 5.9, e.g. RHEL 8's 4.18) or a
+/// seccomp filter refuses it: the call fails with `ENOSYS` (or `EPERM`) and closes
+/// nothing, and the program falls back to closing one by one, or keeps them open.
 fn closes_for_every_thread(first: c_uint, last: c_uint, flags: c_int) -> bool {
     first <= last
         && match flags as c_uint {
@@ -85,6 +88,17 @@ fn closes_for_every_thread(first: c_uint, last: c_uint, flags: c_int) -> bool {
             libc::CLOSE_RANGE_UNSHARE => crate::guard::shielded(single_threaded).unwrap_or(false),
             _ => false,
         }
+        && crate::guard::shielded(kernel_closes_ranges).unwrap_or(false)
+}
+
+/// Whether this process may call `close_range`: asked of the kernel each time (a
+/// seccomp filter may come later; the calls are rare) with a range it refuses as
+/// `EINVAL` when it has the call, a raw system call no hook sees.
+fn kernel_closes_ranges() -> bool {
+    // SAFETY: `close_range(1, 0, 0)` closes nothing (first > last); `errno` is kept by
+    // our caller's shield.
+    let refused = unsafe { libc::syscall(libc::SYS_close_range, 1, 0, 0) };
+    refused == -1 && crate::errno::get() == libc::EINVAL
 }
 
 /// Whether the process has one thread: the 20th field of `/proc/self/stat`, read with

@@ -581,6 +581,23 @@ fn main() {
                         && libc::WEXITSTATUS(status) == 0,
                     "close_range with CLOSE_RANGE_UNSHARE in a process of one thread",
                 );
+                // A kernel without `close_range` (before Linux 5.9) or a seccomp filter
+                // refusing it: a forked child whose filter answers `ENOSYS` closes
+                // nothing, and its file stays managed.
+                let child = libc::fork();
+                if child == 0 {
+                    let refused = refuse_close_range()
+                        && close_range(fd_u, fd_u, 0) == -1
+                        && errno() == libc::ENOSYS;
+                    let kept = libc::pread(fd, byte.as_mut_ptr().cast(), 1, 0) == 1;
+                    libc::exit(if refused && kept { 0 } else { 1 });
+                }
+                check(
+                    libc::waitpid(child, &mut status, 0) == child
+                        && libc::WIFEXITED(status)
+                        && libc::WEXITSTATUS(status) == 0,
+                    "close_range refused with ENOSYS keeps the descriptor",
+                );
                 check(libc::close(fd) == 0, "close");
                 println!("ok=1");
             }
@@ -791,5 +808,50 @@ fn main() {
                 std::process::exit(2);
             }
         }
+    }
+}
+
+/// Installs a seccomp filter on the calling thread that answers `close_range` with
+/// `ENOSYS`, as a kernel before Linux 5.9 does, and allows every other call.
+///
+/// # Safety
+/// Only for a process that needs no `close_range` after it (a forked child).
+unsafe fn refuse_close_range() -> bool {
+    let statement = |code: u32, jt: u8, jf: u8, k: u32| libc::sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    };
+    let mut filter = [
+        // The system call's number: the first word of `struct seccomp_data`.
+        statement(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0, 0, 0),
+        statement(
+            libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
+            0,
+            1,
+            libc::SYS_close_range as u32,
+        ),
+        statement(
+            libc::BPF_RET | libc::BPF_K,
+            0,
+            0,
+            libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+        ),
+        statement(libc::BPF_RET | libc::BPF_K, 0, 0, libc::SECCOMP_RET_ALLOW),
+    ];
+    let program = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_mut_ptr(),
+    };
+    // SAFETY: `prctl` with a filter program that lives across the call (the kernel
+    // copies it).
+    unsafe {
+        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+            && libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &program as *const libc::sock_fprog,
+            ) == 0
     }
 }
