@@ -24,6 +24,7 @@ use crate::local::ReportClock;
 use crate::proto::{
     self, global_client::GlobalClient, global_message, local_message, LocalMessage,
 };
+use std::convert::Infallible;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -419,21 +420,21 @@ pub async fn run_locals(urls: String, locals: usize, stages: usize) -> Result<()
     Ok(())
 }
 
-async fn simulated_local(url: String, node: String, stages: usize) {
-    // A thousand simultaneous connects can overflow the listen backlog: retry until
-    // attached, as a real local controller does.
+async fn simulated_local(url: String, node: String, stages: usize) -> Infallible {
+    // A thousand simultaneous connects can overflow the listen backlog, and on a loaded
+    // machine a relay may lose its own stream and end those of its nodes: attach again
+    // whenever the stream could not be made or ended, as a real local controller does
+    // (the process is killed when the benchmark ends).
     loop {
-        if attach_once(&url, &node, stages).await {
-            return;
-        }
+        attach_once(&url, &node, stages).await;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
-/// One attachment; false if it could not be made (true once served to the end).
-async fn attach_once(url: &str, node: &str, stages: usize) -> bool {
+/// One attachment, until it could not be made or its stream ended.
+async fn attach_once(url: &str, node: &str, stages: usize) {
     let Ok(mut client) = GlobalClient::connect(url.to_string()).await else {
-        return false;
+        return;
     };
     let (sender, receiver) = mpsc::unbounded_channel::<LocalMessage>();
     let send = |body| {
@@ -456,7 +457,7 @@ async fn attach_once(url: &str, node: &str, stages: usize) -> bool {
         }));
     }
     let Ok(response) = client.attach(UnboundedReceiverStream::new(receiver)).await else {
-        return false;
+        return;
     };
     let mut inbound = response.into_inner();
     let mut clock = ReportClock::default();
@@ -467,7 +468,7 @@ async fn attach_once(url: &str, node: &str, stages: usize) -> bool {
                 Some(global_message::Body::Schedule(schedule)) => clock.schedule(&schedule),
                 Some(global_message::Body::Enforce(enforce)) => applied = applied.max(enforce.cycle),
                 Some(global_message::Body::Registered(_) | global_message::Body::PlaceReply(_)) => {}
-                None => return true,
+                None => return,
             },
             cycle = clock.next() => send(local_message::Body::Usage(proto::Usage {
                 cycle,

@@ -73,9 +73,14 @@ fn assert_rules_only_when_they_change(steady: &Row, changing: &Row, stdout: &str
     // While nothing changes, rules go only to local controllers whose acknowledgement
     // (carried by their next report) came more than a cycle late: they are sent their
     // rules again. None on an idle machine, a few under load (78 of 2 000 a cycle once,
-    // the whole suite running beside `stress-ng --cpu 2`); never most of them.
+    // the whole suite running beside `stress-ng --cpu 2`); never most of them — unless
+    // the machine is so loaded that acknowledgements were still missing at the next
+    // cycle (column 10, "until all acks", `inf`: 1 089 of 2 000 once, at a load
+    // average of 8 on 2 cores, with cycles of 1.1 s for a 1 s interval). Even then not
+    // every local controller.
+    let acks_late = steady.0[10] == "inf";
     assert!(
-        steady.number(14) < 500.0,
+        steady.number(14) < if acks_late { 2000.0 } else { 500.0 },
         "rules while nothing changes:\n{stdout}"
     );
     assert_eq!(
