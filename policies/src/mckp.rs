@@ -180,7 +180,10 @@ impl Policy for Mckp {
             .resolution
             .min((MAX_DP_CELLS / jobs.len().max(1)).saturating_sub(1))
             .max(1);
-        let quantum = if max_rate <= resolution as f64 {
+        // Whole operations while Max_R is a whole number of them within the resolution
+        // (whole options then fit exactly); else Max_R in `resolution` units, so that no
+        // fraction of it — all of a Max_R below one — is lost to the units.
+        let quantum = if max_rate <= resolution as f64 && max_rate.fract() == 0.0 {
             1.0
         } else {
             max_rate / resolution as f64

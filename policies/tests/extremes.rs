@@ -128,6 +128,20 @@ fn adaptbf_below_one_token_per_cycle_still_hands_out_max_r() {
     assert!((got[0] - got[1]).abs() <= 9.0 + 1e-9, "{got:?}");
 }
 
+/// MCKP with a `Max_R` below one operation: its unit was one operation, the capacity
+/// ⌊0.5⌋ = 0 units, and every job got nothing.
+#[test]
+fn mckp_below_one_operation_still_hands_out_max_r() {
+    let r = build("mckp")
+        .unwrap()
+        .allocate(0.5, &[job(1, 100.0, 100.0)]);
+    assert!(r[0] > 0.0 && r[0] <= 0.5, "{r:?}");
+    let r = build("mckp")
+        .unwrap()
+        .allocate(10.5, &[job(1, 100.0, 100.0)]);
+    assert!(r[0] > 10.0 && r[0] <= 10.5, "{r:?}");
+}
+
 /// Size 0 (which `validate` accepts and the controller sends as 1) counted as no nodes
 /// at all: the job got nothing while the other took everything.
 #[test]
