@@ -205,6 +205,17 @@ fn a_descriptor_closed_unseen_does_not_make_its_successor_managed() {
 }
 
 #[test]
+fn descriptors_received_over_a_socket_or_from_a_process_stay_managed() {
+    let _turn = crate::util::together();
+    let dir = mountpoint("received");
+    let reports = scenario(&dir, "received");
+    // One `pread` of a copy received with `recvmsg`, one with `recvmmsg`, one taken
+    // with `pidfd_getfd`, each after the original was closed.
+    let read = op(&reports, "read");
+    assert_eq!((read.managed, read.passthrough), (3, 0), "{read:?}");
+}
+
+#[test]
 fn a_close_range_that_closes_nothing_for_the_process_keeps_its_files_managed() {
     let _turn = crate::util::together();
     let dir = mountpoint("close-range");

@@ -96,6 +96,17 @@ pub enum Effect {
     Reopen(*mut FILE),
     /// Changes the current directory.
     Chdir,
+    /// Receives messages (`recvmsg`, `recvmmsg`) whose control data may carry
+    /// descriptors (`SCM_RIGHTS`): the first message header the application passed, and
+    /// the distance to the next (`recvmmsg`'s array).
+    Receive {
+        /// The first `msghdr`.
+        first: *mut libc::msghdr,
+        /// Bytes from one header to the next.
+        stride: usize,
+    },
+    /// Returns a copy of another process' descriptor (`pidfd_getfd`), on any file.
+    Adopt,
     /// Detaches the process (`daemon`): inside libc, where no hook sees it, it changes to
     /// `/` unless told not to, and puts `/dev/null` on descriptors 0–2 unless
     /// `keeps_descriptors`.
@@ -132,6 +143,12 @@ pub trait Returned: Copy {
     fn from_descriptor(_fd: c_int) -> Option<Self> {
         None
     }
+
+    /// How many messages a receiving call filled ([`Effect::Receive`]): `recvmsg`'s
+    /// byte count (`ssize_t`) stands for one, `recvmmsg`'s `int` is their number.
+    fn messages(&self) -> usize {
+        0
+    }
 }
 
 impl Returned for c_int {
@@ -146,8 +163,16 @@ impl Returned for c_int {
     fn from_descriptor(fd: c_int) -> Option<c_int> {
         Some(fd)
     }
+
+    fn messages(&self) -> usize {
+        (*self).max(0) as usize
+    }
 }
-impl Returned for isize {}
+impl Returned for isize {
+    fn messages(&self) -> usize {
+        usize::from(*self >= 0)
+    }
+}
 impl Returned for usize {}
 impl Returned for () {}
 impl Returned for *mut c_void {}

@@ -146,6 +146,23 @@ pub fn after_unrelated<R: Returned>(effect: Effect, result: &R) {
         | Effect::NewDirStream
         | Effect::Reopen(_) => fdtable::forget(result.descriptor_or_negative()),
         Effect::NewFds(fds) => forget_pair(fds, result),
+        Effect::Receive { first, stride } => {
+            // Only messages with control data can carry descriptors: one load for the
+            // rest (a socket's hot path in MPI programs).
+            let count = result.messages();
+            if count > 0 && !crate::call::unreadable(first) {
+                // SAFETY: the application's header, just filled by the real call.
+                if unsafe { (*first).msg_controllen } > 0 || count > 1 {
+                    shielded(|| adopt_received(first, stride, count));
+                }
+            }
+        }
+        Effect::Adopt => {
+            let fd = result.descriptor_or_negative();
+            if fd >= 0 {
+                shielded(|| adopt(fd));
+            }
+        }
         Effect::None
         | Effect::Close(_)
         | Effect::CloseRange(..)
@@ -214,6 +231,23 @@ fn after<R: Returned>(effect: Effect, target: Target, place: Place, result: &R) 
             }
         }
         Effect::NewFds(fds) => forget_pair(fds, result),
+        Effect::Receive { first, stride } => {
+            // Only messages with control data can carry descriptors: one load for the
+            // rest (a socket's hot path in MPI programs).
+            let count = result.messages();
+            if count > 0 && !crate::call::unreadable(first) {
+                // SAFETY: the application's header, just filled by the real call.
+                if unsafe { (*first).msg_controllen } > 0 || count > 1 {
+                    shielded(|| adopt_received(first, stride, count));
+                }
+            }
+        }
+        Effect::Adopt => {
+            let fd = result.descriptor_or_negative();
+            if fd >= 0 {
+                shielded(|| adopt(fd));
+            }
+        }
         Effect::None
         | Effect::Close(_)
         | Effect::CloseRange(..)
@@ -232,6 +266,84 @@ fn forget_pair<R: Returned>(fds: *mut c_int, result: &R) {
         fdtable::forget(a);
         fdtable::forget(b);
     }
+}
+
+/// Records every descriptor the first `count` message headers from `first` (`stride`
+/// bytes apart) received in `SCM_RIGHTS` control messages, by what each is open on.
+fn adopt_received(first: *mut libc::msghdr, stride: usize, count: usize) {
+    for i in 0..count {
+        let header = first
+            .cast::<u8>()
+            .wrapping_add(i * stride)
+            .cast::<libc::msghdr>();
+        // SAFETY: the application's headers, the first `count` filled by the real call,
+        // their control buffers of the lengths the kernel wrote back; the control
+        // messages are walked with libc's own macros, within those lengths.
+        unsafe {
+            if (*header).msg_controllen == 0 || crate::call::unreadable((*header).msg_control) {
+                continue;
+            }
+            let mut control = libc::CMSG_FIRSTHDR(header);
+            while !control.is_null() {
+                if (*control).cmsg_level == libc::SOL_SOCKET
+                    && (*control).cmsg_type == libc::SCM_RIGHTS
+                {
+                    let data = libc::CMSG_DATA(control).cast::<c_int>();
+                    let bytes = (*control).cmsg_len as usize
+                        - (data as usize - control as usize).min((*control).cmsg_len as usize);
+                    for k in 0..bytes / std::mem::size_of::<c_int>() {
+                        adopt(data.add(k).read_unaligned());
+                    }
+                }
+                control = libc::CMSG_NXTHDR(header, control);
+            }
+        }
+    }
+}
+
+/// Records descriptor `fd`, which came from elsewhere (another process, or before the
+/// stage started), by the path the kernel names for it (`/proc/self/fd/N`), or forgets a
+/// stale entry of its number. Raw system calls and the stack only (no hook sees them,
+/// nothing is allocated); `errno` may change (callers shield it).
+pub(crate) fn adopt(fd: c_int) {
+    if fd < 0 {
+        return;
+    }
+    // `/proc/self/fd/` and the number's decimal digits (at most 10), NUL-terminated.
+    const PREFIX: &[u8] = b"/proc/self/fd/";
+    let mut link = [0u8; PREFIX.len() + 11];
+    link[..PREFIX.len()].copy_from_slice(PREFIX);
+    let digits = fd.checked_ilog10().unwrap_or(0) as usize + 1;
+    let mut rest = fd as u32;
+    for slot in link[PREFIX.len()..PREFIX.len() + digits].iter_mut().rev() {
+        *slot = b'0' + (rest % 10) as u8;
+        rest /= 10;
+    }
+    let mut target = [0u8; libc::PATH_MAX as usize];
+    // SAFETY: a NUL-terminated name and a buffer of the length given.
+    let length = unsafe {
+        libc::syscall(
+            libc::SYS_readlinkat,
+            libc::AT_FDCWD,
+            link.as_ptr(),
+            target.as_mut_ptr(),
+            target.len(),
+        )
+    };
+    if let Ok(length @ 1..) = usize::try_from(length) {
+        let mut normalized = PathBuffer::new();
+        if length < target.len()
+            && target[0] == b'/'
+            && normalized.push_normalized(&target[..length])
+        {
+            let place = crate::mounts().place_of(normalized.as_bytes());
+            if place != Place::Unrelated {
+                fdtable::record(fd, place, Some(normalized.as_bytes()));
+                return;
+            }
+        }
+    }
+    fdtable::forget(fd);
 }
 
 /// `new` is a duplicate of `old`: same place, same placed file.

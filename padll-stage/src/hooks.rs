@@ -9,7 +9,8 @@
 //!
 //! Not visible from user space: static binaries, raw `syscall()`, io_uring, libaio,
 //! and glibc's internal calls (e.g. the `lstat`s of `nftw` and `fts_read`, `realpath`,
-//! `printf`-family flushes, the `getc` macros reading a stream's buffer directly); the
+//! `printf`-family flushes, the `getc` macros reading a stream's buffer directly, the
+//! opens of `posix_spawn` file actions); the
 //! directory changes of `nftw` and `fts` walks are followed by `walks.rs`. `fdopen`
 //! creates no descriptor and touches no file: its stream is followed through its fd like
 //! any other.
@@ -224,6 +225,10 @@ hooks! {
     fn socket(domain: c_int, kind: c_int, protocol: c_int) -> c_int => TRACK, T::None, E::NewFd { flags: 0 }, 0, status;
     fn accept(fd: c_int, address: *mut libc::sockaddr, length: *mut libc::socklen_t) -> c_int => TRACK, T::None, E::NewFd { flags: 0 }, 0, status;
     fn accept4(fd: c_int, address: *mut libc::sockaddr, length: *mut libc::socklen_t, flags: c_int) -> c_int => TRACK, T::None, E::NewFd { flags: 0 }, 0, status;
+    // ---- descriptors from another process: recorded by what they are open on ---------
+    fn recvmsg(fd: c_int, message: *mut libc::msghdr, flags: c_int) -> ssize_t => TRACK, T::None, E::Receive { first: message, stride: 0 }, 0, transfer;
+    fn recvmmsg(fd: c_int, messages: *mut libc::mmsghdr, count: c_uint, flags: c_int, timeout: *mut libc::timespec) -> c_int => TRACK, T::None, E::Receive { first: messages.cast(), stride: std::mem::size_of::<libc::mmsghdr>() }, 0, status;
+    fn pidfd_getfd(pidfd: c_int, target: c_int, flags: c_uint) -> c_int => TRACK, T::None, E::Adopt, 0, status;
     fn eventfd(initial: c_uint, flags: c_int) -> c_int => TRACK, T::None, E::NewFd { flags: 0 }, 0, status;
     fn epoll_create(size: c_int) -> c_int => TRACK, T::None, E::NewFd { flags: 0 }, 0, status;
     fn epoll_create1(flags: c_int) -> c_int => TRACK, T::None, E::NewFd { flags: 0 }, 0, status;

@@ -348,17 +348,7 @@ fn adopt_inherited_descriptors() {
         else {
             continue;
         };
-        let Ok(target) = std::fs::read_link(entry.path()) else {
-            continue;
-        };
-        let mut buf = paths::PathBuffer::new();
-        let bytes = target.as_os_str().as_encoded_bytes();
-        if bytes.first() == Some(&b'/') && buf.push_normalized(bytes) {
-            let place = mounts().place_of(buf.as_bytes());
-            if place != paths::Place::Unrelated {
-                fdtable::record(fd, place, Some(buf.as_bytes()));
-            }
-        }
+        effects::adopt(fd);
     }
 }
 

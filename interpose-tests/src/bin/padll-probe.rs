@@ -524,6 +524,43 @@ fn main() {
                 libc::close(fd);
                 println!("ok=1");
             }
+            "received" => {
+                // Descriptors of a file on the mountpoint that come from elsewhere: over
+                // a Unix socket (`recvmsg`, `recvmmsg`) and from a process (`pidfd_getfd`,
+                // here this one's own). The original is closed before each copy's
+                // `pread`: only the copy can carry the place.
+                extern "C" {
+                    fn pidfd_open(pid: libc::pid_t, flags: libc::c_uint) -> libc::c_int;
+                    fn pidfd_getfd(
+                        pidfd: libc::c_int,
+                        target: libc::c_int,
+                        flags: libc::c_uint,
+                    ) -> libc::c_int;
+                }
+                let mut byte = [0u8; 1];
+                for way in ["recvmsg", "recvmmsg", "pidfd_getfd"] {
+                    let fd = libc::open(file.as_ptr(), libc::O_RDONLY);
+                    check(fd >= 0, "open");
+                    let copy = match way {
+                        "pidfd_getfd" => {
+                            let pidfd = pidfd_open(libc::getpid(), 0);
+                            check(pidfd >= 0, "pidfd_open");
+                            let copy = pidfd_getfd(pidfd, fd, 0);
+                            libc::close(pidfd);
+                            copy
+                        }
+                        _ => passed_over_a_socket(fd, way == "recvmmsg"),
+                    };
+                    check(copy >= 0 && copy != fd, way);
+                    check(libc::close(fd) == 0, "close");
+                    check(
+                        libc::pread(copy, byte.as_mut_ptr().cast(), 1, 0) == 1,
+                        "pread of the copy",
+                    );
+                    check(libc::close(copy) == 0, "close of the copy");
+                }
+                println!("ok=1");
+            }
             "close_range" => {
                 // Calls of `close_range` that close nothing for the process: refused by
                 // the kernel (an unknown flag, first > last), or closing in the calling
@@ -853,5 +890,70 @@ unsafe fn refuse_close_range() -> bool {
                 libc::SECCOMP_MODE_FILTER,
                 &program as *const libc::sock_fprog,
             ) == 0
+    }
+}
+
+/// `fd` sent to this process over a new socket pair (`SCM_RIGHTS`) and received with
+/// `recvmsg`, or with `recvmmsg`: the received copy's number.
+///
+/// # Safety
+/// `fd` is an open descriptor.
+unsafe fn passed_over_a_socket(fd: libc::c_int, many: bool) -> libc::c_int {
+    // SAFETY: socket calls on descriptors made here, with headers and control buffers of
+    // the sizes they state, built with libc's control-message macros.
+    unsafe {
+        let space = libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) as usize;
+        let mut pair = [0; 2];
+        check(
+            libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, pair.as_mut_ptr()) == 0,
+            "socketpair",
+        );
+        let mut byte = [b'x'];
+        let mut io = libc::iovec {
+            iov_base: byte.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
+        let mut control = vec![0u8; space];
+        let mut header: libc::msghdr = std::mem::zeroed();
+        header.msg_iov = &mut io;
+        header.msg_iovlen = 1;
+        header.msg_control = control.as_mut_ptr().cast();
+        header.msg_controllen = space as _;
+        let cmsg = libc::CMSG_FIRSTHDR(&header);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as _;
+        libc::CMSG_DATA(cmsg)
+            .cast::<libc::c_int>()
+            .write_unaligned(fd);
+        check(libc::sendmsg(pair[0], &header, 0) == 1, "sendmsg");
+        let mut received = vec![0u8; space];
+        let mut answer: libc::msghdr = std::mem::zeroed();
+        answer.msg_iov = &mut io;
+        answer.msg_iovlen = 1;
+        answer.msg_control = received.as_mut_ptr().cast();
+        answer.msg_controllen = space as _;
+        if many {
+            let mut messages = [libc::mmsghdr {
+                msg_hdr: answer,
+                msg_len: 0,
+            }];
+            check(
+                libc::recvmmsg(pair[1], messages.as_mut_ptr(), 1, 0, std::ptr::null_mut()) == 1,
+                "recvmmsg",
+            );
+            answer = messages[0].msg_hdr;
+        } else {
+            check(libc::recvmsg(pair[1], &mut answer, 0) == 1, "recvmsg");
+        }
+        let cmsg = libc::CMSG_FIRSTHDR(&answer);
+        check(
+            !cmsg.is_null() && (*cmsg).cmsg_type == libc::SCM_RIGHTS,
+            "a descriptor received",
+        );
+        let copy = libc::CMSG_DATA(cmsg).cast::<libc::c_int>().read_unaligned();
+        libc::close(pair[0]);
+        libc::close(pair[1]);
+        copy
     }
 }
