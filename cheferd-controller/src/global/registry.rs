@@ -259,12 +259,23 @@ impl Controller {
                     }
                 }
                 acked = node_acked(node, usage.applied, last_cycle);
-                node.reported = usage.cycle;
-                node.reported_at = Some(Instant::now());
-                node.missed = false;
-                if node.pending && collecting.is_some_and(|cycle| usage.cycle >= cycle) {
-                    node.pending = false;
-                    replied = true;
+                // Only a report for the cycle collected (or a later one) counts: one
+                // for an older cycle that cleared `missed` had every cycle wait its
+                // whole bound again for a node that never reports in time.
+                let current = collecting.unwrap_or(last_cycle + 1);
+                if usage.cycle < node.reported {
+                    crate::limited_warn!(
+                        GRPC_LOG,
+                        node = %padll_wire::control::short(name),
+                        "ignored a usage report's cycle {}: the node reported cycle {} before",
+                        usage.cycle,
+                        node.reported
+                    );
+                } else if usage.cycle >= current {
+                    node.reported = usage.cycle;
+                    node.reported_at = Some(Instant::now());
+                    node.missed = false;
+                    replied = std::mem::take(&mut node.pending);
                 }
             }
             Some(local_message::Body::Applied(applied)) => {

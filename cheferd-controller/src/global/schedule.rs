@@ -135,7 +135,8 @@ pub(super) fn start_collect(state: &mut State, cycle: u64) {
     let mut awaiting = 0;
     for node in state.nodes.values_mut().filter(|n| !n.detached) {
         // A node that missed its last report (one that never reports, say) is
-        // not waited for again until it reports: it cannot stall every cycle.
+        // not waited for again until it reports for a cycle not yet collected
+        // (`registry`): it cannot stall every cycle.
         node.pending = node.due <= cycle && node.reported < cycle && !node.missed;
         awaiting += node.pending as usize;
     }

@@ -442,6 +442,40 @@ async fn a_missing_report_is_waited_for_once_within_the_deadline_then_re_schedul
     assert_eq!(Instant::now(), tick + 2 * interval + waited);
 }
 
+/// A node that reports, but for a cycle long gone (0, every 100 ms), is not waited for
+/// once it missed a report: its reports count for no cycle collected, so they do not
+/// clear its miss (each cleared it, and every cycle waited its whole bound for the
+/// node); a cycle going backwards does not undo a report that counted.
+#[tokio::test(start_paused = true)]
+async fn reports_for_a_cycle_gone_do_not_stall_every_cycle() {
+    let controller = controller();
+    let interval = controller.interval();
+    let (a, _inbox) = attach(&controller, "a");
+    let first = Instant::now();
+    controller.cycle().await;
+    let tick = first + interval;
+    advance_to(tick).await;
+    controller.cycle().await;
+    assert_eq!(Instant::now(), tick + interval / 2, "cycle 2 waits once");
+    for cycle in 3..8 {
+        let tick = first + (cycle - 1) as u32 * interval;
+        while Instant::now() + 100 * MS < tick {
+            report(&controller, "a", a, 0, &[]);
+            tokio::time::advance(100 * MS).await;
+        }
+        advance_to(tick).await;
+        controller.cycle().await;
+        assert_eq!(
+            Instant::now(),
+            tick,
+            "cycle {cycle} waited for a stale report"
+        );
+    }
+    report(&controller, "a", a, 8, &[]);
+    report(&controller, "a", a, 0, &[]);
+    assert_eq!(controller.lock().nodes.iter().next().unwrap().1.reported, 8);
+}
+
 /// Both jobs of `SCHEDULED` busy: the shares of jobs A and B in a cycle ticking `at`
 /// after `started`, their usage reported for it.
 async fn busy_cycle_at(
