@@ -34,6 +34,13 @@ pub fn check_stage(stage: &crate::proto::Stage) -> Result<(), StageTooLarge> {
     Ok(())
 }
 
+/// Whether `text` holds a control character or a line or paragraph separator: a job id
+/// never does (one would forge log lines and reach an administrator's terminal).
+pub fn has_control(text: &str) -> bool {
+    text.chars()
+        .any(|c| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}'))
+}
+
 /// What of a stage [`check_stage`] found too large (its size; the bytes themselves are
 /// a peer's and not echoed).
 #[derive(Debug, thiserror::Error)]

@@ -43,7 +43,7 @@ pub(super) fn enforce(
             // Rules may have been lost with it (a stalled stream): the declarative
             // full set again costs little and cannot do harm.
             warn!(
-                node = %node.name,
+                node = %padll_wire::control::short(&node.name),
                 cycle = unacked,
                 "no acknowledgement of its rules within a cycle; sending them all again"
             );

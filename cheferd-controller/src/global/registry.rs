@@ -13,6 +13,7 @@ use crate::plan::StageUsage;
 use crate::policy::JobKey;
 use crate::prefetch::prefetch;
 use crate::proto::{self, global_message, local_message, GlobalMessage, LocalMessage};
+use padll_wire::control::short;
 use padll_wire::latency::BUCKETS;
 use prost::Message;
 use std::collections::{BTreeMap, HashMap};
@@ -36,7 +37,7 @@ impl Controller {
         if !state.nodes.contains_key(name) && state.nodes.len() >= max_nodes {
             crate::limited_warn!(
                 GRPC_LOG,
-                node = %padll_wire::control::short(name),
+                node = %short(name),
                 "refused a local controller: {max_nodes} nodes are registered (max_nodes)"
             );
             return Err(Status::resource_exhausted(format!(
@@ -90,10 +91,10 @@ impl Controller {
         };
         if let Some(mut previous) = state.nodes.remove(name) {
             if previous.detached {
-                info!(node = name, "re-attached; its stages re-register");
+                info!(node = %short(name), "re-attached; its stages re-register");
             } else {
                 warn!(
-                    node = name,
+                    node = %short(name),
                     "node re-attached; its previous stream is replaced"
                 );
                 orphan_stages(&mut previous);
@@ -107,7 +108,7 @@ impl Controller {
         schedule::schedule(&mut node, cycle, now, report_in, interval_ms);
         let handle = state.nodes.insert(name, node);
         state.cache.invalidate();
-        info!(node = name, "local controller attached");
+        info!(node = %short(name), "local controller attached");
         Ok(handle)
     }
 
@@ -150,7 +151,7 @@ impl Controller {
             if let Err(why) = admit_stage(&state, stream, stage) {
                 crate::limited_warn!(
                     GRPC_LOG,
-                    node = %name,
+                    node = %short(name),
                     stage = stage.stage_id,
                     "ignored a stage: {why}"
                 );
@@ -190,7 +191,7 @@ impl Controller {
                 stage: Some(stage),
                 ..
             })) => {
-                debug!(node = name, stage = stage.stage_id, job = %stage.job_id, "stage joined");
+                debug!(node = %short(name), stage = stage.stage_id, job = %short(&stage.job_id), "stage joined");
                 let stage_id = stage.stage_id;
                 // Its usage carries over, so the next split treats it as before; its rules
                 // are sent again (the ones it runs on may predate the last ones planned).
@@ -251,7 +252,7 @@ impl Controller {
                         ) {
                             crate::limited_warn!(
                                 GRPC_LOG,
-                                node = %name,
+                                node = %short(name),
                                 stage = stage.stage_id,
                                 "ignored a usage report: {why}"
                             );
@@ -266,7 +267,7 @@ impl Controller {
                 if usage.cycle < node.reported {
                     crate::limited_warn!(
                         GRPC_LOG,
-                        node = %padll_wire::control::short(name),
+                        node = %short(name),
                         "ignored a usage report's cycle {}: the node reported cycle {} before",
                         usage.cycle,
                         node.reported
@@ -283,11 +284,11 @@ impl Controller {
             }
             Some(local_message::Body::PlaceRequest(_) | local_message::Body::FileSizes(_)) => {} // before the lock
             Some(local_message::Body::Register(_)) => {
-                warn!(node = name, "ignored a second register")
+                warn!(node = %short(name), "ignored a second register")
             }
             Some(local_message::Body::StageJoined(proto::StageJoined { stage: None, .. }))
             | None => {
-                warn!(node = name, "ignored an empty message")
+                warn!(node = %short(name), "ignored an empty message")
             }
         }
         if replied {
@@ -310,7 +311,7 @@ impl Controller {
         let owed = std::mem::take(&mut node.pending);
         let owed_ack = node.unacked.take().is_some_and(|cycle| cycle == last_cycle);
         warn!(
-            node = name,
+            node = %short(name),
             stages = node.stages.len(),
             "local controller detached; its stages keep their last rules and their share"
         );
@@ -364,7 +365,7 @@ pub(super) fn release_expired_orphans(nodes: &mut Nodes, cache: &mut PlanCache, 
             if !node.orphans.is_empty() {
                 released = true;
                 warn!(
-                    node = %name,
+                    node = %short(name),
                     stages = node.orphans.len(),
                     "stages gone for {ORPHAN_GRACE:?} are presumed ended; their share is released"
                 );
@@ -487,6 +488,9 @@ fn admit_stage(
     stage: &proto::Stage,
 ) -> Result<(), StageRefused> {
     crate::bounds::check_stage(stage)?;
+    if crate::bounds::has_control(&stage.job_id) {
+        return Err(StageRefused::JobId);
+    }
     let Some(node) = state.nodes.get(stream) else {
         return Ok(()); // dropped later: the stream was replaced
     };
@@ -513,6 +517,10 @@ enum StageRefused {
     /// Its fields are too large.
     #[error(transparent)]
     TooLarge(#[from] crate::bounds::StageTooLarge),
+    /// Its job id holds control characters (a local controller refuses such a stage:
+    /// the id would forge log lines and reach an administrator's terminal).
+    #[error("its job id contains control characters")]
+    JobId,
     /// The node holds `max_stages_per_node` stages (this many).
     #[error("the node has {0} stages (max_stages_per_node)")]
     Stages(usize),

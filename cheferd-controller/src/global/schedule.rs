@@ -234,7 +234,7 @@ pub(super) fn reschedule_off_slot(state: &mut State, cycle: u64, tick: Instant, 
         }
         node.missed = node.reported < cycle;
         if !in_slot(node, cycle, tick, ticks) {
-            debug!(node = %node.name, cycle, "usage report off its slot; re-scheduled");
+            debug!(node = %padll_wire::control::short(&node.name), cycle, "usage report off its slot; re-scheduled");
             let (next, report_in) = ticks.next_slot(now, node.slot_session());
             schedule(node, next, now, report_in, interval_ms);
         }

@@ -55,7 +55,7 @@ impl proto::global_server::Global for Service {
                     Ok(Some(message)) => controller.handle(&name, stream, message),
                     Ok(None) => break,
                     Err(status) => {
-                        debug!(node = %name, "stream error: {status}");
+                        debug!(node = %padll_wire::control::short(&name), "stream error: {status}");
                         break;
                     }
                 }

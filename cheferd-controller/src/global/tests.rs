@@ -476,6 +476,27 @@ async fn reports_for_a_cycle_gone_do_not_stall_every_cycle() {
     assert_eq!(controller.lock().nodes.iter().next().unwrap().1.reported, 8);
 }
 
+/// A job id with control characters (or a line separator) is ignored by the global as
+/// a local controller refuses it: it would forge log lines and reach an administrator's
+/// terminal (`docs/security.md`, stage fields).
+#[tokio::test(start_paused = true)]
+async fn a_job_id_with_control_characters_is_ignored_by_the_global() {
+    let controller = controller();
+    let (a, _inbox) = attach(&controller, "a");
+    join(
+        &controller,
+        "a",
+        a,
+        1,
+        100,
+        "x\u{1b}[2J\u{1b}[31mRED\nFAKE LINE",
+    );
+    join(&controller, "a", a, 2, 200, "x\u{2028}y");
+    assert_eq!(node(&controller, "a").stages, 0);
+    join(&controller, "a", a, 3, 300, "ok");
+    assert_eq!(node(&controller, "a").stages, 1);
+}
+
 /// Both jobs of `SCHEDULED` busy: the shares of jobs A and B in a cycle ticking `at`
 /// after `started`, their usage reported for it.
 async fn busy_cycle_at(

@@ -243,7 +243,7 @@ async fn identify(
     // A job id never holds control characters (one would forge log lines and reach an
     // administrator's terminal): refused. Free text a real program may carry (its
     // `argv[0]`, account, host) is kept with them escaped.
-    if has_control(&identity.job_id) {
+    if bounds::has_control(&identity.job_id) {
         let reason = format!(
             "job id {} contains control characters",
             padll_wire::quote(&padll_wire::control::short(&identity.job_id))
@@ -336,15 +336,9 @@ async fn identify(
     Some(info)
 }
 
-/// Whether `text` holds a control character or a line or paragraph separator.
-fn has_control(text: &str) -> bool {
-    text.chars()
-        .any(|c| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}'))
-}
-
 /// `text` with its control characters escaped (`\n`, `\u{1b}`), as it is if none.
 fn escaped(text: String) -> String {
-    if has_control(&text) {
+    if bounds::has_control(&text) {
         padll_wire::escape(&text).to_string()
     } else {
         text
