@@ -969,6 +969,83 @@ fn attack14_stage_joined_flood_is_bounded() {
     drop(runtime);
 }
 
+/// Attack 16: one node's stages of ONE job (the job cap does not bite), each with the
+/// most mountpoints a stage may register (64) of the longest length (4 KiB), every
+/// field within the stage bounds: the global kept every byte (512 stages, 128 MiB;
+/// 4096 held 2 GiB and `ctl nodes` stopped answering, the snapshot copying them all
+/// under the state lock). It keeps of a stage's mountpoints the configured ones only,
+/// and a node's stages' names and mountpoints within a byte budget.
+#[test]
+fn attack16_one_node_s_stages_cannot_make_the_global_hold_their_mountpoints() {
+    let _turn = alone();
+    let mut cluster = Cluster::new(CONFIG);
+    cluster.start_global();
+    let pid = cluster.global_pid();
+    let (before, _) = rss_kib(pid);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let client = cluster.grpc_client("bloat");
+    let (_stream, total) = runtime.block_on(async move {
+        let mut client = client.await;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tx.send(LocalMessage {
+            body: Some(local_message::Body::Register(proto::Register {
+                node: "bloat".into(),
+                version: proto::VERSION,
+            })),
+        })
+        .unwrap();
+        let inbound = client
+            .attach(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
+            .await
+            .unwrap();
+        let mut total = 0u64;
+        for id in 0..512u64 {
+            let mountpoints = (0..64)
+                .map(|m| format!("/{id}-{m}-{}", "x".repeat(4000)))
+                .collect();
+            let message = LocalMessage {
+                body: Some(local_message::Body::StageJoined(proto::StageJoined {
+                    stage: Some(proto::Stage {
+                        stage_id: id,
+                        job_id: "one-job".into(),
+                        pid: id as u32 + 1,
+                        mountpoints,
+                        ..Default::default()
+                    }),
+                    announced: false,
+                })),
+            };
+            total += prost::Message::encoded_len(&message) as u64;
+            tx.send(message).unwrap();
+        }
+        ((tx, inbound), total)
+    });
+    wait_for(Duration::from_secs(60), "the stages to be taken in", || {
+        let s = cluster.try_snapshot()?;
+        let node = s.nodes.iter().find(|n| n.node == "bloat")?;
+        (node.bytes_in >= total).then_some(())
+    });
+    let (after, peak) = rss_kib(pid);
+    let started = Instant::now();
+    let out = cluster.ctl(&["nodes"]);
+    let answered = started.elapsed();
+    eprintln!(
+        "sent {total} bytes; global RSS before {before} KiB, after {after} KiB, peak {peak} KiB; ctl nodes in {answered:?}"
+    );
+    assert!(
+        out.status.success() && answered < Duration::from_secs(5),
+        "ctl nodes: {:?} after {answered:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        after < before + 64 * 1024,
+        "one node's stages hold {} MiB of the global controller",
+        (after - before) / 1024
+    );
+    drop(runtime);
+}
+
 /// Attack 15: what is at the socket path before start. A stale socket is replaced; a
 /// dangling symlink, a plain file, a directory writable by others and a live
 /// controller are refused in one line naming the path.

@@ -6,7 +6,7 @@
 //! One concept per module: `socket` (safe Unix sockets), `signals` (stop signals),
 //! `accept` (back-off and the descriptor limit), `connections` (capped TCP listeners),
 //! `log_limit` (peer-caused log lines), `budget` (partial lines' bytes) and
-//! `stage_fields` (the sizes of a stage's registration).
+//! `stage_fields` (the sizes of a stage's registration, and what the global keeps of it).
 
 mod accept;
 mod budget;

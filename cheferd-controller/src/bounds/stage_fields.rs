@@ -1,4 +1,5 @@
-//! The sizes of what a stage registers, checked before anything is kept.
+//! The sizes of what a stage registers, checked before anything is kept, and what the
+//! global controller keeps of a node's stages.
 
 /// Longest job id, user, account, host or program name a stage may register with (the
 /// stage's configuration refuses longer ones under a controller).
@@ -7,6 +8,26 @@ pub const MAX_NAME_BYTES: usize = padll_wire::config::MAX_NAME_BYTES;
 pub const MAX_MOUNTPOINTS: usize = padll_wire::channel::MAX_MOUNTS;
 /// Longest mountpoint, bytes (the longest a stage manages).
 pub const MAX_MOUNT_BYTES: usize = padll_wire::config::MAX_MOUNT_BYTES;
+
+/// Most bytes of names and mountpoints ([`stage_bytes`]) the global controller keeps of
+/// one node's stages and orphans together: 4096 stages (`max_stages_per_node`) of 512
+/// bytes (fields within [`check_stage`] alone let a node's stages hold 5 MiB).
+pub const MAX_STAGE_BYTES_PER_NODE: usize = 2 << 20;
+
+/// The bytes of names and mountpoints a stage's record keeps.
+pub fn stage_bytes(stage: &crate::proto::Stage) -> usize {
+    [
+        &stage.job_id,
+        &stage.user,
+        &stage.account,
+        &stage.hostname,
+        &stage.stage_name,
+    ]
+    .into_iter()
+    .chain(&stage.mountpoints)
+    .map(String::len)
+    .sum()
+}
 
 /// Checks the sizes of what a stage registers (every field is kept for as long as the
 /// stage runs, on the local and the global controller).

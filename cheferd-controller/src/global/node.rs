@@ -99,6 +99,10 @@ pub(super) struct Node {
     pub(super) jobs: HashMap<JobKey, usize>,
     /// Its report for the last cycle it was due was missing, and none came since.
     pub(super) missed: bool,
+    /// What its stages and orphans hold of names and mountpoints
+    /// ([`crate::bounds::stage_bytes`]), bounded by
+    /// [`crate::bounds::MAX_STAGE_BYTES_PER_NODE`].
+    pub(super) stage_bytes: usize,
 }
 
 impl Node {

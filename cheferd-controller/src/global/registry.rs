@@ -8,6 +8,7 @@ use super::cache::{self, PlanCache};
 use super::node::{Node, NodeHandle, Nodes, Outbox, Slot, StageRecord};
 use super::service_times::ServiceTimes;
 use super::{enforce, schedule, Controller, State};
+use crate::bounds::stage_bytes;
 use crate::config::{Resource, ResourceConfig};
 use crate::plan::StageUsage;
 use crate::policy::JobKey;
@@ -88,6 +89,7 @@ impl Controller {
             jobs: HashMap::new(),
             missed: false,
             report_at: None,
+            stage_bytes: 0,
         };
         if let Some(mut previous) = state.nodes.remove(name) {
             if previous.detached {
@@ -101,6 +103,7 @@ impl Controller {
             }
             node.orphans = previous.orphans;
             node.orphaned_at = previous.orphaned_at;
+            node.stage_bytes = previous.stage_bytes; // its stages are orphans now
             state.nodes.unsettled = true;
         }
         let now = Instant::now();
@@ -113,7 +116,7 @@ impl Controller {
     }
 
     /// What a message of the `stream` of node `name` does.
-    pub(super) fn handle(&self, name: &str, stream: NodeHandle, message: LocalMessage) {
+    pub(super) fn handle(&self, name: &str, stream: NodeHandle, mut message: LocalMessage) {
         let size = message.encoded_len() as u64;
         // Placement reads its feed: chosen outside the state lock.
         let placed = match (&message.body, &self.placement) {
@@ -146,7 +149,7 @@ impl Controller {
         if let Some(local_message::Body::StageJoined(proto::StageJoined {
             stage: Some(stage),
             announced,
-        })) = &message.body
+        })) = &mut message.body
         {
             if let Err(why) = admit_stage(&state, stream, stage) {
                 crate::limited_warn!(
@@ -161,7 +164,7 @@ impl Controller {
                 return;
             }
             job = state.jobs.intern(&stage.job_id);
-            if !announced
+            if !*announced
                 && !state
                     .nodes
                     .get(stream)
@@ -195,11 +198,13 @@ impl Controller {
                 let stage_id = stage.stage_id;
                 // Its usage carries over, so the next split treats it as before; its rules
                 // are sent again (the ones it runs on may predate the last ones planned).
-                let usage = node
-                    .orphans
-                    .remove(&stage.pid)
-                    .map(|orphan| orphan.usage)
-                    .unwrap_or_default();
+                let usage = match node.orphans.remove(&stage.pid) {
+                    Some(orphan) => {
+                        node.stage_bytes -= stage_bytes(&orphan.stage);
+                        orphan.usage
+                    }
+                    None => Vec::new(),
+                };
                 let mut sent = None;
                 if let Some((rules, rates)) = provisional.filter(|(r, _)| !r.is_empty()) {
                     let enforce = GlobalMessage {
@@ -220,13 +225,16 @@ impl Controller {
                     slot: Slot::New(sent),
                 };
                 *node.jobs.entry(job).or_insert(0) += 1;
+                node.stage_bytes += stage_bytes(&record.stage);
                 if let Some(old) = node.stages.insert(stage_id, record) {
+                    node.stage_bytes -= stage_bytes(&old.stage);
                     forget_job(&mut node.jobs, old.job);
                 }
                 cache.invalidate();
             }
             Some(local_message::Body::StageLeft(proto::StageLeft { stage_id })) => {
                 if let Some(old) = node.stages.remove(&stage_id) {
+                    node.stage_bytes -= stage_bytes(&old.stage);
                     forget_job(&mut node.jobs, old.job);
                 }
                 cache.invalidate();
@@ -370,7 +378,9 @@ pub(super) fn release_expired_orphans(nodes: &mut Nodes, cache: &mut PlanCache, 
                     "stages gone for {ORPHAN_GRACE:?} are presumed ended; their share is released"
                 );
             }
-            node.orphans.clear();
+            for (_, orphan) in std::mem::take(&mut node.orphans) {
+                node.stage_bytes -= stage_bytes(&orphan.stage);
+            }
             node.orphaned_at = None;
         }
         let kept = !(node.detached && node.orphans.is_empty());
@@ -481,19 +491,38 @@ enum BadUsage {
 const MAX_REPORTED_RATE: f64 = padll_wire::channel::MAX_RATE as f64;
 
 /// Whether a node may register one more stage: its fields fit, and the node stays
-/// within `max_stages_per_node` and `max_jobs_per_node`.
+/// within `max_stages_per_node`, `max_jobs_per_node` and
+/// [`MAX_STAGE_BYTES_PER_NODE`](crate::bounds::MAX_STAGE_BYTES_PER_NODE). Of the
+/// stage's mountpoints, only those the global controller uses are kept
+/// ([`keep_used_mountpoints`]).
 fn admit_stage(
     state: &State,
     stream: NodeHandle,
-    stage: &proto::Stage,
+    stage: &mut proto::Stage,
 ) -> Result<(), StageRefused> {
     crate::bounds::check_stage(stage)?;
     if crate::bounds::has_control(&stage.job_id) {
         return Err(StageRefused::JobId);
     }
+    keep_used_mountpoints(stage, &state.config.resources);
     let Some(node) = state.nodes.get(stream) else {
         return Ok(()); // dropped later: the stream was replaced
     };
+    // What it replaces (the same stage again, or the orphan it is) frees its bytes.
+    let freed: usize = node
+        .stages
+        .get(&stage.stage_id)
+        .into_iter()
+        .chain(node.orphans.get(&stage.pid))
+        .map(|record| stage_bytes(&record.stage))
+        .sum();
+    let bytes = stage_bytes(stage);
+    if node.stage_bytes - freed + bytes > crate::bounds::MAX_STAGE_BYTES_PER_NODE {
+        return Err(StageRefused::Bytes {
+            held: node.stage_bytes,
+            bytes,
+        });
+    }
     let limits = &state.config.limits;
     if node.stages.contains_key(&stage.stage_id) {
         return Ok(());
@@ -521,10 +550,33 @@ enum StageRefused {
     /// the id would forge log lines and reach an administrator's terminal).
     #[error("its job id contains control characters")]
     JobId,
+    /// The node's stages hold `held` bytes of names and mountpoints; this one's `bytes`
+    /// would take them past the budget.
+    #[error(
+        "its {bytes} bytes of names and mountpoints would take the node's stages past {} \
+         bytes (they hold {held})",
+        crate::bounds::MAX_STAGE_BYTES_PER_NODE
+    )]
+    Bytes { held: usize, bytes: usize },
     /// The node holds `max_stages_per_node` stages (this many).
     #[error("the node has {0} stages (max_stages_per_node)")]
     Stages(usize),
     /// The node has stages of `max_jobs_per_node` jobs (this many).
     #[error("the node has stages of {0} jobs (max_jobs_per_node)")]
     Jobs(usize),
+}
+
+/// Keeps of `stage`'s mountpoints only those of configured resources, each once: the
+/// global controller compares them with nothing else, and keeps a stage's record for as
+/// long as it runs (64 mountpoints of 4 KiB a stage, 4096 stages of one node, held a
+/// gibibyte). Which resources there are is fixed for the controller's life (`ctl`
+/// changes their policy and rate only), so none dropped is needed later.
+fn keep_used_mountpoints(stage: &mut proto::Stage, resources: &[ResourceConfig]) {
+    let mut used: Vec<String> = Vec::new();
+    for mount in std::mem::take(&mut stage.mountpoints) {
+        if !used.contains(&mount) && resources.iter().any(|r| r.resource.mount == mount) {
+            used.push(mount);
+        }
+    }
+    stage.mountpoints = used;
 }

@@ -305,7 +305,7 @@ pub struct StageSnapshot {
     pub uid: u32,
     /// Program name.
     pub name: String,
-    /// Mountpoints.
+    /// Its mountpoints of configured resources (the global controller keeps no other).
     pub mountpoints: Vec<String>,
     /// Usage per resource.
     pub usage: BTreeMap<String, f64>,

@@ -497,6 +497,68 @@ async fn a_job_id_with_control_characters_is_ignored_by_the_global() {
     assert_eq!(node(&controller, "a").stages, 1);
 }
 
+/// A stage's record keeps of its mountpoints the configured ones only, each once, and a
+/// node's stages and orphans together at most `MAX_STAGE_BYTES_PER_NODE` of names and
+/// mountpoints: past it a stage is ignored. Bytes come back as stages leave and as
+/// orphans re-register or are released.
+#[tokio::test(start_paused = true)]
+async fn a_node_s_stages_keep_only_used_mountpoints_within_a_byte_budget() {
+    let controller = controller();
+    let (a, _inbox) = attach(&controller, "a");
+    let long = "n".repeat(crate::bounds::MAX_NAME_BYTES);
+    let stage = |id: u64| proto::Stage {
+        stage_id: id,
+        job_id: "J".into(),
+        pid: id as u32,
+        user: long.clone(),
+        account: long.clone(),
+        hostname: long.clone(),
+        stage_name: long.clone(),
+        mountpoints: (0..64)
+            .map(|m| match m % 2 {
+                0 => "/scratch".into(),
+                _ => format!("/{m}-{}", "x".repeat(4000)),
+            })
+            .collect(),
+        ..proto::Stage::default()
+    };
+    let joined = |id| {
+        local_message::Body::StageJoined(proto::StageJoined {
+            stage: Some(stage(id)),
+            announced: false,
+        })
+    };
+    let bytes = || controller.lock().nodes.iter().next().unwrap().1.stage_bytes;
+    for id in 0..4096 {
+        send(&controller, "a", a, joined(id));
+    }
+    let kept = 1 + 4 * long.len() + "/scratch".len();
+    let fit = crate::bounds::MAX_STAGE_BYTES_PER_NODE / kept;
+    let snapshot = controller.snapshot();
+    assert_eq!(snapshot.stages.len(), fit);
+    assert!(snapshot
+        .stages
+        .iter()
+        .all(|s| s.mountpoints == ["/scratch"]));
+    assert_eq!(bytes(), fit * kept);
+    // The same stage again, or an orphan re-registering, takes the place it held.
+    send(&controller, "a", a, joined(0));
+    let (a, _inbox) = attach(&controller, "a");
+    assert_eq!(bytes(), fit * kept);
+    send(&controller, "a", a, joined(1));
+    assert_eq!((node(&controller, "a").stages, bytes()), (1, fit * kept));
+    send(
+        &controller,
+        "a",
+        a,
+        local_message::Body::StageLeft(proto::StageLeft { stage_id: 1 }),
+    );
+    assert_eq!(bytes(), (fit - 1) * kept);
+    advance_to(Instant::now() + ORPHAN_GRACE).await;
+    controller.cycle().await;
+    assert_eq!(bytes(), 0);
+}
+
 /// Both jobs of `SCHEDULED` busy: the shares of jobs A and B in a cycle ticking `at`
 /// after `started`, their usage reported for it.
 async fn busy_cycle_at(
