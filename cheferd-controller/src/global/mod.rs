@@ -76,7 +76,7 @@ pub use enforce::PROVISIONAL_SHARE;
 pub use latency::{LatencyHistogram, LATENCY_BUCKETS};
 pub(crate) use leadership::{utc, Role};
 pub use leadership::{Leader, Leadership, LeadershipStatus, RoleName, LEADER_METADATA};
-pub use registry::ORPHAN_GRACE;
+pub use registry::{ORPHAN_GRACE, REPLACED};
 pub use relay::{MAX_BATCH_BYTES as MAX_RELAY_BATCH_BYTES, MAX_LINKS as MAX_RELAY_LINKS};
 #[cfg(feature = "lab")]
 pub(crate) use schedule::spread_window;

@@ -28,11 +28,22 @@ use tracing::{debug, info, warn};
 /// 5 s backoff; a stage missing for longer is presumed gone with its node.
 pub const ORPHAN_GRACE: Duration = Duration::from_secs(30);
 
+/// How the status that ends a stream replaced by its node's new one begins (`ABORTED`):
+/// a local controller that reads it backs off (two running as one node knocked each
+/// other off every 100 ms).
+pub const REPLACED: &str = "replaced by another attachment";
+
 impl Controller {
-    /// Registers the node `name` whose stream queues to `outbox` (replacing its previous
-    /// stream, whose stages become orphans); returns the handle this stream's messages
-    /// find the node by (nothing, once the stream is replaced).
-    pub(super) fn attach_node(&self, name: &str, outbox: Outbox) -> Result<NodeHandle, Status> {
+    /// Registers the node `name` whose stream, from `peer` (an address), queues to
+    /// `outbox`, replacing its previous stream: that one is ended with a status saying
+    /// so ([`REPLACED`]), its stages become orphans. Returns the handle this stream's
+    /// messages find the node by (nothing, once the stream is replaced).
+    pub(super) fn attach_node(
+        &self,
+        name: &str,
+        peer: &str,
+        outbox: Outbox,
+    ) -> Result<NodeHandle, Status> {
         let mut state = self.lock();
         let max_nodes = state.config.limits.max_nodes;
         if !state.nodes.contains_key(name) && state.nodes.len() >= max_nodes {
@@ -97,8 +108,15 @@ impl Controller {
             } else {
                 warn!(
                     node = %short(name),
+                    from = peer,
                     "node re-attached; its previous stream is replaced"
                 );
+                // Its local controller is gone (a new one took over), or another runs
+                // as this node: tell the latter why, which it tells its operator.
+                let _ = previous.outbox.send(Err(Status::aborted(format!(
+                    "{REPLACED} for node {} from {peer}",
+                    padll_wire::quote(&short(name))
+                ))));
                 orphan_stages(&mut previous);
             }
             node.orphans = previous.orphans;

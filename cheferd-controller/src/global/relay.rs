@@ -115,7 +115,7 @@ impl Controller {
             link,
             relay: relay.outbox.clone(),
         };
-        let stream = self.attach_node(&name, outbox)?;
+        let stream = self.attach_node(&name, "a relay", outbox)?;
         Ok(Link {
             name: name.into(),
             stream,

@@ -44,11 +44,14 @@ impl proto::global_server::Global for Service {
         &self,
         request: Request<Streaming<LocalMessage>>,
     ) -> Result<Response<Self::AttachStream>, Status> {
+        let peer = request
+            .remote_addr()
+            .map_or_else(|| "an unknown address".into(), |addr| addr.to_string());
         let (name, mut inbound) = registered(request, self.authenticate).await?;
         self.controller.leadership().admit()?;
         let (outbox, receiver) = outbox::channel();
         let controller = self.controller.clone();
-        let stream = controller.attach_node(&name, Outbox::Direct(outbox))?;
+        let stream = controller.attach_node(&name, &peer, Outbox::Direct(outbox))?;
         tokio::spawn(async move {
             loop {
                 match inbound.message().await {
@@ -182,7 +185,7 @@ impl Controller {
         let mut messages = messages.into_iter();
         let name = register_name(messages.next())?;
         let (outbox, receiver) = outbox::channel();
-        let stream = self.attach_node(&name, Outbox::Direct(outbox))?;
+        let stream = self.attach_node(&name, "a fed stream", Outbox::Direct(outbox))?;
         for message in messages {
             self.handle(&name, stream, message);
         }

@@ -17,11 +17,13 @@ use crate::proto::{
 use crate::standby::follow::{reconnecting, Globals, Verdict};
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 use tonic::transport::Channel;
-use tonic::{Status, Streaming};
-use tracing::{debug, info, warn};
+use tonic::{Code, Status, Streaming};
+use tracing::{debug, error, info, warn};
 
 /// Messages queued to the global controller at most, beyond one per stage the local
 /// controller may hold (`--max-connections`: each stage is announced as the stream
@@ -78,21 +80,63 @@ impl Upstream {
     }
 }
 
+/// The first wait before attaching again once the global controller replaced this
+/// node's stream by another attachment of the node (see [`Replacements`]).
+const FIRST_REPLACED_BACKOFF: Duration = Duration::from_secs(1);
+/// The longest such wait.
+const MAX_REPLACED_BACKOFF: Duration = Duration::from_secs(30);
+/// A stream that lived this long (longer than [`MAX_REPLACED_BACKOFF`], so that two
+/// local controllers of one node taking turns never do) forgives earlier replacements.
+const LIVED_LONG: Duration = Duration::from_secs(60);
+
+/// How long to wait before attaching again after the global controller replaced this
+/// node's stream ([`crate::global::REPLACED`]): another local controller runs as this
+/// node (the same certificate), and each attaching knocked the other off, every 100 ms
+/// for good. Doubles from [`FIRST_REPLACED_BACKOFF`] to [`MAX_REPLACED_BACKOFF`]. A
+/// local controller that restarts is not concerned: its old stream is gone, its new
+/// one attaches at once.
+#[derive(Default)]
+struct Replacements {
+    backoff: Duration,
+}
+
+impl Replacements {
+    /// The wait after a stream that lived `lived` ended, `replaced` or not.
+    fn after(&mut self, replaced: bool, lived: Duration) -> Duration {
+        if lived >= LIVED_LONG {
+            self.backoff = Duration::ZERO;
+        }
+        if !replaced {
+            return Duration::ZERO;
+        }
+        self.backoff = (self.backoff * 2).clamp(FIRST_REPLACED_BACKOFF, MAX_REPLACED_BACKOFF);
+        self.backoff
+    }
+}
+
 /// Keeps one stream to the global controller, re-establishing it with backoff.
 pub(super) async fn upstream_loop(local: Arc<Local>, globals: Globals) {
+    let replacements = Mutex::new(Replacements::default());
     reconnecting(globals, |mut globals, channel| {
         let local = local.clone();
+        let replacements = &replacements;
         async move {
-            let (attached, wrapped) = attach(&local, &mut globals, channel).await;
+            let (attached, wrapped) = attach(&local, &mut globals, channel, replacements).await;
             (globals, attached, wrapped)
         }
     })
     .await;
 }
 
-/// One stream on `channel`, until it ends. Returns whether the global controller took
-/// it, and whether the list of globals wrapped in moving on.
-async fn attach(local: &Local, globals: &mut Globals, channel: Channel) -> (bool, bool) {
+/// One stream on `channel`, until it ends (and the wait [`Replacements`] says after
+/// it). Returns whether the global controller took it, and whether the list of globals
+/// wrapped in moving on.
+async fn attach(
+    local: &Local,
+    globals: &mut Globals,
+    channel: Channel,
+    replacements: &Mutex<Replacements>,
+) -> (bool, bool) {
     let capacity = local.options.limits.max_connections + MAX_QUEUED;
     let (queue, receiver) = upstream_queue::bounded(capacity);
     let upstream = Arc::new(Upstream {
@@ -117,21 +161,31 @@ async fn attach(local: &Local, globals: &mut Globals, channel: Channel) -> (bool
         *local.lock_upstream() = Some(upstream.clone());
     }
     let mut client = GlobalClient::new(channel);
+    let mut wait = Duration::ZERO;
     let outcome = match client.attach(receiver).await {
         Ok(response) => {
             info!(global = %globals.url(), "attached to the global controller");
+            let attached = Instant::now();
             let ended = follow(local, globals, response.into_inner(), &upstream).await;
-            if ended == Ended::Unread {
-                warn!(
+            wait = padll_wire::sync::lock(replacements)
+                .after(matches!(ended, Ended::Replaced(_)), attached.elapsed());
+            match &ended {
+                Ended::Replaced(why) => error!(
+                    global = %globals.url(),
+                    "the global controller ended this node's stream: {why}; is another \
+                     local controller running as node {}? Attaching again in {wait:?}; \
+                     stages keep their last rules",
+                    padll_wire::quote(&local.options.node)
+                ),
+                Ended::Unread => warn!(
                     global = %globals.url(),
                     "lost the global controller: it did not read the {capacity} messages \
                      queued to it; stages keep their last rules"
-                );
-            } else {
-                warn!(
+                ),
+                Ended::Lost | Ended::Left => warn!(
                     global = %globals.url(),
                     "lost the global controller; stages keep their last rules"
-                );
+                ),
             }
             // A deposed leader is not a stream taken: reconnecting backs off as from
             // a refusal, or a local that reaches only it would retry every few ms.
@@ -148,6 +202,7 @@ async fn attach(local: &Local, globals: &mut Globals, channel: Channel) -> (bool
     };
     *local.lock_upstream() = None;
     local.placements.clear();
+    tokio::time::sleep(wait).await;
     outcome
 }
 
@@ -170,6 +225,9 @@ enum Ended {
     Left,
     /// It was given up: its queue was full.
     Unread,
+    /// The global controller replaced it by another attachment of this node (the
+    /// status's message says from where).
+    Replaced(String),
 }
 
 /// Follows the global controller's messages and pushes usage on its schedule until the
@@ -207,6 +265,13 @@ fn received(
     let message = match message {
         Ok(Some(message)) => message,
         Ok(None) => return ControlFlow::Break(Ended::Lost),
+        Err(status)
+            if status.code() == Code::Aborted
+                && status.message().starts_with(crate::global::REPLACED) =>
+        {
+            let why = padll_wire::control::short(status.message());
+            return ControlFlow::Break(Ended::Replaced(why));
+        }
         Err(status) => {
             debug!("global stream error: {status}");
             return ControlFlow::Break(Ended::Lost);
@@ -325,6 +390,118 @@ mod tests {
         }
     }
 
+    /// A global controller that replaces every stream at once by another attachment of
+    /// its node, as it does when two local controllers run as one node; it records when
+    /// each stream came.
+    #[derive(Clone, Default)]
+    struct Replacing {
+        attached: Arc<Mutex<Vec<std::time::Instant>>>,
+    }
+
+    #[tonic::async_trait]
+    impl global_server::Global for Replacing {
+        type AttachStream = Boxed<GlobalMessage>;
+        type RelayStream = Boxed<RelayDown>;
+
+        async fn attach(
+            &self,
+            request: Request<Streaming<LocalMessage>>,
+        ) -> Result<Response<Self::AttachStream>, Status> {
+            self.attached
+                .lock()
+                .unwrap()
+                .push(std::time::Instant::now());
+            let schedule = GlobalMessage {
+                body: Some(global_message::Body::Schedule(proto::Schedule {
+                    cycle: 1,
+                    report_in_ms: 1000,
+                    interval_ms: 1000,
+                })),
+            };
+            let replaced = Status::aborted(format!(
+                "{} for node 'n1' from 127.0.0.1:9",
+                crate::global::REPLACED
+            ));
+            drop(request);
+            Ok(Response::new(Box::pin(tokio_stream::iter([
+                Ok(schedule),
+                Err(replaced),
+            ]))))
+        }
+
+        async fn relay(
+            &self,
+            _: Request<Streaming<RelayUp>>,
+        ) -> Result<Response<Self::RelayStream>, Status> {
+            Err(Status::unimplemented("relay"))
+        }
+
+        async fn standing(
+            &self,
+            _: Request<StandingRequest>,
+        ) -> Result<Response<StandingReply>, Status> {
+            Err(Status::unimplemented("standing"))
+        }
+    }
+
+    fn local(url: &str) -> Arc<Local> {
+        let options = LocalOptions {
+            node: "n1".into(),
+            socket: "/nonexistent".into(),
+            global: url.into(),
+            tls: None,
+            report_interval: Duration::from_secs(1),
+            limits: LocalLimits::default(),
+            default_limit: DefaultLimit::Off,
+        };
+        let directories = crate::local::user_files::UserDirectories::disabled();
+        Arc::new(Local::new(options, directories))
+    }
+
+    /// Two local controllers running as one node knocked each other off every 100 ms
+    /// for good: one whose stream the global controller replaced backs off, 1 s
+    /// doubling to 30 s, until a stream lives a minute; any other loss costs no wait.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_local_whose_stream_is_replaced_backs_off_ever_longer() {
+        let mut replacements = Replacements::default();
+        let short = Duration::from_millis(100);
+        let waits: Vec<_> = (0..7).map(|_| replacements.after(true, short)).collect();
+        let secs = Duration::from_secs;
+        assert_eq!(
+            waits,
+            [
+                secs(1),
+                secs(2),
+                secs(4),
+                secs(8),
+                secs(16),
+                secs(30),
+                secs(30)
+            ]
+        );
+        assert_eq!(replacements.after(false, short), Duration::ZERO);
+        assert_eq!(replacements.after(true, LIVED_LONG), secs(1));
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let global = Replacing::default();
+        let server = tonic::transport::Server::builder()
+            .add_service(global_server::GlobalServer::new(global.clone()))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
+        let server = tokio::spawn(server);
+        let upstream = tokio::spawn(upstream_loop(
+            local(&url),
+            Globals::new(&url, None).unwrap(),
+        ));
+        let attached = || global.attached.lock().unwrap().clone();
+        within("three streams", || attached().len() == 3).await;
+        let at = attached();
+        assert!(at[1] - at[0] >= secs(1), "{:?}", at[1] - at[0]);
+        assert!(at[2] - at[1] >= secs(2), "{:?}", at[2] - at[1]);
+        upstream.abort();
+        server.abort();
+    }
+
     /// Waits (30 s at most) until `done`.
     async fn within(what: &str, done: impl Fn() -> bool) {
         let start = std::time::Instant::now();
@@ -349,17 +526,7 @@ mod tests {
             .add_service(global_server::GlobalServer::new(global.clone()))
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
         let server = tokio::spawn(server);
-        let options = LocalOptions {
-            node: "n1".into(),
-            socket: "/nonexistent".into(),
-            global: url.clone(),
-            tls: None,
-            report_interval: Duration::from_secs(1),
-            limits: LocalLimits::default(),
-            default_limit: DefaultLimit::Off,
-        };
-        let directories = crate::local::user_files::UserDirectories::disabled();
-        let local = Arc::new(Local::new(options, directories));
+        let local = local(&url);
         let upstream = tokio::spawn(upstream_loop(
             local.clone(),
             Globals::new(&url, None).unwrap(),
