@@ -13,6 +13,7 @@ use cheferd_controller::config::GlobalConfig;
 use cheferd_controller::global::Controller;
 use cheferd_controller::proto::{LocalMessage, RelayUp};
 use padll_wire::channel::{MAX_CHANNELS, MAX_RATE};
+use padll_wire::config::{burst_for, MAX_BURST_MS};
 use padll_wire::control::{self, ControlMessage, LastRules, StageMessage};
 use prost::Message;
 use std::sync::Arc;
@@ -271,7 +272,8 @@ pub fn stage_config(data: &[u8]) {
         .chain(config.default_limits.iter().flatten())
     {
         assert!((1..=MAX_RATE).contains(&spec.rate), "{spec:?}");
-        assert!(spec.burst >= 1, "{spec:?}");
+        let most = burst_for(spec.rate, MAX_BURST_MS);
+        assert!((1..=most).contains(&spec.burst), "{spec:?}");
         if let Some(mount) = &spec.mount {
             assert!(config.mounts.contains(mount), "{spec:?}");
         }

@@ -724,9 +724,21 @@ pub enum LoadErrorKind {
     /// A limit that does not parse.
     #[error(transparent)]
     Rule(#[from] RuleError),
-    /// A limit's burst of 0 (its selector).
-    #[error("burst = 0: must be at least 1 (selector {})", crate::quote(.0))]
-    ZeroBurst(String),
+    /// A limit's burst of 0, or deeper than [`MAX_BURST_MS`] of its rate: the bound
+    /// `burst_ms` has, so a burst cannot switch a limit off either.
+    #[error(
+        "burst = {burst}: must be 1 to {most} ({} s of the rate) (selector {})",
+        MAX_BURST_MS / 1000,
+        crate::quote(.selector)
+    )]
+    Burst {
+        /// The burst as given.
+        burst: u64,
+        /// The deepest allowed: [`MAX_BURST_MS`] of the rate.
+        most: u64,
+        /// The limit's selector.
+        selector: String,
+    },
     /// A default limit that names no limit (the text).
     #[error("{} names no limit (give SELECTOR=RATE limits, or 0 for none)", crate::quote(.0))]
     NoLimit(String),
@@ -972,8 +984,13 @@ pub fn load(var: &dyn Fn(&'static str) -> Option<String>) -> Result<Config, Load
                 let rule = format!("{}={}", limit.selector, limit.rate.0);
                 let mut spec = limits_of(&rule, &origin)?.remove(0);
                 if let Some(burst) = limit.burst {
-                    if burst == 0 {
-                        return Err(origin.refuse(LoadErrorKind::ZeroBurst(limit.selector.clone())));
+                    let most = burst_for(spec.rate, MAX_BURST_MS);
+                    if !(1..=most).contains(&burst) {
+                        return Err(origin.refuse(LoadErrorKind::Burst {
+                            burst,
+                            most,
+                            selector: limit.selector.clone(),
+                        }));
                     }
                     spec.burst = burst;
                 }
@@ -1651,7 +1668,7 @@ mod tests {
         );
         assert_eq!(zero.origin, at("limit[1]"));
         assert!(
-            matches!(&zero.kind, LoadErrorKind::ZeroBurst(s) if s == "getattr"),
+            matches!(&zero.kind, LoadErrorKind::Burst { burst: 0, selector, .. } if selector == "getattr"),
             "{zero}"
         );
         let burst_ms = load_file("burst_ms = 0\n");
@@ -1811,6 +1828,42 @@ mod tests {
         // A batch system's variable is read as well as it can be.
         let config = load_bytes(&[("SLURM_JOB_ID", b"j\xff")]).unwrap();
         assert_eq!(config.identity.job_id, "j\u{fffd}");
+    }
+
+    /// A `[[limit]] burst` is bounded as `burst_ms` is: a minute of the rate (a burst of
+    /// 99999999999999 at 5/s was taken, a limit that never binds).
+    #[test]
+    fn a_limit_burst_deeper_than_a_minute_of_its_rate_is_refused() {
+        let dir =
+            std::env::temp_dir().join(format!("padll-config-limit-burst-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("padll.toml");
+        let file = path.to_str().unwrap();
+        let limit = |rate: &str, burst: u64| {
+            let text = format!("[[limit]]\nselector = \"data\"\nrate = {rate}\nburst = {burst}\n");
+            std::fs::write(&path, text).unwrap();
+            load_from(&[("PADLL_CONFIG", file)])
+        };
+        assert_eq!(limit("5", 300).unwrap().limits[0].burst, 300);
+        assert_eq!(
+            limit("\"1MiB/s\"", 60 << 20).unwrap().limits[0].burst,
+            60 << 20
+        );
+        for (rate, burst, most) in [
+            ("5", 301, 300),
+            ("5", 99_999_999_999_999, 300),
+            ("\"1MiB/s\"", (60 << 20) + 1, 60 << 20),
+        ] {
+            let error = limit(rate, burst).unwrap_err();
+            assert_eq!(
+                error,
+                format!(
+                    "PADLL_CONFIG: '{file}': limit[0]: burst = {burst}: must be 1 to {most} \
+                     (60 s of the rate) (selector 'data')"
+                )
+            );
+        }
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
