@@ -233,6 +233,7 @@ pub fn global_config(data: &[u8]) {
 /// The stage's configuration: `NAME=VALUE` lines (the environment, `PADLL_CONFIG`
 /// excepted), then a line `---`, then the TOML file `PADLL_CONFIG` names (without the
 /// `---` line: all of it is the file).
+/// The warnings about unknown `PADLL_*` names stay one line each.
 pub fn stage_config(data: &[u8]) {
     let Some(text) = text(data) else { return };
     let (env, toml) = match text.split_once("\n---\n") {
@@ -244,6 +245,10 @@ pub fn stage_config(data: &[u8]) {
         .filter_map(|l| l.split_once('='))
         .filter(|(k, _)| *k != "PADLL_CONFIG")
         .collect();
+    let names = env.iter().map(|(name, _)| std::ffi::OsString::from(name));
+    for warning in padll_wire::config::unknown_variables(names) {
+        assert!(!warning.contains('\n'), "{warning}");
+    }
     let path = std::env::temp_dir().join(format!("padll-fuzz-stage-{}.toml", std::process::id()));
     std::fs::write(&path, toml).expect("writing the configuration file");
     let path = path.to_str().expect("a UTF-8 temporary path").to_string();

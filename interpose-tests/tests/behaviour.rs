@@ -475,6 +475,52 @@ fn a_bad_configuration_runs_the_program_unthrottled_with_one_line() {
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("ops="));
 }
 
+/// A mistyped variable (`PADLL_RULE`) and limits without a mountpoint meant no limits
+/// without a word: each is said in one line, and the program runs.
+#[test]
+fn a_mistyped_variable_or_limits_without_a_mountpoint_are_said_in_one_line() {
+    let _turn = crate::util::together();
+    let dir = mountpoint("mistyped");
+    let mount = dir.path().display().to_string();
+    let preload = ("LD_PRELOAD", library().display().to_string());
+    let said = |env: &[(&str, &str)]| {
+        let mut env: Vec<(String, String)> = (env.iter())
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        env.push((preload.0.into(), preload.1.clone()));
+        let out = run(probe(), &["stat-loop", &mount, "0.1"], dir.path(), &env);
+        assert!(out.status.success());
+        assert!(String::from_utf8_lossy(&out.stdout).starts_with("ops="));
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let mut lines: Vec<String> = stderr.lines().map(String::from).collect();
+        lines.sort();
+        lines
+    };
+    let pid_and = |line: &str| line.split_once(": ").map(|(_, rest)| rest.to_string());
+    let typos = said(&[("PADLL_RULE", "metadata=10/s"), ("PADLL_MOUNT", &mount)]);
+    assert_eq!(
+        typos.iter().filter_map(|l| pid_and(l)).collect::<Vec<_>>(),
+        [
+            "PADLL_MOUNT is no PADLL variable: it is ignored (did you mean PADLL_MOUNTS?)",
+            "PADLL_RULE is no PADLL variable: it is ignored (did you mean PADLL_RULES?)",
+        ],
+        "{typos:?}"
+    );
+    let no_mount = said(&[("PADLL_RULES", "metadata=10/s")]);
+    assert_eq!(
+        no_mount
+            .iter()
+            .filter_map(|l| pid_and(l))
+            .collect::<Vec<_>>(),
+        [
+            "the limit 'metadata=10/s' limits nothing: no mountpoint is registered \
+             (PADLL_MOUNTS, or mounts in PADLL_CONFIG); every call passes through"
+        ],
+        "{no_mount:?}"
+    );
+    assert_eq!(said(&[("PADLL_RULE", "x"), ("PADLL_LOG", "off")]), [""; 0]);
+}
+
 #[test]
 fn the_stage_is_silent_and_leaves_no_files() {
     let _turn = crate::util::together();

@@ -156,7 +156,14 @@ extern "C" fn on_load() {
         }
         tsc::start();
         let _io = StageIo::enter();
-        let config = match config::load_os(&|name| std::env::var_os(name)) {
+        let loaded = config::load_os(&|name| std::env::var_os(name));
+        if let Ok(config) = &loaded {
+            LOG_LEVEL.store(config.log as u8, Ordering::Relaxed);
+        }
+        for warning in config::unknown_variables(std::env::vars_os().map(|(name, _)| name)) {
+            log(LogLevel::Error, &warning);
+        }
+        let config = match loaded {
             Ok(config) => config,
             Err(message) => {
                 log(
@@ -166,7 +173,6 @@ extern "C" fn on_load() {
                 return;
             }
         };
-        LOG_LEVEL.store(config.log as u8, Ordering::Relaxed);
         if let Err(message) = start(&config) {
             log(
                 LogLevel::Error,
@@ -219,10 +225,29 @@ fn start(config: &Config) -> Result<(), StartError> {
         passing_rules,
     });
     if table.is_empty() {
-        log(
-            LogLevel::Info,
-            "no mountpoint registered; every call passes through",
-        );
+        // Limits or a controller without a mountpoint do nothing: a configuration
+        // problem, said as one (a lone stage, with neither, is only idle).
+        let unused = match (config.limits.first(), &config.controller) {
+            (Some(limit), _) => Some(format!(
+                "the limit {}",
+                padll_wire::quote(&limit.to_string())
+            )),
+            (None, Some(socket)) => Some(format!("the controller {}", padll_wire::quote(socket))),
+            (None, None) => None,
+        };
+        match unused {
+            Some(what) => log(
+                LogLevel::Error,
+                &format!(
+                    "{what} limits nothing: no mountpoint is registered \
+                     (PADLL_MOUNTS, or mounts in PADLL_CONFIG); every call passes through"
+                ),
+            ),
+            None => log(
+                LogLevel::Info,
+                "no mountpoint registered; every call passes through",
+            ),
+        }
         return Ok(());
     }
     placement::configure(table.names(), &config.placement, config.placement_wait_ms);

@@ -868,6 +868,75 @@ fn fit_channels(limits: &[ChannelSpec], mounts: &[String]) -> Result<(), LoadErr
     Ok(())
 }
 
+/// The variables [`load`] reads of its own: the stage's settings.
+pub const VARIABLES: [&str; 16] = [
+    "PADLL_MOUNTS",
+    "PADLL_RULES",
+    "PADLL_BURST_MS",
+    "PADLL_LIMIT_SCOPE",
+    "PADLL_JOB_ID",
+    "PADLL_JOB_SIZE",
+    "PADLL_USER",
+    "PADLL_ACCOUNT",
+    "PADLL_STATS",
+    "PADLL_CONTROLLER",
+    "PADLL_CONTROLLER_UID",
+    "PADLL_PLACEMENT",
+    "PADLL_PLACEMENT_WAIT_MS",
+    "PADLL_DEFAULT_LIMIT",
+    "PADLL_LOG",
+    "PADLL_CONFIG",
+];
+
+/// The other `PADLL_*` variables PADLL reads: `padll run`'s library, `padll-bench`'s
+/// settings and the tests' strictness. They stay in the environment of the programs
+/// the stage runs in, so they are known to it too.
+const TOOL_VARIABLES: [&str; 6] = [
+    "PADLL_LIBRARY",
+    "PADLL_BENCH_MILLIS",
+    "PADLL_BENCH_RATES",
+    "PADLL_BENCH_RAW",
+    "PADLL_BENCH_SECONDS",
+    "PADLL_STRICT_RATES",
+];
+
+/// A warning for each of `names` (the environment's) that looks like a `PADLL_*`
+/// variable (in any case) but is none PADLL reads, naming the closest that is: a typo
+/// (`PADLL_RULES` without its `S`) would otherwise mean no limits, silently.
+pub fn unknown_variables(names: impl IntoIterator<Item = OsString>) -> Vec<String> {
+    let known = || VARIABLES.iter().chain(&TOOL_VARIABLES);
+    names
+        .into_iter()
+        .map(OsString::into_vec)
+        .filter(|name| name.len() >= 6 && name[..6].eq_ignore_ascii_case(b"PADLL_"))
+        .filter(|name| !known().any(|k| k.as_bytes() == name.as_slice()))
+        .filter_map(|name| {
+            let upper = name.to_ascii_uppercase();
+            let closest = known().min_by_key(|k| edit_distance(k.as_bytes(), &upper))?;
+            Some(format!(
+                "{} is no PADLL variable: it is ignored (did you mean {closest}?)",
+                crate::escape(&name)
+            ))
+        })
+        .collect()
+}
+
+/// Levenshtein distance: the fewest insertions, deletions and substitutions of bytes
+/// that turn `a` into `b`.
+fn edit_distance(a: &[u8], b: &[u8]) -> usize {
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, x) in a.iter().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, y) in b.iter().enumerate() {
+            let substituted = diagonal + usize::from(x != y);
+            diagonal = row[j + 1];
+            row[j + 1] = substituted.min(row[j] + 1).min(diagonal + 1);
+        }
+    }
+    row[b.len()]
+}
+
 /// [`load`] through `var`, whose values may be any bytes (the environment's): a
 /// `PADLL_*` variable that is not UTF-8 is refused, naming it (the configuration is
 /// text: mountpoints and rules reach the controller and the statistics as UTF-8), where
@@ -1805,6 +1874,102 @@ mod tests {
             assert!(error.contains(expected), "{error}");
         }
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A `PADLL_*` name nothing reads is named with the closest known one (a typo such
+    /// as `PADLL_RULE` meant no limits without a word); the stage's and the tools' own
+    /// names, and other programs' variables, pass.
+    #[test]
+    fn an_unknown_padll_variable_is_named_with_the_closest_known_one() {
+        use std::os::unix::ffi::OsStringExt;
+        let names = [
+            "PADLL_RULE",
+            "PADLL_MOUNT",
+            "padll_rules",
+            "PADLL_CONTROLER_UID",
+            "PADLL_MOUNTS",
+            "PADLL_BENCH_SECONDS",
+            "PADLL_LIBRARY",
+            "PADLLRULES",
+            "PATH",
+        ]
+        .map(OsString::from);
+        let not_utf8 = OsString::from_vec(b"PADLL_MOUNTS\xff".to_vec());
+        assert_eq!(
+            unknown_variables(names.into_iter().chain([not_utf8])),
+            [
+                "PADLL_RULE is no PADLL variable: it is ignored (did you mean PADLL_RULES?)",
+                "PADLL_MOUNT is no PADLL variable: it is ignored (did you mean PADLL_MOUNTS?)",
+                "padll_rules is no PADLL variable: it is ignored (did you mean PADLL_RULES?)",
+                "PADLL_CONTROLER_UID is no PADLL variable: it is ignored \
+                 (did you mean PADLL_CONTROLLER_UID?)",
+                "PADLL_MOUNTS\\xff is no PADLL variable: it is ignored \
+                 (did you mean PADLL_MOUNTS?)",
+            ]
+        );
+    }
+
+    /// [`VARIABLES`] are the `PADLL_*` variables [`load`] reads, all of them.
+    #[test]
+    fn the_known_variables_are_those_load_reads() {
+        let asked = std::cell::RefCell::new(Vec::new());
+        load(&|name| {
+            asked.borrow_mut().push(name);
+            None
+        })
+        .unwrap();
+        let mut asked: Vec<&str> = asked.take();
+        asked.retain(|name| name.starts_with("PADLL_"));
+        asked.sort();
+        asked.dedup();
+        let mut known = VARIABLES.to_vec();
+        known.sort();
+        assert_eq!(asked, known);
+    }
+
+    /// Every `PADLL_*` name the repository's code and scripts use is known: a variable
+    /// set by the SPANK plugin, `padll run`, a controller or a benchmark must not be
+    /// warned about in the programs the stage runs in. (Tests are left out: they spell
+    /// typos on purpose.)
+    #[test]
+    fn every_variable_the_code_uses_is_known() {
+        // Names only the build uses, never read from a program's environment.
+        const BUILD: [&str; 3] = [
+            "PADLL_GIT_COMMIT",
+            "PADLL_DEFAULT_LIBRARY",
+            "PADLL_DEFAULT_SOCKET",
+        ];
+        let mut files = Vec::new();
+        let mut dirs = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+                let path = entry.path();
+                let skipped = [".git", "target", "tests", "corpus"].map(OsString::from);
+                if path.is_dir() && !skipped.contains(&entry.file_name()) {
+                    dirs.push(path);
+                } else if (path.extension()).is_some_and(|e| e == "rs" || e == "c" || e == "sh") {
+                    files.push(path);
+                }
+            }
+        }
+        assert!(files.len() > 50, "the repository's files: {}", files.len());
+        let mut unknown = Vec::new();
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+            for (at, _) in code.match_indices("PADLL_") {
+                let name: String = (code[at..].chars())
+                    .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                // `PADLL_BENCH_*` in prose is a family of known names.
+                let known = name.ends_with('_')
+                    || (VARIABLES.iter().chain(&TOOL_VARIABLES).chain(&BUILD)).any(|k| *k == name);
+                if !known {
+                    unknown.push(format!("{}: {name}", file.display()));
+                }
+            }
+        }
+        assert!(unknown.is_empty(), "{unknown:?}");
     }
 
     #[test]
