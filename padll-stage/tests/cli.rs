@@ -138,6 +138,14 @@ fn bad_flags_are_named_and_nothing_starts() {
             &["--mount", &mount, "--controller", "/run/x.sock", "--job", &long_job],
             "--job: job id 'jjj",
         ),
+        (
+            &["--mount", &mount, "--controller-uid", "cheferd"],
+            "--controller-uid: bad uid 'cheferd' (a number, as in 980)",
+        ),
+        (
+            &["--mount", &mount, "--controller-uid", "-1"],
+            "--controller-uid: bad uid '-1'",
+        ),
         // A value echoed stays on its line.
         (
             &["--mount", &mount, "--log", "de\nbug"],
@@ -415,6 +423,30 @@ fn run_preloads_the_stage_and_keeps_an_existing_preload() {
         "a job id for the whole run: {text}"
     );
     assert!(out.stderr.is_empty(), "{}", stderr(&out));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `--controller-uid` gives the program's stage the uid `cheferd local` runs as (the
+/// stage takes rules only from root, its own uid or that one): `padll run` could not.
+#[test]
+fn the_controller_uid_flag_reaches_the_stage() {
+    let dir = scratch("controller-uid");
+    let out = padll(
+        &[
+            "run",
+            "--mount",
+            dir.to_str().unwrap(),
+            "--controller-uid",
+            "980",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$PADLL_CONTROLLER_UID\"",
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "980\n");
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -1,6 +1,6 @@
 //! `padll`: run a program under the PADLL stage, and read its statistics.
 //!
-//! * `padll run [--mount DIR]... [--limit SELECTOR=RATE]... [--job ID] [--stats FILE] -- PROGRAM ARGS…`
+//! * `padll run [--mount DIR]... [--limit SELECTOR=RATE]... [--job ID] [--stats FILE] [--controller SOCKET [--controller-uid UID]] -- PROGRAM ARGS…`
 //!   validates everything, appends `libpadll.so` to `LD_PRELOAD`, sets the stage's
 //!   environment and execs the program. Its children inherit both, so a whole batch
 //!   script is controlled. The library is `--library`, else `PADLL_LIBRARY`, else the
@@ -120,6 +120,11 @@ struct RunArgs {
     /// Unix socket of the node's local controller (`cheferd local`).
     #[arg(long, value_name = "SOCKET")]
     controller: Option<String>,
+    /// The uid `cheferd local` runs as, if not root: rules are taken only from a
+    /// controller running as root, this uid or the program's own uid.
+    // Text, checked as the stage checks PADLL_CONTROLLER_UID.
+    #[arg(long, value_name = "UID", allow_negative_numbers = true)]
+    controller_uid: Option<String>,
     /// Stage log level: off, error (default), warn, info, debug.
     #[arg(long)]
     log: Option<String>,
@@ -263,7 +268,7 @@ Variables (set by the flags above; read by the stage in every process; flags win
   PADLL_STATS       statistics file; .json → JSON lines; %p %j %h  (--stats)
   PADLL_CONTROLLER  local controller's Unix socket             (--controller)
   PADLL_CONTROLLER_UID  uid cheferd local runs as, if not root (rules from any
-                    other uid but the job's own are refused)
+                    other uid but the job's own are refused)  (--controller-uid)
   PADLL_DEFAULT_LIMIT  limits when the controller gives none at start and the
                     job has no last rules on this node; 0 = unthrottled
   PADLL_PLACEMENT   MOUNT[=STRIPES],…: new files on these Lustre mounts get their
@@ -374,6 +379,7 @@ fn stage_environment(args: &RunArgs) -> Result<Vec<(&'static str, String)>, Fail
         ),
         ("PADLL_LOG", args.log.clone()),
         ("PADLL_CONTROLLER", args.controller.clone()),
+        ("PADLL_CONTROLLER_UID", args.controller_uid.clone()),
         (
             "PADLL_LIMIT_SCOPE",
             args.per_process
@@ -502,7 +508,7 @@ fn default_job_id() -> Option<String> {
 }
 
 /// The flags `padll run` turns into the stage's variables, as its errors name them.
-const FLAGS: [(&str, &str); 10] = [
+const FLAGS: [(&str, &str); 11] = [
     ("PADLL_RULES", "--limit"),
     ("PADLL_MOUNTS", "--mount"),
     ("PADLL_CONFIG", "--config"),
@@ -513,6 +519,7 @@ const FLAGS: [(&str, &str); 10] = [
     ("PADLL_USER", "--user"),
     ("PADLL_ACCOUNT", "--account"),
     ("PADLL_CONTROLLER", "--controller"),
+    ("PADLL_CONTROLLER_UID", "--controller-uid"),
 ];
 
 /// The stage library to preload: `explicit` (`--library`), else `PADLL_LIBRARY`, else
@@ -835,6 +842,7 @@ mod man_pages {
                 ("Hold all of a job's processes on this node to 5000 metadata operations per second:", "padll run --mount /scratch --limit metadata=5000/s -- ./app"),
                 ("Limit writes under /scratch to 500 MiB/s and keep statistics per job:", "padll run --mount /scratch --limit /scratch:write=500MiB/s --stats /tmp/padll-%j.json -- ./app"),
                 ("A batch script whose every process takes its rules from the node's local controller:", "padll run --mount /scratch --controller /run/cheferd/local.sock -- ./job.sh"),
+                ("The same, with the local controller running as user cheferd (not root):", "padll run --mount /scratch --controller /run/cheferd/local.sock --controller-uid \"$(id -u cheferd)\" -- ./job.sh"),
             ],
         },
         Page {
