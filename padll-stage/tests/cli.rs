@@ -146,6 +146,22 @@ fn bad_flags_are_named_and_nothing_starts() {
             &["--mount", &mount, "--controller-uid", "-1"],
             "--controller-uid: bad uid '-1'",
         ),
+        // An empty value would reach the stage as unset: no limit, controller or file.
+        (
+            &["--mount", &mount, "--limit", ""],
+            "--limit '': the value is empty (leave --limit out to set nothing)",
+        ),
+        (
+            &["--mount", &mount, "--limit", "open=5", "--limit", " "],
+            "--limit ' ': the value is empty",
+        ),
+        (
+            &["--mount", &mount, "--controller", ""],
+            "--controller '': the value is empty",
+        ),
+        (&["--mount", &mount, "--stats", ""], "--stats '': the value is empty"),
+        (&["--mount", &mount, "--user", "\t"], "--user '\\t': the value is empty"),
+        (&["--mount", &mount, "--account", ""], "--account '': the value is empty"),
         // A value echoed stays on its line.
         (
             &["--mount", &mount, "--log", "de\nbug"],

@@ -339,6 +339,25 @@ fn seconds(text: &str) -> Result<f64, String> {
 /// The stage's environment for these arguments, validated exactly as the stage will
 /// read it.
 fn stage_environment(args: &RunArgs) -> Result<Vec<(&'static str, String)>, Failure> {
+    // The stage reads an empty variable as unset (and blank limits as none): an empty
+    // value would silently mean no limit, controller or statistics.
+    let texts = (args.limits.iter().map(|limit| ("--limit", limit)))
+        .chain(
+            args.controller
+                .iter()
+                .map(|socket| ("--controller", socket)),
+        )
+        .chain(args.stats.iter().map(|file| ("--stats", file)))
+        .chain(args.user.iter().map(|user| ("--user", user)))
+        .chain(args.account.iter().map(|account| ("--account", account)));
+    for (flag, value) in texts {
+        if value.trim().is_empty() {
+            return Err(usage(format!(
+                "{flag} {}: the value is empty (leave {flag} out to set nothing)",
+                quote(value)
+            )));
+        }
+    }
     let mut env = Vec::new();
     for mount in &args.mounts {
         if !mount.starts_with('/') {
