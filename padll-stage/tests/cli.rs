@@ -223,6 +223,76 @@ fn a_variable_that_is_not_utf8_is_named_and_nothing_starts() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A flag's value that is not UTF-8 is named with its flag (clap said only "invalid
+/// UTF-8 was detected in one or more arguments"; `--config` was read lossily, as
+/// another file); the stage library's path and an earlier preload are kept byte for
+/// byte.
+#[test]
+fn a_value_that_is_not_utf8_is_named_by_its_flag_and_paths_are_kept() {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let dir = scratch("flag-not-utf8");
+    let marker = dir.join("started");
+    let bytes = |b: &[u8]| std::ffi::OsString::from_vec(b.to_vec());
+    let mount = dir.as_os_str();
+    for (flag, value, named) in [
+        ("--mount", bytes(b"/tmp/caf\xe9"), "--mount '/tmp/caf\\xe9'"),
+        (
+            "--config",
+            bytes(b"/tmp/\xff.toml"),
+            "--config '/tmp/\\xff.toml'",
+        ),
+        ("--limit", bytes(b"open=\xff"), "--limit 'open=\\xff'"),
+        (
+            "--controller",
+            bytes(b"/run/\xff.sock"),
+            "--controller '/run/\\xff.sock'",
+        ),
+    ] {
+        let out = Command::new(crate::util::padll())
+            .args([
+                "run".as_ref(),
+                "--mount".as_ref(),
+                mount,
+                flag.as_ref(),
+                value.as_os_str(),
+            ])
+            .args(["--", "touch", marker.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{flag}: {}", stderr(&out));
+        assert_eq!(
+            stderr(&out),
+            format!(
+                "padll: {named} is not UTF-8: only UTF-8 values can be used; \
+                 see 'padll run --help'\n"
+            )
+        );
+        assert!(!marker.exists(), "{flag}: the program was started");
+    }
+    let library = dir.join(bytes(b"lib\xff.so"));
+    std::fs::copy(crate::util::library(), &library).unwrap();
+    let out = Command::new(crate::util::padll())
+        .args([
+            "run".as_ref(),
+            "--mount".as_ref(),
+            mount,
+            "--library".as_ref(),
+            library.as_os_str(),
+        ])
+        .args(["--", "sh", "-c", "printf %s \"$LD_PRELOAD\""])
+        .env("LD_PRELOAD", bytes(b"/nonexistent/\xfe.so"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut preload = b"/nonexistent/\xfe.so:".to_vec();
+    preload.extend_from_slice(library.as_os_str().as_bytes());
+    assert_eq!(
+        padll_wire::escape(&out.stdout).to_string(),
+        padll_wire::escape(&preload).to_string()
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn a_limit_without_a_mount_flag_is_refused_unless_a_mount_comes_from_elsewhere() {
     let dir = scratch("nomount");

@@ -89,44 +89,44 @@ enum Commands {
 #[derive(Args, Clone, Default)]
 struct RunArgs {
     /// Mountpoint to manage (repeatable).
-    #[arg(long = "mount", value_name = "DIR")]
+    #[arg(long = "mount", value_name = "DIR", value_parser = Utf8)]
     mounts: Vec<String>,
     /// Limit, as SELECTOR=RATE: open=5000/s, metadata=2k, /scratch:data=100MiB/s (repeatable).
-    #[arg(long = "limit", value_name = "SELECTOR=RATE")]
+    #[arg(long = "limit", value_name = "SELECTOR=RATE", value_parser = Utf8)]
     limits: Vec<String>,
     /// Bucket depth as milliseconds of the rate (default 10, at most 60000).
     // Text, checked as the stage checks PADLL_BURST_MS (a negative number is a value
     // to refuse by name, not an unknown flag).
-    #[arg(long, value_name = "MS", allow_negative_numbers = true)]
+    #[arg(long, value_name = "MS", allow_negative_numbers = true, value_parser = Utf8)]
     burst_ms: Option<String>,
     /// Job id (default: from Slurm, PBS, LSF or Flux).
-    #[arg(long)]
+    #[arg(long, value_parser = Utf8)]
     job: Option<String>,
     /// Job size in nodes (default: SLURM_JOB_NUM_NODES, else 1).
-    #[arg(long, value_name = "NODES", allow_negative_numbers = true)]
+    #[arg(long, value_name = "NODES", allow_negative_numbers = true, value_parser = Utf8)]
     job_size: Option<String>,
     /// User the job runs for.
-    #[arg(long)]
+    #[arg(long, value_parser = Utf8)]
     user: Option<String>,
     /// Account the job is charged to.
-    #[arg(long)]
+    #[arg(long, value_parser = Utf8)]
     account: Option<String>,
     /// Statistics file written at exit by every process (.json → JSON lines; %p → pid).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_parser = Utf8)]
     stats: Option<String>,
     /// TOML configuration file.
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
+    #[arg(long, value_name = "FILE", value_parser = Utf8)]
+    config: Option<String>,
     /// Unix socket of the node's local controller (`cheferd local`).
-    #[arg(long, value_name = "SOCKET")]
+    #[arg(long, value_name = "SOCKET", value_parser = Utf8)]
     controller: Option<String>,
     /// The uid `cheferd local` runs as, if not root: rules are taken only from a
     /// controller running as root, this uid or the program's own uid.
     // Text, checked as the stage checks PADLL_CONTROLLER_UID.
-    #[arg(long, value_name = "UID", allow_negative_numbers = true)]
+    #[arg(long, value_name = "UID", allow_negative_numbers = true, value_parser = Utf8)]
     controller_uid: Option<String>,
     /// Stage log level: off, error (default), warn, info, debug.
-    #[arg(long)]
+    #[arg(long, value_parser = Utf8)]
     log: Option<String>,
     /// The stage library to preload (default: PADLL_LIBRARY, else found beside padll or
     /// in ../lib/padll/ from it).
@@ -139,6 +139,34 @@ struct RunArgs {
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "PROGRAM")]
     program: Vec<OsString>,
+}
+
+/// A value of `padll run` as text, read from the bytes given: one that is not UTF-8 is
+/// refused naming the flag and the value, as the stage refuses a variable that is not
+/// (clap's own refusal names neither, and a path converted lossily names another file).
+#[derive(Clone)]
+struct Utf8;
+
+impl clap::builder::TypedValueParser for Utf8 {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        _: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> Result<String, clap::Error> {
+        let flag = arg.and_then(clap::Arg::get_long).unwrap_or_default();
+        value.to_str().map(String::from).ok_or_else(|| {
+            clap::Error::raw(
+                ErrorKind::InvalidUtf8,
+                format!(
+                    "--{flag} {} is not UTF-8: only UTF-8 values can be used",
+                    path_quoted(value)
+                ),
+            )
+        })
+    }
 }
 
 fn main() -> ExitCode {
@@ -392,10 +420,7 @@ fn stage_environment(args: &RunArgs) -> Result<Vec<(&'static str, String)>, Fail
         ("PADLL_USER", args.user.clone()),
         ("PADLL_ACCOUNT", args.account.clone()),
         ("PADLL_STATS", args.stats.clone()),
-        (
-            "PADLL_CONFIG",
-            args.config.as_ref().map(|p| p.display().to_string()),
-        ),
+        ("PADLL_CONFIG", args.config.clone()),
         ("PADLL_LOG", args.log.clone()),
         ("PADLL_CONTROLLER", args.controller.clone()),
         ("PADLL_CONTROLLER_UID", args.controller_uid.clone()),
@@ -571,7 +596,7 @@ fn stage_library(explicit: Option<&Path>) -> Result<PathBuf, Failure> {
     if library.to_string_lossy().contains([' ', ':']) {
         return Err(usage(format!(
             "the stage library {} cannot be preloaded: LD_PRELOAD cannot hold a path with a space or ':'",
-            library.display()
+            path_quoted(&library)
         )));
     }
     Ok(library)
@@ -588,12 +613,23 @@ fn given_library(what: &str, path: &Path) -> Result<PathBuf, Failure> {
     Ok(absolute)
 }
 
-fn preload_value(library: &Path) -> String {
-    let library = library.display().to_string();
-    match std::env::var("LD_PRELOAD") {
-        Ok(current) if current.split([' ', ':']).any(|p| p == library) => current,
-        Ok(current) if !current.trim().is_empty() => format!("{current}:{library}"),
-        _ => library,
+/// `LD_PRELOAD` with `library` appended, byte for byte: a path or an earlier preload
+/// that is not UTF-8 is kept as it is (converted, it would name another file).
+fn preload_value(library: &Path) -> OsString {
+    let library = library.as_os_str();
+    match std::env::var_os("LD_PRELOAD") {
+        Some(current)
+            if (current.as_bytes().split(|b| matches!(b, b' ' | b':')))
+                .any(|p| p == library.as_bytes()) =>
+        {
+            current
+        }
+        Some(mut current) if !current.as_bytes().trim_ascii().is_empty() => {
+            current.push(":");
+            current.push(library);
+            current
+        }
+        _ => library.to_owned(),
     }
 }
 
