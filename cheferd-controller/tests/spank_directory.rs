@@ -15,10 +15,9 @@ const OWNER: u32 = 4242;
 /// The other user, who planted something under the job user's name first.
 const SQUATTER: u32 = 65534;
 
-/// The plugin's source with Slurm's functions stubbed (the directory code calls only
-/// `slurm_error`), and a `main` that makes `argv[2]` under the directory `argv[1]` for
-/// the uid `argv[3]` (its group the same number), mode 0700.
-const HARNESS: &str = r#"
+/// The plugin's source with Slurm's functions stubbed (`slurm_error` prints its line on
+/// stderr, the others fail); a harness adds its `main`.
+pub const STUBBED_PLUGIN: &str = r#"
 #include "padll_spank.c"
 #include <stdarg.h>
 
@@ -39,7 +38,12 @@ spank_err_t spank_getenv(spank_t sp, const char *var, char *buf, int len)
 { (void)sp; (void)var; (void)buf; (void)len; return ESPANK_ERROR; }
 spank_err_t spank_setenv(spank_t sp, const char *var, const char *val, int overwrite)
 { (void)sp; (void)var; (void)val; (void)overwrite; return ESPANK_ERROR; }
+int spank_remote(spank_t sp) { (void)sp; return -1; }
+"#;
 
+/// A `main` that makes `argv[2]` under the directory `argv[1]` for the uid `argv[3]`
+/// (its group the same number), mode 0700.
+const MAIN: &str = r#"
 int main(int argc, char **argv)
 {
     if (argc != 4)
@@ -55,10 +59,10 @@ int main(int argc, char **argv)
 }
 "#;
 
-/// Builds the harness in `dir`; returns the executable.
-fn build_harness(dir: &Path) -> PathBuf {
+/// Builds the stubbed plugin with `main` in `dir`; returns the executable.
+pub fn build_harness(dir: &Path, main: &str) -> PathBuf {
     let source = dir.join("harness.c");
-    std::fs::write(&source, HARNESS).expect("harness source");
+    std::fs::write(&source, format!("{STUBBED_PLUGIN}{main}")).expect("harness source");
     let exe = dir.join("harness");
     let plugin_dir = crate::util::repository().join("scripts/slurm");
     let out = run_with_timeout(
@@ -120,7 +124,7 @@ fn chown(path: &Path, uid: u32) {
 )]
 fn the_plugin_moves_another_users_directory_aside_whole_and_follows_no_link() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let harness = build_harness(dir.path());
+    let harness = build_harness(dir.path(), MAIN);
     let parent = dir.path().join("padll");
     std::fs::create_dir(&parent).expect("parent");
     std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o711)).expect("mode");

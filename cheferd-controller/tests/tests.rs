@@ -27,6 +27,7 @@ mod relay;
 mod schedule_and_metrics;
 mod services;
 mod slurm;
+mod spank_arguments;
 mod spank_directory;
 mod standby;
 mod tidy;

@@ -10,6 +10,9 @@
 # (every node and login node) and add to plugstack.conf:
 #
 #   optional /usr/local/lib/padll/padll_spank.so default=off socket=/run/cheferd/local.sock
+#            config=/usr/local/etc/cheferd/padll.toml controller_uid=cheferd
+#
+# (controller_uid=: the user cheferd local runs as; the stage refuses rules from others.)
 set -euo pipefail
 usage() {
   echo "usage: $0 OUTDIR [--library PATH]" >&2

@@ -10,7 +10,8 @@
  *   PADLL_JOB_ID          Slurm's job id
  *   PADLL_JOB_SIZE        Slurm's node count of the job
  *   PADLL_CONFIG          the site's stage configuration, e.g. its mountpoints (config=)
- *   PADLL_CONTROLLER_UID  the uid `cheferd local` runs as, if not root (controller_uid=)
+ *   PADLL_CONTROLLER_UID  the uid `cheferd local` runs as, if not root (controller_uid=):
+ *                         the stage takes rules only from root, this uid or its own
  *
  * The controller does not take the identity on trust: it reads the task's job from its
  * cgroup and its size from scontrol. The environment is for the stage's own use (its
@@ -26,11 +27,14 @@
  *
  * plugstack.conf:
  *   optional /usr/local/lib/padll/padll_spank.so [default=off|on|always] [library=PATH]
- *            [socket=PATH] [config=PATH] [controller_uid=UID]
+ *            [socket=PATH] [config=PATH] [controller_uid=UID|USER]
  *
  *   default=off     jobs run under PADLL only with --padll (the default)
  *   default=on      every job does, unless it asks --padll=off
  *   default=always  every job does; --padll=off is refused
+ *
+ * controller_uid=cheferd for the packaged cheferd-local.service (User=cheferd): a name
+ * is resolved in slurmstepd, as root.
  *
  * A job is never broken by PADLL being absent: when the library cannot be read the task
  * runs without it after one line on its stderr. A bad plugstack.conf argument is logged
@@ -42,6 +46,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,7 +77,7 @@ static int misconfigured;
 static char library[PATH_MAX] = PADLL_DEFAULT_LIBRARY;
 static char socket_path[PATH_MAX] = PADLL_DEFAULT_SOCKET;
 static char config[PATH_MAX];
-static char controller_uid[16];
+static char controller_uid[16]; /* decimal */
 
 /* The user's --padll: -1 not given, 0 off, 1 on. */
 static int user_choice = -1;
@@ -113,21 +118,56 @@ static int padll_option(int val, const char *optarg, int remote)
     return 0;
 }
 
-/* Copies `value` into `dest` (PATH_MAX or 16 bytes) if it fits and is absolute when
- * `absolute`; 0 on success. */
-static int set_value(char *dest, size_t size, const char *name, const char *value,
-                     int absolute)
+/* Copies the path `value` into `dest` (PATH_MAX bytes) if it fits and is absolute; 0 on
+ * success. */
+static int set_path(char *dest, const char *name, const char *value)
 {
-    if (strlen(value) >= size || (absolute && value[0] != '/')) {
-        slurm_error("padll: plugstack.conf: %s=%s must be %s", name, value,
-                    absolute ? "an absolute path" : "a short value");
+    if (strlen(value) >= PATH_MAX || value[0] != '/') {
+        slurm_error("padll: plugstack.conf: %s=%s must be an absolute path", name, value);
         return -1;
     }
     strcpy(dest, value);
     return 0;
 }
 
-static int parse_argument(const char *arg)
+/* controller_uid=: a uid below (uid_t)-1, or a user name, into `controller_uid` as a
+ * number; 0 on success. A name is resolved only when `resolve` (in slurmstepd, as root,
+ * on the compute node, where `cheferd local` runs): srun and sbatch may run where that
+ * user does not exist, and do not use it. */
+static int set_controller_uid(const char *value, int resolve)
+{
+    if (*value != '\0' && strspn(value, "0123456789") == strlen(value)) {
+        errno = 0;
+        unsigned long long uid = strtoull(value, NULL, 10);
+        if (errno != 0 || uid >= (uid_t)-1) {
+            slurm_error("padll: plugstack.conf: controller_uid=%s: out of range (a uid is "
+                        "below %u)",
+                        value, (unsigned)(uid_t)-1);
+            return -1;
+        }
+        snprintf(controller_uid, sizeof controller_uid, "%llu", uid);
+        return 0;
+    }
+    if (*value == '\0') {
+        slurm_error("padll: plugstack.conf: controller_uid=: expected a uid or a user name");
+        return -1;
+    }
+    if (!resolve)
+        return 0;
+    struct passwd pw, *found = NULL;
+    char buf[16384];
+    int rc = getpwnam_r(value, &pw, buf, sizeof buf, &found);
+    if (found == NULL) {
+        slurm_error("padll: plugstack.conf: controller_uid=%s: %s", value,
+                    rc ? strerror(rc) : "no such user");
+        return -1;
+    }
+    snprintf(controller_uid, sizeof controller_uid, "%u", (unsigned)pw.pw_uid);
+    return 0;
+}
+
+/* One plugstack.conf argument; `remote`: in slurmstepd. 0 on success. */
+static int parse_argument(const char *arg, int remote)
 {
     const char *eq = strchr(arg, '=');
     const char *value = eq ? eq + 1 : "";
@@ -149,19 +189,13 @@ static int parse_argument(const char *arg)
         return 0;
     }
     if (IS("library"))
-        return set_value(library, sizeof library, "library", value, 1);
+        return set_path(library, "library", value);
     if (IS("socket"))
-        return set_value(socket_path, sizeof socket_path, "socket", value, 1);
+        return set_path(socket_path, "socket", value);
     if (IS("config"))
-        return set_value(config, sizeof config, "config", value, 1);
-    if (IS("controller_uid")) {
-        if (*value == '\0' || strspn(value, "0123456789") != strlen(value)) {
-            slurm_error("padll: plugstack.conf: controller_uid=%s: expected a number",
-                        value);
-            return -1;
-        }
-        return set_value(controller_uid, sizeof controller_uid, "controller_uid", value, 0);
-    }
+        return set_path(config, "config", value);
+    if (IS("controller_uid"))
+        return set_controller_uid(value, remote);
 #undef IS
     slurm_error("padll: plugstack.conf: unknown argument '%s' (default=, library=, socket=, "
                 "config=, controller_uid=)",
@@ -169,12 +203,18 @@ static int parse_argument(const char *arg)
     return -1;
 }
 
-int slurm_spank_init(spank_t sp, int ac, char **av)
+/* Takes plugstack.conf's arguments; `remote`: in slurmstepd, as root. */
+static void configure(int ac, char **av, int remote)
 {
     for (int i = 0; i < ac; i++) {
-        if (parse_argument(av[i]) != 0)
+        if (parse_argument(av[i], remote) != 0)
             misconfigured = 1;
     }
+}
+
+int slurm_spank_init(spank_t sp, int ac, char **av)
+{
+    configure(ac, av, spank_remote(sp) == 1);
     if (spank_option_register(sp, &padll_spank_option) != ESPANK_SUCCESS)
         slurm_error("padll: cannot register --padll");
     return 0;
