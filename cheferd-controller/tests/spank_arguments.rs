@@ -88,3 +88,37 @@ fn controller_uid_takes_a_number_or_a_user_name_and_refuses_the_rest_in_one_line
         );
     }
 }
+
+#[test]
+#[cfg_attr(
+    not(all(has_spank_h, has_cc)),
+    ignore = "needs libslurm-dev (slurm/spank.h) and cc"
+)]
+fn a_missing_config_file_is_named_in_slurmds_log() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let harness = build_harness(dir.path(), MAIN);
+    let missing = dir.path().join("padll.toml");
+    let arg = format!("config={}", missing.display());
+
+    // In slurmstepd (as root): one line naming the file; the arguments stand, and each
+    // task says it runs without PADLL.
+    let (kept, errors) = configure(&harness, "remote", &[&arg]);
+    assert_eq!(kept, "misconfigured=0 controller_uid=");
+    assert_eq!(errors.lines().count(), 1, "{errors}");
+    assert!(
+        errors.contains(&format!("plugstack.conf: {arg}: No such file or directory")),
+        "{errors}"
+    );
+
+    // srun and sbatch do not look: a login node need not have it.
+    assert_eq!(
+        configure(&harness, "local", &[&arg]),
+        ("misconfigured=0 controller_uid=".to_string(), String::new())
+    );
+
+    std::fs::write(&missing, "mounts = [\"/scratch\"]\n").expect("config");
+    assert_eq!(
+        configure(&harness, "remote", &[&arg]),
+        ("misconfigured=0 controller_uid=".to_string(), String::new())
+    );
+}

@@ -36,9 +36,10 @@
  * controller_uid=cheferd for the packaged cheferd-local.service (User=cheferd): a name
  * is resolved in slurmstepd, as root.
  *
- * A job is never broken by PADLL being absent: when the library cannot be read the task
- * runs without it after one line on its stderr. A bad plugstack.conf argument is logged
- * and leaves PADLL off for the job.
+ * A job is never broken by PADLL being absent: when the library or config= cannot be read
+ * the task runs without it after one line on its stderr (a missing config= is also in
+ * slurmd's log). A bad plugstack.conf argument is logged and leaves PADLL off for the
+ * job.
  *
  * Built by scripts/slurm/build.sh, which compiles the default library path in.
  */
@@ -210,6 +211,13 @@ static void configure(int ac, char **av, int remote)
         if (parse_argument(av[i], remote) != 0)
             misconfigured = 1;
     }
+    /* Without its configuration the stage knows no mountpoint and ignores the
+     * controller: the admin hears of it here, in slurmd's log, and each task on its
+     * stderr (slurm_spank_task_init). */
+    if (remote && *config && access(config, R_OK) != 0)
+        slurm_error("padll: plugstack.conf: config=%s: %s; tasks run without PADLL I/O "
+                    "control",
+                    config, strerror(errno));
 }
 
 int slurm_spank_init(spank_t sp, int ac, char **av)
@@ -380,9 +388,15 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
     (void)av;
     if (!enabled())
         return 0;
-    if (access(library, R_OK) != 0) {
+    /* As the job's user: a configuration only root can read is as good as none. */
+    const char *unreadable = NULL;
+    if (access(library, R_OK) != 0)
+        unreadable = library;
+    else if (*config && access(config, R_OK) != 0)
+        unreadable = config;
+    if (unreadable) {
         fprintf(stderr, "padll: %s: %s; this task runs without PADLL I/O control\n",
-                library, strerror(errno));
+                unreadable, strerror(errno));
         return 0;
     }
     uint32_t job_id = 0, nodes = 0;
