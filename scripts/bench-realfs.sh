@@ -19,7 +19,8 @@
 # runs.jsonl, table.md, and per auto round Max_R, service times and the jobs' usage per
 # second (auto-<round>.csv) and their plot (auto-<round>.svg).
 # Needs root, MooseFS (see scripts/moosefs.sh --help) and python3; builds the release
-# binaries first. Settings (environment): ROUNDS (3), CASE_SECONDS (30), STORM (4),
+# binaries first (without cargo on PATH, as under sudo, takes those `cargo build
+# --release` made). Settings (environment): ROUNDS (3), CASE_SECONDS (30), STORM (4),
 # VICTIM_RATE (500), STATIC_LIMIT (1000/s), TARGET_P50_MS (0.2), FLOOR (500),
 # CEILING (30000), POLICY (psfa; the victim's demand is 5 × VICTIM_RATE calls/s),
 # OUT (/tmp/padll-realfs-<pid>).
@@ -35,8 +36,7 @@ if [ "${1:-}" != --inside ]; then
   check_settings bench-realfs.sh ROUNDS CASE_SECONDS
   export OUT=${OUT:-/tmp/padll-realfs-$$}
   mkdir -p "$OUT"
-  cargo build --release -q -p padll-stage -p cheferd-controller --bins
-  cargo build --release -q -p padll-stage --lib
+  build_release bench-realfs.sh
   exec scripts/moosefs.sh run -- "$0" --inside
 fi
 

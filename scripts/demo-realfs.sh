@@ -13,7 +13,8 @@
 # TARGET_P50_MS (0.2), FLOOR (500), CEILING (30000), POLICY (psfa; the victim's demand is
 # 5 × VICTIM_RATE calls/s), OUT (/tmp/padll-demo-realfs-<pid>).
 # Needs root, MooseFS (scripts/moosefs.sh --help names the packages) and python3;
-# builds the release binaries first.
+# builds the release binaries first (without cargo on PATH, as under sudo, takes those
+# `cargo build --release` made).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_TOTAL=${SECONDS_TOTAL:-60}
@@ -22,7 +23,7 @@ source scripts/realfs/settings.sh
 
 if [ "${1:-}" != --inside ]; then
   case "${1:-}" in
-    -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     "") ;;
     *) echo "demo-realfs.sh: unexpected argument '$1' (settings are environment variables: --help)" >&2; exit 2 ;;
   esac
@@ -31,8 +32,7 @@ if [ "${1:-}" != --inside ]; then
   export OUT=${OUT:-/tmp/padll-demo-realfs-$$}
   mkdir -p "$OUT"
   echo "building the release binaries…" >&2
-  cargo build --release -q -p padll-stage -p cheferd-controller --bins
-  cargo build --release -q -p padll-stage --lib
+  build_release demo-realfs.sh
   echo "starting MooseFS…" >&2
   exec scripts/moosefs.sh run -- "$0" --inside
 fi

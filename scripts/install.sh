@@ -15,7 +15,8 @@
 #                   target/debug) instead of target/release
 #
 # Without --from it runs the README's `cargo build --release` (the whole workspace, so
-# the same features: nothing is compiled again after that build).
+# the same features: nothing is compiled again after that build), or, where cargo is not
+# on PATH (sudo's secure_path drops ~/.cargo/bin), installs what target/release holds.
 #
 # Existing configuration (S/cheferd/*.toml, S/default/cheferd-*) is never overwritten.
 # Nothing is started or enabled, and no user is created: see README, "Deploying on a
@@ -66,13 +67,18 @@ done
 prefix="${prefix%/}"
 [ -n "$sysconfdir" ] || if [ "$prefix" = /usr ]; then sysconfdir=/etc; else sysconfdir="$prefix/etc"; fi
 
+build_first="build it first (cargo build --release)"
 if [ -z "$from" ]; then
-  cargo build --release --locked --manifest-path "$root/Cargo.toml"
   from="${CARGO_TARGET_DIR:-$root/target}/release"
+  if command -v cargo >/dev/null; then
+    cargo build --release --locked --manifest-path "$root/Cargo.toml"
+  else
+    build_first="no cargo on PATH to build it (sudo drops ~/.cargo/bin): run \`cargo build --release\` first, without sudo"
+  fi
 fi
 library="$(ls -t "$from/libpadll.so" "$from/deps/libpadll.so" 2>/dev/null | head -n 1 || true)"
 for file in "$from/padll" "$from/cheferd" "$from/cheferd-lab" "$library"; do
-  [ -f "$file" ] || die "${file:-$from/libpadll.so} is missing: build it first (cargo build --release)"
+  [ -f "$file" ] || die "${file:-$from/libpadll.so} is missing: $build_first"
 done
 
 bin="$prefix/bin"

@@ -496,3 +496,53 @@ fn the_debian_package_carries_every_file_install_sh_stages() {
         "{postinst}"
     );
 }
+
+/// `PATH` without the directories that hold `cargo` (as under sudo's `secure_path`).
+fn path_without_cargo() -> std::ffi::OsString {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::join_paths(std::env::split_paths(&path).filter(|dir| !dir.join("cargo").exists()))
+        .unwrap()
+}
+
+#[test]
+fn install_sh_without_cargo_installs_what_is_built_or_says_to_build_first() {
+    let _turn = crate::util::together();
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("target");
+    let install_sh = || {
+        run(Command::new("bash")
+            .arg(repository().join("scripts/install.sh"))
+            .arg("--prefix")
+            .arg(dir.path().join("usr"))
+            .env("PATH", path_without_cargo())
+            .env("CARGO_TARGET_DIR", &target))
+    };
+
+    // Nothing built: one line saying to build first, without sudo.
+    let out = install_sh();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("no cargo on PATH")
+            && stderr.contains("`cargo build --release` first, without sudo"),
+        "{stderr}"
+    );
+
+    // Built: installed as it is.
+    let release = target.join("release");
+    std::fs::create_dir_all(&release).unwrap();
+    let profile = profile_dir();
+    for program in ["padll", "cheferd", "cheferd-lab"] {
+        std::os::unix::fs::symlink(profile.join(program), release.join(program)).unwrap();
+    }
+    std::os::unix::fs::symlink(stage_library(), release.join("libpadll.so")).unwrap();
+    let out = install_sh();
+    assert!(
+        out.status.success(),
+        "install.sh: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(dir.path().join("usr/bin/cheferd").is_file());
+    assert!(dir.path().join("usr/lib/padll/libpadll.so").is_file());
+}
