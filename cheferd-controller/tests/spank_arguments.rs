@@ -122,3 +122,46 @@ fn a_missing_config_file_is_named_in_slurmds_log() {
         ("misconfigured=0 controller_uid=".to_string(), String::new())
     );
 }
+
+#[test]
+#[cfg_attr(
+    not(all(has_spank_h, has_cc)),
+    ignore = "needs libslurm-dev (slurm/spank.h) and cc"
+)]
+fn a_library_path_that_would_split_ld_preload_is_refused_in_one_line() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let harness = build_harness(dir.path(), MAIN);
+    for library in ["/opt/a b.so", "/opt/a:b.so"] {
+        let arg = format!("library={library}");
+        let (kept, errors) = configure(&harness, "local", &[&arg]);
+        assert_eq!(kept, "misconfigured=1 controller_uid=", "{arg}");
+        assert_eq!(errors.lines().count(), 1, "{arg}: {errors}");
+        assert!(
+            errors.contains(&format!("plugstack.conf: {arg} must not contain")),
+            "{errors}"
+        );
+    }
+    assert_eq!(
+        configure(&harness, "local", &["library=/opt/a\"b.so"]),
+        ("misconfigured=0 controller_uid=".to_string(), String::new())
+    );
+
+    // build.sh compiles the path into a C string: a quote or backslash is refused too,
+    // before the compiler sees it.
+    for library in ["/opt/a b.so", "/opt/a:b.so", "/opt/a\"b.so", "/opt/a\\b.so"] {
+        let out = run_with_timeout(
+            Command::new("bash")
+                .arg(crate::util::repository().join("scripts/slurm/build.sh"))
+                .arg(dir.path().join("out"))
+                .args(["--library", library]),
+            Duration::from_secs(60),
+        );
+        let errors = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{library}: {errors}");
+        assert_eq!(errors.lines().count(), 1, "{library}: {errors}");
+        assert!(
+            errors.contains(&format!("--library '{library}' must not contain")),
+            "{errors}"
+        );
+    }
+}

@@ -4,8 +4,9 @@
 #   scripts/slurm/build.sh OUTDIR [--library PATH]
 #
 # --library is the libpadll.so the plugin preloads unless plugstack.conf says
-# `library=…` (default: /usr/local/lib/padll/libpadll.so, where `scripts/install.sh`
-# puts it for the prefix /usr/local). Needs a C compiler and slurm/spank.h (Debian:
+# `library=…`: an absolute path without a space, ':', '"' or '\' (default:
+# /usr/local/lib/padll/libpadll.so, where `scripts/install.sh` puts it for the prefix
+# /usr/local). Needs a C compiler and slurm/spank.h (Debian:
 # gcc libslurm-dev). Install the .so where slurmstepd, srun and sbatch can read it
 # (every node and login node) and add to plugstack.conf:
 #
@@ -29,6 +30,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 case "$LIBRARY" in /*) ;; *) echo "$0: --library $LIBRARY must be an absolute path" >&2; exit 2 ;; esac
+# A space or ':' would split LD_PRELOAD; a quote or backslash, the C string it is built into.
+case "$LIBRARY" in
+  *[[:space:]:\"\\]*) echo "$0: --library '$LIBRARY' must not contain a space, ':', '\"' or '\\'" >&2; exit 2 ;;
+esac
 [ -f /usr/include/slurm/spank.h ] || { echo "$0: no /usr/include/slurm/spank.h (install libslurm-dev)" >&2; exit 1; }
 mkdir -p "$OUT"
 SRC=$(dirname "$0")/padll_spank.c

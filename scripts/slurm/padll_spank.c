@@ -189,8 +189,15 @@ static int parse_argument(const char *arg, int remote)
         }
         return 0;
     }
-    if (IS("library"))
+    if (IS("library")) {
+        /* LD_PRELOAD splits at these. */
+        if (strpbrk(value, " \t\n:")) {
+            slurm_error("padll: plugstack.conf: library=%s must not contain a space or ':'",
+                        value);
+            return -1;
+        }
         return set_path(library, "library", value);
+    }
     if (IS("socket"))
         return set_path(socket_path, "socket", value);
     if (IS("config"))
