@@ -131,6 +131,27 @@ pub enum DemoError {
     /// The plot could not be drawn.
     #[error(transparent)]
     Plot(#[from] policies::plot::PlotError),
+    /// SIGINT or SIGTERM could not be caught.
+    #[error(transparent)]
+    Signals(#[from] crate::bounds::SignalsError),
+    /// Stopped by SIGINT or SIGTERM, its jobs stopped and its files removed.
+    #[error("stopped by {signal}: its jobs were stopped and its files removed")]
+    Interrupted {
+        /// `SIGINT` or `SIGTERM`.
+        signal: &'static str,
+    },
+}
+
+impl DemoError {
+    /// The exit code a shell reports for a death by the signal that stopped the demo
+    /// (130 for SIGINT, 143 for SIGTERM), if one did.
+    pub fn signal_exit_code(&self) -> Option<u8> {
+        match self {
+            DemoError::Interrupted { signal: "SIGINT" } => Some(128 + libc::SIGINT as u8),
+            DemoError::Interrupted { .. } => Some(128 + libc::SIGTERM as u8),
+            _ => None,
+        }
+    }
 }
 
 fn io_error<'a>(
@@ -158,7 +179,13 @@ pub async fn run(options: &DemoOptions, lab: &Path, library: &Path) -> Result<()
     std::fs::create_dir_all(&scratch).map_err(io_error("create", &scratch))?;
     let out = options.out.as_ref().unwrap_or(&own);
     std::fs::create_dir_all(out).map_err(io_error("create --out", out))?;
-    let result = run_in(options, lab, library, &base, &scratch, out).await;
+    // Ctrl-C (SIGINT to the whole process group) or a SIGTERM to the demo alone: the
+    // run is dropped, which kills its jobs (`Job`), and cleaned up as at the end.
+    let mut stop = crate::bounds::StopSignals::install()?;
+    let result = tokio::select! {
+        result = run_in(options, lab, library, &base, &scratch, out) => result,
+        signal = stop.recv() => Err(DemoError::Interrupted { signal }),
+    };
     let _ = std::fs::remove_dir_all(&base);
     let _ = std::fs::remove_dir(&own);
     remove_job_files(options.jobs);

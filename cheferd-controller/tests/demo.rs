@@ -154,3 +154,110 @@ fn by_default_the_results_go_under_the_temporary_directory_and_are_named() {
         );
     }
 }
+
+/// The pids of `parent`'s children (from `/proc`).
+fn children(parent: u32) -> Vec<u32> {
+    files(Path::new("/proc"))
+        .iter()
+        .filter_map(|dir| {
+            let pid = dir.file_name()?.to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+            // `pid (comm) state ppid …`: comm may hold spaces, not a `)` last.
+            let ppid: u32 = stat
+                .rsplit(')')
+                .next()?
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            (ppid == parent).then_some(pid)
+        })
+        .collect()
+}
+
+/// Starts a long demo of three jobs in a process group of its own, with `TMPDIR=tmp`,
+/// stops it with `signal` (to the group when `group`) once its three jobs run, and
+/// checks that it exits with `code` after one line, its jobs gone and nothing of it
+/// left under the temporary directory.
+fn stop_the_demo(signal: libc::c_int, group: bool, code: i32) {
+    use std::io::BufRead;
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    use std::time::{Duration, Instant};
+    crate::util::stage_library();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut demo = std::process::Command::new(crate::util::cheferd_lab())
+        .args(["demo", "--seconds", "120", "--stagger", "0", "--jobs", "3"])
+        .env("TMPDIR", tmp.path())
+        .process_group(0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = demo.id();
+    // Its first row of rates comes once its jobs started.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = std::io::BufReader::new(demo.stdout.take().unwrap());
+    std::thread::spawn(move || {
+        for line in stdout.lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut shown = String::new();
+    while !shown.lines().any(|line| line.starts_with("   1 ")) {
+        let line = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|_| panic!("no first row: {shown}"));
+        shown += &line;
+        shown.push('\n');
+    }
+    let jobs = children(pid);
+    assert_eq!(jobs.len(), 3, "the demo's children: {jobs:?}");
+    let target = if group { -(pid as i32) } else { pid as i32 };
+    // SAFETY: kill takes plain integers and touches no memory.
+    assert_eq!(unsafe { libc::kill(target, signal) }, 0);
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = demo.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the demo did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut demo.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(
+        (status.code(), status.signal()),
+        (Some(code), None),
+        "{stderr}"
+    );
+    let name = if signal == libc::SIGINT {
+        "SIGINT"
+    } else {
+        "SIGTERM"
+    };
+    assert!(
+        stderr.contains(&format!("cheferd-lab: stopped by {name}")),
+        "{stderr}"
+    );
+    for job in jobs {
+        assert!(
+            !Path::new(&format!("/proc/{job}")).exists(),
+            "job {job} still runs"
+        );
+    }
+    assert_eq!(files(tmp.path()), Vec::<PathBuf>::new());
+}
+
+#[test]
+fn ctrl_c_stops_the_demo_and_removes_its_files() {
+    let _turn = crate::util::alone();
+    stop_the_demo(libc::SIGINT, true, 130);
+}
+
+#[test]
+fn sigterm_to_the_demo_alone_stops_its_jobs_and_removes_its_files() {
+    let _turn = crate::util::alone();
+    stop_the_demo(libc::SIGTERM, false, 143);
+}

@@ -65,7 +65,18 @@ pub async fn run(args: DemoArgs) -> Result<(), Failure> {
         out: args.out,
     };
     let (exe, library) = stage_library()?;
-    demo::run(&options, &exe, &library).await.map_err(failed)
+    let result = demo::run(&options, &exe, &library).await;
+    if let Some(code) = result
+        .as_ref()
+        .err()
+        .and_then(demo::DemoError::signal_exit_code)
+    {
+        // Cleaned up already; the exit code a shell gives a death by the signal, as a
+        // script that runs the demo expects of Ctrl-C.
+        eprintln!("cheferd-lab: {}", result.unwrap_err());
+        std::process::exit(code.into());
+    }
+    result.map_err(failed)
 }
 
 /// This executable and the stage beside it. When the stage is missing and we run under
