@@ -203,6 +203,11 @@ fn job_id(j: usize) -> String {
     format!("{}.{}", job_name(j), std::process::id())
 }
 
+/// "1 job", "3 jobs".
+fn jobs_phrase(jobs: usize) -> String {
+    format!("{jobs} job{}", if jobs == 1 { "" } else { "s" })
+}
+
 /// The files the stage kept for the demo's jobs in `/dev/shm` (their last rules; a
 /// segment if one was left): the jobs cannot recur once the demo is over.
 fn remove_job_files(jobs: usize) {
@@ -312,8 +317,8 @@ async fn run_in(
         .map_err(io_error("write", &trace_path))?;
 
     println!(
-        "PADLL demo: {} jobs replay a bursty metadata trace on {mount}\n  Max_R = {:.0} ops/s, policy {}, demands {}\n",
-        options.jobs,
+        "PADLL demo: {} replay a bursty metadata trace on {mount}\n  Max_R = {:.0} ops/s, policy {}, demands {}\n",
+        jobs_phrase(options.jobs),
         options.max_rate,
         options.policy,
         job_names
@@ -539,9 +544,9 @@ fn job_table(
         [only] => format!("t = {only} s"),
     };
     let mut table = format!(
-        "  Every job replays its own quarter of the trace, so each does the same operations: a\n  \
-         job assigned less takes longer, and the jobs still running take up the rate of those\n  \
-         done.\n  \
+        "  Every job replays its own quarter of the trace (whatever --jobs), so each does the\n  \
+         same operations: a job assigned less takes longer, and the jobs still running take\n  \
+         up the rate of those done.\n  \
          Assigned: the mean rate while every job ran ({window}).\n  \
          {:<6} {:>16} {:>20} {:>19} {:>10}\n",
         "", "demand (share)", "assigned (of Max_R)", "operations (share)", "ran"
@@ -575,4 +580,15 @@ fn job_table(
         ));
     }
     table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_job_is_no_jobs() {
+        assert_eq!(jobs_phrase(1), "1 job");
+        assert_eq!(jobs_phrase(2), "2 jobs");
+    }
 }
