@@ -680,6 +680,25 @@ fn the_leader_folds_the_stored_changes_and_the_next_one_restores_them() {
     use cheferd_controller::standby::persist::FOLD_AFTER;
     let _turn = crate::util::alone();
     let (mut cluster, etcd, mut a, b) = cluster("psfa", 1, false);
+    // A priority set with a demand folds into two assignments, both restored.
+    let j1 = job_id("j1");
+    let metadata = cluster.metadata();
+    let set_job = [
+        "set-job",
+        &j1,
+        "--priority",
+        "5",
+        "--resource",
+        &metadata,
+        "--demand",
+        "500",
+    ];
+    let output = cluster.ctl(&set_job);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let changes = FOLD_AFTER + 6;
     for i in 0..changes {
         set_max_rate(&cluster, CHANGED_MAX_RATE + i as f64);
@@ -700,19 +719,23 @@ fn the_leader_folds_the_stored_changes_and_the_next_one_restores_them() {
     );
     eprintln!("{left} change keys left, folded: {folded:?}");
     let folded = folded.expect("the folded changes are JSON");
-    assert_eq!(folded.as_array().map(Vec::len), Some(1), "{folded}");
+    assert_eq!(folded.as_array().map(Vec::len), Some(3), "{folded}");
     assert!(a.log().contains("folded the stored changes"), "{}", a.log());
 
     let _ = a.child.kill();
     let _ = a.child.wait();
     b.wait_for_log(Duration::from_secs(15), "elected leader");
     assert!(
-        b.log().contains(&format!("restored={}", left + 1)),
+        b.log().contains(&format!("restored={}", left + 3)),
         "{}",
         b.log()
     );
     cluster.admin = b.admin.clone();
     let resources = cluster.snapshot().resources;
     assert_eq!(resources[0].max_rate, last, "{resources:?}");
+    let dump: serde_json::Value =
+        serde_json::from_slice(&cluster.ctl(&["dump"]).stdout).expect("ctl dump is JSON");
+    let restored = &dump["config"]["jobs"][&j1];
+    assert_eq!(restored["priority"], serde_json::json!(5.0), "{restored}");
     assert_jobs_running(&mut cluster);
 }

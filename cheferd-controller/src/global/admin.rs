@@ -17,7 +17,19 @@ impl Controller {
     /// Applies a change an earlier leader made (`crate::standby::persist`): as
     /// [`Controller::change`], but a job need not be known yet (its stages have not
     /// re-registered with this controller).
-    pub fn restore(&self, change: Change) -> Result<String, ChangeError> {
+    pub fn restore(&self, mut change: Change) -> Result<String, ChangeError> {
+        // Folds once split `set-job J --priority P --resource R --demand D` into a
+        // priority that still named R: etcd may hold that form; R means nothing there.
+        if let Change::Job {
+            priority: Some(_),
+            resource,
+            demand: None,
+            limit: None,
+            ..
+        } = &mut change
+        {
+            *resource = None;
+        }
         self.apply(&change, false)
     }
 

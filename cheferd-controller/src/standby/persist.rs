@@ -65,24 +65,29 @@ fn assignments(change: Change) -> Vec<(Target, Change)> {
             limit,
         } => (job, priority, resource, demand, limit),
     };
-    let only = |priority, demand, limit| Change::Job {
+    // The priority is the job's, not the resource's: a priority-only change naming a
+    // resource is refused (`--resource R needs --demand or --limit`).
+    let only = |priority, resource, demand, limit| Change::Job {
         job: job.clone(),
         priority,
-        resource: resource.clone(),
+        resource,
         demand,
         limit,
     };
     let mut made = Vec::new();
     if priority.is_some() {
-        made.push((Target::Priority(job.clone()), only(priority, None, None)));
+        made.push((
+            Target::Priority(job.clone()),
+            only(priority, None, None, None),
+        ));
     }
     if demand.is_some() {
         let target = Target::Demand(job.clone(), resource.clone());
-        made.push((target, only(None, demand, None)));
+        made.push((target, only(None, resource.clone(), demand, None)));
     }
     if limit.is_some() {
         let target = Target::Limit(job.clone(), resource.clone());
-        made.push((target, only(None, None, limit)));
+        made.push((target, only(None, resource.clone(), None, limit)));
     }
     made
 }
@@ -439,14 +444,35 @@ mod tests {
         }
     }
 
+    /// `set-job j1`, naming the resource when there is a demand or limit for it (as
+    /// `cheferd ctl` requires).
     fn job(priority: Option<f64>, demand: Option<&str>, limit: Option<&str>) -> Change {
+        let terms = demand.is_some() || limit.is_some();
         Change::Job {
             job: "j1".into(),
             priority,
-            resource: Some("/scratch:metadata".into()),
+            resource: terms.then(|| "/scratch:metadata".into()),
             demand: demand.map(Into::into),
             limit: limit.map(Into::into),
         }
+    }
+
+    /// Folds `changes`, checking each folded one as a restore does.
+    fn fold_checked(changes: Vec<Change>) -> Vec<Change> {
+        let folded = fold(changes);
+        for change in &folded {
+            change
+                .check()
+                .unwrap_or_else(|e| panic!("folded {change:?} is refused: {e}"));
+        }
+        folded
+    }
+
+    /// A controller of `/scratch:metadata` configuring job j1.
+    fn controller() -> std::sync::Arc<Controller> {
+        let text = "interval_ms = 1000\n[[resource]]\nname = \"/scratch:metadata\"\nmax_rate = \"1000\"\npolicy = \"psharing:weighted\"\n[[job]]\nid = \"j1\"\n";
+        let config = crate::config::GlobalConfig::parse(text, &crate::policy::check).unwrap();
+        Controller::new(config).unwrap()
     }
 
     #[test]
@@ -465,7 +491,7 @@ mod tests {
             job(Some(3.0), None, None),
         ];
         assert_eq!(
-            fold(changes),
+            fold_checked(changes),
             vec![
                 job(None, Some("500"), None),
                 policy,
@@ -482,12 +508,43 @@ mod tests {
         let changes: Vec<Change> = (0..1000)
             .map(|i| max_rate(&format!("/m{}:metadata", i % 3), &i.to_string()))
             .collect();
-        let folded = fold(changes);
+        let folded = fold_checked(changes);
         assert_eq!(folded.len(), 3);
         assert_eq!(
             fold(folded.clone()),
             folded,
             "folding again changes nothing"
         );
+    }
+
+    /// `set-job j1 --priority 5 --resource R --demand 500`, folded, then restored by the
+    /// next leader: the priority survives with the demand.
+    #[test]
+    fn a_folded_priority_set_with_a_demand_is_restored() {
+        let change = job(Some(5.0), Some("500"), None);
+        change.check().unwrap();
+        let next_leader = controller();
+        for change in fold_checked(vec![change]) {
+            next_leader.restore(change).unwrap();
+        }
+        let j1 = next_leader.config().job("j1");
+        assert_eq!(j1.priority, 5.0);
+        assert_eq!(j1.demand.len(), 1, "{j1:?}");
+    }
+
+    /// A priority folded before the fix, still naming the resource (no demand nor
+    /// limit), as etcd may hold it: restored, not refused.
+    #[test]
+    fn a_priority_folded_with_a_leftover_resource_is_restored() {
+        let stored = Change::Job {
+            job: "j1".into(),
+            priority: Some(5.0),
+            resource: Some("/scratch:metadata".into()),
+            demand: None,
+            limit: None,
+        };
+        let next_leader = controller();
+        next_leader.restore(stored).unwrap();
+        assert_eq!(next_leader.config().job("j1").priority, 5.0);
     }
 }
