@@ -572,6 +572,29 @@ fn ctl_views_and_the_wrong_socket() {
     let _ = top.wait();
     let text = text.lock().unwrap();
     assert!(!text.contains('\x1b'), "{text:?}");
+
+    // A reader that goes away (`ctl top | head -1`) ends ctl quietly, exit 0.
+    for view in [&["top"][..], &["top", "--json"], &["dump"], &["jobs"]] {
+        let mut ctl = Command::new(cheferd())
+            .arg("ctl")
+            .args(view)
+            .args(["--socket", &admin])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("ctl starts");
+        drop(ctl.stdout.take());
+        let status = wait_for(Duration::from_secs(10), "ctl to end", || {
+            ctl.try_wait().unwrap()
+        });
+        let mut message = String::new();
+        let _ = ctl.stderr.take().unwrap().read_to_string(&mut message);
+        assert!(
+            status.success() && message.is_empty(),
+            "ctl {view:?}: {status}: {message}"
+        );
+    }
 }
 
 /// A local controller whose socket file is removed, or replaced by another file, says so

@@ -46,3 +46,20 @@ impl<K: std::fmt::Debug> Failure<K> {
         }
     }
 }
+
+/// Writes `text` to stdout and flushes it. A reader that went away (`cheferd ctl top |
+/// head -1`) ends the program quietly, exit 0, as SIGPIPE ends the other commands of a
+/// pipeline (Rust ignores SIGPIPE, and `print!` panics on the closed pipe); any other
+/// write error is one line, exit 1.
+pub fn print(text: &str) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) => {
+            eprintln!("cannot write to stdout: {e}");
+            std::process::exit(EX_FAILURE.into())
+        }
+    }
+}

@@ -109,7 +109,7 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
         }
         rows.extend(measured);
     }
-    print!("{}", cheferd_controller::bench::table(&rows));
+    padll_wire::exit::print(&cheferd_controller::bench::table(&rows));
     Ok(())
 }
 

@@ -5,6 +5,7 @@ use crate::ADMIN_SOCKET;
 use cheferd_controller::admin::{self, AdminRequest, CtlError, CtlErrorKind};
 use cheferd_controller::global::Change;
 use clap::{Args, Subcommand};
+use padll_wire::exit::print;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -86,31 +87,31 @@ pub async fn ctl(args: CtlArgs) -> Result<(), CtlError> {
     // `--json`: each view prints the part of the admin socket's snapshot it shows.
     let snapshot_json = || admin::request(socket, &AdminRequest::Snapshot);
     match command {
-        CtlCommand::Status if json => println!("{}", snapshot_json().await?["leadership"]),
-        CtlCommand::Status => print!("{}", admin::snapshot(socket).await?.leadership.render()),
-        CtlCommand::Nodes if json => println!("{}", snapshot_json().await?["nodes"]),
-        CtlCommand::Stages if json => println!("{}", snapshot_json().await?["stages"]),
+        CtlCommand::Status if json => print_line(&snapshot_json().await?["leadership"]),
+        CtlCommand::Status => print(&admin::snapshot(socket).await?.leadership.render()),
+        CtlCommand::Nodes if json => print_line(&snapshot_json().await?["nodes"]),
+        CtlCommand::Stages if json => print_line(&snapshot_json().await?["stages"]),
         CtlCommand::Jobs | CtlCommand::Top { once: true } if json => {
-            println!("{}", jobs_json(snapshot_json().await?))
+            print_line(jobs_json(snapshot_json().await?))
         }
         CtlCommand::Top { .. } if json => loop {
-            println!("{}", jobs_json(snapshot_json().await?));
+            print_line(jobs_json(snapshot_json().await?));
             tokio::time::sleep(Duration::from_secs(1)).await;
         },
-        CtlCommand::Nodes => print!("{}", admin::nodes_table(&admin::snapshot(socket).await?)),
-        CtlCommand::Jobs => print!("{}", admin::jobs_table(&admin::snapshot(socket).await?)),
-        CtlCommand::Stages => print!("{}", admin::stages_table(&admin::snapshot(socket).await?)),
+        CtlCommand::Nodes => print(&admin::nodes_table(&admin::snapshot(socket).await?)),
+        CtlCommand::Jobs => print(&admin::jobs_table(&admin::snapshot(socket).await?)),
+        CtlCommand::Stages => print(&admin::stages_table(&admin::snapshot(socket).await?)),
         CtlCommand::Top { once } => loop {
             let table = admin::jobs_table(&admin::snapshot(socket).await?);
             if once {
-                print!("{table}");
+                print(&table);
                 break;
             }
             // Clear the screen only on a terminal: a pipe or file gets one table a second.
             if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
-                print!("\x1b[2J\x1b[H{table}");
+                print(&format!("\x1b[2J\x1b[H{table}"));
             } else {
-                println!("{table}");
+                print_line(table);
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         },
@@ -118,10 +119,7 @@ pub async fn ctl(args: CtlArgs) -> Result<(), CtlError> {
             let snapshot = admin::request(socket, &AdminRequest::Snapshot).await?;
             let config = admin::request(socket, &AdminRequest::Config).await?;
             let dump = serde_json::json!({ "state": snapshot, "config": config });
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&dump).unwrap_or_default()
-            );
+            print_line(serde_json::to_string_pretty(&dump).unwrap_or_default());
         }
         CtlCommand::SetPolicy { resource, policy } => {
             send_change(socket, Change::Policy { resource, policy }, json).await?
@@ -179,7 +177,12 @@ fn jobs_json(mut snapshot: serde_json::Value) -> serde_json::Value {
 
 fn print_ok(value: serde_json::Value, json: bool) {
     match value {
-        serde_json::Value::String(s) if !json => println!("{s}"),
-        other => println!("{other}"),
+        serde_json::Value::String(s) if !json => print_line(s),
+        other => print_line(other),
     }
+}
+
+/// [`print`] with a newline.
+fn print_line(text: impl std::fmt::Display) {
+    print(&format!("{text}\n"));
 }
