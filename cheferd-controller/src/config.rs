@@ -687,11 +687,11 @@ impl GlobalConfig {
         };
         for (i, j) in raw.job.iter().enumerate() {
             let priority = j.priority.unwrap_or(1.0);
-            if !(priority > 0.0 && priority.is_finite()) {
+            if !policies::priority_ok(priority) {
                 return Err(out_of_range(
                     &format!("job[{i}].priority"),
                     &priority,
-                    "must be positive",
+                    policies::PRIORITY_RANGE,
                 ));
             }
             let mut job = JobConfig {
@@ -907,6 +907,10 @@ mod tests {
                 "'/nope:data' is not a configured resource",
             ),
             ("[[job]]\nid = \"1\"\npriority = -1", "job[0].priority = -1"),
+            (
+                "[[job]]\nid = \"1\"\npriority = 2e6",
+                "job[0].priority = 2000000: must be greater than 0 and at most 1000000",
+            ),
             (
                 "[[resource]]\nname = \"/s:metadata\"\nmax_rate = \"20GiB/s\"\npolicy = \"psfa\"",
                 "resource[0].max_rate: '20GiB/s' is a rate of bytes, but /s:metadata counts operations",

@@ -46,6 +46,19 @@ use serde::{Deserialize, Serialize};
 
 pub use registry::{build, policy_names, SpecError, SpecErrorKind};
 
+/// The largest priority (weight) a job may have, far above any real ratio between jobs:
+/// `cheferd ctl set-job --priority`, `global.toml`'s `[[job]]` and [`JobSnapshot`]
+/// refuse more, so that the policies' sums of weights stay finite and exact enough.
+pub const MAX_PRIORITY: f64 = 1e6;
+
+/// What a priority must be, as the refusals say it.
+pub const PRIORITY_RANGE: &str = "must be greater than 0 and at most 1000000";
+
+/// Whether `priority` is a priority a job may have (`> 0`, at most [`MAX_PRIORITY`]).
+pub fn priority_ok(priority: f64) -> bool {
+    priority > 0.0 && priority <= MAX_PRIORITY
+}
+
 /// Identifier of a job (e.g. the Slurm job id). Numeric so that a cycle over
 /// 100 000 jobs does not hash strings.
 pub type JobId = u64;
@@ -81,7 +94,7 @@ pub struct JobSnapshot {
     /// size-fair and AdapTBF count 0 as 1, as the controller sends it).
     #[serde(default = "one_u32")]
     pub size: u32,
-    /// Priority weight (> 0) used by priority-fair and as the weight of weighted
+    /// Priority weight (> 0, at most [`MAX_PRIORITY`]) used by priority-fair and as the weight of weighted
     /// max-min fairness. Defaults to 1.
     #[serde(default = "one_f64")]
     pub priority: f64,
@@ -141,7 +154,7 @@ impl JobSnapshot {
     }
 
     /// `Ok` if every number is usable: rates, demands, limits and option values finite
-    /// and `≥ 0`, `priority` finite and `> 0`. Otherwise a message naming the job and
+    /// and `≥ 0`, `priority` `> 0` and at most [`MAX_PRIORITY`]. Otherwise a message naming the job and
     /// the field (`job 3: bad demand -5 (expected a finite number ≥ 0)`).
     ///
     /// The policies themselves treat a bad number as 0 (they never propagate NaN or a
@@ -172,8 +185,12 @@ impl JobSnapshot {
             rate("limit", l)?;
         }
         rate("data_demand", self.data_demand)?;
-        if !(self.priority.is_finite() && self.priority > 0.0) {
-            return bad("priority".into(), self.priority, "a finite number > 0");
+        if !priority_ok(self.priority) {
+            return bad(
+                "priority".into(),
+                self.priority,
+                "a number > 0 and ≤ 1000000",
+            );
         }
         for (k, o) in self.options.iter().enumerate() {
             rate(&format!("options[{k}].rate"), o.rate)?;

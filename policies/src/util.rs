@@ -43,9 +43,18 @@ pub(crate) fn water_fill(
     debug_assert_eq!(caps.len(), weights.len());
     debug_assert_eq!(caps.len(), out.len());
     order.clear();
-    for (i, (&c, &w)) in caps.iter().zip(weights).enumerate() {
-        if w > 0.0 {
-            order.push((c / w, i as u32));
+    // Weights relative to the largest: their sum cannot overflow (two weights of 1e308
+    // would sum to inf, and every job's share to 0).
+    let largest = weights.iter().copied().fold(0.0, f64::max);
+    let unit = if largest.is_finite() && largest > 0.0 {
+        largest
+    } else {
+        1.0
+    };
+    let weight = |i: usize| weights[i] / unit;
+    for (i, &c) in caps.iter().enumerate() {
+        if weights[i] > 0.0 {
+            order.push((c / weight(i), i as u32));
         } else {
             out[i] = 0.0;
         }
@@ -57,7 +66,7 @@ pub(crate) fn water_fill(
     // capacity left).
     let mut suffix = 0.0;
     for e in order.iter_mut().rev() {
-        suffix += weights[e.1 as usize];
+        suffix += weight(e.1 as usize);
         e.0 = suffix;
     }
     let mut left = capacity.max(0.0);
@@ -66,7 +75,7 @@ pub(crate) fn water_fill(
         let i = order[k].1 as usize;
         let total_w = order[k].0;
         let level = if total_w > 0.0 { left / total_w } else { 0.0 };
-        if caps[i] / weights[i] <= level {
+        if caps[i] / weight(i) <= level {
             out[i] = caps[i];
             left = (left - caps[i]).max(0.0);
             k += 1;
@@ -74,7 +83,7 @@ pub(crate) fn water_fill(
             // Every remaining job is unsatisfied: they share `left` by weight.
             for &(_, j) in &order[k..] {
                 let j = j as usize;
-                out[j] = level * weights[j];
+                out[j] = level * weight(j);
             }
             return 0.0;
         }

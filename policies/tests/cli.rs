@@ -195,6 +195,12 @@ fn bad_input_names_the_field_and_exits_2() {
             r#"{"jobs": [{"id": 2, "demand": 1, "usage": 0, "priority": 0}]}"#,
             "job 2: bad priority 0",
         ),
+        // Two priorities of 1e308 summed to inf: both jobs were given 0.
+        (
+            &["allocate", "--policy", "priority-fair", "--max-rate", "10"],
+            r#"{"jobs": [{"id": 2, "demand": 1, "usage": 0, "priority": 2e6}]}"#,
+            "job 2: bad priority 2000000 (expected a number > 0 and ≤ 1000000)",
+        ),
         (
             &["allocate", "--policy", "mckp", "--max-rate", "10"],
             r#"{"jobs": [{"id": 3, "demand": 1, "usage": 0, "options": [{"rate": -1, "utility": 1}]}]}"#,

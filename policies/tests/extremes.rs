@@ -198,6 +198,28 @@ fn weighted_water_filling_keeps_a_small_weight_next_to_a_huge_one() {
     assert!(r[0] >= 100.0 && r[1] >= 10.0, "{r:?}");
 }
 
+/// Two weights of 10³⁰⁸ (priorities above [`policies::MAX_PRIORITY`] are refused at
+/// every boundary, but a policy must not rely on it): their sum overflowed to inf and
+/// each job's share of Max_R was 0.
+#[test]
+fn two_huge_weights_still_share_max_r() {
+    for spec in [
+        "priority-fair",
+        "psharing:weighted",
+        "themis:priority",
+        "themis:user,priority",
+    ] {
+        let jobs: Vec<JobSnapshot> = (1..=2)
+            .map(|id| JobSnapshot {
+                priority: 1e308,
+                ..job(id, 1000.0, 1000.0)
+            })
+            .collect();
+        let r = build(spec).unwrap().allocate(1000.0, &jobs);
+        assert_eq!(r, [500.0, 500.0], "{spec}");
+    }
+}
+
 /// A demand of 10³⁰⁸: its levels `d·k/4` overflowed to inf, counted as a free option
 /// worth its utility, and the job was "given" 0; a level above Max_R is no option at all.
 #[test]

@@ -186,8 +186,8 @@ pub enum ChangeError {
     /// `set-job` with nothing to change (the job id).
     #[error("set-job {0}: nothing to change: give --priority P, or --resource R with --demand D or --limit L|none")]
     NothingToChange(String),
-    /// A priority that is not a positive number.
-    #[error("--priority {0} must be positive")]
+    /// A priority out of range (`policies::PRIORITY_RANGE`).
+    #[error("--priority {0}: {range}", range = policies::PRIORITY_RANGE)]
     BadPriority(f64),
     /// `--resource` without `--demand` or `--limit`.
     #[error("--resource {0} needs --demand or --limit (what to change on it)")]
@@ -243,7 +243,7 @@ impl Change {
                 if priority.is_none() && demand.is_none() && limit.is_none() {
                     return Err(ChangeError::NothingToChange(job.clone()));
                 }
-                if let Some(p) = priority.filter(|p| !(*p > 0.0 && p.is_finite())) {
+                if let Some(p) = priority.filter(|p| !policies::priority_ok(*p)) {
                     return Err(ChangeError::BadPriority(p));
                 }
                 let resource = resource.as_deref().map(Resource::parse).transpose()?;
