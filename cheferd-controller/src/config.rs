@@ -156,7 +156,7 @@ pub enum ConfigError {
     /// A `relays` entry that is no node name.
     #[error("relays: {0}")]
     BadRelay(crate::tls::NameError),
-    /// A resource configured twice.
+    /// A resource or a job configured twice.
     #[error("{key}: '{name}' is configured twice")]
     Duplicate {
         /// Where the second one is.
@@ -686,6 +686,12 @@ impl GlobalConfig {
             }
         };
         for (i, j) in raw.job.iter().enumerate() {
+            if config.jobs.contains_key(&j.id) {
+                return Err(ConfigError::Duplicate {
+                    key: format!("job[{i}].id"),
+                    name: j.id.clone(),
+                });
+            }
             let priority = j.priority.unwrap_or(1.0);
             if !policies::priority_ok(priority) {
                 return Err(out_of_range(
@@ -910,6 +916,10 @@ mod tests {
             (
                 "[[job]]\nid = \"1\"\npriority = 2e6",
                 "job[0].priority = 2000000: must be greater than 0 and at most 1000000",
+            ),
+            (
+                "[[job]]\nid = \"1\"\n[[job]]\nid = \"2\"\n[[job]]\nid = \"1\"\npriority = 2",
+                "job[2].id: '1' is configured twice",
             ),
             (
                 "[[resource]]\nname = \"/s:metadata\"\nmax_rate = \"20GiB/s\"\npolicy = \"psfa\"",
