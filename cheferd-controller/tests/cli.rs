@@ -44,6 +44,8 @@ fn sample_configurations_load() {
     let global = GlobalConfig::parse(&text, &cheferd_controller::policy::check)
         .unwrap_or_else(|e| panic!("etc/global.toml: {e}"));
     assert_eq!(global.resources.len(), 2);
+    // Installed as /etc/cheferd/global.toml: an example job would limit a real one.
+    assert!(global.jobs.is_empty() && global.rules.is_empty());
     assert!(global.warnings().is_empty());
     assert!(global.tls.cert.is_some());
 
