@@ -114,7 +114,7 @@ impl Controller {
                     };
                 }
                 state.config.jobs.insert(job.clone(), settings);
-                Ok(format!("job {job} updated"))
+                Ok(format!("job {} updated", padll_wire::quote(&job)))
             }
         }
     }
@@ -184,7 +184,7 @@ pub enum ChangeError {
     #[error(transparent)]
     BadRate(#[from] RateOfError),
     /// `set-job` with nothing to change (the job id).
-    #[error("set-job {0}: nothing to change: give --priority P, or --resource R with --demand D or --limit L|none")]
+    #[error("set-job {}: nothing to change: give --priority P, or --resource R with --demand D or --limit L|none", padll_wire::escape(.0))]
     NothingToChange(String),
     /// A priority out of range (`policies::PRIORITY_RANGE`).
     #[error("--priority {0}: {range}", range = policies::PRIORITY_RANGE)]
@@ -203,7 +203,7 @@ pub enum ChangeError {
     NotAuto(Resource),
     /// A job neither configured nor running (a typo must not configure a job that
     /// will never run).
-    #[error("unknown job '{0}': it is neither configured nor running (add it to the configuration file to set it before it starts)")]
+    #[error("unknown job {}: it is neither configured nor running (add it to the configuration file to set it before it starts)", padll_wire::quote(.0))]
     UnknownJob(String),
 }
 

@@ -845,6 +845,32 @@ async fn admin_changes_are_checked_and_applied_whole() {
     assert_eq!(controller.config().resources[0].policy, "priority");
 }
 
+/// A job id is echoed quoted with its control characters escaped: a newline in it
+/// cannot forge a line of `ctl`'s answer.
+#[tokio::test]
+async fn admin_answers_escape_the_job_id() {
+    let controller = controller();
+    let set = |job: &str, priority| Change::Job {
+        job: job.into(),
+        priority,
+        resource: None,
+        demand: None,
+        limit: None,
+    };
+    let priority = |job: &str| set(job, Some(2.0));
+    assert_eq!(
+        controller.restore(priority("A\nB")).unwrap(),
+        "job 'A\\nB' updated"
+    );
+    let refused = controller.change(priority("C\nD")).unwrap_err().to_string();
+    assert!(refused.starts_with("unknown job 'C\\nD': "), "{refused}");
+    assert!(set("E\nF", None)
+        .check()
+        .unwrap_err()
+        .to_string()
+        .starts_with("set-job E\\nF: "));
+}
+
 /// A bytes rate never configures the metadata resource, whichever change carries it
 /// (`ctl set-max-rate`, `set-job --demand`, `--limit`), made here or replayed from an
 /// earlier leader: one line naming the key, the rate and the resource.
