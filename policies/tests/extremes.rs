@@ -259,3 +259,24 @@ fn mckp_many_jobs_at_the_largest_resolution_answer_quickly() {
     let served: f64 = r.iter().map(|x| x.min(5.0)).sum();
     assert!(served > 0.5 * 50_000.0, "{served}");
 }
+
+/// A priority of 1e-320 (finite and > 0: valid) made a job's cap and the water level
+/// both inf / weight = inf, and `inf <= inf` gave the job its whole demand, ten times
+/// `Max_R`; beside a job of priority 1 too.
+#[test]
+fn a_tiny_priority_never_takes_more_than_max_r() {
+    let mut tiny = job(1, 1000.0, 1000.0);
+    tiny.priority = 1e-320;
+    let mut other = job(2, 1000.0, 1000.0);
+    other.priority = 1.0;
+    for spec in ["psharing:weighted", "priority-fair", "themis:priority"] {
+        for jobs in [vec![tiny.clone()], vec![tiny.clone(), other.clone()]] {
+            let out = build(spec).unwrap().allocate(100.0, &jobs);
+            let sum: f64 = out.iter().sum();
+            assert!(
+                sum <= 100.0 * (1.0 + 1e-9) && sum >= 99.0,
+                "{spec}: {out:?} against Max_R 100"
+            );
+        }
+    }
+}
