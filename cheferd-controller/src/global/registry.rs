@@ -368,7 +368,10 @@ fn node_acked(node: &mut Node, cycle: u64, last_cycle: u64) -> bool {
 fn orphan_stages(node: &mut Node) {
     node.jobs.clear();
     for (_, record) in std::mem::take(&mut node.stages) {
-        node.orphans.insert(record.stage.pid, record);
+        // Stages of one pid (a process that re-exec'd) leave one orphan.
+        if let Some(displaced) = node.orphans.insert(record.stage.pid, record) {
+            node.stage_bytes -= stage_bytes(&displaced.stage);
+        }
     }
     node.orphaned_at.get_or_insert_with(Instant::now);
 }

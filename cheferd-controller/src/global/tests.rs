@@ -557,6 +557,13 @@ async fn a_node_s_stages_keep_only_used_mountpoints_within_a_byte_budget() {
     advance_to(Instant::now() + ORPHAN_GRACE).await;
     controller.cycle().await;
     assert_eq!(bytes(), 0);
+    // Two stages of one pid leave one orphan, and its bytes only.
+    let (a, _inbox) = attach(&controller, "a");
+    join(&controller, "a", a, 1, 100, "J");
+    join(&controller, "a", a, 2, 100, "J");
+    attach(&controller, "a");
+    assert_eq!(node(&controller, "a").orphans, 1);
+    assert_eq!(bytes(), "J".len() + "/scratch".len());
 }
 
 /// Both jobs of `SCHEDULED` busy: the shares of jobs A and B in a cycle ticking `at`
