@@ -274,7 +274,7 @@ fn a_tiny_priority_never_takes_more_than_max_r() {
             let out = build(spec).unwrap().allocate(100.0, &jobs);
             let sum: f64 = out.iter().sum();
             assert!(
-                sum <= 100.0 * (1.0 + 1e-9) && sum >= 99.0,
+                (99.0..=100.0 * (1.0 + 1e-9)).contains(&sum),
                 "{spec}: {out:?} against Max_R 100"
             );
         }
