@@ -231,23 +231,8 @@ fn after<R: Returned>(effect: Effect, target: Target, place: Place, result: &R) 
             }
         }
         Effect::NewFds(fds) => forget_pair(fds, result),
-        Effect::Receive { first, stride } => {
-            // Only messages with control data can carry descriptors: one load for the
-            // rest (a socket's hot path in MPI programs).
-            let count = result.messages();
-            if count > 0 && !crate::call::unreadable(first) {
-                // SAFETY: the application's header, just filled by the real call.
-                if unsafe { (*first).msg_controllen } > 0 || count > 1 {
-                    shielded(|| adopt_received(first, stride, count));
-                }
-            }
-        }
-        Effect::Adopt => {
-            let fd = result.descriptor_or_negative();
-            if fd >= 0 {
-                shielded(|| adopt(fd));
-            }
-        }
+        // Descriptors from elsewhere are of no mountpoint's call.
+        Effect::Receive { .. } | Effect::Adopt => after_unrelated(effect, result),
         Effect::None
         | Effect::Close(_)
         | Effect::CloseRange(..)

@@ -182,7 +182,7 @@ fn print_ok(value: serde_json::Value, json: bool) {
     }
 }
 
-/// [`print`] with a newline.
+/// [`print()`] with a newline.
 fn print_line(text: impl std::fmt::Display) {
     print(&format!("{text}\n"));
 }
