@@ -96,15 +96,11 @@ pub enum Effect {
     Reopen(*mut FILE),
     /// Changes the current directory.
     Chdir,
-    /// Receives messages (`recvmsg`, `recvmmsg`) whose control data may carry
-    /// descriptors (`SCM_RIGHTS`): the first message header the application passed, and
-    /// the distance to the next (`recvmmsg`'s array).
-    Receive {
-        /// The first `msghdr`.
-        first: *mut libc::msghdr,
-        /// Bytes from one header to the next.
-        stride: usize,
-    },
+    /// Receives a message (`recvmsg`) whose control data may carry descriptors
+    /// (`SCM_RIGHTS`): the header the application passed.
+    Receive(*mut libc::msghdr),
+    /// Receives messages (`recvmmsg`) as [`Effect::Receive`]: the application's array.
+    ReceiveMany(*mut libc::mmsghdr),
     /// Returns a copy of another process' descriptor (`pidfd_getfd`), on any file.
     Adopt,
     /// Detaches the process (`daemon`): inside libc, where no hook sees it, it changes to

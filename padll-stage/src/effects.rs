@@ -146,17 +146,12 @@ pub fn after_unrelated<R: Returned>(effect: Effect, result: &R) {
         | Effect::NewDirStream
         | Effect::Reopen(_) => fdtable::forget(result.descriptor_or_negative()),
         Effect::NewFds(fds) => forget_pair(fds, result),
-        Effect::Receive { first, stride } => {
-            // Only messages with control data can carry descriptors: one load for the
-            // rest (a socket's hot path in MPI programs).
-            let count = result.messages();
-            if count > 0 && !crate::call::unreadable(first) {
-                // SAFETY: the application's header, just filled by the real call.
-                if unsafe { (*first).msg_controllen } > 0 || count > 1 {
-                    shielded(|| adopt_received(first, stride, count));
-                }
-            }
-        }
+        Effect::Receive(header) => received(header, 0, result.messages()),
+        Effect::ReceiveMany(headers) => received(
+            headers.cast(),
+            std::mem::size_of::<libc::mmsghdr>(),
+            result.messages(),
+        ),
         Effect::Adopt => {
             let fd = result.descriptor_or_negative();
             if fd >= 0 {
@@ -232,7 +227,9 @@ fn after<R: Returned>(effect: Effect, target: Target, place: Place, result: &R) 
         }
         Effect::NewFds(fds) => forget_pair(fds, result),
         // Descriptors from elsewhere are of no mountpoint's call.
-        Effect::Receive { .. } | Effect::Adopt => after_unrelated(effect, result),
+        // Calls without a target: `after_unrelated` handles them (calling it here would
+        // make the two recursive, and no hook could inline it any more).
+        Effect::Receive(_) | Effect::ReceiveMany(_) | Effect::Adopt => {}
         Effect::None
         | Effect::Close(_)
         | Effect::CloseRange(..)
@@ -250,6 +247,19 @@ fn forget_pair<R: Returned>(fds: *mut c_int, result: &R) {
         let (a, b) = unsafe { (*fds, *fds.add(1)) };
         fdtable::forget(a);
         fdtable::forget(b);
+    }
+}
+
+/// The descriptors `count` received message headers from `first` (`stride` bytes apart)
+/// carry, recorded. Only messages with control data can carry any: one load for the
+/// rest (a socket's hot path in MPI programs).
+#[inline(always)]
+fn received(first: *mut libc::msghdr, stride: usize, count: usize) {
+    if count > 0 && !crate::call::unreadable(first) {
+        // SAFETY: the application's header, just filled by the real call.
+        if unsafe { (*first).msg_controllen } > 0 || count > 1 {
+            shielded(|| adopt_received(first, stride, count));
+        }
     }
 }
 

@@ -226,8 +226,8 @@ hooks! {
     fn accept(fd: c_int, address: *mut libc::sockaddr, length: *mut libc::socklen_t) -> c_int => TRACK, T::None, E::NewFd { flags: 0 }, 0, status;
     fn accept4(fd: c_int, address: *mut libc::sockaddr, length: *mut libc::socklen_t, flags: c_int) -> c_int => TRACK, T::None, E::NewFd { flags: 0 }, 0, status;
     // ---- descriptors from another process: recorded by what they are open on ---------
-    fn recvmsg(fd: c_int, message: *mut libc::msghdr, flags: c_int) -> ssize_t => TRACK, T::None, E::Receive { first: message, stride: 0 }, 0, transfer;
-    fn recvmmsg(fd: c_int, messages: *mut libc::mmsghdr, count: c_uint, flags: c_int, timeout: *mut libc::timespec) -> c_int => TRACK, T::None, E::Receive { first: messages.cast(), stride: std::mem::size_of::<libc::mmsghdr>() }, 0, status;
+    fn recvmsg(fd: c_int, message: *mut libc::msghdr, flags: c_int) -> ssize_t => TRACK, T::None, E::Receive(message), 0, transfer;
+    fn recvmmsg(fd: c_int, messages: *mut libc::mmsghdr, count: c_uint, flags: c_int, timeout: *mut libc::timespec) -> c_int => TRACK, T::None, E::ReceiveMany(messages), 0, status;
     fn pidfd_getfd(pidfd: c_int, target: c_int, flags: c_uint) -> c_int => TRACK, T::None, E::Adopt, 0, status;
     fn eventfd(initial: c_uint, flags: c_int) -> c_int => TRACK, T::None, E::NewFd { flags: 0 }, 0, status;
     fn epoll_create(size: c_int) -> c_int => TRACK, T::None, E::NewFd { flags: 0 }, 0, status;
