@@ -915,7 +915,7 @@ mod tests {
             ("[[job]]\nid = \"1\"\npriority = -1", "job[0].priority = -1"),
             (
                 "[[job]]\nid = \"1\"\npriority = 2e6",
-                "job[0].priority = 2000000: must be greater than 0 and at most 1000000",
+                "job[0].priority = 2000000: must be from 0.000001 to 1000000",
             ),
             (
                 "[[job]]\nid = \"1\"\n[[job]]\nid = \"2\"\n[[job]]\nid = \"1\"\npriority = 2",

@@ -138,11 +138,11 @@ fn ctl_usage_errors_are_one_clear_line() {
         ),
         (
             &["ctl", "set-job", "jobA", "--priority", "-1"],
-            "--priority -1: must be greater than 0 and at most 1000000",
+            "--priority -1: must be from 0.000001 to 1000000",
         ),
         (
             &["ctl", "set-job", "jobA", "--priority", "2e6"],
-            "--priority 2000000: must be greater than 0 and at most 1000000",
+            "--priority 2000000: must be from 0.000001 to 1000000",
         ),
         (
             &["ctl", "set-job", "jobA", "--resource", "/scratch:metadata"],

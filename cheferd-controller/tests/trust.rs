@@ -1033,7 +1033,7 @@ fn attack16_one_node_s_stages_cannot_make_the_global_hold_their_mountpoints() {
         "sent {total} bytes; global RSS before {before} KiB, after {after} KiB, peak {peak} KiB; ctl nodes in {answered:?}"
     );
     assert!(
-        out.status.success() && answered < Duration::from_secs(5),
+        out.status.success() && answered < Duration::from_secs(30),
         "ctl nodes: {:?} after {answered:?}: {}",
         out.status,
         String::from_utf8_lossy(&out.stderr)

@@ -52,11 +52,16 @@ pub use registry::{build, policy_names, SpecError, SpecErrorKind};
 pub const MAX_PRIORITY: f64 = 1e6;
 
 /// What a priority must be, as the refusals say it.
-pub const PRIORITY_RANGE: &str = "must be greater than 0 and at most 1000000";
+pub const PRIORITY_RANGE: &str = "must be from 0.000001 to 1000000";
 
-/// Whether `priority` is a priority a job may have (`> 0`, at most [`MAX_PRIORITY`]).
+/// Smallest priority: [`MAX_PRIORITY`]'s inverse, so that two jobs' weights relative to
+/// the largest (water filling) never round to 0 (1e-318 beside 1e6 did, and the job got
+/// nothing beside spare capacity).
+pub const MIN_PRIORITY: f64 = 1.0 / MAX_PRIORITY;
+
+/// Whether `priority` is a priority a job may have ([`MIN_PRIORITY`] to [`MAX_PRIORITY`]).
 pub fn priority_ok(priority: f64) -> bool {
-    priority > 0.0 && priority <= MAX_PRIORITY
+    (MIN_PRIORITY..=MAX_PRIORITY).contains(&priority)
 }
 
 /// Identifier of a job (e.g. the Slurm job id). Numeric so that a cycle over
@@ -94,7 +99,7 @@ pub struct JobSnapshot {
     /// size-fair and AdapTBF count 0 as 1, as the controller sends it).
     #[serde(default = "one_u32")]
     pub size: u32,
-    /// Priority weight (> 0, at most [`MAX_PRIORITY`]) used by priority-fair and as the weight of weighted
+    /// Priority weight ([`MIN_PRIORITY`] to [`MAX_PRIORITY`]) used by priority-fair and as the weight of weighted
     /// max-min fairness. Defaults to 1.
     #[serde(default = "one_f64")]
     pub priority: f64,
@@ -154,7 +159,7 @@ impl JobSnapshot {
     }
 
     /// `Ok` if every number is usable: rates, demands, limits and option values finite
-    /// and `≥ 0`, `priority` `> 0` and at most [`MAX_PRIORITY`]. Otherwise a message naming the job and
+    /// and `≥ 0`, `priority` from [`MIN_PRIORITY`] to [`MAX_PRIORITY`]. Otherwise a message naming the job and
     /// the field (`job 3: bad demand -5 (expected a finite number ≥ 0)`).
     ///
     /// The policies themselves treat a bad number as 0 (they never propagate NaN or a

@@ -257,6 +257,17 @@ impl Controller {
                 }
                 cache.invalidate();
             }
+            Some(local_message::Body::Usage(usage)) if usage.cycle < node.reported => {
+                // A report older than one already taken would put older rates over
+                // newer ones: ignored whole.
+                crate::limited_warn!(
+                    GRPC_LOG,
+                    node = %short(name),
+                    "ignored a usage report's cycle {}: the node reported cycle {} before",
+                    usage.cycle,
+                    node.reported
+                );
+            }
             Some(local_message::Body::Usage(usage)) => {
                 // Each stage's usage is kept in three places far apart in memory (its
                 // record, its planner's view and the view's row of the layout): ask for
@@ -290,15 +301,7 @@ impl Controller {
                 // for an older cycle that cleared `missed` had every cycle wait its
                 // whole bound again for a node that never reports in time.
                 let current = collecting.unwrap_or(last_cycle + 1);
-                if usage.cycle < node.reported {
-                    crate::limited_warn!(
-                        GRPC_LOG,
-                        node = %short(name),
-                        "ignored a usage report's cycle {}: the node reported cycle {} before",
-                        usage.cycle,
-                        node.reported
-                    );
-                } else if usage.cycle >= current {
+                if usage.cycle >= current {
                     node.reported = usage.cycle;
                     node.reported_at = Some(Instant::now());
                     node.missed = false;

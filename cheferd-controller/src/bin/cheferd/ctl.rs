@@ -61,7 +61,7 @@ enum CtlCommand {
     SetJob {
         /// Job id.
         job: String,
-        /// New priority (> 0, at most 1000000).
+        /// New priority (0.000001 to 1000000).
         #[arg(long, allow_negative_numbers = true)]
         priority: Option<f64>,
         /// The resource for --demand / --limit.
